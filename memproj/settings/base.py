@@ -140,3 +140,10 @@ MEMPROJ = {
     "MAX_TAG_CHARS": 64,
     "MAX_LIMIT": 100,
 }
+
+# Public base URL of the HTTP endpoints (OAuth protected-resource metadata) and
+# the Host headers the MCP endpoints accept (DNS-rebinding protection).
+MEMPROJ_PUBLIC_URL = env.str("MEMPROJ_PUBLIC_URL", default="http://127.0.0.1:8000")
+MEMPROJ_MCP_ALLOWED_HOSTS = env.list(
+    "MEMPROJ_MCP_ALLOWED_HOSTS", default=["127.0.0.1:*", "localhost:*", "[::1]:*", "testserver"]
+)

@@ -1,0 +1,149 @@
+"""The token-budgeted memory block for system-prompt injection (seed 000
+memory_context): facts, rules and recent episodes in separate sections, each
+ordered by score with deterministic tie-breakers, never over the budget."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.utils import timezone
+
+from memory import validation
+from memory.models import Kind, Memory
+from memory.retrieval import RetrievalFilter, channel_hits
+from memory.scoring import ChannelHit
+from memory.selectors.memories import (
+    DEFAULT_K_TXT,
+    DEFAULT_K_VEC,
+    ScoredMemory,
+    composite_rank,
+    query_vector,
+    require_read,
+    recent_episodes,
+)
+from memory.tokenizer import count_tokens
+from policy.caller import Caller
+
+SECTIONS = (("facts", "Facts"), ("rules", "Rules"), ("episodes", "Recent episodes"))
+HEADER = "# Memory context"
+MIN_BUDGET = 32
+MAX_BUDGET = 100_000
+
+
+@dataclass
+class ContextBlock:
+    text: str
+    token_count: int
+    token_budget: int
+    included: dict[str, list[ScoredMemory]] = field(default_factory=dict)
+    omitted: int = 0
+
+
+def render_line(item: ScoredMemory) -> str:
+    memory = item.memory
+    short_id = str(memory.id)
+    if memory.kind == Kind.FACT:
+        return f"- [fact {short_id}] {memory.subject} / {memory.predicate}: {memory.content}"
+    if memory.kind == Kind.RULE:
+        if memory.maturity == "anti_pattern":
+            return f"- [rule {short_id}] AVOID (proven harmful): {memory.content}"
+        return f"- [rule {short_id}, {memory.maturity}] {memory.content}"
+    return f"- [episode {memory.created_at:%Y-%m-%d %H:%M}] {memory.content}"
+
+
+def _render(sections: Mapping[str, list[ScoredMemory]]) -> str:
+    parts = [HEADER]
+    for key, title in SECTIONS:
+        parts.append(f"\n## {title}")
+        items = sections.get(key, [])
+        parts.extend(render_line(item) for item in items) if items else parts.append("(none)")
+    return "\n".join(parts)
+
+
+def _quotas(overrides: Mapping[str, float] | None) -> dict[str, float]:
+    quotas = dict(settings.MEMPROJ["CONTEXT_QUOTAS"])
+    for key, value in (overrides or {}).items():
+        if key not in quotas:
+            raise validation.InvalidArgument(f"section quotas take facts, rules and episodes (got {key!r}).")
+        quotas[key] = validation.number(value, field=f"quota for {key}", low=0, high=1)
+    total = sum(quotas.values())
+    if total <= 0:
+        raise validation.InvalidArgument("at least one section quota must be above 0.")
+    return {key: value / total for key, value in quotas.items()}
+
+
+def build_context(
+    *,
+    caller: Caller,
+    trigger_prompt: str,
+    butler: str,
+    token_budget: int | None = None,
+    quotas: Mapping[str, float] | None = None,
+    per_section_candidates: int = 50,
+) -> ContextBlock:
+    require_read(caller)
+    prompt = validation.query(trigger_prompt, field="trigger_prompt")
+    butler = validation.label(butler, field="butler")
+    budget = settings.MEMPROJ["CONTEXT_TOKEN_BUDGET"] if token_budget is None else token_budget
+    budget = int(validation.number(budget, field="token_budget", low=MIN_BUDGET, high=MAX_BUDGET))
+    shares = _quotas(quotas)
+    now = timezone.now()
+
+    # Facts and rules scoped to the butler (plus global), one hybrid pass.
+    vector = query_vector(prompt, "hybrid")
+    flt = RetrievalFilter(kinds=[Kind.FACT, Kind.RULE], now=now, scopes=sorted({"global", butler}))
+    hits = channel_hits(
+        caller=caller, flt=flt, query_text=prompt, query_vector=vector, k_vec=DEFAULT_K_VEC, k_txt=DEFAULT_K_TXT
+    )
+    rows = Memory.objects.for_caller(caller).without_vectors().in_bulk(list(hits))
+    ranked = composite_rank([(rows[pk], hit) for pk, hit in hits.items() if pk in rows], now)
+    episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section_candidates)
+    episode_hits = {e.id: hits.get(e.id, ChannelHit()) for e in episodes}
+    candidates = {
+        "facts": [s for s in ranked if s.memory.kind == Kind.FACT][:per_section_candidates],
+        "rules": [s for s in ranked if s.memory.kind == Kind.RULE][:per_section_candidates],
+        "episodes": composite_rank([(e, episode_hits[e.id]) for e in episodes], now),
+    }
+
+    # Greedy fill per section within its share; what a section leaves unused
+    # rolls over to the next. Within a section the first item that does not fit
+    # ends it, so lower-scored memories are always the ones omitted.
+    chosen: dict[str, list[ScoredMemory]] = {key: [] for key, _ in SECTIONS}
+    fixed_cost = count_tokens(_render(chosen))
+    available = budget - fixed_cost
+    carry = 0
+    for key, _title in SECTIONS:
+        allowance = int(available * shares[key]) + carry
+        used = 0
+        for item in candidates[key]:
+            cost = count_tokens(render_line(item)) + 1  # +1 for the newline joining it
+            if used + cost > allowance:
+                break
+            chosen[key].append(item)
+            used += cost
+        carry = allowance - used
+
+    # Token counts of a joined text can differ from the sum of its lines (BPE
+    # merges across boundaries), so verify the whole and drop the lowest-scored
+    # line until it fits. This is what guarantees the budget.
+    text = _render(chosen)
+    tokens = count_tokens(text)
+    while tokens > budget and any(chosen.values()):
+        worst_key = min(
+            (key for key in chosen if chosen[key]), key=lambda k: (chosen[k][-1].score, k)
+        )
+        chosen[worst_key].pop()
+        text = _render(chosen)
+        tokens = count_tokens(text)
+    if tokens > budget:
+        raise validation.InvalidArgument(f"token_budget {budget} is too small even for the section headings.")
+    total_candidates = sum(len(v) for v in candidates.values())
+    return ContextBlock(
+        text=text,
+        token_count=tokens,
+        token_budget=budget,
+        included=chosen,
+        omitted=total_candidates - sum(len(v) for v in chosen.values()),
+    )

@@ -1,0 +1,127 @@
+"""Every scoring formula of the seeds, in one module (DESIGN §6)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+# Seed 000: permanence labels map to decay rates (per day); permanent never decays.
+DECAY_RATES: dict[str, float] = {
+    "permanent": 0.0,
+    "stable": 0.002,
+    "standard": 0.008,
+    "volatile": 0.03,
+    "ephemeral": 0.1,
+}
+DEFAULT_PERMANENCE = "standard"
+
+# Fact states by effective confidence (issue 3 / memory_stats).
+FADING_BELOW = 0.5
+EXPIRED_BELOW = 0.1
+
+# Rule maturity thresholds.
+RULE_CANDIDATE_CONFIDENCE = 0.5  # seed 000: new rules are candidates at 0.5
+ESTABLISHED_MIN_SUCCESS = 5
+ESTABLISHED_MIN_EFFECTIVENESS = 0.6
+PROVEN_MIN_SUCCESS = 15
+PROVEN_MIN_EFFECTIVENESS = 0.8
+PROVEN_MIN_AGE_DAYS = 30
+ANTI_PATTERN_MIN_HARMFUL = 3
+ANTI_PATTERN_BELOW_EFFECTIVENESS = 0.3
+MATURITY_CONFIDENCE = {"candidate": 0.5, "established": 0.75, "proven": 0.9}
+
+# Recall composite weights (relevance, importance, recency, effective confidence).
+RECALL_WEIGHTS = {"relevance": 0.5, "importance": 0.15, "recency": 0.15, "confidence": 0.2}
+RECENCY_HALF_LIFE_DAYS = 30.0
+
+# Hybrid fusion.
+RRF_K = 60
+
+
+def days_between(earlier: datetime, later: datetime) -> float:
+    return max(0.0, (later - earlier).total_seconds() / 86400.0)
+
+
+def effective_confidence(confidence: float, decay_rate: float, confirmed_at: datetime, now: datetime) -> float:
+    """confidence * exp(-decay_rate * days since last confirmation)."""
+    return confidence * math.exp(-decay_rate * days_between(confirmed_at, now))
+
+
+def fact_state(effective: float) -> str:
+    if effective < EXPIRED_BELOW:
+        return "expired"
+    if effective < FADING_BELOW:
+        return "fading"
+    return "active"
+
+
+def rule_effectiveness(success: int, harmful: int) -> float:
+    """Seed 000: success / (success + 4 x harmful + 0.01)."""
+    return success / (success + 4 * harmful + 0.01)
+
+
+def rule_maturity(*, maturity: str, success: int, harmful: int, age_days: float) -> str:
+    """Next maturity after an outcome: promotion, one-step demotion, or
+    inversion into an anti-pattern when a rule keeps causing harm."""
+    effectiveness = rule_effectiveness(success, harmful)
+    if harmful >= ANTI_PATTERN_MIN_HARMFUL and effectiveness < ANTI_PATTERN_BELOW_EFFECTIVENESS:
+        return "anti_pattern"
+    if maturity == "anti_pattern":
+        return maturity
+    if maturity == "proven" and effectiveness < PROVEN_MIN_EFFECTIVENESS:
+        return "established"
+    if maturity == "established" and effectiveness < ESTABLISHED_MIN_EFFECTIVENESS:
+        return "candidate"
+    if (
+        maturity in ("candidate", "established")
+        and success >= PROVEN_MIN_SUCCESS
+        and effectiveness >= PROVEN_MIN_EFFECTIVENESS
+        and age_days >= PROVEN_MIN_AGE_DAYS
+    ):
+        return "proven"
+    if maturity == "candidate" and success >= ESTABLISHED_MIN_SUCCESS and effectiveness >= ESTABLISHED_MIN_EFFECTIVENESS:
+        return "established"
+    return maturity
+
+
+def recency(reference: datetime, now: datetime, half_life_days: float = RECENCY_HALF_LIFE_DAYS) -> float:
+    return 0.5 ** (days_between(reference, now) / half_life_days)
+
+
+def recall_score(*, relevance: float, importance: float, recency_value: float, confidence: float) -> float:
+    w = RECALL_WEIGHTS
+    return (
+        w["relevance"] * relevance
+        + w["importance"] * (importance / 10.0)
+        + w["recency"] * recency_value
+        + w["confidence"] * confidence
+    )
+
+
+@dataclass(frozen=True)
+class ChannelHit:
+    """One candidate from the vector and/or keyword channel (ranks are 1-based)."""
+
+    vector_similarity: float | None = None
+    vector_rank: int | None = None
+    text_rank_value: float | None = None
+    text_rank: int | None = None
+
+
+def fuse_rrf(hit: ChannelHit, k: int = RRF_K) -> float:
+    """Reciprocal rank fusion, normalised to [0, 1] (1 = first in both channels)."""
+    total = 0.0
+    if hit.vector_rank is not None:
+        total += 1.0 / (k + hit.vector_rank)
+    if hit.text_rank is not None:
+        total += 1.0 / (k + hit.text_rank)
+    return total / (2.0 / (k + 1))
+
+
+def fuse_alpha(hit: ChannelHit, alpha: float) -> float:
+    """S = alpha * S_vec + (1 - alpha) * S_text, both in [0, 1]."""
+    s_vec = max(0.0, hit.vector_similarity or 0.0)
+    s_txt = hit.text_rank_value or 0.0
+    s_txt = s_txt / (1.0 + s_txt)  # ts_rank_cd is unbounded; squash to [0, 1)
+    return alpha * s_vec + (1.0 - alpha) * s_txt

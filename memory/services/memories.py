@@ -1,0 +1,375 @@
+"""Writes: storing, superseding, confirming, outcome feedback, forgetting and
+reference bumps. One transaction per write, with its audit event inside it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from memory import scoring, validation
+from memory.embeddings import get_embedder
+from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
+from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
+from memory.services.events import event_append
+from policy.caller import Caller
+
+
+def _require_write(caller: Caller) -> None:
+    if not caller.has_scope("write"):
+        raise PermissionDenied("this token is read-only; ask an admin for a token with the 'write' scope.")
+
+
+@dataclass
+class _Embedding:
+    vector: list[float] | None
+    status: str
+    model: str
+    error: str = ""
+
+
+def _embed_for_store(content: str) -> _Embedding:
+    """Embed before the transaction opens. A failure never loses the write: the
+    memory is stored keyword-searchable and marked pending for the worker."""
+    if settings.MEMPROJ["EMBED_MODE"] == "async":
+        return _Embedding(None, EmbeddingStatus.PENDING, "")
+    embedder = get_embedder()
+    try:
+        return _Embedding(embedder.embed([content])[0], EmbeddingStatus.READY, embedder.model_name)
+    except EmbeddingUnavailable as exc:
+        return _Embedding(None, EmbeddingStatus.PENDING, "", str(exc))
+
+
+def _after_commit(memory: Memory) -> None:
+    from workers import tasks  # late import: workers depends on services, not the other way
+
+    memory_id = str(memory.id)
+    if memory.embedding_status != EmbeddingStatus.READY:
+        transaction.on_commit(lambda: tasks.embed_memory_task.delay(memory_id))
+
+
+def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
+    memory = Memory(
+        tenant_id=caller.tenant_id,
+        principal_id=caller.principal_id if caller.elevated_from is None else None,
+        kind=kind,
+        content=content,
+        content_hash=validation.content_hash(content),
+        embedding=embedding.vector,
+        embedding_model=embedding.model,
+        embedding_status=embedding.status,
+        embedding_error=embedding.error,
+        embedding_attempts=1 if embedding.error else 0,
+        **fields,
+    )
+    memory.save(force_insert=True)
+    return memory
+
+
+def episode_store(
+    *,
+    caller: Caller,
+    content: str,
+    butler: str,
+    session_id: str | None = None,
+    importance: float = 5.0,
+    scope: str = "global",
+    tags: Iterable[str] | None = None,
+    metadata: dict[str, Any] | None = None,
+    ttl: timedelta | None = None,
+) -> Memory:
+    _require_write(caller)
+    content = validation.text(content, field="content")
+    butler = validation.label(butler, field="butler")
+    session = validation.label(session_id, field="session_id") if session_id else ""
+    importance = validation.number(importance, field="importance", low=0, high=10)
+    scope = validation.label(scope, field="scope")
+    tag_list = validation.tags(tags)
+    ttl = ttl if ttl is not None else timedelta(days=settings.MEMPROJ["EPISODE_TTL_DAYS"])
+    embedding = _embed_for_store(content)
+    now = timezone.now()
+    with transaction.atomic():
+        memory = _new_memory(
+            caller=caller,
+            kind=Kind.EPISODE,
+            content=content,
+            embedding=embedding,
+            butler=butler,
+            session_id=session,
+            importance=importance,
+            scope=scope,
+            tags=tag_list,
+            metadata=metadata or {},
+            expires_at=now + ttl,
+        )
+        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="stored")
+        _after_commit(memory)
+    return memory
+
+
+@dataclass
+class FactStoreResult:
+    memory: Memory
+    superseded_ids: list[uuid.UUID] = field(default_factory=list)
+
+
+def _lock_fact_key(tenant_id: uuid.UUID, namespace: Sequence[str], subject: str, predicate: str) -> None:
+    """Serialise writers of one subject+predicate: an advisory lock taken inside
+    the transaction, released at commit. The partial unique index is the backstop."""
+    key = "\x1f".join([str(tenant_id), "\x1e".join(namespace), subject, predicate])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+
+
+def _supersede(*, caller: Caller, old: Memory, new: Memory, reason: str) -> None:
+    old.validity = Validity.SUPERSEDED
+    old.superseded_by = new
+    old.save(update_fields=["validity", "superseded_by", "updated_at"])
+    event_append(
+        caller=caller,
+        tenant_id=caller.tenant_id,
+        memory=old,
+        event_type="superseded",
+        payload={"superseded_by": str(new.id), "reason": reason},
+    )
+
+
+def fact_store(
+    *,
+    caller: Caller,
+    subject: str,
+    predicate: str,
+    content: str,
+    importance: float = 5.0,
+    permanence: str = scoring.DEFAULT_PERMANENCE,
+    scope: str = "global",
+    tags: Iterable[str] | None = None,
+    namespace: Sequence[str] = (),
+    confidence: float = 1.0,
+    source: str = "",
+    metadata: dict[str, Any] | None = None,
+) -> FactStoreResult:
+    _require_write(caller)
+    subject = validation.text(subject, field="subject", max_chars=200)
+    predicate = validation.text(predicate, field="predicate", max_chars=200)
+    content = validation.text(content, field="content")
+    importance = validation.number(importance, field="importance", low=0, high=10)
+    confidence = validation.number(confidence, field="confidence", low=0, high=1)
+    permanence = validation.choice(permanence, field="permanence", allowed=scoring.DECAY_RATES)
+    scope = validation.label(scope, field="scope")
+    tag_list = validation.tags(tags)
+    namespace = [validation.text(part, field="namespace segment", max_chars=200) for part in namespace]
+    embedding = _embed_for_store(content)
+    now = timezone.now()
+    with transaction.atomic():
+        _lock_fact_key(caller.tenant_id, namespace, subject, predicate)
+        previous = list(
+            Memory.objects.for_caller(caller)
+            .filter(kind=Kind.FACT, validity=Validity.ACTIVE, namespace=namespace, subject=subject, predicate=predicate)
+            .without_vectors()
+            .select_for_update()
+        )
+        # Flip the old row first so the partial unique index sees one active fact.
+        Memory.objects.filter(pk__in=[p.pk for p in previous]).update(validity=Validity.SUPERSEDED)
+        memory = _new_memory(
+            caller=caller,
+            kind=Kind.FACT,
+            content=content,
+            embedding=embedding,
+            subject=subject,
+            predicate=predicate,
+            importance=importance,
+            confidence=confidence,
+            permanence=permanence,
+            decay_rate=scoring.DECAY_RATES[permanence],
+            last_confirmed_at=now,
+            scope=scope,
+            tags=tag_list,
+            namespace=namespace,
+            source=source,
+            metadata=metadata or {},
+        )
+        for old in previous:
+            _supersede(caller=caller, old=old, new=memory, reason="same subject and predicate")
+        event_append(
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            memory=memory,
+            event_type="stored",
+            payload={"supersedes": [str(p.id) for p in previous]},
+        )
+        _after_commit(memory)
+    return FactStoreResult(memory=memory, superseded_ids=[p.id for p in previous])
+
+
+def rule_store(
+    *,
+    caller: Caller,
+    content: str,
+    scope: str = "global",
+    tags: Iterable[str] | None = None,
+    metadata: dict[str, Any] | None = None,
+    source: str = "",
+) -> Memory:
+    _require_write(caller)
+    content = validation.text(content, field="content")
+    scope = validation.label(scope, field="scope")
+    tag_list = validation.tags(tags)
+    embedding = _embed_for_store(content)
+    with transaction.atomic():
+        memory = _new_memory(
+            caller=caller,
+            kind=Kind.RULE,
+            content=content,
+            embedding=embedding,
+            scope=scope,
+            tags=tag_list,
+            maturity=Maturity.CANDIDATE,
+            confidence=scoring.RULE_CANDIDATE_CONFIDENCE,
+            permanence=scoring.DEFAULT_PERMANENCE,
+            decay_rate=scoring.DECAY_RATES[scoring.DEFAULT_PERMANENCE],
+            last_confirmed_at=timezone.now(),
+            source=source,
+            metadata=metadata or {},
+        )
+        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="stored")
+        _after_commit(memory)
+    return memory
+
+
+def _locked(caller: Caller, memory_id: object, kinds: Iterable[str]) -> Memory:
+    """Load one of the caller's memories FOR UPDATE (inside a transaction)."""
+    kinds = list(kinds)
+    pk = validation.memory_id(memory_id)
+    memory = (
+        Memory.objects.for_caller(caller).filter(pk=pk, kind__in=kinds).without_vectors().select_for_update().first()
+    )
+    if memory is None:
+        raise NotFound(f"no {' or '.join(kinds)} with id {pk} in this tenant; use memory_search to find ids.")
+    return memory
+
+
+def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
+    _require_write(caller)
+    kind = validation.kind(kind)
+    if kind == Kind.EPISODE:
+        raise InvalidArgument("episodes have no confidence decay, so they cannot be confirmed; confirm a fact or rule.")
+    with transaction.atomic():
+        memory = _locked(caller, memory_id, [kind])
+        memory.last_confirmed_at = timezone.now()
+        memory.save(update_fields=["last_confirmed_at", "updated_at"])
+        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="confirmed")
+    return memory
+
+
+def rule_record_outcome(*, caller: Caller, rule_id: object, helpful: bool, reason: str | None = None) -> Memory:
+    """The one outcome counter for rules: helpful -> success, harmful -> harmful;
+    both count an application, recompute effectiveness and re-evaluate maturity."""
+    _require_write(caller)
+    if reason is not None:
+        reason = validation.text(reason, field="reason", max_chars=2000)
+    with transaction.atomic():
+        rule = _locked(caller, rule_id, [Kind.RULE])
+        before = rule.maturity
+        if helpful:
+            rule.success_count += 1
+        else:
+            rule.harmful_count += 1
+        rule.applied_count += 1
+        rule.last_applied_at = timezone.now()
+        rule.effectiveness_score = scoring.rule_effectiveness(rule.success_count, rule.harmful_count)
+        rule.maturity = scoring.rule_maturity(
+            maturity=rule.maturity or Maturity.CANDIDATE,
+            success=rule.success_count,
+            harmful=rule.harmful_count,
+            age_days=scoring.days_between(rule.created_at, rule.last_applied_at),
+        )
+        if rule.maturity in scoring.MATURITY_CONFIDENCE and rule.maturity != before:
+            rule.confidence = scoring.MATURITY_CONFIDENCE[rule.maturity]
+            rule.last_confirmed_at = rule.last_applied_at
+        rule.save()
+        payload: dict[str, Any] = {"effectiveness_score": rule.effectiveness_score}
+        if reason:
+            payload["reason"] = reason
+        event_append(
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            memory=rule,
+            event_type="marked_helpful" if helpful else "marked_harmful",
+            payload=payload,
+        )
+        if rule.maturity != before:
+            event_append(
+                caller=caller,
+                tenant_id=caller.tenant_id,
+                memory=rule,
+                event_type="maturity_changed",
+                payload={"from": before, "to": rule.maturity},
+            )
+    return rule
+
+
+FORGET_ALIASES = {"forgotten": Validity.RETRACTED, "retracted": Validity.RETRACTED}
+
+
+def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
+    """Soft delete: the row stays for audit and the dashboard, retrieval skips it.
+    Facts, rules and episodes all use the canonical validity ``retracted``."""
+    _require_write(caller)
+    kind = validation.kind(kind)
+    with transaction.atomic():
+        memory = _locked(caller, memory_id, [kind])
+        previous = memory.validity
+        memory.validity = Validity.RETRACTED
+        memory.save(update_fields=["validity", "updated_at"])
+        event_append(
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            memory=memory,
+            event_type="retracted",
+            payload={"previous_validity": previous},
+        )
+    return memory
+
+
+def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -> None:
+    """Seed 000: recall and get bump reference counts (atomic F() increments)."""
+    ids = list(memory_ids)
+    if ids:
+        Memory.objects.for_caller(caller).filter(pk__in=ids).update(
+            reference_count=F("reference_count") + 1, last_referenced_at=timezone.now()
+        )
+
+
+def memory_embed(*, memory_id: uuid.UUID) -> bool:
+    """Give a pending memory its vector (the worker's entry point). Returns
+    False when there is nothing to do. Safe to run twice: the write is
+    conditional on the row still being unembedded for the same content."""
+    memory = Memory.objects.without_vectors().filter(pk=memory_id).first()
+    if memory is None or memory.embedding_status == EmbeddingStatus.READY:
+        return False
+    embedder = get_embedder()
+    try:
+        vector = embedder.embed([memory.content])[0]
+    except EmbeddingUnavailable as exc:
+        Memory.objects.filter(pk=memory_id).update(
+            embedding_attempts=F("embedding_attempts") + 1, embedding_error=str(exc)[:2000]
+        )
+        raise
+    updated = Memory.objects.filter(pk=memory_id, content_hash=memory.content_hash).exclude(
+        embedding_status=EmbeddingStatus.READY
+    ).update(
+        embedding=vector,
+        embedding_model=embedder.model_name,
+        embedding_status=EmbeddingStatus.READY,
+        embedding_error="",
+        updated_at=timezone.now(),
+    )
+    return updated == 1

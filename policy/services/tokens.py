@@ -1,0 +1,119 @@
+"""Issuing and authenticating API tokens; resolving tenant selectors."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from memory.errors import PermissionDenied
+from memory.services.events import event_append
+from policy.caller import Caller
+from policy.models import ApiToken, Principal, Tenant
+
+TOKEN_PREFIX = "mp_"
+MEMBER_SCOPES = ("read", "write")
+ADMIN_SCOPES = ("read", "write", "admin")
+
+
+def hash_token(token: str) -> str:
+    # Tokens are 256-bit random strings, so a fast hash is enough (no brute force possible).
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class IssuedToken:
+    token: str
+    api_token: ApiToken
+    created_tenant: bool
+    created_principal: bool
+
+
+def token_issue(
+    *,
+    tenant_slug: str,
+    principal_name: str,
+    role: str = Principal.Role.MEMBER,
+    scopes: Iterable[str] | None = None,
+    name: str = "",
+) -> IssuedToken:
+    """Create the tenant and principal if missing, then a new token for the principal."""
+    if role not in Principal.Role.values:
+        raise ValueError(f"role must be one of {Principal.Role.values}")
+    with transaction.atomic():
+        tenant, created_tenant = Tenant.objects.get_or_create(slug=tenant_slug, defaults={"name": tenant_slug})
+        principal, created_principal = Principal.objects.get_or_create(
+            tenant=tenant, name=principal_name, defaults={"role": role}
+        )
+        if principal.role != role and not created_principal:
+            principal.role = role
+            principal.save(update_fields=["role"])
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        chosen = list(scopes) if scopes is not None else list(ADMIN_SCOPES if role == "admin" else MEMBER_SCOPES)
+        api_token = ApiToken.objects.create(
+            principal=principal, name=name, prefix=token[:10], token_hash=hash_token(token), scopes=chosen
+        )
+    return IssuedToken(token, api_token, created_tenant, created_principal)
+
+
+def token_authenticate(token: str) -> Caller | None:
+    """The caller a bearer token stands for, or None if it is unknown, revoked or expired."""
+    if not token or not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+        return None
+    api_token = (
+        ApiToken.objects.select_related("principal")
+        .filter(token_hash=hash_token(token), revoked_at__isnull=True)
+        .first()
+    )
+    now = timezone.now()
+    if api_token is None or (api_token.expires_at is not None and api_token.expires_at <= now):
+        return None
+    if api_token.last_used_at is None or (now - api_token.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=now)
+    principal = api_token.principal
+    return Caller(
+        tenant_id=principal.tenant_id,
+        principal_id=principal.id,
+        role=principal.role,
+        scopes=frozenset(api_token.scopes),
+        token_id=api_token.id,
+    )
+
+
+def caller_for_target_tenant(*, caller: Caller, tenant: str | None, elevate: bool = False) -> Caller:
+    """Seed 000: the tenant comes from the token. A non-admin naming any tenant is
+    refused; an admin reaches another tenant only with an explicit elevation (a
+    token with the 'elevate' scope and elevate=true), and that access is audited."""
+    if tenant is None or tenant == "":
+        if elevate:
+            raise PermissionDenied("elevate=true needs a target tenant; name it with the tenant argument.")
+        return caller
+    if not caller.is_admin:
+        raise PermissionDenied(
+            "the tenant is taken from your token; non-admin callers may not pass a tenant. Remove the tenant argument."
+        )
+    if not elevate or "elevate" not in caller.scopes:
+        raise PermissionDenied(
+            "cross-tenant access needs explicit elevation: an admin token with the 'elevate' scope and elevate=true."
+        )
+    target = Tenant.objects.filter(slug=tenant).first()
+    if target is None:
+        try:
+            target = Tenant.objects.filter(pk=uuid.UUID(tenant)).first()
+        except ValueError:
+            target = None
+    if target is None:
+        raise PermissionDenied(f"no tenant {tenant!r}.")
+    elevated = caller.acting_on(target.id)
+    event_append(
+        caller=elevated,
+        tenant_id=target.id,
+        event_type="tenant_elevation",
+        payload={"from_tenant": str(caller.tenant_id), "principal": str(caller.principal_id)},
+    )
+    return elevated
