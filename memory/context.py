@@ -20,8 +20,8 @@ from memory.selectors.memories import (
     ScoredMemory,
     composite_rank,
     query_vector,
-    require_read,
     recent_episodes,
+    require_read,
 )
 from memory.tokenizer import count_tokens
 from policy.caller import Caller

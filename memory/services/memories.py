@@ -348,28 +348,113 @@ def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -
         )
 
 
-def memory_embed(*, memory_id: uuid.UUID) -> bool:
-    """Give a pending memory its vector (the worker's entry point). Returns
-    False when there is nothing to do. Safe to run twice: the write is
-    conditional on the row still being unembedded for the same content."""
-    memory = Memory.objects.without_vectors().filter(pk=memory_id).first()
-    if memory is None or memory.embedding_status == EmbeddingStatus.READY:
-        return False
+def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: str = "explicit") -> Memory:
+    """Mark ``old`` as replaced by ``new`` (the one supersession mechanism, used by
+    fact_store's automatic path, memento's supersede_memory and admin review)."""
+    _require_write(caller)
+    old_pk, new_pk = validation.memory_id(old_id), validation.memory_id(new_id)
+    if old_pk == new_pk:
+        raise InvalidArgument("a memory cannot supersede itself; pass two different ids.")
+    with transaction.atomic():
+        # Lock both rows in a stable order so two opposite supersessions cannot deadlock.
+        rows = {
+            m.pk: m
+            for m in Memory.objects.for_caller(caller)
+            .filter(pk__in=[old_pk, new_pk])
+            .without_vectors()
+            .order_by("pk")
+            .select_for_update()
+        }
+        if old_pk not in rows or new_pk not in rows:
+            missing = old_pk if old_pk not in rows else new_pk
+            raise NotFound(f"no memory with id {missing} in this tenant; use search to find ids.")
+        old, new = rows[old_pk], rows[new_pk]
+        if new.validity != Validity.ACTIVE:
+            raise InvalidArgument(f"the replacing memory {new_pk} is {new.validity}; only an active memory can replace another.")
+        if old.validity == Validity.SUPERSEDED and old.superseded_by_id == new.pk:
+            return old  # already done: idempotent
+        _supersede(caller=caller, old=old, new=new, reason=reason)
+    return old
+
+
+def memory_restore(*, caller: Caller, memory_id: object) -> Memory:
+    """Undo a retraction or supersession (admin review). A fact comes back only
+    if no other active fact holds its subject+predicate."""
+    _require_write(caller)
+    with transaction.atomic():
+        memory = _locked(caller, memory_id, Kind.values)
+        if memory.validity == Validity.ACTIVE:
+            return memory
+        if memory.kind == Kind.FACT:
+            _lock_fact_key(caller.tenant_id, memory.namespace, memory.subject, memory.predicate)
+            holder = (
+                Memory.objects.for_caller(caller)
+                .filter(
+                    kind=Kind.FACT,
+                    validity=Validity.ACTIVE,
+                    namespace=memory.namespace,
+                    subject=memory.subject,
+                    predicate=memory.predicate,
+                )
+                .values_list("pk", flat=True)
+                .first()
+            )
+            if holder is not None:
+                raise InvalidArgument(
+                    f"fact {holder} is active for the same subject and predicate; supersede or retract it first."
+                )
+        previous = memory.validity
+        memory.validity = Validity.ACTIVE
+        memory.superseded_by = None
+        memory.save(update_fields=["validity", "superseded_by", "updated_at"])
+        event_append(
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            memory=memory,
+            event_type="restored",
+            payload={"previous_validity": previous},
+        )
+    return memory
+
+
+def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
+    """Embed many pending memories with one model call (bulk ingest, retries,
+    re-embedding). Returns how many rows got a vector; safe to run twice."""
+    pending = list(
+        Memory.objects.without_vectors()
+        .filter(pk__in=list(memory_ids))
+        .exclude(embedding_status=EmbeddingStatus.READY)
+        .values_list("pk", "content", "content_hash")
+    )
+    if not pending:
+        return 0
     embedder = get_embedder()
     try:
-        vector = embedder.embed([memory.content])[0]
+        vectors = embedder.embed([content for _, content, _ in pending])
     except EmbeddingUnavailable as exc:
-        Memory.objects.filter(pk=memory_id).update(
+        Memory.objects.filter(pk__in=[pk for pk, _, _ in pending]).update(
             embedding_attempts=F("embedding_attempts") + 1, embedding_error=str(exc)[:2000]
         )
         raise
-    updated = Memory.objects.filter(pk=memory_id, content_hash=memory.content_hash).exclude(
-        embedding_status=EmbeddingStatus.READY
-    ).update(
-        embedding=vector,
-        embedding_model=embedder.model_name,
-        embedding_status=EmbeddingStatus.READY,
-        embedding_error="",
-        updated_at=timezone.now(),
-    )
-    return updated == 1
+    now = timezone.now()
+    done = 0
+    with transaction.atomic():
+        for (pk, _, digest), vector in zip(pending, vectors, strict=True):
+            # Conditional on the same content: an edit in between wins over a stale vector.
+            done += (
+                Memory.objects.filter(pk=pk, content_hash=digest)
+                .exclude(embedding_status=EmbeddingStatus.READY)
+                .update(
+                    embedding=vector,
+                    embedding_model=embedder.model_name,
+                    embedding_status=EmbeddingStatus.READY,
+                    embedding_error="",
+                    updated_at=now,
+                )
+            )
+    return done
+
+
+def memory_embed(*, memory_id: uuid.UUID) -> bool:
+    """Give one pending memory its vector (the worker's entry point)."""
+    return memory_embed_batch(memory_ids=[memory_id]) == 1

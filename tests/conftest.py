@@ -1,0 +1,67 @@
+"""Shared fixtures. The trio convention (CONVENTIONS 3): an owner (admin) and a
+member of tenant A, and an outsider in tenant B."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from policy.caller import Caller
+from policy.services.tokens import token_authenticate, token_issue
+
+
+@dataclass
+class Identity:
+    token: str
+    caller: Caller
+
+
+def make_identity(tenant: str, principal: str, role: str = "member", scopes: list[str] | None = None) -> Identity:
+    issued = token_issue(tenant_slug=tenant, principal_name=principal, role=role, scopes=scopes)
+    caller = token_authenticate(issued.token)
+    assert caller is not None
+    return Identity(issued.token, caller)
+
+
+@pytest.fixture
+def owner(transactional_db: None) -> Identity:
+    return make_identity("tenant-a", "owner", role="admin")
+
+
+@pytest.fixture
+def member(transactional_db: None) -> Identity:
+    return make_identity("tenant-a", "member")
+
+
+@pytest.fixture
+def outsider(transactional_db: None) -> Identity:
+    return make_identity("tenant-b", "outsider")
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    """Call a tool and return its structured output; fail the test on a tool error."""
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, f"{tool} failed: {result.content}"
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def call_error(client: Client, tool: str, **arguments: Any) -> str:
+    """Call a tool that must fail; return its error text."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, f"{tool} unexpectedly succeeded: {result.structured_content}"
+    return " ".join(getattr(block, "text", "") for block in result.content)
+
+
+@pytest.fixture
+def mcp_client_for():
+    """Factory: an in-process MCP client whose server runs as the given identity."""
+    from mcp_server.server import build_server
+
+    def factory(identity: Identity, toolset: str = "memory") -> Client:
+        return Client(build_server(toolset, static_caller=identity.caller))
+
+    return factory
