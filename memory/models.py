@@ -203,3 +203,90 @@ class MemoryEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.memory_id or ''}"
+
+
+class ConflictKind(models.TextChoices):
+    DUPLICATE = "duplicate", "Duplicate"
+    CONTRADICTION = "contradiction", "Contradiction"
+
+
+class ConflictStatus(models.TextChoices):
+    OPEN = "open", "Open"
+    ACCEPTED = "accepted", "Accepted"
+    DISMISSED = "dismissed", "Dismissed"
+
+
+class ConflictCandidateQuerySet(models.QuerySet["ConflictCandidate"]):
+    def for_caller(self, caller: Caller) -> ConflictCandidateQuerySet:
+        return self.filter(tenant_id=caller.tenant_id)
+
+    def open(self) -> ConflictCandidateQuerySet:
+        return self.filter(status=ConflictStatus.OPEN)
+
+
+class ConflictCandidate(models.Model):
+    """A likely near-duplicate or contradiction found by the background conflict
+    check, waiting for a person (admin) or a tool to accept or dismiss it.
+    Accepting means ``memory`` (the newer one) supersedes ``other``."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="conflict_candidates")
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="conflicts")
+    other = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="conflicts_as_other")
+    kind = models.CharField(max_length=16, choices=ConflictKind.choices)
+    similarity = models.FloatField(null=True, blank=True)
+    reason = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=ConflictStatus.choices, default=ConflictStatus.OPEN)
+    created_at = models.DateTimeField(auto_now_add=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.UUIDField(null=True, blank=True, help_text="Principal id of whoever resolved it.")
+
+    objects = ConflictCandidateQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        indexes = [models.Index(fields=["tenant", "status", "-created_at"], name="conflict_tenant_status_idx")]
+        constraints = [
+            # The check runs again on redelivery; one row per pair keeps it idempotent.
+            models.UniqueConstraint(fields=["memory", "other"], name="conflict_one_per_pair"),
+            models.CheckConstraint(condition=~Q(memory=models.F("other")), name="conflict_distinct_memories"),
+            models.CheckConstraint(condition=Q(kind__in=ConflictKind.values), name="conflict_kind_valid"),
+            models.CheckConstraint(condition=Q(status__in=ConflictStatus.values), name="conflict_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.memory_id} ~ {self.other_id} ({self.status})"
+
+
+class LinkKind(models.TextChoices):
+    DERIVED_FROM = "derived_from", "Derived from"
+    DUPLICATE_OF = "duplicate_of", "Duplicate of"
+
+
+class MemoryLinkQuerySet(models.QuerySet["MemoryLink"]):
+    def for_caller(self, caller: Caller) -> MemoryLinkQuerySet:
+        return self.filter(tenant_id=caller.tenant_id)
+
+
+class MemoryLink(models.Model):
+    """A directed edge between two memories of one tenant, e.g. a consolidated
+    fact -> each episode it was derived from."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="memory_links")
+    from_memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="links_out")
+    to_memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="links_in")
+    kind = models.CharField(max_length=32, choices=LinkKind.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MemoryLinkQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["from_memory", "to_memory", "kind"], name="memory_link_unique"),
+            models.CheckConstraint(condition=~Q(from_memory=models.F("to_memory")), name="memory_link_not_self"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.from_memory_id} -{self.kind}-> {self.to_memory_id}"
