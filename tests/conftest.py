@@ -65,3 +65,17 @@ def mcp_client_for():
         return Client(build_server(toolset, static_caller=identity.caller))
 
     return factory
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _release_test_database(django_db_setup, django_db_blocker):
+    """Tool calls and async ORM calls run in worker threads whose connections the
+    main thread cannot close; end those sessions so the test database can be dropped."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )

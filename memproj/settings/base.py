@@ -72,6 +72,10 @@ else:
     from memproj.embedded import ensure_postgres
 
     DATABASES = {"default": environ.Env.db_url_config(ensure_postgres())}
+# A socket directory given as ?host=/path lands in OPTIONS; keep it in HOST so
+# child processes (workers, stdio servers in tests) can rebuild the URL.
+if "host" in DATABASES["default"].get("OPTIONS", {}):
+    DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,0 +1,134 @@
+"""The real transports: a stdio subprocess and the streamable-HTTP endpoint of the
+ASGI app under uvicorn, each authenticated with a real token."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import httpx2
+import pytest
+from django.db import connection
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from memory.models import Memory
+from tests.conftest import call
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env_for_test_database(**extra: str) -> dict[str, str]:
+    """A child process that talks to this test run's database and broker."""
+    from django.conf import settings
+
+    db = connection.settings_dict
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="memproj.settings.base",
+        DATABASE_URL=f"postgres://{db['USER']}@/{db['NAME']}?host={db['HOST']}",
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        CELERY_TASK_ALWAYS_EAGER="true",
+        PYTHONPATH=str(ROOT),
+        **extra,
+    )
+    return env
+
+
+async def test_stdio_subprocess_with_token_from_environment(member):
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mcp_server", "--toolset", "memory"],
+        env=_env_for_test_database(MEMPROJ_TOKEN=member.token),
+        cwd=str(ROOT),
+    )
+    async with Client(params, read_timeout_seconds=120) as client:
+        tools = await client.list_tools()
+        stored = await call(client, "memory_store_fact", subject="user", predicate="editor", content="Uses Neovim")
+        found = await call(client, "memory_search", query="which editor", types=["fact"])
+    assert len(tools.tools) == 12
+    assert found["results"][0]["id"] == stored["id"]
+    row = await Memory.objects.aget(pk=stored["id"])
+    assert row.tenant_id == member.caller.tenant_id and row.principal_id == member.caller.principal_id
+
+
+def test_stdio_refuses_to_start_without_a_valid_token(member):
+    proc = subprocess.run(
+        [sys.executable, "-m", "mcp_server", "--toolset", "memory"],
+        env=_env_for_test_database(MEMPROJ_TOKEN="mp_not-a-real-token"),
+        cwd=str(ROOT),
+        input=b"",
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert b"MEMPROJ_TOKEN" in proc.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def http_server(transactional_db):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "memproj.asgi:application", "--host", "127.0.0.1", "--port", str(port)],
+        env=_env_for_test_database(MEMPROJ_PUBLIC_URL=f"http://127.0.0.1:{port}"),
+        cwd=str(ROOT),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            output = proc.stdout.read().decode() if proc.stdout else ""
+            proc.kill()
+            pytest.fail(f"uvicorn did not start:\n{output}")
+        time.sleep(0.2)
+    yield base
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+async def test_http_endpoint_with_bearer_token(http_server, member, outsider):
+    url = f"{http_server}/mcp/memory/"
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {member.token}"}, timeout=60) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            stored = await call(client, "memory_store_episode", content="Deployed v2 to staging", butler="ops")
+            found = await call(client, "memory_search", query="staging deploy")
+    assert found["results"][0]["id"] == stored["id"]
+    row = await Memory.objects.aget(pk=stored["id"])
+    assert row.tenant_id == member.caller.tenant_id
+
+    # Another tenant's token over the same endpoint sees nothing of it.
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {outsider.token}"}, timeout=60) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            other = await call(client, "memory_search", query="staging deploy")
+    assert other["results"] == []
+
+
+def test_http_endpoint_rejects_missing_or_wrong_token(http_server, member):
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    missing = httpx.post(f"{http_server}/mcp/memory", json=body, headers=headers, timeout=30)
+    wrong = httpx.post(
+        f"{http_server}/mcp/memory", json=body, headers={**headers, "Authorization": "Bearer mp_wrong"}, timeout=30
+    )
+    assert missing.status_code == 401 and wrong.status_code == 401
+    admin = httpx.get(f"{http_server}/admin/login/", timeout=30)
+    assert admin.status_code == 200 and "Django" in admin.text
