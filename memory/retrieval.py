@@ -83,6 +83,21 @@ def _enable_iterative_scan(cursor) -> None:  # type: ignore[no-untyped-def]
     cursor.execute("SET LOCAL hnsw.ef_search = 100")
 
 
+def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
+    """Rows arrive best first; 1-based ranks where equal values share a rank ("1224" ranking), so that
+    identical memories fuse to identical scores and the seed's tie-breakers
+    (created_at DESC, id ASC) decide, not the arbitrary order within a channel."""
+    ranked: list[tuple[tuple, int]] = []
+    previous: object = None
+    rank = 0
+    for position, row in enumerate(rows, start=1):
+        if position == 1 or row[1] != previous:
+            rank = position
+        previous = row[1]
+        ranked.append((row, rank))
+    return ranked
+
+
 def channel_hits(
     *,
     caller: Caller,
@@ -111,7 +126,7 @@ def channel_hits(
                 """,
                 params_v,
             )
-            for rank, (memory_id, similarity) in enumerate(cursor.fetchall(), start=1):
+            for (memory_id, similarity), rank in _competition_ranks(cursor.fetchall()):
                 hits[memory_id] = ChannelHit(vector_similarity=float(similarity), vector_rank=rank)
         if query_text and k_txt > 0:
             # Any query word may match (OR), ranked by cover density: plainto_tsquery
@@ -130,7 +145,7 @@ def channel_hits(
                 """,
                 params_t,
             )
-            for rank, (memory_id, value) in enumerate(cursor.fetchall(), start=1):
+            for (memory_id, value), rank in _competition_ranks(cursor.fetchall()):
                 previous = hits.get(memory_id, ChannelHit())
                 hits[memory_id] = ChannelHit(
                     vector_similarity=previous.vector_similarity,
