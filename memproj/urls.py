@@ -2,12 +2,17 @@ from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
+from memory.admin_views import dashboard, dashboard_index
+
 
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
 urlpatterns = [
+    # The review dashboard lives under /admin/ and uses the admin's login.
+    path("admin/dashboard/", admin.site.admin_view(dashboard_index), name="memproj_dashboard_index"),
+    path("admin/dashboard/<slug:slug>/", admin.site.admin_view(dashboard), name="memproj_dashboard"),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
 ]

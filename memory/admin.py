@@ -1,0 +1,773 @@
+"""The review admin: memories, their audit events and conflict candidates.
+
+Admin reads; every write is a service call (CONVENTIONS 9). Tenant access is
+decided in ``policy.admin_access`` only. List pages never count the big tables
+and never load the vector columns."""
+
+from __future__ import annotations
+
+import csv
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import Case, FloatField, IntegerField, Q, QuerySet, Value, When
+from django.db.models.expressions import RawSQL
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+
+from memory import scoring
+from memory.errors import MemoryError_
+from memory.models import ConflictCandidate, Kind, Maturity, Memory, MemoryEvent, MemoryLink, Validity
+from memory.selectors.memories import effective_confidence_of, memory_search
+from memory.services.memories import memory_confirm, memory_forget, memory_restore, memory_supersede
+from memory.services.review import admin_review_record, memory_reembed, rule_set_maturity
+from policy.admin_access import TenantScopedAdminMixin, admin_access, read_caller, require_tenant, review_caller
+from policy.caller import Caller
+
+SEARCH_TENANT_CAP = 25
+SEARCH_LIMIT = 100
+ACTION_ROW_CAP = 200
+CHAIN_CAP = 25
+
+
+# --- lists without COUNT(*) -------------------------------------------------------------
+class NoCountPaginator(Paginator):
+    """Reads one row past the requested page instead of counting the table:
+    the page links go up to the next page, never further. ``count`` is
+    therefore a lower bound (exact on the last page)."""
+
+    def __init__(self, object_list: Any, per_page: int, page_number: int = 1, **kwargs: Any) -> None:
+        super().__init__(object_list, per_page, **kwargs)
+        self._page_number = max(1, page_number)
+
+    @cached_property
+    def count(self) -> int:  # type: ignore[override]
+        offset = (self._page_number - 1) * self.per_page
+        seen = len(self.object_list[offset : offset + self.per_page + 1].values_list("pk", flat=True))
+        return offset + seen
+
+
+class NoCountListMixin:
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 50
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet,
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> Paginator:
+        try:
+            page = int(request.GET.get("p", 1))
+        except ValueError:
+            page = 1
+        return NoCountPaginator(
+            queryset, per_page, page_number=page, orphans=0, allow_empty_first_page=allow_empty_first_page
+        )
+
+
+# --- filters ------------------------------------------------------------------------------
+class TenantFilter(admin.SimpleListFilter):
+    """Lists only the tenants the user may see (never a related-only DISTINCT over memories)."""
+
+    title = "tenant"
+    parameter_name = "tenant"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        access = admin_access(request)
+        if access is None:
+            return []
+        return [(str(t.pk), t.slug) for t in access.tenants().only("id", "slug")[:200]]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        if self.value():
+            try:
+                return queryset.filter(tenant_id=uuid.UUID(self.value()))
+            except ValueError:
+                return queryset.none()
+        return None
+
+
+class ScopeFilter(admin.SimpleListFilter):
+    title = "scope"
+    parameter_name = "scope"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        qs = model_admin.get_queryset(request)
+        scopes = qs.order_by("scope").values_list("scope", flat=True).distinct()[:50]
+        return [(s, s) for s in scopes]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        return queryset.filter(scope=self.value()) if self.value() else None
+
+
+# Same formula as scoring.effective_confidence / retrieval.EFFECTIVE_CONFIDENCE_SQL.
+_EFFECTIVE_SQL = (
+    '"memory_memory"."confidence" * exp(-"memory_memory"."decay_rate" * greatest(0, extract(epoch from '
+    '(%s - coalesce("memory_memory"."last_confirmed_at", "memory_memory"."created_at"))) / 86400.0))'
+)
+
+
+class FactStateFilter(admin.SimpleListFilter):
+    """Active facts by effective confidence (the states memory_stats reports)."""
+
+    title = "fact state"
+    parameter_name = "fact_state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("active", "active"), ("fading", "fading"), ("expired", "expired")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        value = self.value()
+        if value not in ("active", "fading", "expired"):
+            return None
+        qs = queryset.filter(kind=Kind.FACT, validity=Validity.ACTIVE).annotate(
+            # Constant SQL; the only value is a bound parameter.
+            effective=RawSQL(_EFFECTIVE_SQL, [timezone.now()], output_field=FloatField())  # noqa: S611
+        )
+        if value == "active":
+            return qs.filter(effective__gte=scoring.FADING_BELOW)
+        if value == "fading":
+            return qs.filter(effective__gte=scoring.EXPIRED_BELOW, effective__lt=scoring.FADING_BELOW)
+        return qs.filter(effective__lt=scoring.EXPIRED_BELOW)
+
+
+KNOWN_EVENT_TYPES = (
+    "stored",
+    "superseded",
+    "confirmed",
+    "retracted",
+    "restored",
+    "marked_helpful",
+    "marked_harmful",
+    "maturity_changed",
+    "reembed_requested",
+    "admin_review",
+    "tenant_elevation",
+    "conflict_accepted",
+    "conflict_dismissed",
+    "consolidated",
+    "expired",
+)
+
+
+class EventTypeFilter(admin.SimpleListFilter):
+    """A fixed list: a DISTINCT over the audit log would scan it."""
+
+    title = "event type"
+    parameter_name = "event_type"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(t, t) for t in KNOWN_EVENT_TYPES]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        return queryset.filter(event_type=self.value()) if self.value() else None
+
+
+# --- running a review action ----------------------------------------------------------------
+def run_review(
+    request: HttpRequest,
+    *,
+    tenant_id: uuid.UUID,
+    action: str,
+    memory: Memory | None,
+    call: Callable[[Caller], Any],
+    detail: dict[str, Any] | None = None,
+) -> Any:
+    """One review action: the caller for this admin user, the service call, and
+    for a superuser (no Principal in the tenant) an ``admin_review`` event naming
+    them, in the same transaction."""
+    caller = review_caller(request, tenant_id)
+    access = admin_access(request)
+    with transaction.atomic():
+        result = call(caller)
+        if access is not None and access.is_superuser:
+            admin_review_record(caller=caller, action=action, username=access.username, memory=memory, detail=detail)
+    return result
+
+
+def _conflict_services() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    """The accept/dismiss services of issue 3, when present."""
+    try:
+        from memory.services import conflicts
+    except ImportError:
+        return None
+    accept = getattr(conflicts, "conflict_accept", None)
+    dismiss = getattr(conflicts, "conflict_dismiss", None)
+    if accept is None or dismiss is None:
+        return None
+    return accept, dismiss
+
+
+class MemoryReviewError(Exception):
+    pass
+
+
+def _csv_response(filename: str, header: list[str], rows: Any) -> StreamingHttpResponse:
+    class Echo:
+        def write(self, value: str) -> str:
+            return value
+
+    writer = csv.writer(Echo())
+
+    def lines() -> Any:
+        yield writer.writerow(header)
+        for row in rows:
+            yield writer.writerow(row)
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+# --- memories -------------------------------------------------------------------------------------
+@admin.register(Memory)
+class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
+    members_may_view = True
+    tenant_admin_may_add = False
+    list_display = (
+        "short_content",
+        "kind",
+        "tenant",
+        "validity",
+        "maturity",
+        "scope",
+        "embedding_status",
+        "reference_count",
+        "created_at",
+    )
+    list_display_links = ("short_content",)
+    list_select_related = ("tenant",)
+    list_filter = (TenantFilter, "kind", "validity", "maturity", ScopeFilter, FactStateFilter, "embedding_status")
+    search_fields = ("content",)  # shows the box; get_search_results replaces the lookup
+    search_help_text = "Hybrid (semantic + keyword) search over active memories, as the tools search; or a memory id."
+    ordering = ("-created_at", "id")
+    actions = ("action_confirm", "action_retract", "action_restore", "action_reembed", "export_csv")
+    change_form_template = "admin/memory/memory/review_form.html"
+    fieldsets = (
+        (None, {"fields": ("id", "tenant", "principal", "kind", "content")}),
+        ("Partition", {"fields": ("scope", "namespace", "butler", "session_id", "tags", "source", "metadata")}),
+        ("Fact", {"fields": ("subject", "predicate", "validity", "superseded_by", "permanence", "decay_rate")}),
+        (
+            "Rule",
+            {
+                "fields": (
+                    "maturity",
+                    "success_count",
+                    "harmful_count",
+                    "applied_count",
+                    "effectiveness_score",
+                    "last_applied_at",
+                )
+            },
+        ),
+        (
+            "Lifecycle",
+            {
+                "fields": (
+                    "importance",
+                    "confidence",
+                    "last_confirmed_at",
+                    "expires_at",
+                    "consolidated_at",
+                    "last_referenced_at",
+                    "created_at",
+                    "updated_at",
+                )
+            },
+        ),
+        ("Embedding", {"fields": ("embedding_status", "embedding_model", "embedding_attempts", "embedding_error")}),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).defer("embedding", "search_vector")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [f for section in self.fieldsets for f in section[1]["fields"]]
+
+    # Memories change only through review actions (services), never through the form.
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # retract instead: the row stays for audit
+
+    def has_review_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        access = admin_access(request)
+        return access is not None and access.can_write and self._in_reach(access, obj)
+
+    @admin.display(description="content")
+    def short_content(self, obj: Memory) -> str:
+        text = obj.content if len(obj.content) <= 90 else obj.content[:87] + "..."
+        return text
+
+    # --- search: the hybrid search of the tools -------------------------------------------
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = (search_term or "").strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(pk=uuid.UUID(term)), False
+        except ValueError:
+            pass
+        access = admin_access(request)
+        if access is None:
+            return queryset.none(), False
+        selected = request.GET.get("tenant")
+        tenants = access.tenants()
+        if selected:
+            try:
+                tenants = tenants.filter(pk=uuid.UUID(selected))
+            except ValueError:
+                return queryset.none(), False
+        tenant_ids = list(tenants.values_list("pk", flat=True)[: SEARCH_TENANT_CAP + 1])
+        if len(tenant_ids) > SEARCH_TENANT_CAP:
+            messages.info(request, f"Searching the first {SEARCH_TENANT_CAP} tenants; pick a tenant to narrow it.")
+            tenant_ids = tenant_ids[:SEARCH_TENANT_CAP]
+        ranked: list[tuple[float, uuid.UUID]] = []
+        for tenant_id in tenant_ids:
+            try:
+                hits = memory_search(caller=read_caller(request, tenant_id), query=term, limit=SEARCH_LIMIT)
+            except MemoryError_ as exc:
+                messages.error(request, str(exc))
+                return queryset.none(), False
+            ranked += [(hit.score, hit.memory.pk) for hit in hits]
+        ranked.sort(key=lambda pair: -pair[0])
+        ids = [pk for _, pk in ranked[:SEARCH_LIMIT]]
+        if not ids:
+            return queryset.none(), False
+        rank = Case(*[When(pk=pk, then=Value(i)) for i, pk in enumerate(ids)], output_field=IntegerField())
+        return queryset.filter(pk__in=ids).annotate(search_rank=rank).order_by("search_rank"), False
+
+    # --- detail page ---------------------------------------------------------------------------
+    def _same_tenant(self, obj: Memory) -> QuerySet:
+        return Memory.objects.filter(tenant_id=obj.tenant_id).without_vectors()
+
+    def _chain(self, obj: Memory) -> tuple[list[Memory], list[Memory]]:
+        """(what this memory was replaced by, newest last; what it replaced, nearest first)."""
+        forward: list[Memory] = []
+        seen = {obj.pk}
+        current = obj
+        while current.superseded_by_id and len(forward) < CHAIN_CAP:
+            nxt = self._same_tenant(obj).filter(pk=current.superseded_by_id).first()
+            if nxt is None or nxt.pk in seen:
+                break
+            forward.append(nxt)
+            seen.add(nxt.pk)
+            current = nxt
+        backward: list[Memory] = []
+        frontier = [obj.pk]
+        while frontier and len(backward) < CHAIN_CAP:
+            older = list(
+                self._same_tenant(obj)
+                .filter(superseded_by_id__in=frontier)
+                .exclude(pk__in=seen)
+                .order_by("-created_at")[: CHAIN_CAP - len(backward)]
+            )
+            backward += older
+            seen.update(m.pk for m in older)
+            frontier = [m.pk for m in older]
+        return forward, backward
+
+    def _detail_context(self, request: HttpRequest, obj: Memory) -> dict[str, Any]:
+        now = timezone.now()
+        effective = effective_confidence_of(obj, now)
+        forward, backward = self._chain(obj)
+        links = MemoryLink.objects.filter(tenant_id=obj.tenant_id)
+        sources = [
+            link.to_memory
+            for link in links.filter(from_memory=obj)
+            .select_related("to_memory")
+            .defer("to_memory__embedding", "to_memory__search_vector")
+            .order_by("to_memory__created_at")[:100]
+        ]
+        derived = [
+            link.from_memory
+            for link in links.filter(to_memory=obj)
+            .select_related("from_memory")
+            .defer("from_memory__embedding", "from_memory__search_vector")[:100]
+        ]
+        conflicts = list(
+            ConflictCandidate.objects.filter(tenant_id=obj.tenant_id)
+            .filter(Q(memory=obj) | Q(other=obj))
+            .select_related("memory", "other")
+            .defer("memory__embedding", "memory__search_vector", "other__embedding", "other__search_vector")
+            .order_by("-created_at")[:50]
+        )
+        events = list(MemoryEvent.objects.filter(tenant_id=obj.tenant_id, memory_id=obj.pk).order_by("-id")[:200])
+        return {
+            "memory": obj,
+            "scores": {
+                "effective_confidence": effective,
+                "fact_state": scoring.fact_state(effective)
+                if effective is not None and obj.kind == Kind.FACT
+                else None,
+                "effectiveness": scoring.rule_effectiveness(obj.success_count, obj.harmful_count)
+                if obj.kind == Kind.RULE
+                else None,
+                "reference_count": obj.reference_count,
+                "importance": obj.importance,
+                "confidence": obj.confidence,
+            },
+            "superseded_by_chain": forward,
+            "supersedes_chain": backward,
+            "source_episodes": sources,
+            "derived_memories": derived,
+            "conflicts": conflicts,
+            "conflict_review_available": _conflict_services() is not None,
+            "events": events,
+            "can_review": self.has_review_permission(request, obj),
+            "maturities": Maturity.choices,
+            "is_rule": obj.kind == Kind.RULE,
+            "is_active": obj.validity == Validity.ACTIVE,
+            "review_url": reverse("admin:memory_memory_review", args=[obj.pk]),
+        }
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        obj = self.get_object(request, object_id)
+        require_tenant(request, obj.tenant_id)
+        context = {**(extra_context or {}), **self._detail_context(request, obj)}
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
+    # --- review endpoint (POST from the detail page) --------------------------------------------
+    def get_urls(self) -> list[Any]:
+        custom = [
+            path("<path:object_id>/review/", self.admin_site.admin_view(self.review_view), name="memory_memory_review"),
+        ]
+        return custom + super().get_urls()
+
+    def review_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponse(status=405, headers={"Allow": "POST"})
+        obj = self.get_object(request, object_id)  # 404 outside the user's tenants
+        if not self.has_review_permission(request, obj):
+            raise PermissionDenied("Read-only review access.")
+        action = request.POST.get("action", "")
+        back = reverse("admin:memory_memory_change", args=[obj.pk])
+        try:
+            message = self._review(request, obj, action)
+        except MemoryError_ as exc:
+            messages.error(request, f"{action}: {exc}")
+        except MemoryReviewError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, message)
+        return HttpResponseRedirect(back)
+
+    def _review(self, request: HttpRequest, obj: Memory, action: str) -> str:
+        tenant_id = obj.tenant_id
+        if action == "confirm":
+            run_review(
+                request,
+                tenant_id=tenant_id,
+                action=action,
+                memory=obj,
+                call=lambda c: memory_confirm(caller=c, kind=obj.kind, memory_id=obj.pk),
+            )
+            return "Confirmed: its confidence decays from now on."
+        if action == "retract":
+            run_review(
+                request,
+                tenant_id=tenant_id,
+                action=action,
+                memory=obj,
+                call=lambda c: memory_forget(caller=c, kind=obj.kind, memory_id=obj.pk),
+            )
+            return "Retracted: retrieval no longer returns it."
+        if action == "restore":
+            run_review(
+                request,
+                tenant_id=tenant_id,
+                action=action,
+                memory=obj,
+                call=lambda c: memory_restore(caller=c, memory_id=obj.pk),
+            )
+            return "Restored to active."
+        if action == "supersede":
+            replacement = request.POST.get("replacement", "").strip()
+            reason = request.POST.get("reason", "").strip()[:200] or "admin review"
+            run_review(
+                request,
+                tenant_id=tenant_id,
+                action=action,
+                memory=obj,
+                detail={"replacement": replacement},
+                call=lambda c: memory_supersede(caller=c, old_id=obj.pk, new_id=replacement, reason=reason),
+            )
+            return f"Superseded by {replacement}."
+        if action == "set_maturity":
+            maturity = request.POST.get("maturity", "")
+            run_review(
+                request,
+                tenant_id=tenant_id,
+                action=action,
+                memory=obj,
+                detail={"maturity": maturity},
+                call=lambda c: rule_set_maturity(caller=c, rule_id=obj.pk, maturity=maturity, reason="admin review"),
+            )
+            return f"Maturity set to {maturity}."
+        if action == "reembed":
+            _, done = run_review(
+                request,
+                tenant_id=tenant_id,
+                action=action,
+                memory=obj,
+                call=lambda c: memory_reembed(caller=c, memory_id=obj.pk),
+            )
+            return "Re-embedded." if done else "Marked for re-embedding; the embedding worker will retry."
+        if action in ("conflict_accept", "conflict_dismiss"):
+            return self._review_conflict(request, obj.tenant_id, request.POST.get("conflict", ""), action)
+        raise MemoryReviewError(f"Unknown review action {action!r}.")
+
+    def _review_conflict(self, request: HttpRequest, tenant_id: uuid.UUID, conflict_id: str, action: str) -> str:
+        services = _conflict_services()
+        if services is None:
+            raise MemoryReviewError("Conflict review is not available in this version.")
+        try:
+            pk = uuid.UUID(conflict_id)
+        except ValueError:
+            raise MemoryReviewError("No such conflict candidate.") from None
+        candidate = get_object_or_404(ConflictCandidate, pk=pk, tenant_id=tenant_id)
+        accept, dismiss = services
+        service = accept if action == "conflict_accept" else dismiss
+        run_review(
+            request,
+            tenant_id=tenant_id,
+            action=action,
+            memory=None,
+            detail={"conflict": str(candidate.pk)},
+            call=lambda c: service(caller=c, conflict_id=candidate.pk),
+        )
+        return (
+            "Conflict accepted: the newer memory supersedes the other."
+            if action == "conflict_accept"
+            else "Conflict dismissed."
+        )
+
+    # --- list actions (each row through the service) -------------------------------------------
+    def _bulk(
+        self, request: HttpRequest, queryset: QuerySet, action: str, call: Callable[[Caller, Memory], Any]
+    ) -> None:
+        done, failed = 0, []
+        for memory in queryset.defer("embedding", "search_vector")[:ACTION_ROW_CAP]:
+            try:
+                run_review(
+                    request,
+                    tenant_id=memory.tenant_id,
+                    action=action,
+                    memory=memory,
+                    call=lambda c, m=memory: call(c, m),
+                )
+                done += 1
+            except MemoryError_ as exc:
+                failed.append(f"{memory.pk}: {exc}")
+        self.message_user(request, f"{action}: {done} memory(ies) done.")
+        for failure in failed[:10]:
+            self.message_user(request, f"{action} failed for {failure}", level=messages.WARNING)
+
+    @admin.action(description="Confirm selected facts/rules", permissions=["review"])
+    def action_confirm(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._bulk(request, queryset, "confirm", lambda c, m: memory_confirm(caller=c, kind=m.kind, memory_id=m.pk))
+
+    @admin.action(description="Retract selected memories", permissions=["review"])
+    def action_retract(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._bulk(request, queryset, "retract", lambda c, m: memory_forget(caller=c, kind=m.kind, memory_id=m.pk))
+
+    @admin.action(description="Restore selected memories", permissions=["review"])
+    def action_restore(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._bulk(request, queryset, "restore", lambda c, m: memory_restore(caller=c, memory_id=m.pk))
+
+    @admin.action(description="Re-embed selected memories", permissions=["review"])
+    def action_reembed(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._bulk(request, queryset, "reembed", lambda c, m: memory_reembed(caller=c, memory_id=m.pk))
+
+    @admin.action(description="Export selected as CSV", permissions=["view"])
+    def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:
+        # The queryset comes from get_queryset: only the user's tenants, no vectors.
+        rows = queryset.select_related("tenant").defer("embedding", "search_vector").order_by("-created_at", "id")
+        return _csv_response(
+            "memories.csv",
+            ["id", "tenant", "kind", "validity", "maturity", "scope", "subject", "predicate", "content", "created_at"],
+            (
+                [
+                    m.pk,
+                    m.tenant.slug,
+                    m.kind,
+                    m.validity,
+                    m.maturity,
+                    m.scope,
+                    m.subject,
+                    m.predicate,
+                    m.content,
+                    m.created_at.isoformat(),
+                ]
+                for m in rows.iterator(chunk_size=500)
+            ),
+        )
+
+
+# --- audit events (read-only) ---------------------------------------------------------------
+@admin.register(MemoryEvent)
+class MemoryEventAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
+    members_may_view = True
+    list_display = ("created_at", "tenant", "event_type", "memory_link", "memory_kind", "actor_principal_id")
+    list_select_related = ("tenant",)
+    list_filter = (TenantFilter, EventTypeFilter)
+    search_fields = ("=memory_id",)
+    search_help_text = "A memory id."
+    ordering = ("-id",)
+    actions = ("export_csv",)
+    readonly_fields = (
+        "id",
+        "tenant",
+        "memory_id",
+        "memory_kind",
+        "event_type",
+        "actor_principal_id",
+        "payload",
+        "created_at",
+    )
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = (search_term or "").strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(memory_id=uuid.UUID(term)), False
+        except ValueError:
+            return queryset.filter(event_type=term), False
+
+    @admin.display(description="memory")
+    def memory_link(self, obj: MemoryEvent) -> str:
+        if obj.memory_id is None:
+            return "-"
+        url = reverse("admin:memory_memory_change", args=[obj.memory_id])
+        return format_html('<a href="{}">{}</a>', url, str(obj.memory_id)[:8])
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # append-only (the database refuses too)
+
+    @admin.action(description="Export selected as CSV", permissions=["view"])
+    def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:
+        rows = queryset.select_related("tenant").order_by("-id")
+        return _csv_response(
+            "memory-events.csv",
+            ["id", "tenant", "event_type", "memory_id", "memory_kind", "actor_principal_id", "payload", "created_at"],
+            (
+                [
+                    e.pk,
+                    e.tenant.slug,
+                    e.event_type,
+                    e.memory_id or "",
+                    e.memory_kind,
+                    e.actor_principal_id or "",
+                    e.payload,
+                    e.created_at.isoformat(),
+                ]
+                for e in rows.iterator(chunk_size=500)
+            ),
+        )
+
+
+# --- conflict candidates --------------------------------------------------------------------------
+@admin.register(ConflictCandidate)
+class ConflictCandidateAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
+    members_may_view = True
+    list_display = ("created_at", "tenant", "kind", "status", "memory_link", "other_link", "similarity", "reason")
+    list_select_related = ("tenant",)
+    list_filter = (TenantFilter, "status", "kind")
+    ordering = ("-created_at", "id")
+    actions = ("action_accept", "action_dismiss")
+    readonly_fields = (
+        "id",
+        "tenant",
+        "memory_link",
+        "other_link",
+        "kind",
+        "similarity",
+        "reason",
+        "status",
+        "created_at",
+        "resolved_at",
+        "resolved_by",
+    )
+    fields = readonly_fields
+
+    def _memory_anchor(self, memory_id: uuid.UUID) -> str:
+        url = reverse("admin:memory_memory_change", args=[memory_id])
+        return format_html('<a href="{}">{}</a>', url, str(memory_id)[:8])
+
+    @admin.display(description="memory (newer)")
+    def memory_link(self, obj: ConflictCandidate) -> str:
+        return self._memory_anchor(obj.memory_id)
+
+    @admin.display(description="other")
+    def other_link(self, obj: ConflictCandidate) -> str:
+        return self._memory_anchor(obj.other_id)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_review_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        access = admin_access(request)
+        return (
+            access is not None and access.can_write and self._in_reach(access, obj) and _conflict_services() is not None
+        )
+
+    def _resolve(self, request: HttpRequest, queryset: QuerySet, action: str) -> None:
+        services = _conflict_services()
+        if services is None:
+            self.message_user(request, "Conflict review is not available in this version.", level=messages.ERROR)
+            return
+        service = services[0] if action == "conflict_accept" else services[1]
+        done, failed = 0, []
+        for candidate in queryset[:ACTION_ROW_CAP]:
+            try:
+                run_review(
+                    request,
+                    tenant_id=candidate.tenant_id,
+                    action=action,
+                    memory=None,
+                    detail={"conflict": str(candidate.pk)},
+                    call=lambda c, pk=candidate.pk: service(caller=c, conflict_id=pk),
+                )
+                done += 1
+            except MemoryError_ as exc:
+                failed.append(f"{candidate.pk}: {exc}")
+        self.message_user(request, f"{action}: {done} candidate(s) done.")
+        for failure in failed[:10]:
+            self.message_user(request, f"{action} failed for {failure}", level=messages.WARNING)
+
+    @admin.action(description="Accept selected (newer supersedes other)", permissions=["review"])
+    def action_accept(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._resolve(request, queryset, "conflict_accept")
+
+    @admin.action(description="Dismiss selected", permissions=["review"])
+    def action_dismiss(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._resolve(request, queryset, "conflict_dismiss")

@@ -1,0 +1,164 @@
+"""Admin for tenants, principals and API tokens. Access: policy.admin_access."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from policy.admin_access import TenantScopedAdminMixin, admin_access
+from policy.models import ApiToken, Principal, Tenant
+from policy.services.tokens import token_issue
+
+
+@admin.register(Tenant)
+class TenantAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    tenant_field = "id"
+    tenant_admin_may_add = False
+    list_display = ("slug", "name", "members_can_review", "created_at", "dashboard_link")
+    search_fields = ("slug", "name")
+    readonly_fields = ("id", "created_at", "dashboard_link")
+    fields = ("id", "slug", "name", "members_can_review", "created_at", "dashboard_link")
+
+    @admin.display(description="Dashboard")
+    def dashboard_link(self, obj: Tenant) -> str:
+        if obj.pk is None:
+            return "-"
+        return format_html('<a href="/admin/dashboard/{}/">dashboard</a>', obj.slug)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        access = admin_access(request)
+        if access is not None and not access.is_superuser:
+            fields.append("slug")  # the slug names the tenant in tokens and tools
+        return fields
+
+
+@admin.register(Principal)
+class PrincipalAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    list_display = ("name", "tenant", "role", "user", "created_at")
+    list_select_related = ("tenant", "user")
+    list_filter = ("role",)
+    search_fields = ("name", "tenant__slug")
+    readonly_fields = ("id", "created_at")
+    autocomplete_fields = ()
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        access = admin_access(request)
+        if access is not None and not access.is_superuser:
+            # Linking a login to a principal grants that login the principal's
+            # tenant; only a superuser hands out admin logins.
+            fields.append("user")
+            if obj is not None:
+                fields.append("tenant")
+        return fields
+
+
+class TokenCreateForm(forms.ModelForm):
+    scope_choices = forms.MultipleChoiceField(
+        label="Scopes",
+        choices=ApiToken.Scope.choices,
+        widget=forms.CheckboxSelectMultiple,
+        initial=["read", "write"],
+        help_text="'admin' covers read and write; 'elevate' (cross-tenant access) can be granted by superusers only.",
+    )
+    toolsets = forms.CharField(
+        required=False, help_text="Optional: comma-separated toolset names this token is restricted to."
+    )
+
+    class Meta:
+        model = ApiToken
+        fields = ("principal", "name")
+
+    def __init__(self, *args: Any, allow_elevate: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not allow_elevate:
+            self.fields["scope_choices"].choices = [c for c in ApiToken.Scope.choices if c[0] != "elevate"]
+
+    def scopes(self) -> list[str]:
+        chosen = list(self.cleaned_data["scope_choices"])
+        toolsets = [t.strip() for t in (self.cleaned_data.get("toolsets") or "").split(",") if t.strip()]
+        return chosen + [f"toolset:{t}" for t in toolsets]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    """Create issues a token through ``token_issue``: the plaintext is shown once
+    in a message and only its SHA-256 is stored."""
+
+    tenant_field = "principal__tenant_id"
+    tenant_admin_may_delete = True
+    list_display = ("prefix", "principal", "name", "scopes", "created_at", "expires_at", "revoked_at", "last_used_at")
+    list_select_related = ("principal", "principal__tenant")
+    search_fields = ("prefix", "name", "principal__name")
+    readonly_fields = ("id", "principal", "prefix", "scopes", "created_at", "last_used_at")
+    fields = ("id", "principal", "name", "prefix", "scopes", "created_at", "expires_at", "revoked_at", "last_used_at")
+    actions = ("revoke_tokens",)
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        if obj is not None:
+            return super().get_form(request, obj, change=change, **kwargs)
+        access = admin_access(request)
+        allow_elevate = access is not None and access.is_superuser
+        form_class = super().get_form(request, obj, change=change, form=TokenCreateForm, fields=None, **kwargs)
+
+        class BoundCreateForm(form_class):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kw: Any) -> None:
+                super().__init__(*args, allow_elevate=allow_elevate, **kw)
+
+        return BoundCreateForm
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return ("principal", "name", "scope_choices", "toolsets")
+        return self.fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return () if obj is None else self.readonly_fields
+
+    def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        principal: Principal = form.cleaned_data["principal"]
+        issued = token_issue(
+            tenant_slug=principal.tenant.slug,
+            principal_name=principal.name,
+            role=principal.role,
+            scopes=form.scopes(),
+            name=form.cleaned_data.get("name") or "",
+        )
+        # The admin's own bookkeeping (log entry, redirect) follows the saved row.
+        obj.__dict__.update({k: v for k, v in issued.api_token.__dict__.items() if not k.startswith("_")})
+        obj._state.adding = False
+        request._memproj_issued_token = issued.token  # type: ignore[attr-defined]
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        if change:
+            super().save_related(request, form, formsets, change)
+
+    def response_add(self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None) -> HttpResponse:
+        token = getattr(request, "_memproj_issued_token", None)
+        if token:
+            messages.warning(
+                request,
+                format_html(
+                    "New token for {}: <code id=\"issued-token\">{}</code> — copy it now; it is not stored and "
+                    "will not be shown again.",
+                    obj.principal,
+                    token,
+                ),
+            )
+        return super().response_add(request, obj, post_url_continue)
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        # The queryset comes from get_queryset, so only the user's tenant's tokens.
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} token(s).")

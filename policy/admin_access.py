@@ -1,0 +1,195 @@
+"""Who may see and change what in the admin: the one place where admin access
+is resolved (CONVENTIONS 3). Every tenant-owned ModelAdmin mixes in
+``TenantScopedAdminMixin``; the dashboard and review views call
+``admin_access`` / ``require_tenant`` / ``review_caller``.
+
+- superuser: every tenant, read and write;
+- staff user whose Principal has role admin: their own tenant, read and write;
+- staff user whose Principal is a member: their own tenant, read only, and
+  only if the tenant allows it (``Tenant.members_can_review``);
+- anyone else: nothing.
+
+Django's per-model permissions are not consulted: the tenant role decides, so a
+tenant admin needs no hand-assigned model permissions, and a stray model
+permission cannot widen anybody's reach beyond their tenant.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import Model, QuerySet
+from django.http import Http404, HttpRequest
+
+from policy.caller import Caller
+from policy.models import Principal, Tenant
+
+ADMIN_SCOPES = frozenset({"read", "write", "admin"})
+READ_SCOPES = frozenset({"read"})
+
+
+@dataclass(frozen=True)
+class AdminAccess:
+    """What one logged-in admin user may reach."""
+
+    is_superuser: bool
+    tenant_id: uuid.UUID | None  # None for a superuser: every tenant
+    principal_id: uuid.UUID | None
+    can_write: bool
+    username: str
+
+    def sees_tenant(self, tenant_id: uuid.UUID | None) -> bool:
+        return self.is_superuser or (tenant_id is not None and tenant_id == self.tenant_id)
+
+    def scope_queryset(self, queryset: QuerySet, tenant_field: str) -> QuerySet:
+        if self.is_superuser:
+            return queryset
+        return queryset.filter(**{tenant_field: self.tenant_id})
+
+    def tenants(self) -> QuerySet[Tenant]:
+        return self.scope_queryset(Tenant.objects.all(), "id")
+
+
+def _resolve(user: Any) -> AdminAccess | None:
+    if not getattr(user, "is_authenticated", False) or not user.is_active or not user.is_staff:
+        return None
+    if user.is_superuser:
+        return AdminAccess(True, None, None, True, user.get_username())
+    principal = Principal.objects.select_related("tenant").filter(user=user).first()
+    if principal is None:
+        return None
+    if principal.role == Principal.Role.ADMIN:
+        return AdminAccess(False, principal.tenant_id, principal.id, True, user.get_username())
+    if principal.tenant.members_can_review:
+        return AdminAccess(False, principal.tenant_id, principal.id, False, user.get_username())
+    return None
+
+
+def admin_access(request: HttpRequest) -> AdminAccess | None:
+    """Resolved once per request and cached on it."""
+    cached = getattr(request, "_memproj_admin_access", False)
+    if cached is False:
+        cached = _resolve(request.user)
+        request._memproj_admin_access = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def require_tenant(request: HttpRequest, tenant_id: uuid.UUID, *, write: bool = False) -> AdminAccess:
+    """404 for a tenant the user cannot see (its existence is not revealed);
+    403 for a write by a read-only reviewer."""
+    access = admin_access(request)
+    if access is None or not access.sees_tenant(tenant_id):
+        raise Http404("No such object.")
+    if write and not access.can_write:
+        raise PermissionDenied("Read-only review access: ask a tenant admin to make this change.")
+    return access
+
+
+def review_caller(request: HttpRequest, tenant_id: uuid.UUID) -> Caller:
+    """The Caller that services receive for a write from the admin.
+
+    A tenant admin acts as their own Principal. A superuser has no Principal in
+    the row's tenant, so acts as an admin caller of that tenant with no
+    principal; the review service records the superuser's username in the audit
+    payload (``memory.services.review.admin_review_record``)."""
+    access = require_tenant(request, tenant_id, write=True)
+    if access.is_superuser:
+        return Caller(tenant_id=tenant_id, principal_id=None, role="admin", scopes=ADMIN_SCOPES)
+    return Caller(tenant_id=tenant_id, principal_id=access.principal_id, role="admin", scopes=ADMIN_SCOPES)
+
+
+def read_caller(request: HttpRequest, tenant_id: uuid.UUID) -> Caller:
+    """A read-only Caller for selectors (search, stats) on a tenant the user sees."""
+    access = require_tenant(request, tenant_id)
+    return Caller(
+        tenant_id=tenant_id,
+        principal_id=access.principal_id,
+        role="admin" if access.can_write else "member",
+        scopes=READ_SCOPES,
+    )
+
+
+class TenantScopedAdminMixin:
+    """Tenant permissions for a ModelAdmin, in one place.
+
+    ``tenant_field`` is the lookup from the model to its tenant id
+    ("tenant_id", "principal__tenant_id", "id" for Tenant itself). Lists,
+    detail pages, actions, autocomplete and exports all start from
+    ``get_queryset``, so filtering there scopes every one of them; ``get_object``
+    turns a row outside the user's reach into a 404 instead of the admin's usual
+    redirect, so a URL guessed across tenants reveals nothing."""
+
+    tenant_field: str = "tenant_id"
+    # Rows of this model may be added / deleted by tenant admins (superusers always may).
+    tenant_admin_may_add: bool = True
+    tenant_admin_may_delete: bool = False
+    # Members with review access may view this model.
+    members_may_view: bool = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        qs = super().get_queryset(request)  # type: ignore[misc]
+        access = admin_access(request)
+        if access is None:
+            return qs.none()
+        return access.scope_queryset(qs, self.tenant_field)
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Model:
+        obj = super().get_object(request, object_id, from_field)  # type: ignore[misc]
+        if obj is None:
+            raise Http404("No such object.")
+        return obj
+
+    # --- permissions -------------------------------------------------------------
+    def _viewer(self, request: HttpRequest) -> AdminAccess | None:
+        access = admin_access(request)
+        if access is None:
+            return None
+        if not access.can_write and not self.members_may_view:
+            return None
+        return access
+
+    def _object_tenant_id(self, obj: Model) -> uuid.UUID | None:
+        value: Any = obj
+        for part in self.tenant_field.split("__"):
+            value = getattr(value, part, None)
+        return value
+
+    def _in_reach(self, access: AdminAccess, obj: Model | None) -> bool:
+        return obj is None or access.sees_tenant(self._object_tenant_id(obj))
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self._viewer(request) is not None
+
+    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        access = self._viewer(request)
+        return access is not None and self._in_reach(access, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        access = admin_access(request)
+        return access is not None and access.can_write and self._in_reach(access, obj)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        access = admin_access(request)
+        return access is not None and access.can_write and (access.is_superuser or self.tenant_admin_may_add)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        access = admin_access(request)
+        if access is None or not access.can_write or not self._in_reach(access, obj):
+            return False
+        return access.is_superuser or self.tenant_admin_may_delete
+
+    # --- choices in forms are limited to the user's tenant ----------------------
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        access = admin_access(request)
+        related = db_field.remote_field.model
+        if access is not None and not access.is_superuser:
+            if related is Tenant:
+                kwargs["queryset"] = Tenant.objects.filter(pk=access.tenant_id)
+            elif related is Principal:
+                kwargs["queryset"] = Principal.objects.filter(tenant_id=access.tenant_id)
+            elif hasattr(related, "tenant"):
+                kwargs["queryset"] = related._default_manager.filter(tenant_id=access.tenant_id)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
