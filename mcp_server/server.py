@@ -12,6 +12,7 @@ from django.db import close_old_connections
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import AnyHttpUrl
 
 from mcp_server.auth import MemprojTokenVerifier, current_caller
 from memory.errors import MemoryError_
@@ -65,7 +66,9 @@ def build_server(toolset: str, *, static_caller: Caller | None = None, http: boo
         public_url = settings.MEMPROJ_PUBLIC_URL.rstrip("/")
         kwargs["token_verifier"] = MemprojTokenVerifier()
         kwargs["auth"] = AuthSettings(
-            issuer_url=public_url, resource_server_url=f"{public_url}/mcp/{toolset}", required_scopes=[]
+            issuer_url=AnyHttpUrl(public_url),
+            resource_server_url=AnyHttpUrl(f"{public_url}/mcp/{toolset}"),
+            required_scopes=[],
         )
     server: MCPServer[Any] = MCPServer(
         f"memproj-{toolset}", instructions=module.INSTRUCTIONS, log_level="WARNING", **kwargs

@@ -131,9 +131,7 @@ def build_context(
     text = _render(chosen)
     tokens = count_tokens(text)
     while tokens > budget and any(chosen.values()):
-        worst_key = min(
-            (key for key in chosen if chosen[key]), key=lambda k: (chosen[k][-1].score, k)
-        )
+        worst_key = min((key for key in chosen if chosen[key]), key=lambda k: (chosen[k][-1].score, k))
         chosen[worst_key].pop()
         text = _render(chosen)
         tokens = count_tokens(text)

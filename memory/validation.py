@@ -43,9 +43,7 @@ def query(value: object, *, field: str = "query") -> str:
 def label(value: object, *, field: str) -> str:
     """Scopes, butlers, session ids: short identifiers."""
     if not isinstance(value, str) or not _LABEL.match(value):
-        raise InvalidArgument(
-            f"{field} must be 1-100 characters of letters, digits and _.:@/- (got {value!r})."
-        )
+        raise InvalidArgument(f"{field} must be 1-100 characters of letters, digits and _.:@/- (got {value!r}).")
     return value
 
 
@@ -88,8 +86,10 @@ def kind(value: object, *, allowed: Iterable[str] = Kind.values) -> str:
 def memory_id(value: object) -> uuid.UUID:
     try:
         return uuid.UUID(str(value))
-    except (ValueError, TypeError):
-        raise InvalidArgument(f"id must be a UUID such as the ids returned by store and search (got {value!r}).")
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgument(
+            f"id must be a UUID such as the ids returned by store and search (got {value!r})."
+        ) from exc
 
 
 def choice(value: object, *, field: str, allowed: Iterable[str]) -> str:

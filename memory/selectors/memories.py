@@ -200,8 +200,10 @@ def memory_stats(*, caller: Caller, scope: str | None = None) -> dict:
         superseded=Count("id", filter=Q(validity=Validity.SUPERSEDED)),
         retracted=Count("id", filter=Q(validity=Validity.RETRACTED)),
     )
-    active_facts = base.filter(kind=Kind.FACT).filter(live).values_list(
-        "confidence", "decay_rate", "last_confirmed_at", "created_at"
+    active_facts = (
+        base.filter(kind=Kind.FACT)
+        .filter(live)
+        .values_list("confidence", "decay_rate", "last_confirmed_at", "created_at")
     )
     states = {"active": 0, "fading": 0, "expired": 0}
     for confidence, decay_rate, confirmed, created in active_facts.iterator(chunk_size=2000):

@@ -370,7 +370,9 @@ def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: 
             raise NotFound(f"no memory with id {missing} in this tenant; use search to find ids.")
         old, new = rows[old_pk], rows[new_pk]
         if new.validity != Validity.ACTIVE:
-            raise InvalidArgument(f"the replacing memory {new_pk} is {new.validity}; only an active memory can replace another.")
+            raise InvalidArgument(
+                f"the replacing memory {new_pk} is {new.validity}; only an active memory can replace another."
+            )
         if old.validity == Validity.SUPERSEDED and old.superseded_by_id == new.pk:
             return old  # already done: idempotent
         _supersede(caller=caller, old=old, new=new, reason=reason)

@@ -16,7 +16,7 @@ from memory.services.events import event_append
 from policy.caller import Caller
 from policy.models import ApiToken, Principal, Tenant
 
-TOKEN_PREFIX = "mp_"
+TOKEN_PREFIX = "mp_"  # noqa: S105 - a public prefix, not a secret
 MEMBER_SCOPES = ("read", "write")
 ADMIN_SCOPES = ("read", "write", "admin")
 

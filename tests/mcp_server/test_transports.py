@@ -107,18 +107,18 @@ def http_server(transactional_db):
 
 async def test_http_endpoint_with_bearer_token(http_server, member, outsider):
     url = f"{http_server}/mcp/memory/"
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {member.token}"}, timeout=60) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as client:
-            stored = await call(client, "memory_store_episode", content="Deployed v2 to staging", butler="ops")
-            found = await call(client, "memory_search", query="staging deploy")
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {member.token}"}, timeout=60)
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        stored = await call(client, "memory_store_episode", content="Deployed v2 to staging", butler="ops")
+        found = await call(client, "memory_search", query="staging deploy")
     assert found["results"][0]["id"] == stored["id"]
     row = await Memory.objects.aget(pk=stored["id"])
     assert row.tenant_id == member.caller.tenant_id
 
     # Another tenant's token over the same endpoint sees nothing of it.
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {outsider.token}"}, timeout=60) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as client:
-            other = await call(client, "memory_search", query="staging deploy")
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {outsider.token}"}, timeout=60)
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        other = await call(client, "memory_search", query="staging deploy")
     assert other["results"] == []
 
 

@@ -24,10 +24,16 @@ def caller():
 def _fill(caller, n: int) -> None:
     for i in range(n):
         fact_store(
-            caller=caller, subject="user", predicate=f"diet_detail_{i}", scope="health", importance=float(i % 10),
+            caller=caller,
+            subject="user",
+            predicate=f"diet_detail_{i}",
+            scope="health",
+            importance=float(i % 10),
             content=f"Dietary detail {i}: the user avoids ingredient number {i} and prefers meal plan {i} " * 3,
         )
-        rule_store(caller=caller, content=f"Diet rule {i}: check ingredient {i} before suggesting recipes", scope="health")
+        rule_store(
+            caller=caller, content=f"Diet rule {i}: check ingredient {i} before suggesting recipes", scope="health"
+        )
 
 
 @pytest.mark.parametrize("budget", [60, 150, 400, 1200, 3000])
@@ -49,11 +55,17 @@ def test_context_never_exceeds_budget_and_omits_lowest_scored(caller, budget):
 def test_context_section_quotas_are_configurable(caller):
     _fill(caller, 20)
     facts_heavy = build_context(
-        caller=caller, trigger_prompt="diet", butler="health", token_budget=600,
+        caller=caller,
+        trigger_prompt="diet",
+        butler="health",
+        token_budget=600,
         quotas={"facts": 1.0, "rules": 0.0, "episodes": 0.0},
     )
     rules_heavy = build_context(
-        caller=caller, trigger_prompt="diet", butler="health", token_budget=600,
+        caller=caller,
+        trigger_prompt="diet",
+        butler="health",
+        token_budget=600,
         quotas={"facts": 0.0, "rules": 1.0, "episodes": 0.0},
     )
     assert len(facts_heavy.included["facts"]) > len(rules_heavy.included["facts"])
@@ -67,8 +79,9 @@ def test_context_ties_break_by_created_at_desc_then_id_asc(caller):
     ids = []
     for i in range(4):
         ids.append(
-            fact_store(caller=caller, subject="user", predicate=f"tie_{i}", content="Likes green tea", scope="health")
-            .memory.id
+            fact_store(
+                caller=caller, subject="user", predicate=f"tie_{i}", content="Likes green tea", scope="health"
+            ).memory.id
         )
     same_time = Memory.objects.get(pk=ids[0]).created_at
     # Two share a timestamp, so the id decides between them.
