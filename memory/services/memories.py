@@ -52,7 +52,10 @@ def _after_commit(memory: Memory) -> None:
 
     memory_id = str(memory.id)
     if memory.embedding_status != EmbeddingStatus.READY:
+        # The embed task runs the conflict check once the vector exists.
         transaction.on_commit(lambda: tasks.embed_memory_task.delay(memory_id))
+    elif memory.kind != Kind.EPISODE:
+        transaction.on_commit(lambda: tasks.memory_conflict_check_task.delay(memory_id))
 
 
 def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:

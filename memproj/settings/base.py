@@ -151,3 +151,45 @@ MEMPROJ_PUBLIC_URL = env.str("MEMPROJ_PUBLIC_URL", default="http://127.0.0.1:800
 MEMPROJ_MCP_ALLOWED_HOSTS = env.list(
     "MEMPROJ_MCP_ALLOWED_HOSTS", default=["127.0.0.1:*", "localhost:*", "[::1]:*", "testserver"]
 )
+
+# --- Background pipeline (issue 3) -------------------------------------------------------
+# A per-deployment queue name lets several deployments (or test runs) share one broker.
+CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+MEMPROJ_PIPELINE = {
+    # Sweeps: rows per run, and at most this many per tenant per run so one
+    # tenant's backlog cannot starve the others.
+    "SWEEP_BATCH": env.int("MEMPROJ_SWEEP_BATCH", default=500),
+    "SWEEP_PER_TENANT": env.int("MEMPROJ_SWEEP_PER_TENANT", default=100),
+    # Expired episodes leave retrieval at once; their rows stay for audit this long.
+    "EPISODE_RETENTION_DAYS": env.float("MEMPROJ_EPISODE_RETENTION_DAYS", default=30.0),
+    # A pending embedding younger than this is left to the task enqueued at write time.
+    "EMBED_RETRY_GRACE_SECONDS": env.int("MEMPROJ_EMBED_RETRY_GRACE_SECONDS", default=60),
+    "EMBED_MAX_ATTEMPTS": env.int("MEMPROJ_EMBED_MAX_ATTEMPTS", default=20),
+    # Semantic conflict check (cosine similarity of all-MiniLM-L6-v2 vectors).
+    "DUPLICATE_SIMILARITY": env.float("MEMPROJ_DUPLICATE_SIMILARITY", default=0.97),
+    "NEAR_DUPLICATE_SIMILARITY": env.float("MEMPROJ_NEAR_DUPLICATE_SIMILARITY", default=0.85),
+    "SAME_SUBJECT_SIMILARITY": env.float("MEMPROJ_SAME_SUBJECT_SIMILARITY", default=0.5),
+    # Consolidation: episodes per tenant per run, tenants per run, cluster shape.
+    "CONSOLIDATE_BATCH": env.int("MEMPROJ_CONSOLIDATE_BATCH", default=200),
+    "CONSOLIDATE_TENANTS": env.int("MEMPROJ_CONSOLIDATE_TENANTS", default=20),
+    "CLUSTER_SIMILARITY": env.float("MEMPROJ_CLUSTER_SIMILARITY", default=0.75),
+    "CLUSTER_MIN_SIZE": env.int("MEMPROJ_CLUSTER_MIN_SIZE", default=3),
+    # An episode that joined no recurring cluster for this long is marked consolidated
+    # (considered) so it is not clustered again on every run.
+    "CONSOLIDATE_SETTLE_HOURS": env.float("MEMPROJ_CONSOLIDATE_SETTLE_HOURS", default=24.0),
+}
+
+# LLM consolidation: switched on by MEMPROJ_LLM_BASE_URL (any OpenAI-compatible
+# chat-completions server: OpenAI, Ollama, vLLM, llama.cpp).
+MEMPROJ_LLM_BASE_URL = env.str("MEMPROJ_LLM_BASE_URL", default="")
+MEMPROJ_LLM_MODEL = env.str("MEMPROJ_LLM_MODEL", default="gpt-4o-mini")
+MEMPROJ_LLM_API_KEY = env.str("MEMPROJ_LLM_API_KEY", default="")
+MEMPROJ_LLM_TIMEOUT = env.float("MEMPROJ_LLM_TIMEOUT", default=60.0)
+MEMPROJ_LLM_MAX_ATTEMPTS = env.int("MEMPROJ_LLM_MAX_ATTEMPTS", default=3)
+MEMPROJ_CONSOLIDATOR = env.str("MEMPROJ_CONSOLIDATOR", default="llm" if MEMPROJ_LLM_BASE_URL else "offline")
+
+from workers.schedule import beat_schedule  # noqa: E402  (the one beat table lives with the tasks)
+
+CELERY_BEAT_SCHEDULE = beat_schedule()

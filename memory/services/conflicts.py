@@ -1,0 +1,226 @@
+"""Semantic conflict check of a new memory against its tenant's active
+memories (run by a worker after the write commits), and the review actions
+that resolve what it found.
+
+- Exact duplicates (same content hash, or cosine similarity at or above
+  DUPLICATE_SIMILARITY) merge: the newer memory is superseded by the older one
+  through ``memory_supersede``, and the older one counts as confirmed again
+  (restating a fact is evidence for it).
+- Likely conflicts (a fact with the same subject and related content, or
+  anything highly similar but not a duplicate) become ``ConflictCandidate``
+  rows that tools and the admin show until someone accepts (the newer memory
+  supersedes the older) or dismisses them.
+
+Episodes are not checked: a repeated episode is the signal consolidation
+looks for, not a conflict."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from pgvector.django import CosineDistance
+
+from memory import validation
+from memory.errors import InvalidArgument, NotFound, PermissionDenied
+from memory.models import (
+    ConflictCandidate,
+    ConflictKind,
+    ConflictStatus,
+    EmbeddingStatus,
+    Kind,
+    Memory,
+    Validity,
+)
+from memory.services.events import event_append
+from memory.services.maintenance import pipeline_setting, system_caller
+from memory.services.memories import memory_confirm, memory_supersede
+from policy.caller import Caller
+
+logger = logging.getLogger(__name__)
+
+NEIGHBOURS = 10
+
+
+@dataclass
+class ConflictCheckResult:
+    merged_into: uuid.UUID | None = None
+    merged: list[uuid.UUID] = field(default_factory=list)
+    candidates: list[uuid.UUID] = field(default_factory=list)
+    skipped: str = ""
+
+
+def _older_first(a: Memory, b: Memory) -> tuple[Memory, Memory]:
+    """Deterministic winner: two checks racing on the same pair agree on it."""
+    return (a, b) if (a.created_at, str(a.pk)) <= (b.created_at, str(b.pk)) else (b, a)
+
+
+def _peers(memory: Memory):  # type: ignore[no-untyped-def]
+    """Active memories of the same tenant, kind, namespace and scope: a merge
+    across namespaces or scopes would change who can see what."""
+    now = timezone.now()
+    return (
+        Memory.objects.filter(
+            tenant_id=memory.tenant_id, kind=memory.kind, namespace=memory.namespace, scope=memory.scope
+        )
+        .retrievable(now)
+        .exclude(pk=memory.pk)
+    )
+
+
+def memory_conflict_check(*, memory_id: uuid.UUID) -> ConflictCheckResult:
+    """Safe to run twice: merges go through the idempotent ``memory_supersede``,
+    candidates are unique per pair, and a memory that is no longer active is
+    left alone."""
+    memory = Memory.objects.filter(pk=memory_id).first()
+    if memory is None:
+        return ConflictCheckResult(skipped="missing")
+    if memory.kind == Kind.EPISODE:
+        return ConflictCheckResult(skipped="episode")
+    if memory.validity != Validity.ACTIVE:
+        return ConflictCheckResult(skipped=memory.validity)
+    caller = system_caller(memory.tenant_id)
+    result = ConflictCheckResult()
+
+    exact = list(_peers(memory).filter(content_hash=memory.content_hash).without_vectors())
+    similar: list[tuple[Memory, float]] = []
+    if memory.embedding_status == EmbeddingStatus.READY and memory.embedding is not None:
+        rows = (
+            _peers(memory)
+            .filter(embedding__isnull=False)
+            .annotate(distance=CosineDistance("embedding", memory.embedding))
+            .without_vectors()
+            .order_by("distance", "id")[:NEIGHBOURS]
+        )
+        similar = [(row, 1.0 - float(row.distance)) for row in rows]
+
+    duplicates = {m.pk: (m, 1.0) for m in exact}
+    for other, sim in similar:
+        if sim >= pipeline_setting("DUPLICATE_SIMILARITY"):
+            duplicates.setdefault(other.pk, (other, sim))
+    if duplicates:
+        # Merge everything into the oldest of the group.
+        group = [memory] + [m for m, _ in duplicates.values()]
+        keeper = min(group, key=lambda m: (m.created_at, str(m.pk)))
+        for other in group:
+            if other.pk == keeper.pk:
+                continue
+            try:
+                memory_supersede(caller=caller, old_id=other.pk, new_id=keeper.pk, reason="duplicate")
+            except (InvalidArgument, NotFound) as exc:
+                # The keeper changed under us (retracted, purged): leave the pair for review instead.
+                logger.info("duplicate merge of %s into %s skipped: %s", other.pk, keeper.pk, exc)
+                continue
+            result.merged.append(other.pk)
+        if result.merged and keeper.kind in (Kind.FACT, Kind.RULE):
+            memory_confirm(caller=caller, kind=keeper.kind, memory_id=keeper.pk)
+        result.merged_into = keeper.pk
+        if memory.pk != keeper.pk:
+            return result
+
+    for other, sim in similar:
+        if other.pk in duplicates:
+            continue
+        same_subject = memory.kind == Kind.FACT and other.subject.strip().lower() == memory.subject.strip().lower()
+        if same_subject and sim >= pipeline_setting("SAME_SUBJECT_SIMILARITY"):
+            kind, reason = ConflictKind.CONTRADICTION, f"same subject {memory.subject!r}, different content"
+        elif sim >= pipeline_setting("NEAR_DUPLICATE_SIMILARITY"):
+            kind, reason = ConflictKind.DUPLICATE, "highly similar content"
+        else:
+            continue
+        newer, older = _older_first(memory, other)[::-1]
+        candidate = _candidate_record(newer=newer, older=older, kind=kind, similarity=sim, reason=reason, caller=caller)
+        if candidate is not None:
+            result.candidates.append(candidate.pk)
+    return result
+
+
+def _candidate_record(
+    *, newer: Memory, older: Memory, kind: str, similarity: float, reason: str, caller: Caller
+) -> ConflictCandidate | None:
+    """One row per pair whichever side's check finds it first; the audit event
+    only when the row is new."""
+    if ConflictCandidate.objects.filter(memory=older, other=newer).exists():
+        return None
+    try:
+        with transaction.atomic():
+            candidate, created = ConflictCandidate.objects.get_or_create(
+                memory=newer,
+                other=older,
+                defaults={"tenant_id": newer.tenant_id, "kind": kind, "similarity": similarity, "reason": reason},
+            )
+            if created:
+                event_append(
+                    caller=caller,
+                    tenant_id=newer.tenant_id,
+                    memory=newer,
+                    event_type="conflict_detected",
+                    payload={
+                        "other": str(older.pk),
+                        "kind": kind,
+                        "similarity": round(similarity, 4),
+                        "reason": reason,
+                    },
+                )
+    except IntegrityError:  # a concurrent check created it between our read and insert
+        return None
+    return candidate if created else None
+
+
+def _require_review(caller: Caller) -> None:
+    if not caller.has_scope("write"):
+        raise PermissionDenied("resolving a conflict changes memories; use a token with the 'write' scope.")
+
+
+def _locked_open(caller: Caller, conflict_id: object) -> ConflictCandidate:
+    pk = validation.memory_id(conflict_id)
+    candidate = ConflictCandidate.objects.for_caller(caller).select_for_update().filter(pk=pk).first()
+    if candidate is None:
+        raise NotFound(f"no conflict candidate with id {pk} in this tenant.")
+    return candidate
+
+
+def _resolve(caller: Caller, candidate: ConflictCandidate, status: str) -> None:
+    candidate.status = status
+    candidate.resolved_at = timezone.now()
+    candidate.resolved_by = caller.principal_id
+    candidate.save(update_fields=["status", "resolved_at", "resolved_by"])
+    event_append(
+        caller=caller,
+        tenant_id=caller.tenant_id,
+        memory=candidate.memory,
+        event_type=f"conflict_{status}",
+        payload={"conflict": str(candidate.pk), "other": str(candidate.other_id), "kind": candidate.kind},
+    )
+
+
+def conflict_accept(*, caller: Caller, conflict_id: object) -> ConflictCandidate:
+    """The newer memory replaces the older one (through ``memory_supersede``)."""
+    _require_review(caller)
+    with transaction.atomic():
+        candidate = _locked_open(caller, conflict_id)
+        if candidate.status == ConflictStatus.ACCEPTED:
+            return candidate
+        if candidate.status != ConflictStatus.OPEN:
+            raise InvalidArgument(f"this conflict was already {candidate.status}; it cannot be accepted now.")
+        memory_supersede(
+            caller=caller, old_id=candidate.other_id, new_id=candidate.memory_id, reason="conflict accepted"
+        )
+        _resolve(caller, candidate, ConflictStatus.ACCEPTED)
+    return candidate
+
+
+def conflict_dismiss(*, caller: Caller, conflict_id: object) -> ConflictCandidate:
+    """Both memories stay active; the pair is not raised again."""
+    _require_review(caller)
+    with transaction.atomic():
+        candidate = _locked_open(caller, conflict_id)
+        if candidate.status == ConflictStatus.DISMISSED:
+            return candidate
+        if candidate.status != ConflictStatus.OPEN:
+            raise InvalidArgument(f"this conflict was already {candidate.status}; it cannot be dismissed now.")
+        _resolve(caller, candidate, ConflictStatus.DISMISSED)
+    return candidate

@@ -1,0 +1,206 @@
+"""Episode consolidation: a consolidator (offline or LLM) proposes facts and
+rules from a tenant's unconsolidated episodes; this module stores them through
+``fact_store`` / ``rule_store`` (so supersession, audit and tenant scoping
+apply exactly as for a tool's write), links each to its source episodes and
+marks the episodes consolidated.
+
+The consolidator runs outside any transaction (an LLM may take a minute).
+Each proposal is then stored in one transaction that first locks its source
+episodes and skips the proposal if any of them was consolidated meanwhile: a
+redelivered or concurrent run never stores the same proposal twice."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Min, Q
+from django.utils import timezone
+
+from memory.consolidators import Consolidator, EpisodeView, Proposal, get_consolidator
+from memory.errors import InvalidArgument, NotFound
+from memory.models import EmbeddingStatus, Kind, LinkKind, Memory, MemoryLink, Validity
+from memory.services.events import event_append
+from memory.services.maintenance import pipeline_setting, system_caller
+from memory.services.memories import fact_store, memory_supersede, rule_store
+from policy.caller import Caller
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ConsolidationResult:
+    tenants: int = 0
+    consumed: int = 0
+    created: list[uuid.UUID] = field(default_factory=list)
+    merged: int = 0
+    more: bool = False
+
+
+def _unconsolidated(tenant_id: uuid.UUID | None, now: datetime, *, embedded: bool):  # type: ignore[no-untyped-def]
+    qs = Memory.objects.filter(kind=Kind.EPISODE, validity=Validity.ACTIVE, consolidated_at__isnull=True).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    )
+    if tenant_id is not None:
+        qs = qs.filter(tenant_id=tenant_id)
+    if embedded:
+        qs = qs.filter(embedding_status=EmbeddingStatus.READY)
+    return qs
+
+
+def _mark_consolidated(caller: Caller, ids: list[uuid.UUID], now: datetime, into: uuid.UUID | None) -> int:
+    marked = list(
+        Memory.objects.filter(pk__in=ids, tenant_id=caller.tenant_id, consolidated_at__isnull=True)
+        .select_for_update()
+        .without_vectors()
+        .order_by("pk")
+    )
+    Memory.objects.filter(pk__in=[m.pk for m in marked]).update(consolidated_at=now, updated_at=now)
+    for episode in marked:
+        event_append(
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            memory=episode,
+            event_type="consolidated",
+            payload={"into": str(into) if into else None},
+        )
+    return len(marked)
+
+
+def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, now: datetime) -> uuid.UUID | None:
+    with transaction.atomic():
+        sources = list(
+            Memory.objects.filter(
+                pk__in=proposal.source_ids,
+                tenant_id=caller.tenant_id,
+                kind=Kind.EPISODE,
+                consolidated_at__isnull=True,
+            )
+            .select_for_update()
+            .values_list("pk", flat=True)
+        )
+        if len(sources) != len(set(proposal.source_ids)):
+            return None  # another run consolidated some of them first
+        metadata = {"consolidated_from": [str(pk) for pk in proposal.source_ids], "consolidator": consolidator}
+        if proposal.kind == Kind.RULE:
+            memory = rule_store(
+                caller=caller, content=proposal.content, scope=scope, source="consolidation", metadata=metadata
+            )
+        else:
+            memory = fact_store(
+                caller=caller,
+                subject=proposal.subject,
+                predicate=proposal.predicate,
+                content=proposal.content,
+                importance=proposal.importance,
+                permanence=proposal.permanence,
+                scope=scope,
+                source="consolidation",
+                metadata=metadata,
+            ).memory
+        MemoryLink.objects.bulk_create(
+            [
+                MemoryLink(tenant_id=caller.tenant_id, from_memory=memory, to_memory_id=pk, kind=LinkKind.DERIVED_FROM)
+                for pk in proposal.source_ids
+            ]
+        )
+        _mark_consolidated(caller, list(proposal.source_ids), now, memory.pk)
+    return memory.pk
+
+
+def episodes_consolidate(
+    *,
+    tenant_id: uuid.UUID,
+    consolidator: Consolidator | None = None,
+    batch_size: int | None = None,
+    now: datetime | None = None,
+) -> ConsolidationResult:
+    """One bounded batch of one tenant's unconsolidated episodes (oldest first),
+    planned per scope so a derived memory is never visible more widely than its
+    episodes were."""
+    consolidator = consolidator or get_consolidator()
+    now = now or timezone.now()
+    batch_size = batch_size or pipeline_setting("CONSOLIDATE_BATCH")
+    caller = system_caller(tenant_id)
+    rows = list(
+        _unconsolidated(tenant_id, now, embedded=consolidator.needs_embeddings)
+        .only("pk", "content", "content_hash", "created_at", "butler", "scope", "importance", "embedding")
+        .order_by("created_at", "id")[: batch_size + 1]
+    )
+    result = ConsolidationResult(tenants=1, more=len(rows) > batch_size)
+    by_scope: dict[str, list[EpisodeView]] = defaultdict(list)
+    for row in rows[:batch_size]:
+        by_scope[row.scope].append(
+            EpisodeView(
+                id=row.pk,
+                content=row.content,
+                content_hash=row.content_hash,
+                created_at=row.created_at,
+                butler=row.butler,
+                scope=row.scope,
+                importance=row.importance,
+                embedding=None if row.embedding is None else [float(x) for x in row.embedding],
+            )
+        )
+    for scope, episodes in sorted(by_scope.items()):
+        plan = consolidator.plan(episodes, now=now)
+        offered = {e.id for e in episodes}
+        for proposal in plan.proposals:
+            if not set(proposal.source_ids) <= offered:
+                logger.warning("consolidator %s proposed episodes it was not given; skipped", consolidator.name)
+                continue
+            created = _store(caller, proposal, scope, consolidator.name, now)
+            if created is not None:
+                result.created.append(created)
+                result.consumed += len(proposal.source_ids)
+        for group in plan.duplicates:
+            keeper, *others = [pk for pk in group if pk in offered]
+            for other in others:
+                try:
+                    memory_supersede(caller=caller, old_id=other, new_id=keeper, reason="duplicate episode")
+                    result.merged += 1
+                except (InvalidArgument, NotFound) as exc:
+                    logger.info("duplicate episode %s not merged into %s: %s", other, keeper, exc)
+        with transaction.atomic():
+            result.consumed += _mark_consolidated(caller, sorted(plan.consumed & offered), now, None)
+    # Re-enqueue only when this run made progress: a batch of young episodes that
+    # form no cluster yet must not spin the worker.
+    result.more = result.more and result.consumed > 0
+    return result
+
+
+def consolidation_sweep(
+    *,
+    consolidator: Consolidator | None = None,
+    max_tenants: int | None = None,
+    batch_size: int | None = None,
+    now: datetime | None = None,
+) -> ConsolidationResult:
+    """One batch for each of up to ``max_tenants`` tenants, longest-waiting
+    backlog first, so a tenant with thousands of episodes gets one batch per run
+    like everyone else."""
+    consolidator = consolidator or get_consolidator()
+    now = now or timezone.now()
+    max_tenants = max_tenants or pipeline_setting("CONSOLIDATE_TENANTS")
+    due = list(
+        _unconsolidated(None, now, embedded=consolidator.needs_embeddings)
+        .order_by()
+        .values("tenant_id")
+        .annotate(oldest=Min("created_at"))
+        .order_by("oldest", "tenant_id")
+        .values_list("tenant_id", flat=True)[: max_tenants + 1]
+    )
+    total = ConsolidationResult(more=len(due) > max_tenants)
+    for tenant_id in due[:max_tenants]:
+        one = episodes_consolidate(tenant_id=tenant_id, consolidator=consolidator, batch_size=batch_size, now=now)
+        total.tenants += 1
+        total.consumed += one.consumed
+        total.created += one.created
+        total.merged += one.merged
+        total.more = total.more or one.more
+    total.more = total.more and total.consumed > 0
+    return total
