@@ -106,7 +106,8 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
             return super().get_form(request, obj, change=change, **kwargs)
         access = admin_access(request)
         allow_elevate = access is not None and access.is_superuser
-        form_class = super().get_form(request, obj, change=change, form=TokenCreateForm, fields=None, **kwargs)
+        kwargs["form"] = TokenCreateForm
+        form_class = super().get_form(request, obj, change=change, **kwargs)
 
         class BoundCreateForm(form_class):  # type: ignore[misc, valid-type]
             def __init__(self, *args: Any, **kw: Any) -> None:

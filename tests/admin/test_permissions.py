@@ -1,0 +1,171 @@
+"""Tenant permissions in the admin: a tenant admin reaches only their tenant's
+rows (lists, detail, actions, review endpoint, autocomplete, exports, dashboard);
+a superuser reaches all; a member reads only when the tenant allows it."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from memory.models import Memory, MemoryEvent, Validity
+from memory.services.memories import fact_store, rule_store
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fact_a(admin_a) -> Memory:
+    return fact_store(caller=admin_a.caller, subject="acme", predicate="secret", content="Acme launch code 1234").memory
+
+
+@pytest.fixture
+def fact_b(admin_b) -> Memory:
+    return fact_store(caller=admin_b.caller, subject="bravo", predicate="plan", content="Bravo plans a merger").memory
+
+
+def test_other_tenants_memory_is_404_by_url(client, admin_b, fact_a):
+    client.force_login(admin_b.user)
+    assert client.get(reverse("admin:memory_memory_change", args=[fact_a.pk])).status_code == 404
+    assert client.get(reverse("admin:memory_memory_history", args=[fact_a.pk])).status_code == 404
+
+
+def test_other_tenants_memory_cannot_be_reviewed(client, admin_b, fact_a):
+    client.force_login(admin_b.user)
+    response = client.post(reverse("admin:memory_memory_review", args=[fact_a.pk]), {"action": "retract"})
+    assert response.status_code == 404
+    fact_a.refresh_from_db()
+    assert fact_a.validity == Validity.ACTIVE
+    assert not MemoryEvent.objects.filter(memory_id=fact_a.pk, event_type="retracted").exists()
+
+
+def test_changelist_lists_only_own_tenant(client, admin_a, fact_a, fact_b):
+    client.force_login(admin_a.user)
+    page = client.get(reverse("admin:memory_memory_changelist")).content.decode()
+    assert "Acme launch code" in page
+    assert "Bravo plans" not in page
+    assert "tenant-b" not in page  # not even in the tenant filter
+
+
+def test_bulk_action_ignores_ids_of_other_tenant(client, admin_a, fact_a, fact_b):
+    client.force_login(admin_a.user)
+    client.post(
+        reverse("admin:memory_memory_changelist"),
+        {"action": "action_retract", "_selected_action": [str(fact_a.pk), str(fact_b.pk)]},
+    )
+    fact_a.refresh_from_db()
+    fact_b.refresh_from_db()
+    assert fact_a.validity == Validity.RETRACTED
+    assert fact_b.validity == Validity.ACTIVE
+
+
+def test_export_contains_only_own_tenant(client, admin_a, fact_a, fact_b):
+    client.force_login(admin_a.user)
+    response = client.post(
+        reverse("admin:memory_memory_changelist"),
+        {"action": "export_csv", "_selected_action": [str(fact_a.pk), str(fact_b.pk)]},
+    )
+    body = b"".join(response.streaming_content).decode()
+    assert "Acme launch code" in body
+    assert "Bravo" not in body
+
+
+def test_event_log_is_scoped_and_read_only(client, admin_a, fact_a, fact_b):
+    client.force_login(admin_a.user)
+    page = client.get(reverse("admin:memory_memoryevent_changelist")).content.decode()
+    assert str(fact_a.pk)[:8] in page
+    assert str(fact_b.pk)[:8] not in page
+    event_b = MemoryEvent.objects.filter(memory_id=fact_b.pk).first()
+    assert client.get(reverse("admin:memory_memoryevent_change", args=[event_b.pk])).status_code == 404
+    event_a = MemoryEvent.objects.filter(memory_id=fact_a.pk).first()
+    assert client.post(reverse("admin:memory_memoryevent_delete", args=[event_a.pk])).status_code == 403
+
+
+def test_autocomplete_returns_only_own_principals(client, admin_a, admin_b):
+    client.force_login(admin_a.user)
+    response = client.get(
+        reverse("admin:autocomplete"),
+        {"app_label": "policy", "model_name": "apitoken", "field_name": "principal", "term": ""},
+    )
+    assert response.status_code == 200
+    names = {r["text"] for r in response.json()["results"]}
+    assert names == {"tenant-a/alice"}
+
+
+def test_tenant_and_principal_lists_are_scoped(client, admin_a, admin_b):
+    client.force_login(admin_a.user)
+    tenants = client.get(reverse("admin:policy_tenant_changelist")).content.decode()
+    assert "tenant-a" in tenants and "tenant-b" not in tenants
+    assert client.get(reverse("admin:policy_tenant_change", args=[admin_b.tenant.pk])).status_code == 404
+    assert client.get(reverse("admin:policy_principal_change", args=[admin_b.principal.pk])).status_code == 404
+    assert client.get(reverse("admin:policy_tenant_add")).status_code == 403
+
+
+def test_dashboard_of_other_tenant_is_404(client, admin_a, admin_b):
+    client.force_login(admin_a.user)
+    assert client.get(reverse("memproj_dashboard", args=["tenant-b"])).status_code == 404
+    assert client.get(reverse("memproj_dashboard", args=["tenant-a"])).status_code == 200
+
+
+def test_superuser_sees_every_tenant(client, superuser, fact_a, fact_b):
+    client.force_login(superuser.user)
+    page = client.get(reverse("admin:memory_memory_changelist")).content.decode()
+    assert "Acme launch code" in page and "Bravo plans" in page
+    assert client.get(reverse("admin:memory_memory_change", args=[fact_b.pk])).status_code == 200
+    assert client.get(reverse("memproj_dashboard", args=["tenant-b"])).status_code == 200
+
+
+def test_member_without_review_permission_sees_nothing(client, member_a, fact_a):
+    client.force_login(member_a.user)
+    assert client.get(reverse("admin:memory_memory_change", args=[fact_a.pk])).status_code == 404
+    assert client.get(reverse("admin:memory_memory_changelist")).status_code == 403
+    assert client.get(reverse("memproj_dashboard", args=["tenant-a"])).status_code == 404
+
+
+def test_member_with_review_permission_reads_but_cannot_act(client, member_a, fact_a):
+    tenant = member_a.tenant
+    tenant.members_can_review = True
+    tenant.save()
+    client.force_login(member_a.user)
+
+    detail = client.get(reverse("admin:memory_memory_change", args=[fact_a.pk]))
+    assert detail.status_code == 200
+    assert "Read-only review access" in detail.content.decode()
+    assert 'id="mp-retract"' not in detail.content.decode()
+    assert client.get(reverse("memproj_dashboard", args=["tenant-a"])).status_code == 200
+
+    response = client.post(reverse("admin:memory_memory_review", args=[fact_a.pk]), {"action": "retract"})
+    assert response.status_code == 403
+    client.post(
+        reverse("admin:memory_memory_changelist"), {"action": "action_retract", "_selected_action": [str(fact_a.pk)]}
+    )
+    fact_a.refresh_from_db()
+    assert fact_a.validity == Validity.ACTIVE
+    # Members never see tokens or principals.
+    assert client.get(reverse("admin:policy_apitoken_changelist")).status_code == 403
+
+
+def test_memory_list_does_not_count_or_load_vectors(client, admin_a):
+    for i in range(3):
+        rule_store(caller=admin_a.caller, content=f"Rule number {i} about deployments")
+    client.force_login(admin_a.user)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(reverse("admin:memory_memory_changelist"), {"kind__exact": "rule"})
+    assert response.status_code == 200
+    memory_sql = [q["sql"] for q in queries.captured_queries if '"memory_memory"' in q["sql"]]
+    assert memory_sql
+    assert not any("COUNT(" in sql.upper() for sql in memory_sql)
+    assert not any('"memory_memory"."embedding"' in sql for sql in memory_sql)
+    assert not any('"memory_memory"."search_vector"' in sql for sql in memory_sql)
+
+
+def test_search_box_uses_hybrid_search_within_tenant(client, admin_a, fact_a, fact_b):
+    fact_store(caller=admin_a.caller, subject="office", predicate="snack", content="The office keeps green tea")
+    client.force_login(admin_a.user)
+    page = client.get(reverse("admin:memory_memory_changelist"), {"q": "beverages in the office"}).content.decode()
+    assert "green tea" in page
+    assert page.index("green tea") < page.index("Acme launch code")  # ranked by relevance
+    assert "Bravo" not in page
+    by_id = client.get(reverse("admin:memory_memory_changelist"), {"q": str(fact_b.pk)}).content.decode()
+    assert "Bravo" not in by_id
