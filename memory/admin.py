@@ -28,6 +28,7 @@ from memory import scoring
 from memory.errors import MemoryError_
 from memory.models import ConflictCandidate, Kind, Maturity, Memory, MemoryEvent, MemoryLink, Validity
 from memory.selectors.memories import effective_confidence_of, memory_search
+from memory.services.conflicts import conflict_accept, conflict_dismiss
 from memory.services.memories import memory_confirm, memory_forget, memory_restore, memory_supersede
 from memory.services.review import admin_review_record, memory_reembed, rule_set_maturity
 from policy.admin_access import TenantScopedAdminMixin, admin_access, read_caller, require_tenant, review_caller
@@ -196,19 +197,6 @@ def run_review(
         if access is not None and access.is_superuser:
             admin_review_record(caller=caller, action=action, username=access.username, memory=memory, detail=detail)
     return result
-
-
-def _conflict_services() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
-    """The accept/dismiss services of issue 3, when present."""
-    try:
-        from memory.services import conflicts
-    except ImportError:
-        return None
-    accept = getattr(conflicts, "conflict_accept", None)
-    dismiss = getattr(conflicts, "conflict_dismiss", None)
-    if accept is None or dismiss is None:
-        return None
-    return accept, dismiss
 
 
 class MemoryReviewError(Exception):
@@ -426,7 +414,6 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
             "source_episodes": sources,
             "derived_memories": derived,
             "conflicts": conflicts,
-            "conflict_review_available": _conflict_services() is not None,
             "events": events,
             "can_review": self.has_review_permission(request, obj),
             "maturities": Maturity.choices,
@@ -534,16 +521,12 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
         raise MemoryReviewError(f"Unknown review action {action!r}.")
 
     def _review_conflict(self, request: HttpRequest, tenant_id: uuid.UUID, conflict_id: str, action: str) -> str:
-        services = _conflict_services()
-        if services is None:
-            raise MemoryReviewError("Conflict review is not available in this version.")
         try:
             pk = uuid.UUID(conflict_id)
         except ValueError:
             raise MemoryReviewError("No such conflict candidate.") from None
         candidate = get_object_or_404(ConflictCandidate, pk=pk, tenant_id=tenant_id)
-        accept, dismiss = services
-        service = accept if action == "conflict_accept" else dismiss
+        service = conflict_accept if action == "conflict_accept" else conflict_dismiss
         run_review(
             request,
             tenant_id=tenant_id,
@@ -736,16 +719,10 @@ class ConflictCandidateAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.Mod
 
     def has_review_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         access = admin_access(request)
-        return (
-            access is not None and access.can_write and self._in_reach(access, obj) and _conflict_services() is not None
-        )
+        return access is not None and access.can_write and self._in_reach(access, obj)
 
     def _resolve(self, request: HttpRequest, queryset: QuerySet, action: str) -> None:
-        services = _conflict_services()
-        if services is None:
-            self.message_user(request, "Conflict review is not available in this version.", level=messages.ERROR)
-            return
-        service = services[0] if action == "conflict_accept" else services[1]
+        service = conflict_accept if action == "conflict_accept" else conflict_dismiss
         done, failed = 0, []
         for candidate in queryset[:ACTION_ROW_CAP]:
             try:

@@ -150,7 +150,7 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
             messages.warning(
                 request,
                 format_html(
-                    "New token for {}: <code id=\"issued-token\">{}</code> — copy it now; it is not stored and "
+                    'New token for {}: <code id="issued-token">{}</code> — copy it now; it is not stored and '
                     "will not be shown again.",
                     obj.principal,
                     token,

@@ -90,8 +90,9 @@ def memory_reembed(*, caller: Caller, memory_id: object) -> tuple[Memory, bool]:
     return memory, done
 
 
-def admin_review_record(*, caller: Caller, action: str, username: str, memory: Memory | None = None,
-                        detail: dict[str, Any] | None = None) -> MemoryEvent:
+def admin_review_record(
+    *, caller: Caller, action: str, username: str, memory: Memory | None = None, detail: dict[str, Any] | None = None
+) -> MemoryEvent:
     """A superuser has no Principal in the tenant it reviews, so the service's
     own event carries no actor; this event, written in the same transaction,
     says who it was."""

@@ -191,3 +191,58 @@ def test_detail_page_shows_scores_chain_and_history(client_a, admin_a):
     assert f"../../{new.pk}/change/" in old_page  # replaced by
     assert f"../../{old.pk}/change/" in new_page  # replaces
     assert "superseded" in old_page and "stored" in new_page  # event history
+
+
+@pytest.fixture
+def conflict(admin_a):
+    from memory.models import ConflictCandidate
+
+    older = fact_store(caller=admin_a.caller, subject="car", predicate="colour", content="The car is red").memory
+    newer = fact_store(caller=admin_a.caller, subject="car", predicate="paint", content="The car is blue").memory
+    return ConflictCandidate.objects.create(
+        tenant=admin_a.tenant, memory=newer, other=older, kind="contradiction", similarity=0.8
+    )
+
+
+def test_accept_conflict_supersedes_the_older_memory_and_is_audited(client_a, admin_a, conflict):
+    response = review(client_a, conflict.memory, "conflict_accept", conflict=str(conflict.pk))
+
+    assert response.status_code == 302
+    conflict.refresh_from_db()
+    assert conflict.status == "accepted"
+    assert conflict.resolved_by == admin_a.principal.id
+    older = Memory.objects.get(pk=conflict.other_id)
+    assert older.validity == Validity.SUPERSEDED and older.superseded_by_id == conflict.memory_id
+    [event] = events(conflict.memory, "conflict_accepted")
+    assert event.payload["conflict"] == str(conflict.pk)
+    assert len(events(older, "superseded")) == 1
+
+
+def test_dismiss_conflict_keeps_both_and_is_audited(client_a, admin_a, conflict):
+    client_a.post(
+        reverse("admin:memory_conflictcandidate_changelist"),
+        {"action": "action_dismiss", "_selected_action": [str(conflict.pk)]},
+    )
+
+    conflict.refresh_from_db()
+    assert conflict.status == "dismissed"
+    assert set(
+        Memory.objects.filter(pk__in=[conflict.memory_id, conflict.other_id]).values_list("validity", flat=True)
+    ) == {"active"}
+    [event] = events(conflict.memory, "conflict_dismissed")
+    assert event.actor_principal_id == admin_a.principal.id
+
+
+def test_conflict_of_another_tenant_cannot_be_resolved(client, admin_b, conflict):
+    client.force_login(admin_b.user)
+    client.post(
+        reverse("admin:memory_conflictcandidate_changelist"),
+        {"action": "action_accept", "_selected_action": [str(conflict.pk)]},
+    )
+    response = client.post(
+        reverse("admin:memory_memory_review", args=[conflict.memory_id]),
+        {"action": "conflict_accept", "conflict": str(conflict.pk)},
+    )
+    assert response.status_code == 404
+    conflict.refresh_from_db()
+    assert conflict.status == "open"

@@ -75,8 +75,9 @@ def test_dashboard_shows_stats_and_charts(client, admin_a, admin_b):
     newer = fact_store(caller=caller, subject="user", predicate="work", content="Works in Brussels").memory
     older = fact_store(caller=caller, subject="user", predicate="office", content="Office in Brussels").memory
     rule_store(caller=caller, content="Answer in Dutch when asked in Dutch")
-    ConflictCandidate.objects.create(tenant=admin_a.tenant, memory=newer, other=older, kind="duplicate",
-                                     similarity=0.93)
+    ConflictCandidate.objects.create(
+        tenant=admin_a.tenant, memory=newer, other=older, kind="duplicate", similarity=0.93
+    )
     fact_store(caller=admin_b.caller, subject="other", predicate="x", content="Tenant B only")
 
     client.force_login(admin_a.user)
