@@ -193,3 +193,11 @@ MEMPROJ_CONSOLIDATOR = env.str("MEMPROJ_CONSOLIDATOR", default="llm" if MEMPROJ_
 from workers.schedule import beat_schedule  # noqa: E402  (the one beat table lives with the tasks)
 
 CELERY_BEAT_SCHEDULE = beat_schedule()
+# How often a worker looks for messages whose worker died before acknowledging them
+# (redelivered once older than visibility_timeout). Lower both with a short timeout.
+CELERY_BROKER_TRANSPORT_OPTIONS.update(
+    {
+        "unacked_restore_interval": env.int("CELERY_UNACKED_RESTORE_INTERVAL", default=10),
+        "unacked_restore_throttle": env.int("CELERY_UNACKED_RESTORE_THROTTLE", default=10),
+    }
+)

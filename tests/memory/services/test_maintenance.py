@@ -1,0 +1,194 @@
+"""Maintenance sweeps (in-process; tests/workers runs them in a real worker):
+TTL expiry with retention, decay states, rule maturity by age, pending
+embedding retry, re-embedding after a model change, and tenant fairness."""
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from memory.embeddings import get_embedder, set_embedder
+from memory.errors import EmbeddingUnavailable
+from memory.models import EmbeddingStatus, Kind, Memory, MemoryEvent
+from memory.selectors.memories import memory_search
+from memory.services import maintenance
+from memory.services.memories import episode_store, fact_store, memory_confirm, rule_record_outcome, rule_store
+from tests.conftest import make_identity
+
+pytestmark = pytest.mark.django_db
+
+
+class BrokenEmbedder:
+    model_name = "all-MiniLM-L6-v2"
+    dimensions = 384
+
+    def embed(self, texts):
+        raise EmbeddingUnavailable("embedding service is down")
+
+
+@pytest.fixture
+def outage():
+    real = get_embedder()
+    set_embedder(BrokenEmbedder())
+    yield real
+    set_embedder(real)
+
+
+@pytest.fixture
+def member():
+    return make_identity("tenant-a", "member")
+
+
+@pytest.fixture
+def outsider():
+    return make_identity("tenant-b", "outsider")
+
+
+def events(memory_id, event_type):
+    return list(MemoryEvent.objects.filter(memory_id=memory_id, event_type=event_type).order_by("id"))
+
+
+def test_fair_batch_serves_every_tenant(member, outsider, outage):
+    for i in range(12):
+        episode_store(caller=member.caller, content=f"busy tenant note {i}", butler="b")
+    quiet = [episode_store(caller=outsider.caller, content=f"quiet tenant note {i}", butler="b") for i in range(2)]
+    ids = maintenance.fair_batch(
+        Memory.objects.filter(embedding_status="pending"), order_by=["created_at", "id"], batch_size=5, per_tenant=3
+    )
+    tenants = list(Memory.objects.filter(pk__in=ids).values_list("tenant_id", flat=True))
+    assert len(ids) == 5
+    assert set(ids) >= {q.pk for q in quiet}  # the quiet tenant is not starved by the busy one
+    assert tenants.count(member.caller.tenant_id) == 3  # per-tenant cap
+
+
+def test_expired_episodes_leave_retrieval_then_rows_go_after_retention(member):
+    start = timezone.now()
+    episode = episode_store(
+        caller=member.caller, content="The deploy of the billing service failed", butler="ops", ttl=timedelta(days=1)
+    )
+    kept = episode_store(
+        caller=member.caller, content="The billing service dashboard moved", butler="ops", ttl=timedelta(days=60)
+    )
+    assert {h.memory.id for h in memory_search(caller=member.caller, query="billing service")} == {episode.id, kept.id}
+
+    with time_machine.travel(start + timedelta(days=2)):
+        hits = memory_search(caller=member.caller, query="billing service")
+        assert [h.memory.id for h in hits] == [kept.id]  # expired: out of retrieval at once
+        assert maintenance.episodes_expire().processed == 0  # but the row stays for the retention period
+        assert Memory.objects.filter(pk=episode.pk).exists()
+
+    with time_machine.travel(start + timedelta(days=32)):
+        first = maintenance.episodes_expire()
+        assert first.processed == 1 and first.ids == [episode.id]
+        assert not Memory.objects.filter(pk=episode.pk).exists()
+        assert Memory.objects.filter(pk=kept.pk).exists()
+        [audit] = events(episode.id, "expired_deleted")
+        assert audit.payload["content_hash"] == episode.content_hash
+        assert maintenance.episodes_expire().processed == 0  # safe to run twice
+
+
+def test_decay_records_fact_state_transitions_once(member):
+    start = timezone.now()
+    volatile = fact_store(
+        caller=member.caller, subject="user", predicate="mood", content="User is tired", permanence="volatile"
+    ).memory
+    permanent = fact_store(
+        caller=member.caller, subject="user", predicate="name", content="User is Ana", permanence="permanent"
+    ).memory
+    assert maintenance.facts_decay().processed == 0
+
+    with time_machine.travel(start + timedelta(days=30)):  # 1 * exp(-0.03 * 30) = 0.41 -> fading
+        assert maintenance.facts_decay().ids == [volatile.id]
+        assert maintenance.facts_decay().processed == 0
+    with time_machine.travel(start + timedelta(days=80)):  # exp(-2.4) = 0.09 -> expired
+        assert maintenance.facts_decay().processed == 1
+        memory_confirm(caller=member.caller, kind="fact", memory_id=volatile.id)
+        assert maintenance.facts_decay().processed == 1  # confirmed: active again
+        assert maintenance.facts_decay().processed == 0
+    transitions = [(e.payload["from"], e.payload["to"]) for e in events(volatile.id, "fact_state_changed")]
+    assert transitions == [("active", "fading"), ("fading", "expired"), ("expired", "active")]
+    assert events(permanent.id, "fact_state_changed") == []
+
+
+def test_rule_maturity_sweep_promotes_by_age(member):
+    start = timezone.now()
+    rule = rule_store(caller=member.caller, content="Run the migrations before the tests")
+    for _ in range(15):
+        rule_record_outcome(caller=member.caller, rule_id=rule.id, helpful=True)
+    rule.refresh_from_db()
+    assert rule.maturity == "established"  # 15 successes, but not 30 days old yet
+    assert maintenance.rules_maturity().processed == 0
+
+    with time_machine.travel(start + timedelta(days=31)):
+        assert maintenance.rules_maturity().ids == [rule.id]
+        assert maintenance.rules_maturity().processed == 0
+    rule.refresh_from_db()
+    assert rule.maturity == "proven" and rule.confidence == pytest.approx(0.9)
+    assert events(rule.id, "maturity_changed")[-1].payload["to"] == "proven"
+
+
+def test_pending_embeddings_are_retried_and_finally_marked_failed(member, outage, settings):
+    start = timezone.now()
+    fact = fact_store(caller=member.caller, subject="user", predicate="os", content="User runs Debian").memory
+    other = fact_store(caller=member.caller, subject="user", predicate="shell", content="User uses zsh").memory
+    assert maintenance.embeddings_retry().processed == 0  # too young: the write-time task owns it
+
+    settings.MEMPROJ_PIPELINE = {**settings.MEMPROJ_PIPELINE, "EMBED_MAX_ATTEMPTS": 3}
+    with time_machine.travel(start + timedelta(minutes=5)):
+        result = maintenance.embeddings_retry()
+        assert result.processed == 0 and result.failed == 0
+        assert Memory.objects.get(pk=fact.pk).embedding_attempts == 2  # one at store, one now
+
+        result = maintenance.embeddings_retry()
+        assert result.failed == 2  # both reached 3 attempts
+        assert set(Memory.objects.filter(pk__in=[fact.pk, other.pk]).values_list("embedding_status", flat=True)) == {
+            "failed"
+        }
+        assert "down" in Memory.objects.get(pk=fact.pk).embedding_error
+
+        set_embedder(outage)  # the embedder is back; an operator re-queues the failed ones
+        assert maintenance.memories_failed_requeue() == 2
+        result = maintenance.embeddings_retry()
+        assert sorted(result.ids) == sorted([fact.id, other.id])
+        assert maintenance.embeddings_retry().processed == 0
+    fact.refresh_from_db()
+    assert fact.embedding_status == EmbeddingStatus.READY and fact.embedding is not None
+
+
+def test_reembed_after_model_change(member):
+    fact = fact_store(caller=member.caller, subject="user", predicate="editor", content="User edits with Helix").memory
+    Memory.objects.filter(pk=fact.pk).update(embedding_model="old-model-v1")
+    result = maintenance.memories_reembed()
+    assert result.ids == [fact.id] and result.processed == 1
+    fact.refresh_from_db()
+    assert fact.embedding_model == get_embedder().model_name and fact.embedding_status == "ready"
+    [audit] = events(fact.id, "reembed_requested")
+    assert audit.payload == {"from_model": "old-model-v1", "to_model": get_embedder().model_name}
+    assert maintenance.memories_reembed().processed == 0
+
+
+def test_reembed_with_embedder_down_leaves_memory_keyword_searchable(member, outage):
+    set_embedder(outage)
+    fact = fact_store(caller=member.caller, subject="user", predicate="editor", content="User edits with Helix").memory
+    Memory.objects.filter(pk=fact.pk).update(embedding_model="old-model-v1")
+    set_embedder(BrokenEmbedder())
+    result = maintenance.memories_reembed()
+    assert result.failed == 1
+    fact.refresh_from_db()
+    # The old model's vector is gone (never compared with the new model's queries).
+    assert fact.embedding is None and fact.embedding_status == "pending"
+    assert [h.memory.id for h in memory_search(caller=member.caller, query="Helix editor", mode="keyword")] == [fact.id]
+
+
+def test_sweeps_only_touch_what_they_should(member, outsider):
+    rule_store(caller=outsider.caller, content="Tenant B rule")
+    fact_store(caller=outsider.caller, subject="x", predicate="y", content="Tenant B fact", permanence="permanent")
+    for sweep in (
+        maintenance.episodes_expire,
+        maintenance.facts_decay,
+        maintenance.rules_maturity,
+        maintenance.embeddings_retry,
+    ):
+        assert sweep().processed == 0
+    assert Memory.objects.filter(kind=Kind.FACT).count() == 1
