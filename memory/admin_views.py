@@ -58,7 +58,7 @@ def _per_day_chart(tenant: Tenant, now: Any) -> dict[str, Any]:
     top = max(totals, default=0) or 1
     width, height, pad_left, pad_bottom = 720, 200, 36, 22
     plot_h = height - pad_bottom - 10
-    slot = (width - pad_left) / DAYS
+    slot = (width - pad_left - 20) / DAYS  # 20 px on the right for the last label
     bar_w = max(2.0, slot - 4)
     bars = []
     for i, d in enumerate(days):
