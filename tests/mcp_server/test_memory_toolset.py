@@ -22,7 +22,10 @@ async def test_store_episode_with_defaults(member, mcp_client_for):
         out = await call(client, "memory_store_episode", content="User asked about recipes", butler="general")
     episode = await Memory.objects.aget(pk=out["id"])
     assert (episode.kind, episode.content, episode.butler, episode.importance) == (
-        "episode", "User asked about recipes", "general", 5.0,
+        "episode",
+        "User asked about recipes",
+        "general",
+        5.0,
     )
     expected = before + timedelta(days=7)
     assert abs((episode.expires_at - expected).total_seconds()) < 60
@@ -74,8 +77,12 @@ async def test_store_rule_is_a_candidate_at_half_confidence(member, mcp_client_f
 
 async def test_search_across_all_types_and_filtered_to_facts(member, mcp_client_for):
     async with mcp_client_for(member) as client:
-        episode = await call(client, "memory_store_episode", content="User talked about diet and vegan meals", butler="health")
-        fact = await call(client, "memory_store_fact", subject="user", predicate="diet", content="User follows a vegan diet")
+        episode = await call(
+            client, "memory_store_episode", content="User talked about diet and vegan meals", butler="health"
+        )
+        fact = await call(
+            client, "memory_store_fact", subject="user", predicate="diet", content="User follows a vegan diet"
+        )
         rule = await call(client, "memory_store_rule", content="Suggest vegan recipes when the diet comes up")
         await call(client, "memory_store_fact", subject="user", predicate="car", content="User drives a red bicycle")
         everything = await call(client, "memory_search", query="diet preferences")
@@ -113,12 +120,21 @@ async def test_search_modes_default_limit_and_min_confidence(member, mcp_client_
 async def test_recall_returns_facts_and_rules_in_scope_and_bumps_references(member, mcp_client_for):
     async with mcp_client_for(member) as client:
         health = await call(
-            client, "memory_store_fact", subject="user", predicate="allergy", content="User is allergic to peanuts",
-            scope="health", importance=9,
+            client,
+            "memory_store_fact",
+            subject="user",
+            predicate="allergy",
+            content="User is allergic to peanuts",
+            scope="health",
+            importance=9,
         )
         glob = await call(client, "memory_store_rule", content="Check dietary needs before suggesting food")
         other = await call(
-            client, "memory_store_fact", subject="user", predicate="diet_goal", content="User wants a low sugar diet",
+            client,
+            "memory_store_fact",
+            subject="user",
+            predicate="diet_goal",
+            content="User wants a low sugar diet",
             scope="fitness",
         )
         episode = await call(client, "memory_store_episode", content="User asked about dietary needs", butler="health")
@@ -137,11 +153,19 @@ async def test_recall_returns_facts_and_rules_in_scope_and_bumps_references(memb
 async def test_recall_composite_prefers_important_confident_memories(member, mcp_client_for):
     async with mcp_client_for(member) as client:
         weak = await call(
-            client, "memory_store_fact", subject="user", predicate="coffee_a", content="User drinks coffee in the morning",
+            client,
+            "memory_store_fact",
+            subject="user",
+            predicate="coffee_a",
+            content="User drinks coffee in the morning",
             importance=1,
         )
         strong = await call(
-            client, "memory_store_fact", subject="user", predicate="coffee_b", content="User drinks coffee in the morning",
+            client,
+            "memory_store_fact",
+            subject="user",
+            predicate="coffee_b",
+            content="Every morning the user has a cup of coffee",
             importance=10,
         )
         out = await call(client, "memory_recall", topic="coffee habits")
@@ -219,7 +243,9 @@ async def test_established_rule_is_demoted_by_harm(member, mcp_client_for):
 
 async def test_forget_fact_retracts_audits_and_hides_from_recall(member, mcp_client_for):
     async with mcp_client_for(member) as client:
-        fact = await call(client, "memory_store_fact", subject="user", predicate="pet", content="User has a cat named Tom")
+        fact = await call(
+            client, "memory_store_fact", subject="user", predicate="pet", content="User has a cat named Tom"
+        )
         before = await call(client, "memory_recall", topic="user pet cat")
         out = await call(client, "memory_forget", type="fact", id=fact["id"])
         after = await call(client, "memory_recall", topic="user pet cat")
@@ -249,8 +275,15 @@ async def test_stats_counts_with_scope(member, mcp_client_for):
         await call(client, "memory_store_fact", subject="u", predicate="b", content="health fact", scope="health")
         await call(client, "memory_store_fact", subject="u", predicate="c", content="work fact", scope="work")
         with time_machine.travel(timezone.now() - timedelta(days=200), tick=False):
-            await call(client, "memory_store_fact", subject="u", predicate="d", content="old", scope="health",
-                       permanence="volatile")
+            await call(
+                client,
+                "memory_store_fact",
+                subject="u",
+                predicate="d",
+                content="old",
+                scope="health",
+                permanence="volatile",
+            )
         await call(client, "memory_store_rule", content="health rule", scope="health")
         with time_machine.travel(timezone.now() - timedelta(days=8), tick=False):
             await call(client, "memory_store_episode", content="old episode", butler="health")
@@ -273,7 +306,9 @@ async def test_context_has_three_sections_within_budget(member, mcp_client_for):
         await call(client, "memory_store_fact", subject="user", predicate="diet", content="Vegetarian", scope="health")
         await call(client, "memory_store_rule", content="Suggest high protein vegetarian meals", scope="health")
         await call(client, "memory_store_episode", content="User asked for a diet plan", butler="health")
-        out = await call(client, "memory_context", trigger_prompt="Help user with diet", butler="health", token_budget=3000)
+        out = await call(
+            client, "memory_context", trigger_prompt="Help user with diet", butler="health", token_budget=3000
+        )
     text = out["text"]
     assert "## Facts" in text and "## Rules" in text and "## Recent episodes" in text
     assert "Vegetarian" in text and "high protein" in text and "diet plan" in text
@@ -283,7 +318,9 @@ async def test_context_has_three_sections_within_budget(member, mcp_client_for):
 async def test_tenant_selector_from_non_admin_is_rejected(member, outsider, mcp_client_for):
     async with mcp_client_for(member) as client:
         own = await call_error(client, "memory_search", query="x", tenant="tenant-a")
-        other = await call_error(client, "memory_store_fact", subject="s", predicate="p", content="c", tenant="tenant-b")
+        other = await call_error(
+            client, "memory_store_fact", subject="s", predicate="p", content="c", tenant="tenant-b"
+        )
     assert "PERMISSION_DENIED" in own and "PERMISSION_DENIED" in other
     assert not await Memory.objects.filter(tenant__slug="tenant-b").aexists()
 
@@ -295,7 +332,9 @@ async def test_admin_cross_tenant_needs_explicit_elevation_and_is_audited(owner,
         target = await call(client, "memory_store_fact", subject="b", predicate="secret", content="tenant b data")
     async with mcp_client_for(owner) as client:  # admin, but no 'elevate' scope
         refused = await call_error(client, "memory_get", type="fact", id=target["id"], tenant="tenant-b", elevate=True)
-    elevated = await make_identity_async(make_identity, "tenant-a", "root", "admin", ["read", "write", "admin", "elevate"])
+    elevated = await make_identity_async(
+        make_identity, "tenant-a", "root", "admin", ["read", "write", "admin", "elevate"]
+    )
     async with mcp_client_for(elevated) as client:
         without_flag = await call_error(client, "memory_get", type="fact", id=target["id"], tenant="tenant-b")
         got = await call(client, "memory_get", type="fact", id=target["id"], tenant="tenant-b", elevate=True)
