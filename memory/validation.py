@@ -99,6 +99,20 @@ def choice(value: object, *, field: str, allowed: Iterable[str]) -> str:
     return str(value)
 
 
+# Seed 000: `retracted` is canonical; the legacy `forgotten` is accepted as an alias
+# wherever a validity comes in (imports, filters) and never stored.
+VALIDITY_ALIASES = {"forgotten": "retracted"}
+
+
+def validity(value: object) -> str:
+    from memory.models import Validity
+
+    canonical = VALIDITY_ALIASES.get(str(value), str(value))
+    if canonical not in Validity.values:
+        raise InvalidArgument(f"validity must be one of {', '.join(Validity.values)} or 'forgotten' (got {value!r}).")
+    return canonical
+
+
 def normalize_content(value: str) -> str:
     """Seed 004 §1.z: NFC, CRLF -> LF, trimmed, runs of blanks folded."""
     normalized = unicodedata.normalize("NFC", value).replace("\r\n", "\n").replace("\r", "\n")

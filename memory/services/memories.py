@@ -319,9 +319,6 @@ def rule_record_outcome(*, caller: Caller, rule_id: object, helpful: bool, reaso
     return rule
 
 
-FORGET_ALIASES = {"forgotten": Validity.RETRACTED, "retracted": Validity.RETRACTED}
-
-
 def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     """Soft delete: the row stays for audit and the dashboard, retrieval skips it.
     Facts, rules and episodes all use the canonical validity ``retracted``."""

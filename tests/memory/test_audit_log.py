@@ -28,3 +28,13 @@ def test_purge_guard_is_scoped_to_one_transaction(member):
     episode_store(caller=member.caller, content="after the purge", butler="general")
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         MemoryEvent.objects.all().delete()
+
+
+def test_forgotten_is_an_alias_of_retracted():
+    from memory import validation
+    from memory.errors import InvalidArgument
+
+    assert validation.validity("forgotten") == "retracted"
+    assert validation.validity("retracted") == "retracted"
+    with pytest.raises(InvalidArgument):
+        validation.validity("deleted")
