@@ -7,9 +7,10 @@ and never load the vector columns."""
 from __future__ import annotations
 
 import csv
+import functools
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -53,7 +54,8 @@ class NoCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:  # type: ignore[override]
         offset = (self._page_number - 1) * self.per_page
-        seen = len(self.object_list[offset : offset + self.per_page + 1].values_list("pk", flat=True))
+        rows = cast(QuerySet, self.object_list)[offset : offset + self.per_page + 1]
+        seen = len(rows.values_list("pk", flat=True))
         return offset + seen
 
 
@@ -199,6 +201,14 @@ def run_review(
     return result
 
 
+def _call_with_memory(call: Callable[[Caller, Memory], Any], memory: Memory, caller: Caller) -> Any:
+    return call(caller, memory)
+
+
+def _call_conflict(service: Callable[..., Any], conflict_id: uuid.UUID, caller: Caller) -> Any:
+    return service(caller=caller, conflict_id=conflict_id)
+
+
 class MemoryReviewError(Exception):
     pass
 
@@ -246,8 +256,8 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     change_form_template = "admin/memory/memory/review_form.html"
     fieldsets = (
         (None, {"fields": ("id", "tenant", "principal", "kind", "content")}),
-        ("Partition", {"fields": ("scope", "namespace", "butler", "session_id", "tags", "source", "metadata")}),
-        ("Fact", {"fields": ("subject", "predicate", "validity", "superseded_by", "permanence", "decay_rate")}),
+        ("Status", {"fields": ("validity", "superseded_by", "importance", "confidence", "permanence", "decay_rate")}),
+        ("Fact", {"fields": ("subject", "predicate")}),
         (
             "Rule",
             {
@@ -261,12 +271,11 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
                 )
             },
         ),
+        ("Partition", {"fields": ("scope", "namespace", "butler", "session_id", "tags", "source", "metadata")}),
         (
             "Lifecycle",
             {
                 "fields": (
-                    "importance",
-                    "confidence",
                     "last_confirmed_at",
                     "expires_at",
                     "consolidated_at",
@@ -278,6 +287,12 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
         ),
         ("Embedding", {"fields": ("embedding_status", "embedding_model", "embedding_attempts", "embedding_error")}),
     )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Only the sections that apply to this kind of memory.
+        by_kind: dict[str, set[str]] = {"fact": {"Rule"}, "rule": {"Fact"}, "episode": {"Fact", "Rule"}}
+        skip = by_kind.get(str(getattr(obj, "kind", "")), set())
+        return [section for section in self.fieldsets if section[0] not in skip]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).defer("embedding", "search_vector")
@@ -425,7 +440,7 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        obj = self.get_object(request, object_id)
+        obj = cast(Memory, self.get_object(request, object_id))
         require_tenant(request, obj.tenant_id)
         context = {**(extra_context or {}), **self._detail_context(request, obj)}
         return super().change_view(request, object_id, form_url, extra_context=context)
@@ -440,7 +455,7 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     def review_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         if request.method != "POST":
             return HttpResponse(status=405, headers={"Allow": "POST"})
-        obj = self.get_object(request, object_id)  # 404 outside the user's tenants
+        obj = cast(Memory, self.get_object(request, object_id))  # 404 outside the user's tenants
         if not self.has_review_permission(request, obj):
             raise PermissionDenied("Read-only review access.")
         action = request.POST.get("action", "")
@@ -553,7 +568,7 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
                     tenant_id=memory.tenant_id,
                     action=action,
                     memory=memory,
-                    call=lambda c, m=memory: call(c, m),
+                    call=functools.partial(_call_with_memory, call, memory),
                 )
                 done += 1
             except MemoryError_ as exc:
@@ -732,7 +747,7 @@ class ConflictCandidateAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.Mod
                     action=action,
                     memory=None,
                     detail={"conflict": str(candidate.pk)},
-                    call=lambda c, pk=candidate.pk: service(caller=c, conflict_id=pk),
+                    call=functools.partial(_call_conflict, service, candidate.pk),
                 )
                 done += 1
             except MemoryError_ as exc:

@@ -21,7 +21,7 @@ from policy.admin_access import admin_access, read_caller, require_tenant
 from policy.models import Tenant
 
 DAYS = 30
-KIND_COLOURS = {Kind.EPISODE: "#79aec8", Kind.FACT: "#417690", Kind.RULE: "#e0a040"}
+KIND_COLOURS: dict[str, str] = {Kind.EPISODE: "#79aec8", Kind.FACT: "#417690", Kind.RULE: "#e0a040"}
 BACKLOG_BUCKETS = (
     ("< 1 h", timedelta(hours=1)),
     ("1-6 h", timedelta(hours=6)),
@@ -62,7 +62,7 @@ def _per_day_chart(tenant: Tenant, now: Any) -> dict[str, Any]:
     bar_w = max(2.0, slot - 4)
     bars = []
     for i, d in enumerate(days):
-        y = height - pad_bottom
+        y = float(height - pad_bottom)
         x = pad_left + i * slot + 2
         for kind in Kind.values:
             n = counts.get((d, kind), 0)

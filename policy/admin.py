@@ -79,7 +79,9 @@ class TokenCreateForm(forms.ModelForm):
     def __init__(self, *args: Any, allow_elevate: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not allow_elevate:
-            self.fields["scope_choices"].choices = [c for c in ApiToken.Scope.choices if c[0] != "elevate"]
+            field = self.fields["scope_choices"]
+            assert isinstance(field, forms.MultipleChoiceField)
+            field.choices = [c for c in ApiToken.Scope.choices if c[0] != "elevate"]
 
     def scopes(self) -> list[str]:
         chosen = list(self.cleaned_data["scope_choices"])

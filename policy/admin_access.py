@@ -70,10 +70,9 @@ def _resolve(user: Any) -> AdminAccess | None:
 
 def admin_access(request: HttpRequest) -> AdminAccess | None:
     """Resolved once per request and cached on it."""
-    cached = getattr(request, "_memproj_admin_access", False)
-    if cached is False:
-        cached = _resolve(request.user)
-        request._memproj_admin_access = cached  # type: ignore[attr-defined]
+    if not hasattr(request, "_memproj_admin_access"):
+        request._memproj_admin_access = _resolve(request.user)  # type: ignore[attr-defined]
+    cached: AdminAccess | None = request._memproj_admin_access  # type: ignore[attr-defined]
     return cached
 
 
@@ -187,9 +186,7 @@ class TenantScopedAdminMixin:
         related = db_field.remote_field.model
         if access is not None and not access.is_superuser:
             if related is Tenant:
-                kwargs["queryset"] = Tenant.objects.filter(pk=access.tenant_id)
-            elif related is Principal:
-                kwargs["queryset"] = Principal.objects.filter(tenant_id=access.tenant_id)
+                kwargs["queryset"] = access.tenants()
             elif hasattr(related, "tenant"):
-                kwargs["queryset"] = related._default_manager.filter(tenant_id=access.tenant_id)
+                kwargs["queryset"] = access.scope_queryset(related._default_manager.all(), "tenant_id")
         return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
