@@ -1,0 +1,89 @@
+"""List filters, search across tenants for a superuser, principal forms, and
+re-embedding while the embedder is down."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from memory.embeddings import get_embedder, set_embedder
+from memory.errors import EmbeddingUnavailable
+from memory.models import EmbeddingStatus, Memory, MemoryEvent
+from memory.services.memories import fact_store
+from policy.models import Principal
+
+pytestmark = pytest.mark.django_db
+
+
+def test_fact_state_filter_uses_effective_confidence(client, admin_a):
+    fact_store(caller=admin_a.caller, subject="a", predicate="fresh", content="Fresh fact about apples")
+    fading = fact_store(
+        caller=admin_a.caller, subject="a", predicate="old", content="Old fact about pears", permanence="volatile"
+    )
+    # volatile decays 0.03/day: after 40 days 1.0 * exp(-1.2) = 0.30 -> fading
+    Memory.objects.filter(pk=fading.memory.pk).update(last_confirmed_at=timezone.now() - timedelta(days=40))
+    client.force_login(admin_a.user)
+    url = reverse("admin:memory_memory_changelist")
+
+    fading_page = client.get(url, {"fact_state": "fading"}).content.decode()
+    active_page = client.get(url, {"fact_state": "active"}).content.decode()
+
+    assert "Old fact about pears" in fading_page and "Fresh fact about apples" not in fading_page
+    assert "Fresh fact about apples" in active_page and "Old fact about pears" not in active_page
+
+
+def test_superuser_search_spans_tenants_and_narrows_by_tenant_filter(client, superuser, admin_a, admin_b):
+    fact_store(caller=admin_a.caller, subject="x", predicate="y", content="Tenant A keeps bees on the roof")
+    fact_store(caller=admin_b.caller, subject="x", predicate="y", content="Tenant B keeps bees in the garden")
+    client.force_login(superuser.user)
+    url = reverse("admin:memory_memory_changelist")
+
+    both = client.get(url, {"q": "bees"}).content.decode()
+    only_b = client.get(url, {"q": "bees", "tenant": str(admin_b.tenant.pk)}).content.decode()
+
+    assert "on the roof" in both and "in the garden" in both
+    assert "in the garden" in only_b and "on the roof" not in only_b
+
+
+def test_tenant_admin_cannot_create_principal_in_other_tenant(client, admin_a, admin_b):
+    client.force_login(admin_a.user)
+    url = reverse("admin:policy_principal_add")
+    refused = client.post(url, {"tenant": str(admin_b.tenant.pk), "name": "intruder", "role": "admin"})
+    assert refused.status_code == 200 and "Select a valid choice" in refused.content.decode()
+    assert not Principal.objects.filter(name="intruder").exists()
+
+    created = client.post(url, {"tenant": str(admin_a.tenant.pk), "name": "helper", "role": "member"})
+    assert created.status_code == 302
+    assert Principal.objects.get(name="helper").tenant == admin_a.tenant
+
+
+def test_tenant_admin_cannot_link_a_login_to_a_principal(client, admin_a, member_a):
+    client.force_login(admin_a.user)
+    page = client.get(reverse("admin:policy_principal_change", args=[member_a.principal.pk])).content.decode()
+    assert 'name="user"' not in page  # read-only for tenant admins
+
+
+class DownEmbedder:
+    model_name = "down"
+    dimensions = 384
+
+    def embed(self, texts):
+        raise EmbeddingUnavailable("embedder is down")
+
+
+def test_reembed_while_embedder_is_down_leaves_it_pending_and_audited(client, admin_a):
+    fact = fact_store(caller=admin_a.caller, subject="u", predicate="v", content="Likes jazz").memory
+    client.force_login(admin_a.user)
+    original = get_embedder()
+    set_embedder(DownEmbedder())
+    try:
+        response = client.post(reverse("admin:memory_memory_review", args=[fact.pk]), {"action": "reembed"})
+    finally:
+        set_embedder(original)
+    assert response.status_code == 302
+    fact.refresh_from_db()
+    assert fact.embedding_status == EmbeddingStatus.PENDING
+    assert MemoryEvent.objects.filter(memory_id=fact.pk, event_type="reembed_requested").count() == 1
