@@ -87,3 +87,48 @@ def test_reembed_while_embedder_is_down_leaves_it_pending_and_audited(client, ad
     fact.refresh_from_db()
     assert fact.embedding_status == EmbeddingStatus.PENDING
     assert MemoryEvent.objects.filter(memory_id=fact.pk, event_type="reembed_requested").count() == 1
+
+
+def test_list_pages_without_counting(client, admin_a, monkeypatch):
+    from django.contrib import admin as django_admin
+
+    from memory.services.memories import rule_store
+
+    for i in range(5):
+        rule_store(caller=admin_a.caller, content=f"Paged rule number {i}")
+    monkeypatch.setattr(django_admin.site._registry[Memory], "list_per_page", 2)
+    client.force_login(admin_a.user)
+    url = reverse("admin:memory_memory_changelist")
+
+    first = client.get(url, {"kind__exact": "rule"})
+    last = client.get(url, {"kind__exact": "rule", "p": "3"})
+
+    assert len(first.context["cl"].result_list) == 2
+    assert first.context["cl"].paginator.num_pages == 2  # knows only that a next page exists
+    assert "more on the next page" in first.content.decode()
+    assert len(last.context["cl"].result_list) == 1
+    assert last.context["cl"].paginator.num_pages == 3
+    assert "more on the next page" not in last.content.decode()
+
+
+def test_detail_shows_source_episodes_of_a_consolidated_fact(client, admin_a):
+    from memory.models import MemoryLink
+    from memory.services.memories import episode_store
+
+    episode = episode_store(caller=admin_a.caller, content="User said they moved to Porto", butler="chat")
+    fact = fact_store(caller=admin_a.caller, subject="user", predicate="city", content="Lives in Porto").memory
+    MemoryLink.objects.create(tenant=admin_a.tenant, from_memory=fact, to_memory=episode, kind="derived_from")
+    client.force_login(admin_a.user)
+
+    fact_page = client.get(reverse("admin:memory_memory_change", args=[fact.pk])).content.decode()
+    episode_page = client.get(reverse("admin:memory_memory_change", args=[episode.pk])).content.decode()
+
+    sources = fact_page[fact_page.index('id="mp-sources"') :]
+    assert "User said they moved to Porto" in sources[: sources.index("</div>")]
+    assert "Derived from this" in episode_page and "Lives in Porto" in episode_page
+
+
+def test_superuser_dashboard_index_lists_tenants(client, superuser, admin_a, admin_b):
+    client.force_login(superuser.user)
+    page = client.get(reverse("memproj_dashboard_index")).content.decode()
+    assert "/admin/dashboard/tenant-a/" in page and "/admin/dashboard/tenant-b/" in page
