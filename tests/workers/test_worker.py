@@ -1,0 +1,186 @@
+"""The pipeline in a real Celery worker process on a real broker: embedding
+retry after an embedder outage, a consolidation run, expiry and decay of
+back-dated data, and a worker killed with SIGKILL mid-task."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from memory.embeddings import get_embedder, set_embedder
+from memory.errors import EmbeddingUnavailable
+from memory.models import Memory, MemoryEvent, MemoryLink
+from memory.services.memories import episode_store, fact_store
+from memproj.celery import app
+from tests.conftest import make_identity
+from tests.workers.conftest import wait_until
+from tests.workers.fakes import ChatStep, episodes_in
+from workers import tasks
+
+pytestmark = pytest.mark.worker
+
+DARK_MODE = [
+    "User prefers dark mode in the editor",
+    "The user likes dark mode for the editor",
+    "User said they prefer dark mode in editors",
+]
+
+
+class BrokenEmbedder:
+    model_name = "all-MiniLM-L6-v2"
+    dimensions = 384
+
+    def embed(self, texts):
+        raise EmbeddingUnavailable("embedding service is down")
+
+
+def fresh(memory: Memory) -> Memory:
+    return Memory.objects.get(pk=memory.pk)
+
+
+def test_embedding_is_retried_after_the_embedder_fails(start_worker, fake_openai):
+    member = make_identity("tenant-a", "member")
+    older = fact_store(
+        caller=member.caller, subject="user", predicate="colour", content="User's favourite colour is blue"
+    )
+    real = get_embedder()
+    set_embedder(BrokenEmbedder())
+    try:
+        newer = fact_store(
+            caller=member.caller, subject="user", predicate="favorite color", content="User's favorite color is blue"
+        ).memory
+    finally:
+        set_embedder(real)
+    assert fresh(newer).embedding_status == "pending"  # stored anyway, queued for the worker
+
+    fake_openai.embed_failures = 2  # the remote embedder is still down for two more tries
+    worker = start_worker()
+    wait_until(lambda: fresh(newer).embedding_status == "ready", what="the embedding retry", worker=worker)
+
+    row = fresh(newer)
+    assert row.embedding_attempts == 3  # one at write time, two failed retries in the worker
+    assert row.embedding_error == "" and row.embedding_model == "all-MiniLM-L6-v2"
+    assert len(fake_openai.calls("/v1/embeddings")) >= 3
+    # The vector is the real model's vector of this content (served by the fake endpoint).
+    expected = real.embed([newer.content])[0]
+    assert sum(a * b for a, b in zip(row.embedding, expected, strict=True)) > 0.999
+    # With the vector in place the worker ran the conflict check: a near-identical
+    # restatement merges into the older fact.
+    wait_until(lambda: fresh(newer).validity == "superseded", what="the conflict check", worker=worker)
+    assert fresh(newer).superseded_by_id == older.memory.id
+
+
+def test_consolidation_run_in_the_worker(start_worker):
+    member = make_identity("tenant-a", "member")
+    episodes = [episode_store(caller=member.caller, content=t, butler="assistant") for t in DARK_MODE]
+    worker = start_worker()
+    tasks.episodes_consolidate_task.delay()
+
+    wait_until(lambda: Memory.objects.filter(kind="fact").exists(), what="the consolidated fact", worker=worker)
+    fact = Memory.objects.get(kind="fact")
+    assert fact.tenant_id == member.caller.tenant_id and fact.source == "consolidation"
+    assert fact.embedding_status == "ready"  # embedded by the worker's own store path
+    assert set(MemoryLink.objects.filter(from_memory=fact).values_list("to_memory_id", flat=True)) == {
+        e.id for e in episodes
+    }
+    assert all(fresh(e).consolidated_at is not None for e in episodes)
+
+
+def test_expiry_and_decay_of_back_dated_memories(start_worker):
+    member = make_identity("tenant-a", "member")
+    with time_machine.travel(timezone.now() - timedelta(days=40)):
+        old_episode = episode_store(caller=member.caller, content="Deploy failed", butler="ops", ttl=timedelta(days=1))
+        volatile = fact_store(
+            caller=member.caller, subject="user", predicate="mood", content="User is tired", permanence="volatile"
+        ).memory
+        permanent = fact_store(
+            caller=member.caller, subject="user", predicate="name", content="User is Ana", permanence="permanent"
+        ).memory
+    recent = episode_store(caller=member.caller, content="Deploy succeeded", butler="ops")
+
+    worker = start_worker()
+    tasks.episodes_expire_task.delay()
+    tasks.facts_decay_task.delay()
+    wait_until(
+        lambda: (
+            not Memory.objects.filter(pk=old_episode.pk).exists()
+            and MemoryEvent.objects.filter(event_type="fact_state_changed").exists()
+        ),
+        what="expiry and decay",
+        worker=worker,
+    )
+    assert Memory.objects.filter(pk=recent.pk).exists()
+    assert MemoryEvent.objects.filter(memory_id=old_episode.id, event_type="expired_deleted").count() == 1
+    [state] = MemoryEvent.objects.filter(event_type="fact_state_changed")
+    assert state.memory_id == volatile.id
+    assert (state.payload["from"], state.payload["to"]) == ("active", "fading")  # exp(-0.03 * 40) = 0.30
+    assert not MemoryEvent.objects.filter(memory_id=permanent.id, event_type="fact_state_changed").exists()
+
+
+def _in_flight(queue: str) -> bool:
+    """Is a message for this queue waiting or delivered but not yet acknowledged?"""
+    with app.connection_for_write() as conn:
+        client = conn.default_channel.client
+        waiting = client.llen(queue)
+        unacked = [json.loads(raw) for raw in client.hvals("unacked")]
+    return waiting > 0 or any(entry[2] == queue for entry in unacked)
+
+
+def test_worker_killed_mid_task_loses_nothing_and_the_task_completes_once(start_worker, fake_openai, broker_queue):
+    member = make_identity("tenant-a", "member")
+    episodes = [episode_store(caller=member.caller, content=t, butler="assistant") for t in DARK_MODE]
+
+    def answer(body):
+        ids = [e["id"] for e in episodes_in(body)]
+        return json.dumps(
+            {
+                "memories": [
+                    {
+                        "kind": "fact",
+                        "content": "User prefers dark mode in the editor",
+                        "subject": "user",
+                        "predicate": "editor theme",
+                        "permanence": "stable",
+                        "importance": 5,
+                        "source_ids": ids,
+                    }
+                ],
+                "duplicates": [],
+            }
+        )
+
+    release = threading.Event()
+    # First call hangs (the worker is killed while waiting); the redelivery gets an answer.
+    fake_openai.chat_script = [ChatStep(content=answer, hold=release), ChatStep(content=answer)]
+    env = {
+        "MEMPROJ_LLM_BASE_URL": fake_openai.base_url,
+        "MEMPROJ_LLM_TIMEOUT": "120",
+        "CELERY_VISIBILITY_TIMEOUT": "3",
+        "CELERY_UNACKED_RESTORE_INTERVAL": "1",
+        "CELERY_UNACKED_RESTORE_THROTTLE": "1",
+    }
+    first = start_worker(**env)
+    tasks.episodes_consolidate_task.delay()
+    wait_until(fake_openai.chat_started.is_set, what="the task to start", worker=first)
+    first.kill()  # SIGKILL: no chance to acknowledge, requeue or clean up
+    release.set()
+    assert first.process.returncode == -9
+    assert not Memory.objects.filter(kind="fact").exists()
+    assert _in_flight(broker_queue)  # the message survived the worker
+
+    second = start_worker(**env)
+    wait_until(lambda: Memory.objects.filter(kind="fact").exists(), what="the redelivered task", worker=second)
+    wait_until(lambda: not _in_flight(broker_queue), what="the acknowledgement", worker=second)
+
+    assert len(fake_openai.calls("/v1/chat/completions")) == 2
+    assert Memory.objects.filter(kind="fact").count() == 1
+    fact = Memory.objects.get(kind="fact")
+    assert MemoryEvent.objects.filter(memory_kind="fact", event_type="stored").count() == 1
+    assert MemoryLink.objects.filter(from_memory=fact).count() == 3
+    assert MemoryEvent.objects.filter(event_type="consolidated").count() == 3
+    assert all(fresh(e).consolidated_at is not None for e in episodes)
