@@ -1,0 +1,109 @@
+"""The beat table, and its promise: every beat task run twice in a row changes
+nothing the second time (tasks run eagerly here; the real-worker tests are in
+test_worker.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.conf import settings
+from django.utils import timezone
+
+from memory.embeddings import get_embedder
+from memory.models import ConflictCandidate, Memory, MemoryEvent, MemoryLink
+from memory.services.memories import episode_store, fact_store, rule_record_outcome, rule_store
+from memproj.celery import app
+from tests.conftest import make_identity
+from workers.schedule import SCHEDULE, beat_schedule, expires_for, parse_crontab, shortest_period
+
+DARK_MODE = [
+    "User prefers dark mode in the editor",
+    "The user likes dark mode for the editor",
+    "User said they prefer dark mode in editors",
+]
+
+
+def test_every_entry_expires_just_under_its_period():
+    table = beat_schedule({})
+    assert set(table) == {entry.name for entry in SCHEDULE}
+    for name, entry in table.items():
+        period = shortest_period(entry["schedule"]).total_seconds()
+        assert 0 < entry["options"]["expires"] < period, name
+        assert entry["task"] in app.tasks, name
+    assert settings.CELERY_BEAT_SCHEDULE.keys() == table.keys()
+
+
+def test_cadences_are_overridable_and_can_be_switched_off():
+    table = beat_schedule({"MEMPROJ_BEAT_DECAY": "*/10 * * * *", "MEMPROJ_BEAT_EXPIRE": "off"})
+    assert "episodes-expire" not in table
+    assert table["facts-decay"]["schedule"] == parse_crontab("*/10 * * * *")
+    assert table["facts-decay"]["options"]["expires"] == expires_for(timedelta(minutes=10))
+    assert shortest_period(parse_crontab("0 9,21 * * 1-5")) == timedelta(hours=12)
+    assert shortest_period(parse_crontab("0 9 * * 1")) == timedelta(days=7)
+    with pytest.raises(ValueError):
+        beat_schedule({"MEMPROJ_BEAT_DECAY": "every ten minutes"})
+
+
+def _state():
+    memories = sorted(
+        (
+            tuple(
+                (f.attname, str(getattr(m, f.attname)))
+                for f in Memory._meta.concrete_fields
+                if f.attname != "search_vector"
+            )
+            for m in Memory.objects.all()
+        ),
+    )
+    return {
+        "memories": memories,
+        "events": list(MemoryEvent.objects.order_by("id").values_list("id", "event_type", "memory_id")),
+        "links": sorted(MemoryLink.objects.values_list("from_memory_id", "to_memory_id", "kind")),
+        "conflicts": sorted(ConflictCandidate.objects.values_list("memory_id", "other_id", "status")),
+    }
+
+
+def _run_every_beat_task():
+    for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
+        result = app.tasks[entry["task"]].apply()
+        assert result.successful(), f"{name}: {result.traceback}"
+
+
+def test_every_beat_task_twice_changes_nothing_the_second_time(transactional_db):
+    member = make_identity("tenant-a", "member")
+    outsider = make_identity("tenant-b", "outsider")
+    now = timezone.now()
+    with time_machine.travel(now - timedelta(days=40)):
+        expired = episode_store(caller=member.caller, content="Deploy failed", butler="ops", ttl=timedelta(days=1))
+        fading = fact_store(
+            caller=member.caller, subject="user", predicate="mood", content="User is tired", permanence="volatile"
+        ).memory
+        rule = rule_store(caller=outsider.caller, content="Run the migrations before the tests")
+        for _ in range(15):
+            rule_record_outcome(caller=outsider.caller, rule_id=rule.id, helpful=True)
+    with time_machine.travel(now - timedelta(minutes=10)):
+        pending = fact_store(caller=member.caller, subject="user", predicate="os", content="User runs Debian").memory
+    # As if the embedder had been down at write time and the write-time task had given up.
+    Memory.objects.filter(pk=pending.pk).update(embedding=None, embedding_status="pending", embedding_attempts=13)
+    stale = fact_store(
+        caller=outsider.caller, subject="user", predicate="editor", content="User edits with Helix"
+    ).memory
+    Memory.objects.filter(pk=stale.pk).update(embedding_model="old-model-v1")
+    for text in DARK_MODE:
+        episode_store(caller=member.caller, content=text, butler="assistant")
+
+    _run_every_beat_task()
+    # The first round had work for every task ...
+    assert not Memory.objects.filter(pk=expired.pk).exists()
+    assert MemoryEvent.objects.filter(memory_id=fading.id, event_type="fact_state_changed").exists()
+    assert Memory.objects.get(pk=rule.pk).maturity == "proven"
+    assert Memory.objects.get(pk=pending.pk).embedding_status == "ready"
+    assert Memory.objects.get(pk=stale.pk).embedding_model == get_embedder().model_name
+    assert Memory.objects.filter(kind="fact", source="consolidation").count() == 1
+
+    # ... and a second round finds none.
+    after_first = _state()
+    _run_every_beat_task()
+    assert _state() == after_first
