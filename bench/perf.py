@@ -57,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.sizes, args.other_tenants, args.other_size = "300", 1, 100
         args.repeat, args.mcp_repeat, args.ingest = 5, 3, 64
     args.size_list = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+    args.prefix = "benchtiny" if args.tiny else "bench"  # the smoke test never churns the full dataset
     return args
 
 
@@ -159,9 +160,9 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
     from policy.services.tokens import token_authenticate, token_issue
 
     largest = max(args.size_list + [args.other_size])
-    wanted = {f"bench-{n}": (n, 0) for n in args.size_list}
+    wanted = {f"{args.prefix}-{n}": (n, 0) for n in args.size_list}
     for j in range(args.other_tenants):
-        wanted[f"bench-other-{j}"] = (args.other_size, 104_729 * (j + 1))
+        wanted[f"{args.prefix}-other-{j}"] = (args.other_size, 104_729 * (j + 1))
     callers = {}
     vectors = None
     for slug, (n, offset) in wanted.items():
@@ -225,6 +226,24 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
             cur.fetchall()
 
     base["pgvector_topk"] = _common.timed(raw_topk, repeat)
+
+    # How much the approximate (HNSW, tenant-filtered, iterative scan) top-20
+    # agrees with the exact top-20 of the tenant: the price of the index.
+    def top20(qvec: str, exact: bool) -> list:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+            cur.execute("SET LOCAL hnsw.ef_search = 100")
+            if exact:
+                cur.execute("SET LOCAL enable_indexscan = off")
+            cur.execute(
+                "SELECT id FROM memory_memory WHERE tenant_id = %s AND embedding IS NOT NULL "
+                "ORDER BY embedding <=> %s::vector LIMIT 20",
+                [caller.tenant_id, qvec],
+            )
+            return [r[0] for r in cur.fetchall()]
+
+    overlaps = [len(set(top20(v, False)) & set(top20(v, True))) / 20.0 for v in qvecs]
+    base["hnsw_recall_at_20"] = [sum(overlaps) / len(overlaps)]
 
     from memory.models import Memory
 
@@ -440,10 +459,16 @@ def report(args, env: dict, results: list[dict], baselines: dict, ingest: dict |
     brows = []
     for size, base in baselines.items():
         for name, samples in base.items():
+            if name == "hnsw_recall_at_20":
+                continue
             p50, p95, mx = _common.summary(samples)
             brows.append([size, name, len(samples), p50, p95, mx])
     out.append("Baselines measured in the same run (ms)")
     out.append(_common.table(["size", "baseline", "n", "p50_ms", "p95_ms", "max_ms"], brows))
+    out.append("")
+    out.append("HNSW top-20 vs exact top-20 of the tenant (mean overlap over 16 queries)")
+    out.append(_common.table(["size", "hnsw_recall_at_20"],
+                             [[size, f"{base['hnsw_recall_at_20'][0]:.3f}"] for size, base in baselines.items()]))
     out.append("")
     # Overhead ratios: what our call costs over the irreducible work it contains.
     orows = []
@@ -511,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_mcp:
             proc, url = start_server(db_url)
         for size in args.size_list:
-            caller, token = env["callers"][f"bench-{size}"]
+            caller, token = env["callers"][f"{args.prefix}-{size}"]
             print(f"  measuring service layer at {size} ...", file=sys.stderr, flush=True)
             rows, base = bench_service(size, caller, args.repeat)
             results += rows

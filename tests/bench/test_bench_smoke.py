@@ -1,0 +1,63 @@
+"""Smoke test of the benchmark scripts: each runs at a tiny size in a
+subprocess, exits 0 and prints its table. No timing is asserted anywhere."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MADIAL = Path(os.environ.get("MEMPROJ_MADIAL_DIR", ROOT.parent / "shared" / "bench-data" / "madial"))
+
+pytestmark = pytest.mark.slow
+
+
+def run_script(name: str) -> str:
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="memproj.settings.base")
+    env.pop("DATABASE_URL", None)  # the scripts pick their own bench database
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / name), "--tiny"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc.stdout
+
+
+def header_cells(output: str, first: str) -> list[str]:
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells and cells[0] == first:
+            return cells
+    raise AssertionError(f"no table starting with column {first!r} in:\n{output}")
+
+
+def test_perf_script_prints_its_tables() -> None:
+    out = run_script("perf.py")
+    assert header_cells(out, "size") == [
+        "size", "path", "op", "n", "p50_ms", "p95_ms", "max_ms", "goal_p95", "met"
+    ]
+    for op in ("store_episode", "store_fact_supersede", "search_hybrid", "search_semantic", "search_keyword",
+               "recall", "get", "context"):
+        assert f"| {op} " in out
+    assert "mcp_http" in out
+    assert "embed_one" in out and "pgvector_topk" in out
+    assert "raw_embedder_per_s" in out and "ingest_per_s" in out
+
+
+@pytest.mark.skipif(not (MADIAL / "data_en").is_dir(), reason="MADial-Bench data not present")
+def test_quality_script_prints_its_tables() -> None:
+    out = run_script("quality.py")
+    assert header_cells(out, "system") == [
+        "system", "R@1", "R@5", "R@10", "R@20", "nDCG@1", "nDCG@5", "nDCG@10", "nDCG@20"
+    ]
+    for row in ("keyword-only", "vector-only", "hybrid", "authors: bge-m3", "authors: openai"):
+        assert row in out
+    assert header_cells(out, "fusion")[0] == "fusion"
