@@ -288,6 +288,12 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
         ("Embedding", {"fields": ("embedding_status", "embedding_model", "embedding_attempts", "embedding_error")}),
     )
 
+    def get_list_display(self, request: HttpRequest) -> Any:
+        access = admin_access(request)
+        if access is not None and not access.is_superuser:
+            return [f for f in self.list_display if f != "tenant"]  # one tenant: the column says nothing
+        return self.list_display
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         # Only the sections that apply to this kind of memory.
         by_kind: dict[str, set[str]] = {"fact": {"Rule"}, "rule": {"Fact"}, "episode": {"Fact", "Rule"}}

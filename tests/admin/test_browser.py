@@ -120,6 +120,12 @@ def test_tenant_admin_reviews_in_a_real_browser(live_server, admin_a, admin_b, t
             DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
             shutil.copyfile(shot, DOCS_SCREENSHOT)
 
+            # The memory list, searched with the tools' hybrid search.
+            page.goto(f"{live_server.url}/admin/memory/memory/?q=when+may+I+rotate+credentials")
+            first_row = page.inner_text("#result_list tbody tr:first-child")
+            assert "Never rotate secrets on a Friday" in first_row
+            page.screenshot(path=str(tmp_path / "memory-list.png"), full_page=True)
+
             # A memory's detail page, then a review action: promote the rule.
             page.goto(f"{live_server.url}/admin/memory/memory/{rule.pk}/change/")
             assert "Never rotate secrets on a Friday" in page.inner_text("#mp-content")
