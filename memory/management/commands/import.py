@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from memory.errors import InvalidArgument
+from memory.services.maintenance import tenant_import
+
+
+class Command(BaseCommand):
+    help = (
+        "Import a JSONL export into a tenant (created if missing), keeping ids and timestamps. "
+        "All or nothing: one bad line imports nothing."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--tenant", required=True, help="target tenant slug")
+        parser.add_argument("--input", "-i", default="-", help="file path, or - for stdin (default)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            if options["input"] == "-":
+                counts = tenant_import(tenant_slug=options["tenant"], lines=sys.stdin)
+            else:
+                with open(options["input"], encoding="utf-8") as lines:
+                    counts = tenant_import(tenant_slug=options["tenant"], lines=lines)
+        except (InvalidArgument, ValueError) as exc:
+            raise CommandError(f"import failed, nothing was imported: {exc}") from exc
+        self.stdout.write("imported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()))
