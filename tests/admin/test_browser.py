@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from datetime import timedelta
 from pathlib import Path
 
@@ -30,14 +31,23 @@ LAUNCH_ARGS = [
 ]
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM),
-        reason="Debian chromium is not installed and scripts/install_test_browser.sh could not install it "
-        "(it needs root): apt-get install chromium",
-    ),
-]
+INSTALLER = Path(__file__).resolve().parents[2] / "scripts" / "install_test_browser.sh"
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Debian's chromium, installed by the project's own script when missing
+    (scripts/test.sh runs it too); skipped only when it cannot be installed."""
+    if not os.path.exists(CHROMIUM):
+        subprocess.run([str(INSTALLER)], check=False, timeout=900)
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(
+            "Debian chromium is not installed and scripts/install_test_browser.sh could not install it "
+            "(it needs root): apt-get install chromium"
+        )
+    return CHROMIUM
 
 
 def seed_tenant(caller, tenant) -> Memory:
@@ -93,14 +103,14 @@ def browser_env(monkeypatch):
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
-def test_tenant_admin_reviews_in_a_real_browser(live_server, admin_a, admin_b, tmp_path, browser_env):
+def test_tenant_admin_reviews_in_a_real_browser(chromium, live_server, admin_a, admin_b, tmp_path, browser_env):
     from playwright.sync_api import sync_playwright
 
     rule = seed_tenant(admin_a.caller, admin_a.tenant)
     secret_b = fact_store(caller=admin_b.caller, subject="b", predicate="secret", content="Tenant B secret").memory
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+        browser = p.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto(f"{live_server.url}/admin/login/")
