@@ -25,8 +25,15 @@ async def _snapshot(tenant_slug: str) -> list[tuple]:
         async for row in Memory.objects.filter(tenant__slug=tenant_slug)
         .order_by("id")
         .values_list(
-            "id", "validity", "reference_count", "success_count", "harmful_count", "applied_count",
-            "last_confirmed_at", "maturity", "content",
+            "id",
+            "validity",
+            "reference_count",
+            "success_count",
+            "harmful_count",
+            "applied_count",
+            "last_confirmed_at",
+            "maturity",
+            "content",
         )
     ]
 

@@ -62,6 +62,10 @@ def test_partial_unique_index_is_the_backstop(member):
     original = Memory.objects.get(predicate="shoe_size")
     with pytest.raises(IntegrityError), transaction.atomic():
         Memory.objects.create(
-            tenant_id=original.tenant_id, kind="fact", content="43", content_hash="x",
-            subject="user", predicate="shoe_size",
+            tenant_id=original.tenant_id,
+            kind="fact",
+            content="43",
+            content_hash="x",
+            subject="user",
+            predicate="shoe_size",
         )
