@@ -132,3 +132,18 @@ def test_superuser_dashboard_index_lists_tenants(client, superuser, admin_a, adm
     client.force_login(superuser.user)
     page = client.get(reverse("memproj_dashboard_index")).content.decode()
     assert "/admin/dashboard/tenant-a/" in page and "/admin/dashboard/tenant-b/" in page
+
+
+def test_scope_filter_offers_seen_scopes_and_filters(client, admin_a, admin_b):
+    fact_store(caller=admin_a.caller, subject="s", predicate="w", content="Work scoped fact", scope="work")
+    fact_store(caller=admin_a.caller, subject="s", predicate="h", content="Home scoped fact", scope="home")
+    fact_store(caller=admin_b.caller, subject="s", predicate="x", content="Other tenant", scope="secret-b-scope")
+    client.force_login(admin_a.user)
+    url = reverse("admin:memory_memory_changelist")
+
+    everything = client.get(url).content.decode()
+    work = client.get(url, {"scope": "work"}).content.decode()
+
+    assert "?scope=work" in everything and "?scope=home" in everything
+    assert "secret-b-scope" not in everything
+    assert "Work scoped fact" in work and "Home scoped fact" not in work
