@@ -27,7 +27,7 @@ from django.utils.html import format_html
 
 from memory import scoring
 from memory.errors import MemoryError_
-from memory.models import ConflictCandidate, Kind, Maturity, Memory, MemoryEvent, MemoryLink, Validity
+from memory.models import ConflictCandidate, Kind, LinkKind, Maturity, Memory, MemoryEvent, MemoryLink, Validity
 from memory.selectors.memories import effective_confidence_of, memory_search
 from memory.services.conflicts import conflict_accept, conflict_dismiss
 from memory.services.memories import memory_confirm, memory_forget, memory_restore, memory_supersede
@@ -404,14 +404,14 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
         links = MemoryLink.objects.filter(tenant_id=obj.tenant_id)
         sources = [
             link.to_memory
-            for link in links.filter(from_memory=obj)
+            for link in links.filter(from_memory=obj, kind=LinkKind.DERIVED_FROM)
             .select_related("to_memory")
             .defer("to_memory__embedding", "to_memory__search_vector")
             .order_by("to_memory__created_at")[:100]
         ]
         derived = [
             link.from_memory
-            for link in links.filter(to_memory=obj)
+            for link in links.filter(to_memory=obj, kind=LinkKind.DERIVED_FROM)
             .select_related("from_memory")
             .defer("from_memory__embedding", "from_memory__search_vector")[:100]
         ]
