@@ -31,6 +31,10 @@ class TenantAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
             return "-"
         return format_html('<a href="/admin/dashboard/{}/">dashboard</a>', obj.slug)
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The audit log refuses deletes; `manage.py purge` removes a tenant's data, audited.
+        return False
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(super().get_readonly_fields(request, obj))
         access = admin_access(request)
@@ -46,7 +50,11 @@ class PrincipalAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     list_filter = ("role",)
     search_fields = ("name", "tenant__slug")
     readonly_fields = ("id", "created_at")
-    autocomplete_fields = ()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Right to be forgotten is `manage.py purge` (memories and events too, audited),
+        # not a bare row delete that would leave the principal's memories behind.
+        return False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(super().get_readonly_fields(request, obj))

@@ -169,3 +169,9 @@ def test_search_box_uses_hybrid_search_within_tenant(client, admin_a, fact_a, fa
     assert "Bravo" not in page
     by_id = client.get(reverse("admin:memory_memory_changelist"), {"q": str(fact_b.pk)}).content.decode()
     assert "Bravo" not in by_id
+
+
+def test_tenants_and_principals_are_not_deleted_from_the_admin(client, superuser, admin_a):
+    client.force_login(superuser.user)
+    assert client.post(reverse("admin:policy_tenant_delete", args=[admin_a.tenant.pk])).status_code == 403
+    assert client.post(reverse("admin:policy_principal_delete", args=[admin_a.principal.pk])).status_code == 403
