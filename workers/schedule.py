@@ -85,15 +85,16 @@ def shortest_period(schedule: crontab) -> timedelta:
     """The smallest gap between two consecutive runs, exact for any crontab:
     the gaps inside one day, and from one matching day's last run to the next
     matching day's first run over a year of days."""
-    minutes = sorted(h * 60 + m for h in schedule.hour for m in schedule.minute)
+    cron: Any = schedule  # celery-types does not declare the parsed field sets
+    minutes = sorted(h * 60 + m for h in cron.hour for m in cron.minute)
     gaps = [b - a for a, b in zip(minutes, minutes[1:], strict=False)]
     start = datetime(2025, 1, 6)  # a Monday; a year covers every month and weekday
     days = [
         offset
         for offset in range(366 + 31)
-        if (day := start + timedelta(days=offset)).month in schedule.month_of_year
-        and day.day in schedule.day_of_month
-        and day.isoweekday() % 7 in schedule.day_of_week  # celery: 0 = Sunday
+        if (day := start + timedelta(days=offset)).month in cron.month_of_year
+        and day.day in cron.day_of_month
+        and day.isoweekday() % 7 in cron.day_of_week  # celery: 0 = Sunday
     ]
     gaps += [(b - a) * 1440 - minutes[-1] + minutes[0] for a, b in zip(days, days[1:], strict=False)]
     return timedelta(minutes=min(gaps)) if gaps else timedelta(days=365)

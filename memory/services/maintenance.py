@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar, cast
 
 from django.conf import settings
 from django.db import connection, models, transaction
@@ -45,6 +45,7 @@ from policy.caller import Caller
 from policy.models import Principal, Tenant
 
 logger = logging.getLogger(__name__)
+M = TypeVar("M", bound=models.Model)
 
 
 def pipeline_setting(name: str) -> Any:
@@ -129,7 +130,11 @@ def episodes_expire(
             [(pk, tenant_id, kind) for pk, tenant_id, kind, *_ in rows],
             "expired_deleted",
             [
-                {"expires_at": expires_at.isoformat(), "content_hash": digest, "validity": validity}
+                {
+                    "expires_at": expires_at.isoformat() if expires_at else None,
+                    "content_hash": digest,
+                    "validity": validity,
+                }
                 for _, _, _, expires_at, digest, validity in rows
             ],
         )
@@ -536,7 +541,8 @@ def _keep_timestamps() -> Iterator[None]:
     switched off for the duration (commands run single-threaded)."""
     switched = []
     for model in (Principal, Memory, MemoryLink, ConflictCandidate, MemoryEvent):
-        for f in model._meta.concrete_fields:
+        for concrete in model._meta.concrete_fields:
+            f = cast(Any, concrete)  # only DateField has auto_now*
             if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
                 switched.append((f, f.auto_now, f.auto_now_add))
                 f.auto_now = f.auto_now_add = False
@@ -547,7 +553,7 @@ def _keep_timestamps() -> Iterator[None]:
             f.auto_now, f.auto_now_add = auto_now, auto_now_add
 
 
-def _build(model: type[models.Model], row: dict[str, Any], **override: Any) -> models.Model:
+def _build(model: type[M], row: dict[str, Any], **override: Any) -> M:
     values: dict[str, Any] = {}
     for f in _fields(model):
         if f.attname not in row:
