@@ -15,6 +15,7 @@ from django.utils import timezone
 from memory.embeddings import get_embedder, set_embedder
 from memory.errors import EmbeddingUnavailable
 from memory.models import Memory, MemoryEvent, MemoryLink
+from memory.selectors.memories import memory_search
 from memory.services.memories import episode_store, fact_store
 from memproj.celery import app
 from tests.conftest import make_identity
@@ -184,3 +185,23 @@ def test_worker_killed_mid_task_loses_nothing_and_the_task_completes_once(start_
     assert MemoryLink.objects.filter(from_memory=fact).count() == 3
     assert MemoryEvent.objects.filter(event_type="consolidated").count() == 3
     assert all(fresh(e).consolidated_at is not None for e in episodes)
+
+
+def test_async_embed_mode_keyword_now_vector_after_the_worker(start_worker, fake_openai, settings):
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_MODE": "async"}
+    member = make_identity("tenant-a", "member")
+    stored = fact_store(
+        caller=member.caller, subject="user", predicate="pet", content="User has a border collie named Pixel"
+    ).memory
+    row = fresh(stored)
+    assert (row.embedding_status, row.embedding_attempts) == ("pending", 0)  # returned without embedding
+    assert [h.memory.id for h in memory_search(caller=member.caller, query="Pixel collie", mode="keyword")] == [
+        stored.id
+    ]
+    assert memory_search(caller=member.caller, query="what dog does the user own", mode="semantic") == []
+
+    worker = start_worker()
+    wait_until(lambda: fresh(stored).embedding_status == "ready", what="the async embedding", worker=worker)
+    hits = memory_search(caller=member.caller, query="what dog does the user own", mode="semantic")
+    assert [h.memory.id for h in hits] == [stored.id]
+    assert len(fake_openai.calls("/v1/embeddings")) == 1  # the worker embedded it, once
