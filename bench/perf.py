@@ -76,17 +76,26 @@ def dataset_vectors(n: int):  # type: ignore[no-untyped-def]
         size = int(path.stem.rsplit("-", 1)[1])
         if size >= n:
             return np.load(path, mmap_mode="r")[:n]
-    texts = [synthetic.memory_spec(i)["content"] for i in range(n)]
     embedder = get_embedder()
     out = np.zeros((n, 384), dtype=np.float32)
     start = time.perf_counter()
     chunk = 2048
+    # Chunks are kept as they are made, so an interrupted run resumes where it stopped.
+    parts = _common.VAR_BENCH / f"chunks-{DATASET_VERSION}"
+    parts.mkdir(exist_ok=True)
     for lo in range(0, n, chunk):
-        out[lo : lo + chunk] = np.asarray(embedder.embed(texts[lo : lo + chunk]), dtype=np.float32)
-        done = min(n, lo + chunk)
+        hi = min(n, lo + chunk)
+        part = parts / f"{lo:07d}-{chunk}.npy"
+        if part.exists() and len(np.load(part, mmap_mode="r")) >= hi - lo:
+            out[lo:hi] = np.load(part)[: hi - lo]
+            continue
+        texts = [synthetic.memory_spec(i)["content"] for i in range(lo, hi)]
+        out[lo:hi] = np.asarray(embedder.embed(texts), dtype=np.float32)
+        if hi - lo == chunk:
+            np.save(part, out[lo:hi])
         if n > 5000:
-            rate = done / (time.perf_counter() - start)
-            print(f"  embedded {done}/{n} synthetic texts ({rate:.0f}/s)", file=sys.stderr, flush=True)
+            rate = hi / (time.perf_counter() - start)
+            print(f"  embedded {hi}/{n} synthetic texts ({rate:.0f}/s)", file=sys.stderr, flush=True)
     path = _common.VAR_BENCH / f"synthetic-{DATASET_VERSION}-{n}.npy"
     np.save(path, out)
     return out
@@ -164,24 +173,41 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
     for j in range(args.other_tenants):
         wanted[f"{args.prefix}-other-{j}"] = (args.other_size, 104_729 * (j + 1))
     callers = {}
-    vectors = None
+    to_load = []
     for slug, (n, offset) in wanted.items():
         issued = token_issue(tenant_slug=slug, principal_name="bench", role="admin")
         caller = token_authenticate(issued.token)
         assert caller is not None
         have = Memory.objects.filter(tenant_id=caller.tenant_id, source="bench").count()
         if have != n or args.reload:
-            if have:
-                with connection.cursor() as cur:  # bench rows only; audit events are untouched
-                    cur.execute(
-                        "DELETE FROM memory_memory WHERE tenant_id = %s AND source = 'bench'", [caller.tenant_id]
-                    )
-            if vectors is None:
-                vectors = dataset_vectors(largest)
-            t0 = time.perf_counter()
-            bulk_load(caller.tenant_id, vectors, offset, n)
-            print(f"  loaded {n} memories into {slug} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+            to_load.append((slug, caller, n, offset, have))
         callers[slug] = (caller, issued.token)
+    if to_load:
+        vectors = dataset_vectors(largest)
+        # A big load is faster as COPY then one index build than as row-by-row HNSW inserts.
+        rebuild = sum(n for _, _, n, _, _ in to_load) > 20_000
+        with connection.cursor() as cur:
+            cur.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_embedding_hnsw'")
+            indexdef = cur.fetchone()[0]
+            if rebuild:
+                cur.execute("DROP INDEX memory_embedding_hnsw")
+        try:
+            for slug, caller, n, offset, have in to_load:
+                if have:
+                    with connection.cursor() as cur:  # bench rows only; audit events are untouched
+                        cur.execute(
+                            "DELETE FROM memory_memory WHERE tenant_id = %s AND source = 'bench'", [caller.tenant_id]
+                        )
+                t0 = time.perf_counter()
+                bulk_load(caller.tenant_id, vectors, offset, n)
+                print(f"  loaded {n} memories into {slug} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        finally:
+            if rebuild:
+                t0 = time.perf_counter()
+                with connection.cursor() as cur:
+                    cur.execute("SET maintenance_work_mem = '1GB'")
+                    cur.execute(indexdef)
+                print(f"  rebuilt the HNSW index in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     with connection.cursor() as cur:
         cur.execute("ANALYZE memory_memory")
         cur.execute("SELECT count(*), count(DISTINCT tenant_id) FROM memory_memory")
