@@ -12,6 +12,7 @@ redelivered or concurrent run never stores the same proposal twice."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -153,12 +154,21 @@ def episodes_consolidate(
             if not set(proposal.source_ids) <= offered:
                 logger.warning("consolidator %s proposed episodes it was not given; skipped", consolidator.name)
                 continue
-            created = _store(caller, proposal, scope, consolidator.name, now)
+            try:
+                created = _store(caller, proposal, scope, consolidator.name, now)
+            except InvalidArgument as exc:
+                # A proposal our validation refuses (e.g. an LLM's over-long subject) is
+                # dropped; its episodes stay for the next run unless the plan consumed them.
+                logger.warning("consolidator %s proposal refused: %s", consolidator.name, exc)
+                continue
             if created is not None:
                 result.created.append(created)
                 result.consumed += len(proposal.source_ids)
         for group in plan.duplicates:
-            keeper, *others = [pk for pk in group if pk in offered]
+            members = [pk for pk in group if pk in offered]
+            if len(members) < 2:
+                continue
+            keeper, *others = members
             for other in others:
                 try:
                     memory_supersede(caller=caller, old_id=other, new_id=keeper, reason="duplicate episode")
@@ -195,7 +205,13 @@ def consolidation_sweep(
         .values_list("tenant_id", flat=True)[: max_tenants + 1]
     )
     total = ConsolidationResult(more=len(due) > max_tenants)
+    started = time.monotonic()
     for tenant_id in due[:max_tenants]:
+        if time.monotonic() - started > pipeline_setting("CONSOLIDATE_TIME_BUDGET_SECONDS"):
+            # Stay well inside the broker's visibility timeout (a longer run would be
+            # redelivered while still running); the rest goes to the re-enqueued run.
+            total.more = True
+            break
         one = episodes_consolidate(tenant_id=tenant_id, consolidator=consolidator, batch_size=batch_size, now=now)
         total.tenants += 1
         total.consumed += one.consumed

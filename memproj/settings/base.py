@@ -179,6 +179,9 @@ MEMPROJ_PIPELINE = {
     # An episode that joined no recurring cluster for this long is marked consolidated
     # (considered) so it is not clustered again on every run.
     "CONSOLIDATE_SETTLE_HOURS": env.float("MEMPROJ_CONSOLIDATE_SETTLE_HOURS", default=24.0),
+    # A consolidation run starts no new tenant after this long (keep it well under
+    # CELERY_VISIBILITY_TIMEOUT, or a slow LLM run is redelivered while running).
+    "CONSOLIDATE_TIME_BUDGET_SECONDS": env.float("MEMPROJ_CONSOLIDATE_TIME_BUDGET_SECONDS", default=120.0),
 }
 
 # LLM consolidation: switched on by MEMPROJ_LLM_BASE_URL (any OpenAI-compatible

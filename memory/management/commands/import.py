@@ -4,6 +4,7 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import IntegrityError
 
 from memory.errors import InvalidArgument
 from memory.services.maintenance import tenant_import
@@ -26,6 +27,6 @@ class Command(BaseCommand):
             else:
                 with open(options["input"], encoding="utf-8") as lines:
                     counts = tenant_import(tenant_slug=options["tenant"], lines=lines)
-        except (InvalidArgument, ValueError) as exc:
+        except (InvalidArgument, ValueError, KeyError, IntegrityError) as exc:
             raise CommandError(f"import failed, nothing was imported: {exc}") from exc
         self.stdout.write("imported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()))

@@ -136,3 +136,14 @@ def test_operator_sweep_commands_run():
     assert "0 fact state changes recorded, 0 rule maturities changed" in text
     assert "5 memories re-embedded" in text
     assert MemoryLink.objects.count() == 4 and ConflictCandidate.objects.count() == 0
+
+
+def test_import_over_existing_rows_imports_nothing(tmp_path):
+    owner = make_identity("tenant-a", "owner", role="admin")
+    fact_store(caller=owner.caller, subject="a", predicate="b", content="c")
+    path = tmp_path / "a.jsonl"
+    call_command("export", tenant="tenant-a", output=str(path), stderr=io.StringIO())
+    with pytest.raises(CommandError, match="nothing was imported"):
+        call_command("import", tenant="tenant-copy", input=str(path))  # same memory ids already exist
+    assert Memory.objects.count() == 1
+    assert not Principal.objects.filter(tenant__slug="tenant-copy").exists()
