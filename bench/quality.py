@@ -277,9 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         weight_sets = {
             "default " + "/".join(f"{v:g}" for v in scoring.RECALL_WEIGHTS.values()): dict(scoring.RECALL_WEIGHTS),
             "relevance only 1/0/0/0": {"relevance": 1.0, "importance": 0.0, "recency": 0.0, "confidence": 0.0},
-            "0.6/0.15/0.05/0.2": {"relevance": 0.6, "importance": 0.15, "recency": 0.05, "confidence": 0.2},
+            "before issue 5 0.5/0.15/0.15/0.2": {"relevance": 0.5, "importance": 0.15, "recency": 0.15,
+                                                 "confidence": 0.2},
+            "0.7/0.1/0.05/0.15": {"relevance": 0.7, "importance": 0.1, "recency": 0.05, "confidence": 0.15},
             "0.4/0.15/0.25/0.2": {"relevance": 0.4, "importance": 0.15, "recency": 0.25, "confidence": 0.2},
-            "0.3/0.2/0.3/0.2": {"relevance": 0.3, "importance": 0.2, "recency": 0.3, "confidence": 0.2},
         }
         for label, weights in weight_sets.items():
             def composite(h, when, w=weights) -> float:  # type: ignore[no-untyped-def]

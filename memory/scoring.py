@@ -32,7 +32,7 @@ ANTI_PATTERN_BELOW_EFFECTIVENESS = 0.3
 MATURITY_CONFIDENCE = {"candidate": 0.5, "established": 0.75, "proven": 0.9}
 
 # Recall composite weights (relevance, importance, recency, effective confidence).
-RECALL_WEIGHTS = {"relevance": 0.5, "importance": 0.15, "recency": 0.15, "confidence": 0.2}
+RECALL_WEIGHTS = {"relevance": 0.6, "importance": 0.15, "recency": 0.05, "confidence": 0.2}
 RECENCY_HALF_LIFE_DAYS = 30.0
 
 # Hybrid fusion.
