@@ -7,6 +7,7 @@ messages."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -160,3 +161,14 @@ def wait_until(
             pytest.fail(f"worker exited ({worker.process.returncode}) before {what}:\n{worker.log_tail()}")
         time.sleep(0.25)
     pytest.fail(f"timed out waiting for {what}:\n{worker.log_tail() if worker else ''}")
+
+
+def in_flight(queue: str) -> bool:
+    """Is a message for this queue waiting, or delivered but not yet acknowledged?
+    (kombu's Redis transport keeps unacknowledged messages in the ``unacked`` hash
+    as ``[message, exchange, routing_key]`` until the ack.)"""
+    with app.connection_for_write() as conn:
+        client = conn.default_channel.client
+        waiting = client.llen(queue)
+        unacked = [json.loads(raw) for raw in client.hvals("unacked")]
+    return waiting > 0 or any(entry[2] == queue for entry in unacked)

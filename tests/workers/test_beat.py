@@ -16,6 +16,7 @@ from memory.models import ConflictCandidate, Memory, MemoryEvent, MemoryLink
 from memory.services.memories import episode_store, fact_store, rule_record_outcome, rule_store
 from memproj.celery import app
 from tests.conftest import make_identity
+from tests.workers.conftest import in_flight, wait_until
 from workers.schedule import SCHEDULE, beat_schedule, expires_for, parse_crontab, shortest_period
 
 DARK_MODE = [
@@ -71,7 +72,7 @@ def _run_every_beat_task():
         assert result.successful(), f"{name}: {result.traceback}"
 
 
-def test_every_beat_task_twice_changes_nothing_the_second_time(transactional_db):
+def _seed_work_for_every_task():
     member = make_identity("tenant-a", "member")
     outsider = make_identity("tenant-b", "outsider")
     now = timezone.now()
@@ -93,17 +94,54 @@ def test_every_beat_task_twice_changes_nothing_the_second_time(transactional_db)
     Memory.objects.filter(pk=stale.pk).update(embedding_model="old-model-v1")
     for text in DARK_MODE:
         episode_store(caller=member.caller, content=text, butler="assistant")
+    return {"expired": expired, "fading": fading, "rule": rule, "pending": pending, "stale": stale}
 
+
+def _first_round_did_everything(seeded) -> bool:
+    return (
+        not Memory.objects.filter(pk=seeded["expired"].pk).exists()
+        and MemoryEvent.objects.filter(memory_id=seeded["fading"].id, event_type="fact_state_changed").exists()
+        and Memory.objects.get(pk=seeded["rule"].pk).maturity == "proven"
+        and Memory.objects.get(pk=seeded["pending"].pk).embedding_status == "ready"
+        and Memory.objects.get(pk=seeded["stale"].pk).embedding_model == get_embedder().model_name
+        and Memory.objects.filter(kind="fact", source="consolidation").count() == 1
+    )
+
+
+def test_every_beat_task_twice_changes_nothing_the_second_time(transactional_db):
+    seeded = _seed_work_for_every_task()
     _run_every_beat_task()
-    # The first round had work for every task ...
-    assert not Memory.objects.filter(pk=expired.pk).exists()
-    assert MemoryEvent.objects.filter(memory_id=fading.id, event_type="fact_state_changed").exists()
-    assert Memory.objects.get(pk=rule.pk).maturity == "proven"
-    assert Memory.objects.get(pk=pending.pk).embedding_status == "ready"
-    assert Memory.objects.get(pk=stale.pk).embedding_model == get_embedder().model_name
-    assert Memory.objects.filter(kind="fact", source="consolidation").count() == 1
+    assert _first_round_did_everything(seeded)  # the first round had work for every task ...
 
-    # ... and a second round finds none.
     after_first = _state()
     _run_every_beat_task()
+    assert _state() == after_first  # ... and a second round finds none
+
+
+def _succeeded(worker, task_name: str) -> int:
+    """How many runs of a task the worker has logged as finished."""
+    lines = worker.log.read_text(errors="replace").splitlines()
+    return sum(1 for line in lines if f"Task {task_name}[" in line and " succeeded in " in line)
+
+
+def _send_every_beat_task():
+    for entry in settings.CELERY_BEAT_SCHEDULE.values():
+        app.tasks[entry["task"]].apply_async(expires=entry["options"]["expires"])
+
+
+@pytest.mark.worker
+def test_every_beat_task_twice_in_a_real_worker(start_worker, broker_queue):
+    seeded = _seed_work_for_every_task()
+    worker = start_worker()
+    _send_every_beat_task()
+    wait_until(lambda: _first_round_did_everything(seeded), what="the first round", worker=worker)
+    names = [entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()]
+    wait_until(lambda: all(_succeeded(worker, n) for n in names), what="the first round's tasks", worker=worker)
+    wait_until(lambda: not in_flight(broker_queue), what="the first round's follow-ups", worker=worker)
+    runs = {n: _succeeded(worker, n) for n in names}
+
+    after_first = _state()
+    _send_every_beat_task()
+    wait_until(lambda: all(_succeeded(worker, n) == runs[n] + 1 for n in names), what="the second round", worker=worker)
+    assert not in_flight(broker_queue)  # nothing re-enqueued: there was no more work
     assert _state() == after_first

@@ -17,9 +17,8 @@ from memory.errors import EmbeddingUnavailable
 from memory.models import Memory, MemoryEvent, MemoryLink
 from memory.selectors.memories import memory_search
 from memory.services.memories import episode_store, fact_store
-from memproj.celery import app
 from tests.conftest import make_identity
-from tests.workers.conftest import wait_until
+from tests.workers.conftest import in_flight, wait_until
 from tests.workers.fakes import ChatStep, episodes_in
 from workers import tasks
 
@@ -123,15 +122,6 @@ def test_expiry_and_decay_of_back_dated_memories(start_worker):
     assert not MemoryEvent.objects.filter(memory_id=permanent.id, event_type="fact_state_changed").exists()
 
 
-def _in_flight(queue: str) -> bool:
-    """Is a message for this queue waiting or delivered but not yet acknowledged?"""
-    with app.connection_for_write() as conn:
-        client = conn.default_channel.client
-        waiting = client.llen(queue)
-        unacked = [json.loads(raw) for raw in client.hvals("unacked")]
-    return waiting > 0 or any(entry[2] == queue for entry in unacked)
-
-
 def test_worker_killed_mid_task_loses_nothing_and_the_task_completes_once(start_worker, fake_openai, broker_queue):
     member = make_identity("tenant-a", "member")
     episodes = [episode_store(caller=member.caller, content=t, butler="assistant") for t in DARK_MODE]
@@ -172,11 +162,11 @@ def test_worker_killed_mid_task_loses_nothing_and_the_task_completes_once(start_
     release.set()
     assert first.process.returncode == -9
     assert not Memory.objects.filter(kind="fact").exists()
-    assert _in_flight(broker_queue)  # the message survived the worker
+    assert in_flight(broker_queue)  # the message survived the worker
 
     second = start_worker(**env)
     wait_until(lambda: Memory.objects.filter(kind="fact").exists(), what="the redelivered task", worker=second)
-    wait_until(lambda: not _in_flight(broker_queue), what="the acknowledgement", worker=second)
+    wait_until(lambda: not in_flight(broker_queue), what="the acknowledgement", worker=second)
 
     assert len(fake_openai.calls("/v1/chat/completions")) == 2
     assert Memory.objects.filter(kind="fact").count() == 1
