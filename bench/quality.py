@@ -86,6 +86,17 @@ def score_run(golds: Sequence[set[int]], runs: Sequence[Sequence[int]]) -> dict[
     return out
 
 
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], rounds: int = 2000) -> tuple[float, float, float]:
+    """2.5th percentile, mean and 97.5th percentile of mean(a - b) over resampled queries."""
+    import random
+
+    rng = random.Random(5)
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    n = len(diffs)
+    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(rounds))
+    return means[int(0.025 * rounds)], sum(diffs) / n, means[int(0.975 * rounds) - 1]
+
+
 METRIC_COLS = [f"R@{k}" for k in KS] + [f"nDCG@{k}" for k in KS]
 
 
@@ -250,7 +261,10 @@ def main(argv: list[str] | None = None) -> int:
                     cands = [(pk, capped(h, *cap), c) for pk, h, c in cands]
                     cands = [x for x in cands if x[1].vector_rank is not None or x[1].text_rank is not None]
                 run.append(ranked_by(cands, key_for, id_map))
+            last_run[:] = run
             return score_run(golds, run)
+
+        last_run: list[list[int]] = []
 
         fusion_rows = []
         check = sweep(lambda h: scoring.fuse_rrf(h, scoring.RRF_K), (selectors.DEFAULT_K_VEC, selectors.DEFAULT_K_TXT))
@@ -261,6 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         for alpha in (0.3, 0.5, 0.7, 0.8, 0.9, 1.0):
             fusion_rows.append((f"alpha={alpha}", sweep(lambda h, a=alpha: scoring.fuse_alpha(h, a))))
         out += ["", "Fusion (same candidates, k_vec=k_txt=all)", metric_table(fusion_rows, "fusion")]
+        # Is the best alpha blend's gain over RRF more than noise? Paired bootstrap over dialogues.
+        best = max((r for r in fusion_rows if r[0].startswith("alpha")), key=lambda r: r[1]["nDCG@10"])
+        alpha_best = float(best[0].split("=")[1])
+        sweep(lambda h: scoring.fuse_alpha(h, alpha_best))
+        per_alpha = [ndcg_at(g, r, 10) for g, r in zip(golds, last_run, strict=True)]
+        sweep(lambda h: scoring.fuse_rrf(h, scoring.RRF_K))
+        per_rrf = [ndcg_at(g, r, 10) for g, r in zip(golds, last_run, strict=True)]
+        low, mean, high = paired_bootstrap(per_alpha, per_rrf)
+        out.append(f"{best[0]} minus RRF k={scoring.RRF_K}, nDCG@10: {mean:+.3f} "
+                   f"(95% paired-bootstrap interval {low:+.3f} .. {high:+.3f}, {len(golds)} dialogues)")
 
         cap_rows = []
         for cap in ((selectors.DEFAULT_K_VEC, selectors.DEFAULT_K_TXT), (10, 10), (20, 20), (40, 20), (20, 40),
