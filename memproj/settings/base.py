@@ -204,3 +204,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS.update(
         "unacked_restore_throttle": env.int("CELERY_UNACKED_RESTORE_THROTTLE", default=10),
     }
 )
+# Optional prefix for every broker key, so several deployments (or test runs) can
+# share one Redis database without seeing each other's queues or unacked messages.
+if env.str("CELERY_BROKER_KEY_PREFIX", default=""):
+    CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = env.str("CELERY_BROKER_KEY_PREFIX")

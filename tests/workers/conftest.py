@@ -17,7 +17,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import kombu.pools
 import pytest
+import redis
 from django.conf import settings
 from django.db import connection
 
@@ -40,25 +42,36 @@ def database_url() -> str:
 
 
 def _reset_amqp() -> None:
-    # Celery caches queues and routes on first use; rebuild them from the conf.
+    # Celery caches queues, routes and broker connections on first use; rebuild
+    # them from the conf.
     app.__dict__.pop("amqp", None)
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    kombu.pools.reset()
 
 
 @pytest.fixture
 def broker_queue(transactional_db: None) -> Iterator[str]:
-    """Tasks sent from this process go to a real broker queue of their own."""
+    """Tasks sent from this process go to a real broker queue of their own, under
+    a key prefix of their own: a short visibility timeout in one test's worker
+    must not redeliver another test run's messages (the unacked set is per prefix)."""
     queue = f"memproj-test-{uuid.uuid4().hex[:10]}"
-    saved = (app.conf.task_always_eager, app.conf.task_default_queue)
+    saved = (app.conf.task_always_eager, app.conf.task_default_queue, app.conf.broker_transport_options)
     app.conf.task_always_eager = False
     app.conf.task_default_queue = queue
+    app.conf.broker_transport_options = {**saved[2], "global_keyprefix": f"{queue}:"}
     _reset_amqp()
     yield queue
-    app.conf.task_always_eager, app.conf.task_default_queue = saved
-    _reset_amqp()
-    # Leftovers of a failed test must not wait in the broker forever; the queue
-    # may never have been declared, hence suppress.
+    # Nothing of this test (queue, bindings, leftovers of a failed run) stays in
+    # the broker; a queue that was never declared has no keys, hence suppress.
     with app.connection_for_write() as conn, contextlib.suppress(Exception):
-        conn.default_channel.queue_purge(queue)
+        client = conn.default_channel.client
+        raw = redis.Redis(connection_pool=client.connection_pool)  # unprefixed, to delete whole keys
+        for key in raw.scan_iter(match=f"{queue}:*"):
+            raw.delete(key)
+    app.conf.task_always_eager, app.conf.task_default_queue, app.conf.broker_transport_options = saved
+    _reset_amqp()
 
 
 class Worker:
@@ -107,6 +120,7 @@ def start_worker(broker_queue: str, fake_openai: FakeOpenAI, tmp_path: Path) -> 
                 "DATABASE_URL": database_url(),
                 "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
                 "CELERY_TASK_DEFAULT_QUEUE": broker_queue,
+                "CELERY_BROKER_KEY_PREFIX": f"{broker_queue}:",
                 "MEMPROJ_EMBEDDER": "openai",
                 "MEMPROJ_EMBEDDING_API_BASE": fake_openai.base_url,
                 "MEMPROJ_EMBEDDING_MODEL": "all-MiniLM-L6-v2",
@@ -168,7 +182,8 @@ def in_flight(queue: str) -> bool:
     (kombu's Redis transport keeps unacknowledged messages in the ``unacked`` hash
     as ``[message, exchange, routing_key]`` until the ack.)"""
     with app.connection_for_write() as conn:
-        client = conn.default_channel.client
+        client = conn.default_channel.client  # prefixes the keys of most commands itself ...
         waiting = client.llen(queue)
-        unacked = [json.loads(raw) for raw in client.hvals("unacked")]
+        prefix = getattr(client, "global_keyprefix", "")
+        unacked = [json.loads(raw) for raw in client.hvals(f"{prefix}unacked")]  # ... but not HVALS
     return waiting > 0 or any(entry[2] == queue for entry in unacked)
