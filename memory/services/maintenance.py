@@ -340,7 +340,6 @@ def embeddings_retry(
 
 def memories_reembed(
     *,
-    model_name: str | None = None,
     tenant_id: uuid.UUID | None = None,
     batch_size: int | None = None,
     per_tenant: int | None = None,
@@ -351,7 +350,7 @@ def memories_reembed(
     then embeds the batch; if the embedder fails the rows stay pending and the
     retry sweep finishes them."""
     batch_size, per_tenant = _sizes(batch_size, per_tenant)
-    current = model_name or get_embedder().model_name
+    current = get_embedder().model_name
     stale = Memory.objects.filter(embedding_status=EmbeddingStatus.READY).exclude(embedding_model=current)
     if tenant_id is not None:
         stale = stale.filter(tenant_id=tenant_id)
