@@ -56,6 +56,22 @@ RESPONSE_SCHEMA: dict[str, Any] = {
     },
 }
 
+# Strict structured-output modes accept only a subset of JSON Schema (OpenAI's
+# strict mode rejects some bounds keywords, local servers vary); the server gets
+# the shape, and the bounds are checked here against RESPONSE_SCHEMA.
+_BOUNDS = {"minLength", "maxLength", "minimum", "maximum", "minItems", "maxItems"}
+
+
+def _shape_only(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _shape_only(v) for k, v in schema.items() if k not in _BOUNDS}
+    if isinstance(schema, list):
+        return [_shape_only(v) for v in schema]
+    return schema
+
+
+REQUEST_SCHEMA = _shape_only(RESPONSE_SCHEMA)
+
 SYSTEM_PROMPT = """You consolidate an AI agent's episodic memories into durable long-term memories.
 You receive episodes (things that happened or were said), each with an id.
 Return JSON only, matching the schema:
@@ -119,7 +135,7 @@ class LLMConsolidator:
             "temperature": 0,
             "response_format": {
                 "type": "json_schema",
-                "json_schema": {"name": "consolidation", "strict": True, "schema": RESPONSE_SCHEMA},
+                "json_schema": {"name": "consolidation", "strict": True, "schema": REQUEST_SCHEMA},
             },
         }
         try:

@@ -152,6 +152,7 @@ def test_consolidated_fact_supersedes_through_fact_store(member, fake):
     assert call.body["model"] == "test-model"
     assert call.body["response_format"]["type"] == "json_schema"
     assert call.body["response_format"]["json_schema"]["schema"]["required"] == ["memories", "duplicates"]
+    assert "maxLength" not in json.dumps(call.body["response_format"])  # bounds are checked locally
     assert {e["content"] for e in episodes_in(call.body)} == set(DARK_MODE)
 
 
@@ -197,6 +198,29 @@ def test_llm_malformed_output_is_retried_with_the_error(member, fake):
         pytest.param(
             [ChatStep(content=json.dumps({"memories": [], "duplicates": [["not-an-episode", "x"]]}))],
             id="invented-ids",
+        ),
+        pytest.param(
+            [
+                ChatStep(
+                    content=lambda body: json.dumps(
+                        {
+                            "memories": [
+                                {
+                                    "kind": "rule",
+                                    "content": "Prefer dark mode",
+                                    "subject": "",
+                                    "predicate": "",
+                                    "permanence": "standard",
+                                    "importance": 42,
+                                    "source_ids": [episodes_in(body)[0]["id"]],
+                                }
+                            ],
+                            "duplicates": [],
+                        }
+                    )
+                )
+            ],
+            id="out-of-bounds",
         ),
     ],
 )
