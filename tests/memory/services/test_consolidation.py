@@ -249,3 +249,23 @@ def test_llm_is_chosen_by_settings(settings, fake):
     assert get_consolidator().name == "llm"
     settings.MEMPROJ_CONSOLIDATOR = "offline"
     assert get_consolidator().name == "offline"
+
+
+def test_sweep_serves_tenants_in_turn():
+    tenants = [make_identity(f"tenant-{i}", "member") for i in range(3)]
+    for identity in tenants:
+        store(identity, DARK_MODE)
+    first = consolidation_sweep(consolidator=get_consolidator("offline"), max_tenants=2)
+    assert first.tenants == 2 and first.more  # the third tenant is left for the re-enqueued run
+    second = consolidation_sweep(consolidator=get_consolidator("offline"), max_tenants=2)
+    assert second.tenants == 1 and not second.more
+    assert sorted(Memory.objects.filter(kind="fact").values_list("tenant_id", flat=True)) == sorted(
+        i.caller.tenant_id for i in tenants
+    )
+
+
+def test_llm_server_down_is_transient(member):
+    store(member, DARK_MODE)
+    llm = LLMConsolidator(base_url="http://127.0.0.1:9/v1", model="m", timeout=2)  # nothing listens on port 9
+    with pytest.raises(ConsolidatorUnavailable, match="unreachable"):
+        episodes_consolidate(tenant_id=member.caller.tenant_id, consolidator=llm)
