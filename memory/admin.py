@@ -16,8 +16,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.db.models import Case, FloatField, IntegerField, Q, QuerySet, Value, When
-from django.db.models.expressions import RawSQL
+from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
@@ -123,13 +122,6 @@ class ScopeFilter(admin.SimpleListFilter):
         return queryset.filter(scope=self.value()) if self.value() else None
 
 
-# Same formula as scoring.effective_confidence / retrieval.EFFECTIVE_CONFIDENCE_SQL.
-_EFFECTIVE_SQL = (
-    '"memory_memory"."confidence" * exp(-"memory_memory"."decay_rate" * greatest(0, extract(epoch from '
-    '(%s - coalesce("memory_memory"."last_confirmed_at", "memory_memory"."created_at"))) / 86400.0))'
-)
-
-
 class FactStateFilter(admin.SimpleListFilter):
     """Active facts by effective confidence (the states memory_stats reports)."""
 
@@ -143,15 +135,7 @@ class FactStateFilter(admin.SimpleListFilter):
         value = self.value()
         if value not in ("active", "fading", "expired"):
             return None
-        qs = queryset.filter(kind=Kind.FACT, validity=Validity.ACTIVE).annotate(
-            # Constant SQL; the only value is a bound parameter.
-            effective=RawSQL(_EFFECTIVE_SQL, [timezone.now()], output_field=FloatField())  # noqa: S611
-        )
-        if value == "active":
-            return qs.filter(effective__gte=scoring.FADING_BELOW)
-        if value == "fading":
-            return qs.filter(effective__gte=scoring.EXPIRED_BELOW, effective__lt=scoring.FADING_BELOW)
-        return qs.filter(effective__lt=scoring.EXPIRED_BELOW)
+        return queryset.in_fact_state(value, timezone.now())
 
 
 KNOWN_EVENT_TYPES = (
@@ -169,7 +153,11 @@ KNOWN_EVENT_TYPES = (
     "conflict_accepted",
     "conflict_dismissed",
     "consolidated",
-    "expired",
+    "conflict_detected",
+    "fact_state_changed",
+    "expired_deleted",
+    "tenant_purged",
+    "principal_purged",
 )
 
 

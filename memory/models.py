@@ -5,6 +5,7 @@ that only one kind uses stay empty for the others."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.contrib.postgres.fields import ArrayField
@@ -12,6 +13,7 @@ from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from pgvector.django import HnswIndex, VectorField
 
 if TYPE_CHECKING:
@@ -45,6 +47,15 @@ class EmbeddingStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+def effective_confidence_sql(table: str, now_placeholder: str) -> str:
+    """scoring.effective_confidence over one memory_memory row, in SQL:
+    confidence * exp(-decay_rate * days since last confirmation)."""
+    return (
+        f"{table}.confidence * exp(-{table}.decay_rate * greatest(0, extract(epoch from ({now_placeholder} - "
+        f"coalesce({table}.last_confirmed_at, {table}.created_at))) / 86400.0))"
+    )
+
+
 class MemoryQuerySet(models.QuerySet["Memory"]):
     def for_caller(self, caller: Caller) -> MemoryQuerySet:
         """The one place where the tenant boundary is applied to memories."""
@@ -62,6 +73,26 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
 
     def without_vectors(self) -> MemoryQuerySet:
         return self.defer("embedding", "search_vector")
+
+    def with_effective_confidence(self, now: datetime) -> MemoryQuerySet:
+        sql = effective_confidence_sql('"memory_memory"', "%s")
+        return self.annotate(effective_confidence=RawSQL(sql, [now], output_field=models.FloatField()))  # noqa: S611
+
+    def in_fact_state(self, state: str, now: datetime) -> MemoryQuerySet:
+        """Active facts whose effective confidence puts them in ``state``
+        (active / fading / expired, thresholds from memory.scoring)."""
+        from memory import scoring
+
+        facts = self.filter(kind=Kind.FACT, validity=Validity.ACTIVE).with_effective_confidence(now)
+        if state == "active":
+            return facts.filter(effective_confidence__gte=scoring.FADING_BELOW)
+        if state == "fading":
+            return facts.filter(
+                effective_confidence__gte=scoring.EXPIRED_BELOW, effective_confidence__lt=scoring.FADING_BELOW
+            )
+        if state == "expired":
+            return facts.filter(effective_confidence__lt=scoring.EXPIRED_BELOW)
+        raise ValueError(f"unknown fact state {state!r}")
 
 
 class Memory(models.Model):

@@ -11,14 +11,12 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
+from memory.models import effective_confidence_sql
 from memory.scoring import ChannelHit
 from policy.caller import Caller
 
 # Effective confidence in SQL, the same formula as scoring.effective_confidence.
-EFFECTIVE_CONFIDENCE_SQL = (
-    "m.confidence * exp(-m.decay_rate * greatest(0, extract(epoch from (%(now)s - "
-    "coalesce(m.last_confirmed_at, m.created_at))) / 86400.0))"
-)
+EFFECTIVE_CONFIDENCE_SQL = effective_confidence_sql("m", "%(now)s")
 
 
 @dataclass(frozen=True)

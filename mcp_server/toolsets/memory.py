@@ -14,6 +14,7 @@ from memory.context import build_context
 from memory.errors import MemoryError_
 from memory.models import Memory
 from memory.selectors import memories as reads
+from memory.selectors.conflicts import OpenConflict, conflicts_open_for
 from memory.selectors.memories import ScoredMemory, effective_confidence_of
 from memory.services import memories as writes
 from memory.services import retrieval as reads_with_effects
@@ -40,6 +41,14 @@ Elevate = Annotated[bool, Field(description="Admins only: confirm explicit cross
 
 def error_code(exc: MemoryError_) -> str:
     return exc.code
+
+
+class ConflictRef(BaseModel):
+    id: str
+    kind: str = Field(description="duplicate or contradiction")
+    other_memory_id: str
+    similarity: float | None
+    reason: str
 
 
 class MemoryRecord(BaseModel):
@@ -71,9 +80,13 @@ class MemoryRecord(BaseModel):
     applied_count: int | None = None
     effectiveness_score: float | None = None
     last_applied_at: datetime | None = None
+    open_conflicts: list[ConflictRef] = Field(
+        default_factory=list,
+        description="Likely duplicates/contradictions found in the background; supersede or forget one of the pair.",
+    )
 
 
-def record(memory: Memory) -> MemoryRecord:
+def record(memory: Memory, conflicts: list[OpenConflict] | None = None) -> MemoryRecord:
     base: dict[str, Any] = dict(
         type=memory.kind,
         id=str(memory.id),
@@ -112,6 +125,16 @@ def record(memory: Memory) -> MemoryRecord:
             effectiveness_score=memory.effectiveness_score,
             last_applied_at=memory.last_applied_at,
         )
+    base["open_conflicts"] = [
+        ConflictRef(
+            id=str(c.id),
+            kind=c.kind,
+            other_memory_id=str(c.other_memory_id),
+            similarity=c.similarity,
+            reason=c.reason,
+        )
+        for c in conflicts or []
+    ]
     return MemoryRecord(**base)
 
 
@@ -197,6 +220,7 @@ class Stats(BaseModel):
     rules: dict[str, int]
     episodes: dict[str, Any]
     pending_embeddings: int
+    open_conflicts: int = Field(description="Conflict candidates waiting for review (memory_get shows each pair).")
 
 
 def register(server: MCPServer[Any], ctx: ToolContext) -> None:
@@ -339,8 +363,11 @@ def register(server: MCPServer[Any], ctx: ToolContext) -> None:
         tenant: Tenant = None,
         elevate: Elevate = False,
     ) -> MemoryRecord:
-        """Fetch one memory's full record by type and id (counts as a reference)."""
-        return record(reads_with_effects.memory_get(caller=caller(tenant, elevate), kind=type, memory_id=id))
+        """Fetch one memory's full record by type and id (counts as a reference), including any
+        open conflicts the background check found with other memories."""
+        acting = caller(tenant, elevate)
+        memory = reads_with_effects.memory_get(caller=acting, kind=type, memory_id=id)
+        return record(memory, conflicts_open_for(caller=acting, memory_id=memory.id))
 
     @server.tool()
     @guard

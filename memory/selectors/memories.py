@@ -13,7 +13,7 @@ from django.utils import timezone
 from memory import scoring, validation
 from memory.embeddings import embed_one
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
-from memory.models import Kind, Maturity, Memory, Validity
+from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ChannelHit
 from policy.caller import Caller
@@ -200,14 +200,20 @@ def memory_stats(*, caller: Caller, scope: str | None = None) -> dict:
         superseded=Count("id", filter=Q(validity=Validity.SUPERSEDED)),
         retracted=Count("id", filter=Q(validity=Validity.RETRACTED)),
     )
-    active_facts = (
+    states = (
         base.filter(kind=Kind.FACT)
         .filter(live)
-        .values_list("confidence", "decay_rate", "last_confirmed_at", "created_at")
+        .with_effective_confidence(now)
+        .aggregate(
+            active=Count("id", filter=Q(effective_confidence__gte=scoring.FADING_BELOW)),
+            fading=Count(
+                "id",
+                filter=Q(effective_confidence__gte=scoring.EXPIRED_BELOW)
+                & Q(effective_confidence__lt=scoring.FADING_BELOW),
+            ),
+            expired=Count("id", filter=Q(effective_confidence__lt=scoring.EXPIRED_BELOW)),
+        )
     )
-    states = {"active": 0, "fading": 0, "expired": 0}
-    for confidence, decay_rate, confirmed, created in active_facts.iterator(chunk_size=2000):
-        states[scoring.fact_state(scoring.effective_confidence(confidence, decay_rate, confirmed or created, now))] += 1
 
     rules = base.filter(kind=Kind.RULE).aggregate(
         total=Count("id"),
@@ -222,6 +228,7 @@ def memory_stats(*, caller: Caller, scope: str | None = None) -> dict:
     )
     oldest = episodes.pop("oldest_unconsolidated")
     pending_embeddings = base.exclude(embedding_status="ready").count()
+    open_conflicts = ConflictCandidate.objects.for_caller(caller).open().filter(memory__in=base.values("pk")).count()
     return {
         "scope": scope,
         "facts": {
@@ -247,6 +254,7 @@ def memory_stats(*, caller: Caller, scope: str | None = None) -> dict:
             "oldest_unconsolidated_at": oldest.isoformat() if oldest else None,
         },
         "pending_embeddings": pending_embeddings,
+        "open_conflicts": open_conflicts,
     }
 
 

@@ -26,7 +26,7 @@ from django.db.models.functions import Random, RowNumber
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from memory import scoring
+from memory import scoring, validation
 from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound
 from memory.models import (
@@ -588,7 +588,15 @@ def tenant_import(*, tenant_slug: str, lines: Iterable[str]) -> dict[str, int]:
             elif existing.tenant_id != tenant.pk:
                 raise InvalidArgument(f"principal {row['id']} already exists in another tenant.")
         memories = [
-            _build(Memory, row, tenant_id=tenant.pk, superseded_by_id=None) for row in by_type.get("memory", [])
+            # A legacy 'forgotten' validity comes in as the canonical 'retracted'.
+            _build(
+                Memory,
+                row,
+                tenant_id=tenant.pk,
+                superseded_by_id=None,
+                validity=validation.validity(row.get("validity", "active")),
+            )
+            for row in by_type.get("memory", [])
         ]
         Memory.objects.bulk_create(memories, batch_size=500)
         for row in by_type.get("memory", []):

@@ -348,3 +348,15 @@ async def make_identity_async(factory, *args):
     from asgiref.sync import sync_to_async
 
     return await sync_to_async(factory)(*args)
+
+
+async def test_conflict_candidates_are_visible_to_tools(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        old = await call(client, "memory_store_fact", subject="user", predicate="home_city", content="User lives in Seattle")
+        new = await call(client, "memory_store_fact", subject="user", predicate="current_city", content="User lives in Austin")
+        got = await call(client, "memory_get", type="fact", id=new["id"])
+        stats = await call(client, "memory_stats")
+    # The background check (eager in tests) saw the same subject with different content.
+    assert [c["other_memory_id"] for c in got["open_conflicts"]] == [old["id"]]
+    assert got["open_conflicts"][0]["kind"] in ("contradiction", "duplicate")
+    assert stats["open_conflicts"] == 1

@@ -147,3 +147,17 @@ def test_import_over_existing_rows_imports_nothing(tmp_path):
         call_command("import", tenant="tenant-copy", input=str(path))  # same memory ids already exist
     assert Memory.objects.count() == 1
     assert not Principal.objects.filter(tenant__slug="tenant-copy").exists()
+
+
+def test_import_maps_legacy_forgotten_to_retracted(tmp_path):
+    owner = make_identity("tenant-a", "owner", role="admin")
+    fact = fact_store(caller=owner.caller, subject="user", predicate="pet", content="User has a cat").memory
+    rows = export("tenant-a")
+    call_command("purge", tenant="tenant-a", reason="re-import", yes=True, stdout=io.StringIO())
+    for row in rows:
+        if row["type"] == "memory":
+            row["validity"] = "forgotten"  # written by an older system
+    path = tmp_path / "legacy.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    call_command("import", tenant="tenant-a", input=str(path), stdout=io.StringIO())
+    assert Memory.objects.get(pk=fact.id).validity == "retracted"
