@@ -26,7 +26,17 @@ from django.utils.html import format_html
 
 from memory import scoring
 from memory.errors import MemoryError_
-from memory.models import ConflictCandidate, Kind, LinkKind, Maturity, Memory, MemoryEvent, MemoryLink, Validity
+from memory.models import (
+    ConflictCandidate,
+    Kind,
+    LinkKind,
+    Maturity,
+    Memory,
+    MemoryEvent,
+    MemoryLink,
+    MemoryQuerySet,
+    Validity,
+)
 from memory.selectors.memories import effective_confidence_of, memory_search
 from memory.services.conflicts import conflict_accept, conflict_dismiss
 from memory.services.memories import memory_confirm, memory_forget, memory_restore, memory_supersede
@@ -135,7 +145,7 @@ class FactStateFilter(admin.SimpleListFilter):
         value = self.value()
         if value not in ("active", "fading", "expired"):
             return None
-        return queryset.in_fact_state(value, timezone.now())
+        return cast(MemoryQuerySet, queryset).in_fact_state(value, timezone.now())
 
 
 KNOWN_EVENT_TYPES = (

@@ -83,16 +83,16 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         (active / fading / expired, thresholds from memory.scoring)."""
         from memory import scoring
 
-        facts = self.filter(kind=Kind.FACT, validity=Validity.ACTIVE).with_effective_confidence(now)
-        if state == "active":
-            return facts.filter(effective_confidence__gte=scoring.FADING_BELOW)
-        if state == "fading":
-            return facts.filter(
-                effective_confidence__gte=scoring.EXPIRED_BELOW, effective_confidence__lt=scoring.FADING_BELOW
-            )
-        if state == "expired":
-            return facts.filter(effective_confidence__lt=scoring.EXPIRED_BELOW)
-        raise ValueError(f"unknown fact state {state!r}")
+        bounds = {
+            "active": Q(effective_confidence__gte=scoring.FADING_BELOW),
+            "fading": Q(effective_confidence__gte=scoring.EXPIRED_BELOW, effective_confidence__lt=scoring.FADING_BELOW),
+            "expired": Q(effective_confidence__lt=scoring.EXPIRED_BELOW),
+        }
+        if state not in bounds:
+            raise ValueError(f"unknown fact state {state!r}")
+        return (
+            self.filter(kind=Kind.FACT, validity=Validity.ACTIVE).with_effective_confidence(now).filter(bounds[state])
+        )
 
 
 class Memory(models.Model):
