@@ -287,8 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                    f"(95% paired-bootstrap interval {low:+.3f} .. {high:+.3f}, {len(golds)} dialogues)")
 
         cap_rows = []
-        for cap in ((selectors.DEFAULT_K_VEC, selectors.DEFAULT_K_TXT), (10, 10), (20, 20), (40, 20), (20, 40),
-                    (40, 40), (20, 5), (5, 20)):
+        for cap in ((selectors.DEFAULT_K_VEC, selectors.DEFAULT_K_TXT), (96, 48), (10, 10), (20, 20), (40, 20),
+                    (20, 40), (40, 40), (20, 5), (5, 20)):
             cap_rows.append((f"k_vec={cap[0]} k_txt={cap[1]}",
                              sweep(lambda h: scoring.fuse_rrf(h, scoring.RRF_K), cap)))
         out += ["", f"Channel depth (RRF k={scoring.RRF_K}; a tenant here holds 76 or 84 memories)",

@@ -19,7 +19,7 @@ from memory.scoring import ChannelHit
 from policy.caller import Caller
 
 SEARCH_MODES = ("hybrid", "semantic", "keyword")
-DEFAULT_K_VEC = 96
+DEFAULT_K_VEC = 48
 DEFAULT_K_TXT = 48
 
 
