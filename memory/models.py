@@ -121,6 +121,11 @@ class Memory(models.Model):
     decay_rate = models.FloatField(default=0.0)
     last_confirmed_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # Facts: the state (active / fading / expired by effective confidence) last
+    # recorded, and when decay will next change it; the decay sweep reads only
+    # rows whose time has come (see scoring.fact_state_schedule).
+    fact_state = models.CharField(max_length=16, blank=True)
+    fact_state_changes_at = models.DateTimeField(null=True, blank=True)
 
     # Facts: supersession key.
     subject = models.CharField(max_length=200, blank=True)
@@ -180,6 +185,11 @@ class Memory(models.Model):
             ),
             models.Index(
                 fields=["expires_at"], name="memory_expiry_idx", condition=Q(kind="episode", validity="active")
+            ),
+            models.Index(
+                fields=["fact_state_changes_at"],
+                name="memory_fact_state_due_idx",
+                condition=Q(kind="fact", validity="active", fact_state_changes_at__isnull=False),
             ),
         ]
         constraints = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 # Seed 000: permanence labels map to decay rates (per day); permanent never decays.
 DECAY_RATES: dict[str, float] = {
@@ -54,6 +54,22 @@ def fact_state(effective: float) -> str:
     if effective < FADING_BELOW:
         return "fading"
     return "active"
+
+
+def fact_state_schedule(
+    *, confidence: float, decay_rate: float, confirmed_at: datetime, now: datetime
+) -> tuple[str, datetime | None]:
+    """A fact's state now, and when decay will next move it to another state
+    (None: never). Solving confidence * exp(-rate * days) = threshold for days
+    lets the decay sweep visit only facts whose state is due to change."""
+    state = fact_state(effective_confidence(confidence, decay_rate, confirmed_at, now))
+    threshold = {"active": FADING_BELOW, "fading": EXPIRED_BELOW}.get(state)
+    if threshold is None or decay_rate <= 0 or confidence <= 0:
+        return state, None
+    # One second past the crossing, and never in the past, so the sweep never
+    # finds a fact due again before its state has really changed.
+    crossing = confirmed_at + timedelta(days=math.log(confidence / threshold) / decay_rate, seconds=1)
+    return state, max(crossing, now + timedelta(seconds=1))
 
 
 def rule_effectiveness(success: int, harmful: int) -> float:

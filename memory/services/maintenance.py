@@ -39,7 +39,6 @@ from memory.models import (
     MemoryLink,
     Validity,
 )
-from memory.retrieval import EFFECTIVE_CONFIDENCE_SQL
 from memory.services.memories import memory_embed_batch
 from policy.caller import Caller
 from policy.models import Principal, Tenant
@@ -147,73 +146,45 @@ def episodes_expire(
 
 FACT_STATE_EVENT = "fact_state_changed"
 
-# Candidates whose decayed state differs from the last recorded one. The CASE
-# mirrors scoring.fact_state with its own thresholds (passed in) so the database
-# can skip unchanged facts; each row is re-checked with scoring.fact_state.
-# The f-string only splices the constant EFFECTIVE_CONFIDENCE_SQL; values are parameters.
-_DECAY_SQL = f"""
-WITH cand AS (
-    SELECT m.id, m.tenant_id, e.eff, coalesce(s.last_state, 'active') AS last_state,
-           CASE WHEN e.eff < %(expired)s THEN 'expired'
-                WHEN e.eff < %(fading)s THEN 'fading' ELSE 'active' END AS state
-    FROM memory_memory m
-    CROSS JOIN LATERAL (SELECT {EFFECTIVE_CONFIDENCE_SQL} AS eff) e
-    LEFT JOIN LATERAL (
-        SELECT ev.payload->>'to' AS last_state FROM memory_memoryevent ev
-        WHERE ev.memory_id = m.id AND ev.event_type = %(event_type)s
-        ORDER BY ev.id DESC LIMIT 1
-    ) s ON true
-    WHERE m.kind = 'fact' AND m.validity = 'active'
-), ranked AS (
-    SELECT cand.*, row_number() OVER (PARTITION BY tenant_id ORDER BY eff, id) AS turn
-    FROM cand WHERE state <> last_state
-)
-SELECT id, tenant_id, eff, last_state, (SELECT count(*) FROM ranked) AS total
-FROM ranked WHERE turn <= %(per_tenant)s
-ORDER BY turn, random()
-LIMIT %(batch)s
-"""  # noqa: S608
-
 
 def facts_decay(
     *, now: datetime | None = None, batch_size: int | None = None, per_tenant: int | None = None
 ) -> SweepResult:
     """Record each active fact's state (active / fading / expired by effective
     confidence, seed 000 memory_stats) when it changes: one
-    ``fact_state_changed`` event per transition. Confirming a fact resets its
-    decay clock, and the next sweep records it active again. Facts are not
-    deleted or hidden by decay: retrieval weighs effective confidence itself."""
+    ``fact_state_changed`` event per transition. Only facts whose precomputed
+    ``fact_state_changes_at`` has come are read (an index range scan, however
+    many facts there are); confirming a fact makes it due at once, so the next
+    sweep records it active again. Facts are not deleted or hidden by decay:
+    retrieval weighs effective confidence itself."""
     now = now or timezone.now()
     batch_size, per_tenant = _sizes(batch_size, per_tenant)
+    due = Memory.objects.filter(kind=Kind.FACT, validity=Validity.ACTIVE, fact_state_changes_at__lte=now)
     with transaction.atomic():
         if not _sweep_lock("facts_decay"):
             return SweepResult(skipped=True)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _DECAY_SQL,
-                {
-                    "now": now,
-                    "expired": scoring.EXPIRED_BELOW,
-                    "fading": scoring.FADING_BELOW,
-                    "event_type": FACT_STATE_EVENT,
-                    "per_tenant": per_tenant,
-                    "batch": batch_size,
-                },
-            )
-            rows = cursor.fetchall()
+        ids = fair_batch(due, order_by=["fact_state_changes_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
         changes = []
-        for pk, tenant_id, eff, last_state, _ in rows:
-            state = scoring.fact_state(eff)
-            if state != last_state:
+        facts = list(due.filter(pk__in=ids).without_vectors().select_for_update().order_by("pk"))
+        for fact in facts:
+            confirmed_at = fact.last_confirmed_at or fact.created_at
+            state, next_change = scoring.fact_state_schedule(
+                confidence=fact.confidence, decay_rate=fact.decay_rate, confirmed_at=confirmed_at, now=now
+            )
+            previous = fact.fact_state or "active"
+            if state != previous:
+                effective = scoring.effective_confidence(fact.confidence, fact.decay_rate, confirmed_at, now)
                 changes.append(
                     (
-                        (pk, tenant_id, Kind.FACT),
-                        {"from": last_state, "to": state, "effective_confidence": round(eff, 6)},
+                        (fact.pk, fact.tenant_id, Kind.FACT),
+                        {"from": previous, "to": state, "effective_confidence": round(effective, 6)},
                     )
                 )
+            fact.fact_state, fact.fact_state_changes_at = state, next_change
+        Memory.objects.bulk_update(facts, ["fact_state", "fact_state_changes_at"])
         _audit_rows([c[0] for c in changes], FACT_STATE_EVENT, [c[1] for c in changes])
-    total = rows[0][4] if rows else 0
-    return SweepResult(processed=len(changes), more=total > len(rows), ids=[c[0][0] for c in changes])
+        more = due.exists()
+    return SweepResult(processed=len(changes), more=more, ids=[c[0][0] for c in changes])
 
 
 # --- Rule maturity -------------------------------------------------------------------------

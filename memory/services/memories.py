@@ -171,6 +171,9 @@ def fact_store(
     namespace = [validation.text(part, field="namespace segment", max_chars=200) for part in namespace]
     embedding = _embed_for_store(content)
     now = timezone.now()
+    state, state_changes_at = scoring.fact_state_schedule(
+        confidence=confidence, decay_rate=scoring.DECAY_RATES[permanence], confirmed_at=now, now=now
+    )
     with transaction.atomic():
         _lock_fact_key(caller.tenant_id, namespace, subject, predicate)
         previous = list(
@@ -193,6 +196,8 @@ def fact_store(
             permanence=permanence,
             decay_rate=scoring.DECAY_RATES[permanence],
             last_confirmed_at=now,
+            fact_state=state,
+            fact_state_changes_at=state_changes_at,
             scope=scope,
             tags=tag_list,
             namespace=namespace,
@@ -267,7 +272,12 @@ def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     with transaction.atomic():
         memory = _locked(caller, memory_id, [kind])
         memory.last_confirmed_at = timezone.now()
-        memory.save(update_fields=["last_confirmed_at", "updated_at"])
+        fields = ["last_confirmed_at", "updated_at"]
+        if memory.kind == Kind.FACT:
+            # The decay sweep re-evaluates it now and records the transition back.
+            memory.fact_state_changes_at = memory.last_confirmed_at
+            fields.append("fact_state_changes_at")
+        memory.save(update_fields=fields)
         event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="confirmed")
     return memory
 
@@ -408,7 +418,11 @@ def memory_restore(*, caller: Caller, memory_id: object) -> Memory:
         previous = memory.validity
         memory.validity = Validity.ACTIVE
         memory.superseded_by = None
-        memory.save(update_fields=["validity", "superseded_by", "updated_at"])
+        fields = ["validity", "superseded_by", "updated_at"]
+        if memory.kind == Kind.FACT:
+            memory.fact_state_changes_at = timezone.now()  # decay went on while it was inactive
+            fields.append("fact_state_changes_at")
+        memory.save(update_fields=fields)
         event_append(
             caller=caller,
             tenant_id=caller.tenant_id,
