@@ -10,6 +10,7 @@ from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel, Field
 
 from mcp_server.server import ToolContext, guarded
+from memory import scoring
 from memory.context import build_context
 from memory.errors import MemoryError_
 from memory.models import Memory
@@ -74,6 +75,7 @@ class MemoryRecord(BaseModel):
     decay_rate: float | None = None
     last_confirmed_at: datetime | None = None
     superseded_by: str | None = None
+    fact_state: str | None = Field(default=None, description="active, fading or expired by effective confidence.")
     maturity: str | None = None
     success_count: int | None = None
     harmful_count: int | None = None
@@ -115,6 +117,7 @@ def record(memory: Memory, conflicts: list[OpenConflict] | None = None) -> Memor
             subject=memory.subject,
             predicate=memory.predicate,
             superseded_by=str(memory.superseded_by_id) if memory.superseded_by_id else None,
+            fact_state=scoring.fact_state(base["effective_confidence"]),
         )
     if memory.kind == "rule":
         base.update(

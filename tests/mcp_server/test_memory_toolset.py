@@ -197,6 +197,7 @@ async def test_confirm_resets_decay_clock_and_rejects_episodes(member, mcp_clien
         episode = await call(client, "memory_store_episode", content="chatted", butler="general")
         error = await call_error(client, "memory_confirm", type="episode", id=episode["id"])
     assert decayed["effective_confidence"] == pytest.approx(math.exp(-0.008 * 60), rel=1e-3)
+    assert decayed["fact_state"] == "active"  # 0.62 is above the fading line (0.5)
     assert confirmed["effective_confidence"] == pytest.approx(confirmed["confidence"], rel=1e-6)
     row = await Memory.objects.aget(pk=fact["id"])
     assert (timezone.now() - row.last_confirmed_at).total_seconds() < 60
