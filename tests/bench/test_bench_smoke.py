@@ -41,11 +41,17 @@ def header_cells(output: str, first: str) -> list[str]:
 
 def test_perf_script_prints_its_tables() -> None:
     out = run_script("perf.py")
-    assert header_cells(out, "size") == [
-        "size", "path", "op", "n", "p50_ms", "p95_ms", "max_ms", "goal_p95", "met"
-    ]
-    for op in ("store_episode", "store_fact_supersede", "search_hybrid", "search_semantic", "search_keyword",
-               "recall", "get", "context"):
+    assert header_cells(out, "size") == ["size", "path", "op", "n", "p50_ms", "p95_ms", "max_ms", "goal_p95", "met"]
+    for op in (
+        "store_episode",
+        "store_fact_supersede",
+        "search_hybrid",
+        "search_semantic",
+        "search_keyword",
+        "recall",
+        "get",
+        "context",
+    ):
         assert f"| {op} " in out
     assert "mcp_http" in out
     assert "embed_one" in out and "pgvector_topk" in out
@@ -56,7 +62,15 @@ def test_perf_script_prints_its_tables() -> None:
 def test_quality_script_prints_its_tables() -> None:
     out = run_script("quality.py")
     assert header_cells(out, "system") == [
-        "system", "R@1", "R@5", "R@10", "R@20", "nDCG@1", "nDCG@5", "nDCG@10", "nDCG@20"
+        "system",
+        "R@1",
+        "R@5",
+        "R@10",
+        "R@20",
+        "nDCG@1",
+        "nDCG@5",
+        "nDCG@10",
+        "nDCG@20",
     ]
     for row in ("keyword-only", "vector-only", "hybrid", "authors: bge-m3", "authors: openai"):
         assert row in out

@@ -353,8 +353,12 @@ async def make_identity_async(factory, *args):
 
 async def test_conflict_candidates_are_visible_to_tools(member, mcp_client_for):
     async with mcp_client_for(member) as client:
-        old = await call(client, "memory_store_fact", subject="user", predicate="home_city", content="User lives in Seattle")
-        new = await call(client, "memory_store_fact", subject="user", predicate="current_city", content="User lives in Austin")
+        old = await call(
+            client, "memory_store_fact", subject="user", predicate="home_city", content="User lives in Seattle"
+        )
+        new = await call(
+            client, "memory_store_fact", subject="user", predicate="current_city", content="User lives in Austin"
+        )
         got = await call(client, "memory_get", type="fact", id=new["id"])
         stats = await call(client, "memory_stats")
     # The background check (eager in tests) saw the same subject with different content.
