@@ -18,6 +18,7 @@ from memory import scoring, validation
 from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
+from memory.retrieval import vector_literal
 from memory.services.events import event_append
 from policy.caller import Caller
 
@@ -131,17 +132,22 @@ def _lock_fact_key(tenant_id: uuid.UUID, namespace: Sequence[str], subject: str,
         cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
 
 
-def _supersede(*, caller: Caller, old: Memory, new: Memory, reason: str) -> None:
-    old.validity = Validity.SUPERSEDED
-    old.superseded_by = new
-    old.save(update_fields=["validity", "superseded_by", "updated_at"])
-    event_append(
-        caller=caller,
-        tenant_id=caller.tenant_id,
-        memory=old,
-        event_type="superseded",
-        payload={"superseded_by": str(new.id), "reason": reason},
+def _supersede(*, caller: Caller, old: Sequence[Memory], new_id: uuid.UUID, reason: str) -> None:
+    """The one supersession write: one UPDATE for the replaced rows, and an audit
+    event each. ``new_id`` may name a row inserted later in the same transaction
+    (Django's foreign keys are DEFERRABLE INITIALLY DEFERRED in PostgreSQL)."""
+    Memory.objects.filter(pk__in=[m.pk for m in old]).update(
+        validity=Validity.SUPERSEDED, superseded_by_id=new_id, updated_at=timezone.now()
     )
+    for memory in old:
+        memory.validity, memory.superseded_by_id = Validity.SUPERSEDED, new_id
+        event_append(
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            memory=memory,
+            event_type="superseded",
+            payload={"superseded_by": str(new_id), "reason": reason},
+        )
 
 
 def fact_store(
@@ -182,10 +188,13 @@ def fact_store(
             .without_vectors()
             .select_for_update()
         )
-        # Flip the old row first so the partial unique index sees one active fact.
-        Memory.objects.filter(pk__in=[p.pk for p in previous]).update(validity=Validity.SUPERSEDED)
+        # Retire the old row before inserting, so the partial unique index only
+        # ever sees one active fact; it already points at the id the new row gets.
+        new_id = uuid.uuid4()
+        _supersede(caller=caller, old=previous, new_id=new_id, reason="same subject and predicate")
         memory = _new_memory(
             caller=caller,
+            id=new_id,
             kind=Kind.FACT,
             content=content,
             embedding=embedding,
@@ -204,8 +213,6 @@ def fact_store(
             source=source,
             metadata=metadata or {},
         )
-        for old in previous:
-            _supersede(caller=caller, old=old, new=memory, reason="same subject and predicate")
         event_append(
             caller=caller,
             tenant_id=caller.tenant_id,
@@ -385,7 +392,7 @@ def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: 
             )
         if old.validity == Validity.SUPERSEDED and old.superseded_by_id == new.pk:
             return old  # already done: idempotent
-        _supersede(caller=caller, old=old, new=new, reason=reason)
+        _supersede(caller=caller, old=[old], new_id=new.pk, reason=reason)
     return old
 
 
@@ -452,23 +459,24 @@ def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
             embedding_attempts=F("embedding_attempts") + 1, embedding_error=str(exc)[:2000]
         )
         raise
-    now = timezone.now()
-    done = 0
-    with transaction.atomic():
-        for (pk, _, digest), vector in zip(pending, vectors, strict=True):
-            # Conditional on the same content: an edit in between wins over a stale vector.
-            done += (
-                Memory.objects.filter(pk=pk, content_hash=digest)
-                .exclude(embedding_status=EmbeddingStatus.READY)
-                .update(
-                    embedding=vector,
-                    embedding_model=embedder.model_name,
-                    embedding_status=EmbeddingStatus.READY,
-                    embedding_error="",
-                    updated_at=now,
-                )
-            )
-    return done
+    # One statement for the whole batch. Conditional on the same content (an
+    # edit in between wins over a stale vector) and on the row still waiting.
+    rows = ", ".join(["(%s::uuid, %s, %s::vector)"] * len(pending))
+    params: list[Any] = []
+    for (pk, _, digest), vector in zip(pending, vectors, strict=True):
+        params += [pk, digest, vector_literal(vector)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE memory_memory m
+            SET embedding = v.embedding, embedding_model = %s, embedding_status = 'ready',
+                embedding_error = '', updated_at = %s
+            FROM (VALUES {rows}) AS v(id, content_hash, embedding)
+            WHERE m.id = v.id AND m.content_hash = v.content_hash AND m.embedding_status <> 'ready'
+            """,  # noqa: S608 - only placeholders are spliced in
+            [embedder.model_name, timezone.now(), *params],
+        )
+        return cursor.rowcount
 
 
 def memory_embed(*, memory_id: uuid.UUID) -> bool:
