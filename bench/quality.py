@@ -193,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     from memory.retrieval import RetrievalFilter, channel_hits
     from memory.selectors import memories as selectors
 
+    FUSION_LABEL = (  # noqa: N806 - a label, computed once scoring is importable
+        f"alpha={scoring.ALPHA}" if scoring.FUSION == "alpha" else f"RRF k={scoring.RRF_K}"
+    )
+
     embed_one("warm up")
     memories, dialogues = load_madial(args.data)
     if args.limit:
@@ -215,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             run.append([id_maps[user][item.memory.id] for item in found])
         runs[mode] = run
         label = {"keyword": "memproj keyword-only (tsvector)", "semantic": "memproj vector-only (MiniLM-L6)",
-                 "hybrid": f"memproj hybrid (RRF k={scoring.RRF_K})"}[mode]
+                 "hybrid": f"memproj hybrid ({FUSION_LABEL})"}[mode]
         main_rows.append((label, score_run(golds, run)))
     # Recall path (composite score), episodes only since MADial memories are episodes.
     run = []
@@ -267,8 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         last_run: list[list[int]] = []
 
         fusion_rows = []
-        check = sweep(lambda h: scoring.fuse_rrf(h, scoring.RRF_K), (selectors.DEFAULT_K_VEC, selectors.DEFAULT_K_TXT))
-        if abs(check["nDCG@10"] - dict(main_rows)[f"memproj hybrid (RRF k={scoring.RRF_K})"]["nDCG@10"]) > 1e-9:
+        check = sweep(scoring.fuse, (selectors.DEFAULT_K_VEC, selectors.DEFAULT_K_TXT))
+        if abs(check["nDCG@10"] - dict(main_rows)[f"memproj hybrid ({FUSION_LABEL})"]["nDCG@10"]) > 1e-9:
             print("  note: offline RRF does not reproduce memory_search exactly", file=sys.stderr)
         for k in (1, 10, 30, 60, 100):
             fusion_rows.append((f"RRF k={k}", sweep(lambda h, k=k: scoring.fuse_rrf(h, k))))
@@ -290,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         for cap in ((selectors.DEFAULT_K_VEC, selectors.DEFAULT_K_TXT), (96, 48), (10, 10), (20, 20), (40, 20),
                     (20, 40), (40, 40), (20, 5), (5, 20)):
             cap_rows.append((f"k_vec={cap[0]} k_txt={cap[1]}",
-                             sweep(lambda h: scoring.fuse_rrf(h, scoring.RRF_K), cap)))
-        out += ["", f"Channel depth (RRF k={scoring.RRF_K}; a tenant here holds 76 or 84 memories)",
+                             sweep(scoring.fuse, cap)))
+        out += ["", f"Channel depth ({FUSION_LABEL}; a tenant here holds 76 or 84 memories)",
                 metric_table(cap_rows, "k_vec/k_txt")]
 
         # Composite weights (recall). MADial memories carry no importance or
@@ -308,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for label, weights in weight_sets.items():
             def composite(h, when, w=weights) -> float:  # type: ignore[no-untyped-def]
-                return (w["relevance"] * scoring.fuse_rrf(h) + w["importance"] * 0.5
+                return (w["relevance"] * scoring.fuse(h) + w["importance"] * 0.5
                         + w["recency"] * scoring.recency(when, DIALOGUE_TIME) + w["confidence"] * 1.0)
 
             run = []

@@ -56,7 +56,7 @@ def _relevance(hit: ChannelHit, mode: str) -> float:
     if mode == "keyword":
         value = hit.text_rank_value or 0.0
         return value / (1.0 + value)
-    return scoring.fuse_rrf(hit)
+    return scoring.fuse(hit)
 
 
 def query_vector(query: str, mode: str) -> list[float] | None:
@@ -138,7 +138,7 @@ def memory_search(
 def composite_rank(candidates: list[tuple[Memory, ChannelHit]], now: datetime) -> list[ScoredMemory]:
     out = []
     for memory, hit in candidates:
-        relevance = scoring.fuse_rrf(hit)
+        relevance = scoring.fuse(hit)
         confidence = effective_confidence_of(memory, now)
         reference_time = memory.last_confirmed_at or memory.created_at
         out.append(
