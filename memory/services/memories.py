@@ -259,7 +259,7 @@ def rule_store(
     return memory
 
 
-def _locked(caller: Caller, memory_id: object, kinds: Iterable[str]) -> Memory:
+def memory_lock(*, caller: Caller, memory_id: object, kinds: Iterable[str]) -> Memory:
     """Load one of the caller's memories FOR UPDATE (inside a transaction)."""
     kinds = list(kinds)
     pk = validation.memory_id(memory_id)
@@ -277,7 +277,7 @@ def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     if kind == Kind.EPISODE:
         raise InvalidArgument("episodes have no confidence decay, so they cannot be confirmed; confirm a fact or rule.")
     with transaction.atomic():
-        memory = _locked(caller, memory_id, [kind])
+        memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
         memory.last_confirmed_at = timezone.now()
         fields = ["last_confirmed_at", "updated_at"]
         if memory.kind == Kind.FACT:
@@ -296,7 +296,7 @@ def rule_record_outcome(*, caller: Caller, rule_id: object, helpful: bool, reaso
     if reason is not None:
         reason = validation.text(reason, field="reason", max_chars=2000)
     with transaction.atomic():
-        rule = _locked(caller, rule_id, [Kind.RULE])
+        rule = memory_lock(caller=caller, memory_id=rule_id, kinds=[Kind.RULE])
         before = rule.maturity
         if helpful:
             rule.success_count += 1
@@ -342,7 +342,7 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     _require_write(caller)
     kind = validation.kind(kind)
     with transaction.atomic():
-        memory = _locked(caller, memory_id, [kind])
+        memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
         previous = memory.validity
         memory.validity = Validity.RETRACTED
         memory.save(update_fields=["validity", "updated_at"])
@@ -401,7 +401,7 @@ def memory_restore(*, caller: Caller, memory_id: object) -> Memory:
     if no other active fact holds its subject+predicate."""
     _require_write(caller)
     with transaction.atomic():
-        memory = _locked(caller, memory_id, Kind.values)
+        memory = memory_lock(caller=caller, memory_id=memory_id, kinds=Kind.values)
         if memory.validity == Validity.ACTIVE:
             return memory
         if memory.kind == Kind.FACT:

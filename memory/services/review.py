@@ -11,26 +11,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from memory import scoring, validation
-from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
+from memory.errors import EmbeddingUnavailable, InvalidArgument, PermissionDenied
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, MemoryEvent
 from memory.services.events import event_append
-from memory.services.memories import memory_embed
+from memory.services.memories import memory_embed, memory_lock
 from policy.caller import Caller
 
 
 def _require_admin(caller: Caller) -> None:
     if not caller.is_admin or not caller.has_scope("write"):
         raise PermissionDenied("only a tenant admin may do this; ask an admin of this tenant.")
-
-
-def _locked(caller: Caller, memory_id: object, kinds: list[str]) -> Memory:
-    pk = validation.memory_id(memory_id)
-    memory = (
-        Memory.objects.for_caller(caller).filter(pk=pk, kind__in=kinds).without_vectors().select_for_update().first()
-    )
-    if memory is None:
-        raise NotFound(f"no {' or '.join(kinds)} with id {pk} in this tenant.")
-    return memory
 
 
 def rule_set_maturity(*, caller: Caller, rule_id: object, maturity: str, reason: str = "") -> Memory:
@@ -43,7 +33,7 @@ def rule_set_maturity(*, caller: Caller, rule_id: object, maturity: str, reason:
     if reason:
         reason = validation.text(reason, field="reason", max_chars=2000)
     with transaction.atomic():
-        rule = _locked(caller, rule_id, [Kind.RULE])
+        rule = memory_lock(caller=caller, memory_id=rule_id, kinds=[Kind.RULE])
         before = rule.maturity
         if before == maturity:
             return rule
@@ -70,7 +60,7 @@ def memory_reembed(*, caller: Caller, memory_id: object) -> tuple[Memory, bool]:
     Returns the memory and whether it has a fresh vector now."""
     _require_admin(caller)
     with transaction.atomic():
-        memory = _locked(caller, memory_id, list(Kind.values))
+        memory = memory_lock(caller=caller, memory_id=memory_id, kinds=Kind.values)
         previous_model = memory.embedding_model
         memory.embedding_status = EmbeddingStatus.PENDING
         memory.embedding_error = ""
