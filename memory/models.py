@@ -124,7 +124,7 @@ class Memory(models.Model):
     # Facts: the state (active / fading / expired by effective confidence) last
     # recorded, and when decay will next change it; the decay sweep reads only
     # rows whose time has come (see scoring.fact_state_schedule).
-    fact_state = models.CharField(max_length=16, blank=True)
+    fact_state = models.CharField(max_length=16, blank=True, db_default="")
     fact_state_changes_at = models.DateTimeField(null=True, blank=True)
 
     # Facts: supersession key.
