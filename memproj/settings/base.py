@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import environ
-from celery.schedules import crontab  # noqa: F401  (used by workers.schedule through settings)
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
