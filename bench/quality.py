@@ -112,7 +112,7 @@ def load_madial(data_dir: Path) -> tuple[dict[int, list[dict]], list[dict]]:
     authors' scripts) and the dialogues."""
     memories: dict[int, list[dict]] = {1: [], 2: []}
     for line_no, record in enumerate(read_jsonl(data_dir / "data_en" / "MADial-Bench-en-memory.json")):
-        (key, value), = record.items()
+        ((key, value),) = record.items()
         memories[1 if line_no < 76 else 2].append(dict(value, id=int(key)))
     dialogues = read_jsonl(data_dir / "data_en" / "MADial-Bench-en-dialogue.json")
     return memories, dialogues
@@ -158,8 +158,9 @@ def madial_ids(caller) -> dict[uuid.UUID, int]:  # type: ignore[no-untyped-def]
 # --------------------------------------------------------------------------- sweeps
 
 
-def ranked_by(candidates: list[tuple[uuid.UUID, object, datetime]], key: Callable[[object], float],
-              id_map: dict[uuid.UUID, int]) -> list[int]:
+def ranked_by(
+    candidates: list[tuple[uuid.UUID, object, datetime]], key: Callable[[object], float], id_map: dict[uuid.UUID, int]
+) -> list[int]:
     """Order as memory_search does: score DESC, created_at DESC, id ASC."""
     ordered = sorted(candidates, key=lambda c: (-round(key(c[1]), 12), -c[2].timestamp(), str(c[0])))
     return [id_map[pk] for pk, _, _ in ordered][:20]
@@ -185,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"MADial-Bench data not found in {args.data} (set --data or MEMPROJ_MADIAL_DIR)", file=sys.stderr)
         return 2
     _common.setup_django(db_name="memproj_bench_quality")
+    from django.conf import settings
     from django.utils import timezone
 
     from memory import scoring
@@ -194,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     from memory.selectors import memories as selectors
 
     FUSION_LABEL = (  # noqa: N806 - a label, computed once scoring is importable
-        f"alpha={scoring.ALPHA}" if scoring.FUSION == "alpha" else f"RRF k={scoring.RRF_K}"
+        f"alpha={settings.MEMPROJ['FUSION_ALPHA']}"
+        if settings.MEMPROJ["FUSION"] == "alpha"
+        else f"RRF k={scoring.RRF_K}"
     )
 
     embed_one("warm up")
@@ -218,8 +222,11 @@ def main(argv: list[str] | None = None) -> int:
             found = selectors.memory_search(caller=callers[user], query=text, mode=mode, limit=20, types=["episode"])
             run.append([id_maps[user][item.memory.id] for item in found])
         runs[mode] = run
-        label = {"keyword": "memproj keyword-only (tsvector)", "semantic": "memproj vector-only (MiniLM-L6)",
-                 "hybrid": f"memproj hybrid ({FUSION_LABEL})"}[mode]
+        label = {
+            "keyword": "memproj keyword-only (tsvector)",
+            "semantic": "memproj vector-only (MiniLM-L6)",
+            "hybrid": f"memproj hybrid ({FUSION_LABEL})",
+        }[mode]
         main_rows.append((label, score_run(golds, run)))
     # Recall path (composite score), episodes only since MADial memories are episodes.
     run = []
@@ -240,8 +247,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"{filename}: line order differs from the dialogue file")
         ref_rows.append((f"authors: {name}", score_run(golds, [e["top-20-ids"] for e in lists])))
 
-    out = [f"memproj retrieval quality - MADial-Bench (en) memory recall - {len(queries)} dialogues - "
-           f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC", ""]
+    out = [
+        f"memproj retrieval quality - MADial-Bench (en) memory recall - {len(queries)} dialogues - "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        "",
+    ]
     out.append("Recall@k and nDCG@k")
     out.append(metric_table(main_rows + ref_rows))
 
@@ -253,8 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         for text, user, _ in queries:
             caller = callers[user]
             flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
-            hits = channel_hits(caller=caller, flt=flt, query_text=text, query_vector=embed_one(text),
-                                k_vec=500, k_txt=500)
+            hits = channel_hits(
+                caller=caller, flt=flt, query_text=text, query_vector=embed_one(text), k_vec=500, k_txt=500
+            )
             created = dict(Memory.objects.filter(pk__in=list(hits)).values_list("id", "created_at"))
             wide.append(([(pk, hit, created[pk]) for pk, hit in hits.items()], id_maps[user]))
 
@@ -287,16 +298,29 @@ def main(argv: list[str] | None = None) -> int:
         sweep(lambda h: scoring.fuse_rrf(h, scoring.RRF_K))
         per_rrf = [ndcg_at(g, r, 10) for g, r in zip(golds, last_run, strict=True)]
         low, mean, high = paired_bootstrap(per_alpha, per_rrf)
-        out.append(f"{best[0]} minus RRF k={scoring.RRF_K}, nDCG@10: {mean:+.3f} "
-                   f"(95% paired-bootstrap interval {low:+.3f} .. {high:+.3f}, {len(golds)} dialogues)")
+        out.append(
+            f"{best[0]} minus RRF k={scoring.RRF_K}, nDCG@10: {mean:+.3f} "
+            f"(95% paired-bootstrap interval {low:+.3f} .. {high:+.3f}, {len(golds)} dialogues)"
+        )
 
         cap_rows = []
-        for cap in ((selectors.DEFAULT_K_VEC, selectors.DEFAULT_K_TXT), (96, 48), (10, 10), (20, 20), (40, 20),
-                    (20, 40), (40, 40), (20, 5), (5, 20)):
-            cap_rows.append((f"k_vec={cap[0]} k_txt={cap[1]}",
-                             sweep(scoring.fuse, cap)))
-        out += ["", f"Channel depth ({FUSION_LABEL}; a tenant here holds 76 or 84 memories)",
-                metric_table(cap_rows, "k_vec/k_txt")]
+        for cap in (
+            (selectors.DEFAULT_K_VEC, selectors.DEFAULT_K_TXT),
+            (96, 48),
+            (10, 10),
+            (20, 20),
+            (40, 20),
+            (20, 40),
+            (40, 40),
+            (20, 5),
+            (5, 20),
+        ):
+            cap_rows.append((f"k_vec={cap[0]} k_txt={cap[1]}", sweep(scoring.fuse, cap)))
+        out += [
+            "",
+            f"Channel depth ({FUSION_LABEL}; a tenant here holds 76 or 84 memories)",
+            metric_table(cap_rows, "k_vec/k_txt"),
+        ]
 
         # Composite weights (recall). MADial memories carry no importance or
         # confidence signal (all equal), so only relevance vs recency moves the
@@ -305,27 +329,42 @@ def main(argv: list[str] | None = None) -> int:
         weight_sets = {
             "default " + "/".join(f"{v:g}" for v in scoring.RECALL_WEIGHTS.values()): dict(scoring.RECALL_WEIGHTS),
             "relevance only 1/0/0/0": {"relevance": 1.0, "importance": 0.0, "recency": 0.0, "confidence": 0.0},
-            "before issue 5 0.5/0.15/0.15/0.2": {"relevance": 0.5, "importance": 0.15, "recency": 0.15,
-                                                 "confidence": 0.2},
+            "before issue 5 0.5/0.15/0.15/0.2": {
+                "relevance": 0.5,
+                "importance": 0.15,
+                "recency": 0.15,
+                "confidence": 0.2,
+            },
             "0.7/0.1/0.05/0.15": {"relevance": 0.7, "importance": 0.1, "recency": 0.05, "confidence": 0.15},
             "0.4/0.15/0.25/0.2": {"relevance": 0.4, "importance": 0.15, "recency": 0.25, "confidence": 0.2},
         }
         for label, weights in weight_sets.items():
+
             def composite(h, when, w=weights) -> float:  # type: ignore[no-untyped-def]
-                return (w["relevance"] * scoring.fuse(h) + w["importance"] * 0.5
-                        + w["recency"] * scoring.recency(when, DIALOGUE_TIME) + w["confidence"] * 1.0)
+                return (
+                    w["relevance"] * scoring.fuse(h)
+                    + w["importance"] * 0.5
+                    + w["recency"] * scoring.recency(when, DIALOGUE_TIME)
+                    + w["confidence"] * 1.0
+                )
 
             run = []
             for cands, id_map in wide:
                 scored = [(pk, composite(h, c), c) for pk, h, c in cands]
                 run.append(ranked_by([(pk, s, c) for pk, s, c in scored], lambda s: s, id_map))
             weight_rows.append((label, score_run(golds, run)))
-        out += ["", "Recall composite weights relevance/importance/recency/confidence (now = dialogue date)",
-                metric_table(weight_rows, "weights")]
+        out += [
+            "",
+            "Recall composite weights relevance/importance/recency/confidence (now = dialogue date)",
+            metric_table(weight_rows, "weights"),
+        ]
         figures.update(fusion=dict(fusion_rows), depth=dict(cap_rows), weights=dict(weight_rows))
 
-    out += ["", "Other public conversational-memory retrieval sets: none available offline with a permissive "
-            "license (LoCoMo is CC BY-NC; LongMemEval is MIT but only downloadable from a hub at run time)."]
+    out += [
+        "",
+        "Other public conversational-memory retrieval sets: none available offline with a permissive "
+        "license (LoCoMo is CC BY-NC; LongMemEval is MIT but only downloadable from a hub at run time).",
+    ]
     print("\n".join(out))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

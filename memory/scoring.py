@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -39,9 +38,8 @@ RECENCY_HALF_LIFE_DAYS = 30.0
 # Hybrid fusion. The alpha blend beat reciprocal-rank fusion at every k on
 # MADial-Bench (nDCG@10 0.654 vs 0.602, paired-bootstrap 95% interval of the
 # gain +0.025..+0.082; docs/benchmarks.md), so it is the default; RRF stays
-# available (MEMPROJ_FUSION=rrf) and for tenant policies that ask for it.
-FUSION = os.environ.get("MEMPROJ_FUSION", "alpha")
-ALPHA = float(os.environ.get("MEMPROJ_FUSION_ALPHA", "0.7"))
+# available (MEMPROJ_FUSION=rrf) and for tenant policies that ask for it. The
+# choice and alpha are settings (MEMPROJ["FUSION"], MEMPROJ["FUSION_ALPHA"]).
 RRF_K = 60
 
 
@@ -146,8 +144,11 @@ def fuse_rrf(hit: ChannelHit, k: int = RRF_K) -> float:
 
 
 def fuse(hit: ChannelHit) -> float:
-    """Hybrid relevance in [0, 1] with the configured fusion."""
-    return fuse_rrf(hit) if FUSION == "rrf" else fuse_alpha(hit, ALPHA)
+    """Hybrid relevance in [0, 1] with the configured fusion (settings.MEMPROJ)."""
+    from django.conf import settings
+
+    conf = settings.MEMPROJ
+    return fuse_rrf(hit) if conf["FUSION"] == "rrf" else fuse_alpha(hit, conf["FUSION_ALPHA"])
 
 
 def fuse_alpha(hit: ChannelHit, alpha: float) -> float:

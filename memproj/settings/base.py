@@ -137,6 +137,9 @@ MEMPROJ = {
         "rules": env.float("MEMPROJ_CONTEXT_QUOTA_RULES", default=0.3),
         "episodes": env.float("MEMPROJ_CONTEXT_QUOTA_EPISODES", default=0.2),
     },
+    # Hybrid fusion (memory/scoring.py; chosen on MADial-Bench, docs/benchmarks.md).
+    "FUSION": env.str("MEMPROJ_FUSION", default="alpha"),
+    "FUSION_ALPHA": env.float("MEMPROJ_FUSION_ALPHA", default=0.7),
     "MAX_CONTENT_CHARS": env.int("MEMPROJ_MAX_CONTENT_CHARS", default=16_000),
     "MAX_QUERY_CHARS": env.int("MEMPROJ_MAX_QUERY_CHARS", default=2_000),
     "MAX_TAGS": 32,
