@@ -483,33 +483,21 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
 
     def _review(self, request: HttpRequest, obj: Memory, action: str) -> str:
         tenant_id = obj.tenant_id
-        if action == "confirm":
-            run_review(
-                request,
-                tenant_id=tenant_id,
-                action=action,
-                memory=obj,
-                call=lambda c: memory_confirm(caller=c, kind=obj.kind, memory_id=obj.pk),
-            )
-            return "Confirmed: its confidence decays from now on."
-        if action == "retract":
-            run_review(
-                request,
-                tenant_id=tenant_id,
-                action=action,
-                memory=obj,
-                call=lambda c: memory_forget(caller=c, kind=obj.kind, memory_id=obj.pk),
-            )
-            return "Retracted: retrieval no longer returns it."
-        if action == "restore":
-            run_review(
-                request,
-                tenant_id=tenant_id,
-                action=action,
-                memory=obj,
-                call=lambda c: memory_restore(caller=c, memory_id=obj.pk),
-            )
-            return "Restored to active."
+        simple: dict[str, tuple[Callable[[Caller], Any], str]] = {
+            "confirm": (
+                lambda c: memory_confirm(caller=c, kind=obj.kind, memory_id=obj.pk),
+                "Confirmed: its confidence decays from now on.",
+            ),
+            "retract": (
+                lambda c: memory_forget(caller=c, kind=obj.kind, memory_id=obj.pk),
+                "Retracted: retrieval no longer returns it.",
+            ),
+            "restore": (lambda c: memory_restore(caller=c, memory_id=obj.pk), "Restored to active."),
+        }
+        if action in simple:
+            call, message = simple[action]
+            run_review(request, tenant_id=tenant_id, action=action, memory=obj, call=call)
+            return message
         if action == "supersede":
             replacement = request.POST.get("replacement", "").strip()
             reason = request.POST.get("reason", "").strip()[:200] or "admin review"
