@@ -135,13 +135,17 @@ class Memory(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="supersedes"
     )
 
-    # Rules: outcome counters and maturity.
+    # Outcome counters, one set for every dialect's feedback (memory.outcomes):
+    # successes are fractional (roampal's partial = 0.5), applied_count is
+    # roampal's `uses`, outcome_score its learned score, utility pce's critic.
     maturity = models.CharField(max_length=16, choices=Maturity.choices, blank=True)
-    success_count = models.IntegerField(default=0)
+    success_count = models.FloatField(default=0.0)
     harmful_count = models.IntegerField(default=0)
     applied_count = models.IntegerField(default=0)
     effectiveness_score = models.FloatField(default=0.0)
     last_applied_at = models.DateTimeField(null=True, blank=True)
+    outcome_score = models.FloatField(default=0.5, db_default=0.5)
+    utility = models.FloatField(default=0.0, db_default=0.0)
 
     reference_count = models.IntegerField(default=0)
     last_referenced_at = models.DateTimeField(null=True, blank=True)
@@ -295,6 +299,33 @@ class ConflictCandidate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.memory_id} ~ {self.other_id} ({self.status})"
+
+
+class OutcomeReport(models.Model):
+    """One outcome signal as received, so that a client's retry (pce's
+    (claim_id, time bucket) idempotency, or any dialect's idempotency key) is
+    applied once: the unique key makes a second report a no-op."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="outcome_reports")
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="outcome_reports")
+    signal = models.CharField(max_length=16)
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    actor_principal_id = models.UUIDField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["memory", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="outcome_report_idempotent",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.signal} {self.memory_id}"
 
 
 class LinkKind(models.TextChoices):

@@ -157,3 +157,26 @@ def fuse_alpha(hit: ChannelHit, alpha: float) -> float:
     s_txt = hit.text_rank_value or 0.0
     s_txt = s_txt / (1.0 + s_txt)  # ts_rank_cd is unbounded; squash to [0, 1)
     return alpha * s_vec + (1.0 - alpha) * s_txt
+
+
+# Outcome learning (seed 003 roampal v0.3.5, shared by every dialect's feedback).
+UNSCORED_OUTCOME_SCORE = 0.5  # roampal: an unscored memory starts at 0.5
+OUTCOME_SCALE_DAYS = 30.0
+WILSON_Z = 1.96
+
+
+def outcome_score_after(score: float, delta: float, days_since_used: float) -> float:
+    """roampal: score += delta / (1 + days since last use / 30), clamped to [0, 1]."""
+    return min(1.0, max(0.0, score + delta / (1.0 + days_since_used / OUTCOME_SCALE_DAYS)))
+
+
+def wilson_lower_bound(successes: float, uses: int, z: float = WILSON_Z) -> float:
+    """Lower bound of the Wilson score interval; 0.5 for an unused memory (seed 003).
+    Reference values: (1, 1) 0.2065, (90, 100) 0.8256, (50, 100) 0.4038."""
+    if uses <= 0:
+        return 0.5
+    p = min(1.0, max(0.0, successes / uses))
+    denominator = 1 + z * z / uses
+    centre = p + z * z / (2 * uses)
+    margin = z * math.sqrt((p * (1 - p) + z * z / (4 * uses)) / uses)
+    return (centre - margin) / denominator
