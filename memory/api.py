@@ -4,10 +4,14 @@ imports models, scoring or other core modules, so every rule (supersession,
 outcome counters, scopes, namespaces, TTLs, boundary classes, ranking) exists
 once, behind this surface.
 
-Writes: ``episode_store``, ``fact_store``, ``rule_store``, ``memory_supersede``,
-``memory_confirm``, ``memory_forget``, ``memory_feedback``.
+Writes: ``episode_store``, ``fact_store`` (keyed by subject+predicate, by a
+subject alone, or keyless), ``rule_store``, ``memory_supersede``,
+``memory_confirm``, ``memory_forget``, ``fact_retract_by_key``, ``memory_feedback``.
 Reads: ``memory_search``, ``memory_recall``, ``build_context``, ``memory_get``,
-``memory_fetch`` (no side effects), ``memory_stats``, ``conflicts_open_for``.
+``memory_fetch`` (no side effects), ``memory_stats``, ``conflicts_open_for``,
+``memory_list_recent``, ``memory_similar``, ``memory_supersedes_map``,
+``fact_get_by_key``, ``namespaces_list``; ``memory_search_accessed`` and
+``memory_list_recent_accessed`` also move ``accessed_at`` of what they return.
 Read model: ``MemoryView`` / ``memory_view`` with every derived value computed
 in one place (effective confidence, fact state, effectiveness, Wilson score).
 """
@@ -19,19 +23,30 @@ from memory.errors import DomainError, EmbeddingUnavailable, InvalidArgument, No
 from memory.outcomes import Signal
 from memory.read_model import MemoryView, memory_view
 from memory.selectors.conflicts import OpenConflict, conflicts_open_for
-from memory.selectors.memories import ScoredMemory, memory_fetch, memory_search, memory_stats
+from memory.selectors.memories import (
+    ScoredMemory,
+    fact_get_by_key,
+    memory_fetch,
+    memory_list_recent,
+    memory_search,
+    memory_similar,
+    memory_stats,
+    memory_supersedes_map,
+    namespaces_list,
+)
 from memory.services.events import event_append
 from memory.services.feedback import FeedbackResult, memory_feedback
 from memory.services.memories import (
     FactStoreResult,
     episode_store,
+    fact_retract_by_key,
     fact_store,
     memory_confirm,
     memory_forget,
     memory_supersede,
     rule_store,
 )
-from memory.services.retrieval import memory_get, memory_recall
+from memory.services.retrieval import memory_get, memory_list_recent_accessed, memory_recall, memory_search_accessed
 from policy.caller import Caller
 
 __all__ = [
@@ -51,17 +66,25 @@ __all__ = [
     "conflicts_open_for",
     "elevation_audit",
     "episode_store",
+    "fact_get_by_key",
+    "fact_retract_by_key",
     "fact_store",
     "memory_confirm",
     "memory_feedback",
     "memory_fetch",
     "memory_forget",
     "memory_get",
+    "memory_list_recent",
+    "memory_list_recent_accessed",
     "memory_recall",
     "memory_search",
+    "memory_search_accessed",
+    "memory_similar",
     "memory_stats",
     "memory_supersede",
+    "memory_supersedes_map",
     "memory_view",
+    "namespaces_list",
     "rule_store",
 ]
 

@@ -45,7 +45,8 @@ def render_line(item: ScoredMemory) -> str:
     memory = item.memory
     short_id = str(memory.id)
     if memory.kind == Kind.FACT:
-        return f"- [fact {short_id}] {memory.subject} / {memory.predicate}: {memory.content}"
+        key = " / ".join(part for part in (memory.subject, memory.predicate) if part)
+        return f"- [fact {short_id}] {key + ': ' if key else ''}{memory.content}"
     if memory.kind == Kind.RULE:
         if memory.maturity == "anti_pattern":
             return f"- [rule {short_id}] AVOID (proven harmful): {memory.content}"

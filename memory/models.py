@@ -127,7 +127,9 @@ class Memory(models.Model):
     fact_state = models.CharField(max_length=16, blank=True, db_default="")
     fact_state_changes_at = models.DateTimeField(null=True, blank=True)
 
-    # Facts: supersession key.
+    # Facts: supersession key. A fact without one (both empty: memento's
+    # memories) is never superseded automatically; a LangGraph store item's key
+    # is its subject, with an empty predicate.
     subject = models.CharField(max_length=200, blank=True)
     predicate = models.CharField(max_length=200, blank=True)
     validity = models.CharField(max_length=16, choices=Validity.choices, default=Validity.ACTIVE)
@@ -149,6 +151,9 @@ class Memory(models.Model):
 
     reference_count = models.IntegerField(default=0)
     last_referenced_at = models.DateTimeField(null=True, blank=True)
+    # When a reader last got this memory back from a search, list, recall or
+    # get (memento's accessed_at); null means never since it was stored.
+    accessed_at = models.DateTimeField(null=True, blank=True)
     consolidated_at = models.DateTimeField(null=True, blank=True)
 
     embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
@@ -200,10 +205,10 @@ class Memory(models.Model):
             # Seed 000 supersession: at most one active fact per subject+predicate
             # (inside a tenant and namespace). The service serialises writers with
             # an advisory lock; this index is the backstop that makes a race
-            # impossible rather than unlikely.
+            # impossible rather than unlikely. Keyless facts are not keyed.
             models.UniqueConstraint(
                 fields=["tenant", "namespace", "subject", "predicate"],
-                condition=Q(kind="fact", validity="active"),
+                condition=Q(kind="fact", validity="active") & ~Q(subject=""),
                 name="memory_one_active_fact_per_key",
             ),
             models.CheckConstraint(condition=Q(kind__in=Kind.values), name="memory_kind_valid"),
@@ -215,9 +220,10 @@ class Memory(models.Model):
                 condition=Q(confidence__gte=0) & Q(confidence__lte=1), name="memory_confidence_range"
             ),
             models.CheckConstraint(condition=Q(decay_rate__gte=0), name="memory_decay_rate_nonnegative"),
+            # A predicate needs a subject; a fact may have neither (keyless).
             models.CheckConstraint(
-                condition=~Q(kind="fact") | (~Q(subject="") & ~Q(predicate="")),
-                name="memory_fact_has_key",
+                condition=~Q(kind="fact") | ~Q(subject="") | Q(predicate=""),
+                name="memory_fact_key_shape",
             ),
         ]
 

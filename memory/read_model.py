@@ -22,6 +22,7 @@ class MemoryView:
     fact_state: str | None  # active / fading / expired, facts only
     effectiveness: float | None  # rules: success / (success + 4 x harmful + 0.01)
     wilson: float  # lower bound of the success rate over uses (0.5 when unused)
+    accessed_at: datetime  # last returned by a read; its creation until then
 
 
 def effective_confidence_of(memory: Memory, now: datetime) -> float | None:
@@ -40,4 +41,5 @@ def memory_view(memory: Memory, now: datetime | None = None) -> MemoryView:
         fact_state=scoring.fact_state(effective) if memory.kind == Kind.FACT and effective is not None else None,
         effectiveness=memory.effectiveness_score if memory.kind == Kind.RULE else None,
         wilson=scoring.wilson_lower_bound(memory.success_count, memory.applied_count),
+        accessed_at=memory.accessed_at or memory.created_at,
     )

@@ -4,10 +4,12 @@ effective confidence in SQL, fused with the formulas of ``memory.scoring``."""
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -29,6 +31,11 @@ class RetrievalFilter:
     tags_all: Sequence[str] | None = None
     min_confidence: float | None = None
     exclude_maturity: Sequence[str] | None = None
+    # LangGraph store semantics: namespaces starting with this tuple.
+    namespace_prefix: Sequence[str] | None = None
+    # Equality on stored attributes: ``source`` is the column, any other key a
+    # top-level key of ``metadata`` (langmem's ``filter={"category": ...}``).
+    attributes: Mapping[str, Any] | None = None
 
 
 def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
@@ -54,6 +61,17 @@ def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
     if flt.min_confidence is not None:
         clauses.append(f"{EFFECTIVE_CONFIDENCE_SQL} >= %(min_conf)s")
         params["min_conf"] = flt.min_confidence
+    if flt.namespace_prefix:
+        clauses.append("m.namespace[1:%(ns_depth)s] = %(ns_prefix)s::varchar[]")
+        params["ns_depth"], params["ns_prefix"] = len(flt.namespace_prefix), list(flt.namespace_prefix)
+    if flt.attributes:
+        attributes = dict(flt.attributes)
+        if "source" in attributes:
+            clauses.append("m.source = %(attr_source)s")
+            params["attr_source"] = str(attributes.pop("source"))
+        if attributes:
+            clauses.append("m.metadata @> %(attr_metadata)s::jsonb")
+            params["attr_metadata"] = json.dumps(attributes)
     if flt.exclude_maturity:
         clauses.append("NOT (m.maturity = ANY(%(excl_maturity)s))")
         params["excl_maturity"] = list(flt.exclude_maturity)

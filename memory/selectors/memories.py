@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Count, Min, Q
 from django.utils import timezone
+from pgvector.django import CosineDistance
 
 from memory import scoring, validation
 from memory.embeddings import embed_one
@@ -90,8 +92,13 @@ def memory_search(
     min_confidence: float | None = None,
     namespace: Sequence[str] | None = None,
     tags: Sequence[str] | None = None,
+    namespace_prefix: Sequence[str] | None = None,
+    attributes: Mapping[str, Any] | None = None,
+    offset: int = 0,
 ) -> list[ScoredMemory]:
     require_read(caller)
+    offset = _offset(offset)
+    attributes = _attributes(attributes)
     query = validation.query(query)
     kinds = [validation.kind(t) for t in (types or Kind.values)]
     if not kinds:
@@ -110,8 +117,10 @@ def memory_search(
         namespace=namespace,
         tags_all=validation.tags(tags) or None,
         min_confidence=min_confidence,
+        namespace_prefix=list(namespace_prefix) if namespace_prefix else None,
+        attributes=attributes,
     )
-    k = max(limit, 1)
+    k = max(limit + offset, 1)
     scored = [
         ScoredMemory(
             memory=memory,
@@ -125,7 +134,140 @@ def memory_search(
         )
     ]
     scored.sort(key=tie_break_key)
-    return scored[:limit]
+    return scored[offset : offset + limit]
+
+
+MAX_OFFSET = 10_000
+
+
+def _offset(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not (0 <= value <= MAX_OFFSET):
+        raise InvalidArgument(f"offset must be an integer from 0 to {MAX_OFFSET} (got {value!r}).")
+    return value
+
+
+def _attributes(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Attribute filters: equality on ``source`` or on a top-level metadata key,
+    with JSON scalar values (LangGraph's ``filter`` without operators)."""
+    if not value:
+        return None
+    if not isinstance(value, Mapping) or len(value) > 20:
+        raise InvalidArgument("filter must be an object of at most 20 attribute: value pairs.")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key or len(key) > 100:
+            raise InvalidArgument("filter keys must be attribute names of 1-100 characters.")
+        if isinstance(item, dict) or (isinstance(item, list) and key == "source"):
+            raise InvalidArgument(
+                f"filter {key!r}: only equality with a value is supported (no operators such as $gt)."
+            )
+        if key == "source" and not isinstance(item, str):
+            raise InvalidArgument("filter 'source' must be a string.")
+        out[key] = item
+    return out
+
+
+def memory_list_recent(
+    *,
+    caller: Caller,
+    kinds: Sequence[str] = (Kind.FACT,),
+    limit: int = 10,
+    offset: int = 0,
+    namespace_prefix: Sequence[str] | None = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> list[Memory]:
+    """Retrievable memories newest first (memento's list_recent_memories, a
+    LangGraph store search without a query). No side effects."""
+    require_read(caller)
+    limit = validation.limit(limit)
+    offset = _offset(offset)
+    attributes = _attributes(attributes)
+    rows = (
+        Memory.objects.for_caller(caller)
+        .retrievable(timezone.now())
+        .filter(kind__in=[validation.kind(k) for k in kinds])
+        .without_vectors()
+    )
+    if namespace_prefix:
+        prefix = list(namespace_prefix)
+        rows = rows.filter(**{f"namespace__0_{len(prefix)}": prefix})
+    if attributes:
+        attributes = dict(attributes)
+        if "source" in attributes:
+            rows = rows.filter(source=attributes.pop("source"))
+        if attributes:
+            rows = rows.filter(metadata__contains=attributes)
+    return list(rows.order_by("-created_at", "id")[offset : offset + limit])
+
+
+def memory_similar(*, caller: Caller, memory: Memory, threshold: float, limit: int = 5) -> list[tuple[Memory, float]]:
+    """The caller's retrievable memories of the same kind and namespace whose
+    vectors are closest to ``memory``'s, at or above ``threshold`` cosine
+    similarity, most similar first, never ``memory`` itself. Empty while its
+    vector is pending."""
+    require_read(caller)
+    if memory.embedding is None:
+        return []
+    rows = (
+        Memory.objects.for_caller(caller)
+        .retrievable(timezone.now())
+        .filter(kind=memory.kind, namespace=memory.namespace, embedding__isnull=False)
+        .exclude(pk=memory.pk)
+        .annotate(distance=CosineDistance("embedding", memory.embedding))
+        .filter(distance__lte=1.0 - threshold)
+        .without_vectors()
+        .order_by("distance", "id")[:limit]
+    )
+    return [(row, 1.0 - float(row.distance)) for row in rows]
+
+
+def memory_supersedes_map(*, caller: Caller, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID]:
+    """For each given memory that replaced another: the id it replaced (the
+    most recent one when it replaced several)."""
+    require_read(caller)
+    pairs = (
+        Memory.objects.for_caller(caller)
+        .filter(superseded_by_id__in=list(memory_ids))
+        .order_by("updated_at", "id")
+        .values_list("superseded_by_id", "pk")
+    )
+    return {new: old for new, old in pairs if new is not None}
+
+
+def fact_get_by_key(*, caller: Caller, namespace: Sequence[str], subject: str, predicate: str = "") -> Memory | None:
+    """The active fact under a key in a namespace (a LangGraph store get)."""
+    require_read(caller)
+    return (
+        Memory.objects.for_caller(caller)
+        .retrievable(timezone.now())
+        .filter(kind=Kind.FACT, namespace=list(namespace), subject=subject, predicate=predicate)
+        .without_vectors()
+        .first()
+    )
+
+
+def namespaces_list(
+    *,
+    caller: Caller,
+    prefix: Sequence[str] | None = None,
+    suffix: Sequence[str] | None = None,
+    max_depth: int | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[tuple[str, ...]]:
+    """Distinct namespaces holding retrievable facts (a LangGraph store's
+    list_namespaces): filtered by prefix / suffix, truncated to max_depth."""
+    require_read(caller)
+    rows = Memory.objects.for_caller(caller).retrievable(timezone.now()).filter(kind=Kind.FACT).exclude(namespace=[])
+    if prefix:
+        rows = rows.filter(**{f"namespace__0_{len(prefix)}": list(prefix)})
+    found: set[tuple[str, ...]] = set()
+    for namespace in rows.values_list("namespace", flat=True).distinct():
+        item = tuple(namespace)
+        if suffix and item[len(item) - len(suffix) :] != tuple(suffix):
+            continue
+        found.add(item[:max_depth] if max_depth else item)
+    return sorted(found)[offset : offset + limit]
 
 
 def composite_rank(candidates: list[tuple[Memory, ChannelHit]], now: datetime) -> list[ScoredMemory]:

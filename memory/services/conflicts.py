@@ -101,6 +101,10 @@ def memory_conflict_check(*, memory_id: uuid.UUID) -> ConflictCheckResult:
     for other, sim in similar:
         if sim >= pipeline_setting("DUPLICATE_SIMILARITY"):
             duplicates.setdefault(other.pk, (other, sim))
+    if memory.namespace and memory.subject:
+        # A LangGraph store item is addressed by (namespace, key): merging it
+        # away would make get(key) fail. Duplicates stay for review instead.
+        duplicates = {}
     if duplicates:
         # Merge everything into the oldest of the group.
         group = [memory] + [m for m, _ in duplicates.values()]
@@ -124,7 +128,12 @@ def memory_conflict_check(*, memory_id: uuid.UUID) -> ConflictCheckResult:
     for other, sim in similar:
         if other.pk in duplicates:
             continue
-        same_subject = memory.kind == Kind.FACT and other.subject.strip().lower() == memory.subject.strip().lower()
+        # Keyless facts (memento) share no subject, however empty both are.
+        same_subject = (
+            memory.kind == Kind.FACT
+            and bool(memory.subject.strip())
+            and other.subject.strip().lower() == memory.subject.strip().lower()
+        )
         if same_subject and sim >= pipeline_setting("SAME_SUBJECT_SIMILARITY"):
             kind, reason = ConflictKind.CONTRADICTION, f"same subject {memory.subject!r}, different content"
         elif sim >= pipeline_setting("NEAR_DUPLICATE_SIMILARITY"):

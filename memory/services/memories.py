@@ -150,11 +150,22 @@ def _supersede(*, caller: Caller, old: Sequence[Memory], new_id: uuid.UUID, reas
         )
 
 
+def _fact_key(subject: str | None, predicate: str | None) -> tuple[str, str]:
+    """A fact's supersession key: subject + predicate (seed 000), a subject
+    alone (a LangGraph store key) or nothing (a memento memory, never
+    superseded automatically). A given part must not be blank."""
+    subject_value = validation.text(subject, field="subject", max_chars=200) if subject is not None else ""
+    predicate_value = validation.text(predicate, field="predicate", max_chars=200) if predicate is not None else ""
+    if predicate_value and not subject_value:
+        raise InvalidArgument("a fact with a predicate needs a subject too.")
+    return subject_value, predicate_value
+
+
 def fact_store(
     *,
     caller: Caller,
-    subject: str,
-    predicate: str,
+    subject: str | None,
+    predicate: str | None,
     content: str,
     importance: float = 5.0,
     permanence: str = scoring.DEFAULT_PERMANENCE,
@@ -166,9 +177,9 @@ def fact_store(
     metadata: dict[str, Any] | None = None,
 ) -> FactStoreResult:
     require_write(caller)
-    subject = validation.text(subject, field="subject", max_chars=200)
-    predicate = validation.text(predicate, field="predicate", max_chars=200)
+    subject, predicate = _fact_key(subject, predicate)
     content = validation.text(content, field="content")
+    source = validation.text(source, field="source", max_chars=32) if source else ""
     importance = validation.number(importance, field="importance", low=0, high=10)
     confidence = validation.number(confidence, field="confidence", low=0, high=1)
     permanence = validation.choice(permanence, field="permanence", allowed=scoring.DECAY_RATES)
@@ -181,13 +192,21 @@ def fact_store(
         confidence=confidence, decay_rate=scoring.DECAY_RATES[permanence], confirmed_at=now, now=now
     )
     with transaction.atomic():
-        _lock_fact_key(caller.tenant_id, namespace, subject, predicate)
-        previous = list(
-            Memory.objects.for_caller(caller)
-            .filter(kind=Kind.FACT, validity=Validity.ACTIVE, namespace=namespace, subject=subject, predicate=predicate)
-            .without_vectors()
-            .select_for_update()
-        )
+        previous: list[Memory] = []
+        if subject:
+            _lock_fact_key(caller.tenant_id, namespace, subject, predicate)
+            previous = list(
+                Memory.objects.for_caller(caller)
+                .filter(
+                    kind=Kind.FACT,
+                    validity=Validity.ACTIVE,
+                    namespace=namespace,
+                    subject=subject,
+                    predicate=predicate,
+                )
+                .without_vectors()
+                .select_for_update()
+            )
         # Retire the old row before inserting, so the partial unique index only
         # ever sees one active fact; it already points at the id the new row gets.
         new_id = uuid.uuid4()
@@ -310,12 +329,57 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
 
 
 def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -> None:
-    """Seed 000: recall and get bump reference counts (atomic F() increments)."""
+    """Seed 000: recall and get bump reference counts (atomic F() increments).
+    A reference is an access too."""
     ids = list(memory_ids)
     if ids:
+        now = timezone.now()
         Memory.objects.for_caller(caller).filter(pk__in=ids).update(
-            reference_count=F("reference_count") + 1, last_referenced_at=timezone.now()
+            reference_count=F("reference_count") + 1, last_referenced_at=now, accessed_at=now
         )
+
+
+def memory_accessed_mark(*, caller: Caller, memories: Sequence[Memory]) -> None:
+    """Seed 002: ``accessed_at`` moves whenever a search or list returns a
+    memory. One UPDATE; ``updated_at`` is left alone (reading is not editing).
+    The loaded rows get the same value so the answer shows it."""
+    if not memories:
+        return
+    now = timezone.now()
+    Memory.objects.for_caller(caller).filter(pk__in=[m.pk for m in memories]).update(accessed_at=now)
+    for memory in memories:
+        memory.accessed_at = now
+
+
+def fact_retract_by_key(
+    *, caller: Caller, namespace: Sequence[str], subject: str, predicate: str = ""
+) -> Memory | None:
+    """Retract the active fact held under a key in a namespace (a LangGraph
+    store delete). None when nothing holds the key: deleting twice is fine."""
+    require_write(caller)
+    namespace = [validation.text(part, field="namespace segment", max_chars=200) for part in namespace]
+    subject, predicate = _fact_key(subject, predicate or None)
+    with transaction.atomic():
+        _lock_fact_key(caller.tenant_id, namespace, subject, predicate)
+        memory = (
+            Memory.objects.for_caller(caller)
+            .filter(kind=Kind.FACT, validity=Validity.ACTIVE, namespace=namespace, subject=subject, predicate=predicate)
+            .without_vectors()
+            .select_for_update()
+            .first()
+        )
+        if memory is None:
+            return None
+        memory.validity = Validity.RETRACTED
+        memory.save(update_fields=["validity", "updated_at"])
+        event_append(
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            memory=memory,
+            event_type="retracted",
+            payload={"previous_validity": Validity.ACTIVE, "key": subject},
+        )
+    return memory
 
 
 def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: str = "explicit") -> Memory:
@@ -357,7 +421,7 @@ def memory_restore(*, caller: Caller, memory_id: object) -> Memory:
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=Kind.values)
         if memory.validity == Validity.ACTIVE:
             return memory
-        if memory.kind == Kind.FACT:
+        if memory.kind == Kind.FACT and memory.subject:
             _lock_fact_key(caller.tenant_id, memory.namespace, memory.subject, memory.predicate)
             holder = (
                 Memory.objects.for_caller(caller)

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from memory.models import Memory
-from memory.selectors.memories import ScoredMemory, memory_fetch, memory_ids, memory_recall_candidates
-from memory.services.memories import memory_references_bump
+from memory.selectors.memories import (
+    ScoredMemory,
+    memory_fetch,
+    memory_ids,
+    memory_list_recent,
+    memory_recall_candidates,
+    memory_search,
+)
+from memory.services.memories import memory_accessed_mark, memory_references_bump
 from policy.caller import Caller
 
 
@@ -21,3 +30,18 @@ def memory_get(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     memory_references_bump(caller=caller, memory_ids=[memory.id])
     memory.refresh_from_db(fields=["reference_count", "last_referenced_at"])
     return memory
+
+
+def memory_search_accessed(*, caller: Caller, **search: Any) -> list[ScoredMemory]:
+    """``memory_search`` for readers whose records carry ``accessed_at``
+    (memento, langmem): what it returns counts as accessed."""
+    results = memory_search(caller=caller, **search)
+    memory_accessed_mark(caller=caller, memories=[item.memory for item in results])
+    return results
+
+
+def memory_list_recent_accessed(*, caller: Caller, **listing: Any) -> list[Memory]:
+    """``memory_list_recent`` with the same ``accessed_at`` side effect."""
+    rows = memory_list_recent(caller=caller, **listing)
+    memory_accessed_mark(caller=caller, memories=rows)
+    return rows

@@ -173,6 +173,10 @@ MEMPROJ_PIPELINE = {
     "DUPLICATE_SIMILARITY": env.float("MEMPROJ_DUPLICATE_SIMILARITY", default=0.97),
     "NEAR_DUPLICATE_SIMILARITY": env.float("MEMPROJ_NEAR_DUPLICATE_SIMILARITY", default=0.85),
     "SAME_SUBJECT_SIMILARITY": env.float("MEMPROJ_SAME_SUBJECT_SIMILARITY", default=0.5),
+    # memento's store_memory lists earlier memories at or above this cosine
+    # similarity as `similar` (tuned on all-MiniLM-L6-v2: "User moved to Austin"
+    # vs "User lives in Seattle" 0.53-0.58, unrelated user facts <= 0.36).
+    "SIMILAR_THRESHOLD": env.float("MEMPROJ_SIMILAR_THRESHOLD", default=0.45),
     # Consolidation: episodes per tenant per run, tenants per run, cluster shape.
     "CONSOLIDATE_BATCH": env.int("MEMPROJ_CONSOLIDATE_BATCH", default=200),
     "CONSOLIDATE_TENANTS": env.int("MEMPROJ_CONSOLIDATE_TENANTS", default=20),
