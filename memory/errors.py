@@ -23,6 +23,11 @@ __all__ = [
 class NotFound(DomainError):
     code = "NOT_FOUND"
 
+    def __init__(self, message: str, *, memory_id: object = None) -> None:
+        super().__init__(message)
+        # The id that was looked for, when one was (dialects quote it).
+        self.memory_id = memory_id
+
 
 class EmbeddingUnavailable(DomainError):
     code = "EMBEDDING_ERROR"

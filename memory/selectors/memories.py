@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 from pgvector.django import CosineDistance
@@ -200,14 +201,18 @@ def memory_list_recent(
     return list(rows.order_by("-created_at", "id")[offset : offset + limit])
 
 
-def memory_similar(*, caller: Caller, memory: Memory, threshold: float, limit: int = 5) -> list[tuple[Memory, float]]:
+def memory_similar(
+    *, caller: Caller, memory: Memory, threshold: float | None = None, limit: int = 5
+) -> list[tuple[Memory, float]]:
     """The caller's retrievable memories of the same kind and namespace whose
     vectors are closest to ``memory``'s, at or above ``threshold`` cosine
     similarity, most similar first, never ``memory`` itself. Empty while its
-    vector is pending."""
+    vector is pending. The default threshold is the SIMILAR_THRESHOLD setting."""
     require_read(caller)
     if memory.embedding is None:
         return []
+    if threshold is None:
+        threshold = float(settings.MEMPROJ_PIPELINE["SIMILAR_THRESHOLD"])
     rows = (
         Memory.objects.for_caller(caller)
         .retrievable(timezone.now())
@@ -259,15 +264,22 @@ def namespaces_list(
     list_namespaces): filtered by prefix / suffix, truncated to max_depth."""
     require_read(caller)
     rows = Memory.objects.for_caller(caller).retrievable(timezone.now()).filter(kind=Kind.FACT).exclude(namespace=[])
-    if prefix:
+    if prefix and "*" not in prefix:
         rows = rows.filter(**{f"namespace__0_{len(prefix)}": list(prefix)})
     found: set[tuple[str, ...]] = set()
     for namespace in rows.values_list("namespace", flat=True).distinct():
         item = tuple(namespace)
-        if suffix and item[len(item) - len(suffix) :] != tuple(suffix):
+        if prefix and not _path_matches(item[: len(prefix)], prefix):
+            continue
+        if suffix and (len(suffix) > len(item) or not _path_matches(item[len(item) - len(suffix) :], suffix)):
             continue
         found.add(item[:max_depth] if max_depth else item)
     return sorted(found)[offset : offset + limit]
+
+
+def _path_matches(part: Sequence[str], pattern: Sequence[str]) -> bool:
+    """LangGraph's match conditions: equal length, ``*`` matches any element."""
+    return len(part) == len(pattern) and all(p in ("*", e) for e, p in zip(part, pattern, strict=True))
 
 
 def composite_rank(candidates: list[tuple[Memory, ChannelHit]], now: datetime) -> list[ScoredMemory]:

@@ -401,7 +401,7 @@ def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: 
         }
         if old_pk not in rows or new_pk not in rows:
             missing = old_pk if old_pk not in rows else new_pk
-            raise NotFound(f"no memory with id {missing} in this tenant; use search to find ids.")
+            raise NotFound(f"no memory with id {missing} in this tenant; use search to find ids.", memory_id=missing)
         old, new = rows[old_pk], rows[new_pk]
         if new.validity != Validity.ACTIVE:
             raise InvalidArgument(
