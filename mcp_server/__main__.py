@@ -1,5 +1,9 @@
 """python -m mcp_server --toolset memory            (stdio; token from MEMPROJ_TOKEN)
-python -m mcp_server --toolset memory --http     (standalone streamable HTTP)"""
+python -m mcp_server --toolset memory --http     (standalone streamable HTTP)
+
+Per-connection dialect options (the same names as the HTTP endpoint's query
+parameters), e.g. for langmem:
+python -m mcp_server --toolset langmem --namespace 'memories,{user_id}' --configurable user_id=u-123"""
 
 from __future__ import annotations
 
@@ -14,7 +18,30 @@ def main() -> None:
     parser.add_argument("--http", action="store_true", help="serve the whole ASGI app (admin + /mcp/*) instead")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    options = parser.add_argument_group("per-connection options (langmem)")
+    options.add_argument("--namespace", help="namespace template, elements comma-separated: memories,{user_id}")
+    options.add_argument("--actions-permitted", help="comma-separated: create,update,delete")
+    options.add_argument("--instructions", help="included in the manage_memory tool description")
+    options.add_argument("--response-format", choices=["content", "content_and_artifact"])
+    options.add_argument(
+        "--configurable", action="append", default=[], metavar="KEY=VALUE", help="runtime config value (repeatable)"
+    )
     args = parser.parse_args()
+    connection = {
+        name: value
+        for name, value in (
+            ("namespace", args.namespace),
+            ("actions_permitted", args.actions_permitted),
+            ("instructions", args.instructions),
+            ("response_format", args.response_format),
+        )
+        if value is not None
+    }
+    for pair in args.configurable:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            parser.error(f"--configurable takes KEY=VALUE (got {pair!r})")
+        connection[f"configurable.{key}"] = value
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
 
     if args.http:
@@ -39,6 +66,10 @@ def main() -> None:
         )
         sys.exit(2)
     warm_up()
+    from mcp_server.dialect import connection_options
+
+    # Set before the server starts: every task it spawns inherits the options.
+    connection_options.set(connection)
     build_server(args.toolset, static_caller=caller).run("stdio")
 
 

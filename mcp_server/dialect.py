@@ -117,6 +117,12 @@ class Dialect:
     instructions: str
     render_error: ErrorRenderer = bracketed
     tools: list[ToolSpec] = field(default_factory=list)
+    # Optional: adapt the advertised tools to this connection's options
+    # (``dialect.options()``), e.g. langmem offers only the permitted actions and
+    # puts the configured instructions in the description. It only shapes what
+    # tools/list shows; the tool itself still checks what it is sent. Raising a
+    # DomainError refuses the listing with the dialect's error text.
+    adapt_tools: Callable[[list[MCPTool]], list[MCPTool]] | None = None
 
     def tool(
         self,
@@ -293,6 +299,11 @@ class DialectServer(MCPServer[Any]):
         except DomainError as exc:
             raise MCPError(code=INVALID_REQUEST, message=self.dialect.render_error(exc.code, str(exc))) from exc
         tools = await super().list_tools()
+        if self.dialect.adapt_tools is not None:
+            try:
+                tools = self.dialect.adapt_tools(tools)
+            except DomainError as exc:
+                raise MCPError(code=INVALID_REQUEST, message=self.dialect.render_error(exc.code, str(exc))) from exc
         if not caller.may_elevate:
             return tools
         return [

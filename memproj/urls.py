@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
+from mcp_server.langmem_store import langmem_store
 from memory.admin_views import dashboard, dashboard_index
 
 
@@ -15,4 +16,6 @@ urlpatterns = [
     path("admin/dashboard/<slug:slug>/", admin.site.admin_view(dashboard), name="memproj_dashboard"),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    # The LangGraph BaseStore endpoint behind mcp_server.clients.langmem.MemprojStore.
+    path("api/langmem/store/", langmem_store, name="langmem_store"),
 ]

@@ -1,0 +1,148 @@
+"""A LangGraph ``BaseStore`` over HTTP, for ``mcp_server.clients.langmem.MemprojStore``:
+``POST /api/langmem/store/`` with ``Authorization: Bearer <token>`` and a JSON
+body ``{"ops": [...]}``, one result per op, in order:
+
+- ``{"op": "get", "namespace": [...], "key": "..."}`` -> item or null
+- ``{"op": "put", "namespace": [...], "key": "...", "value": {...} | null}`` -> null
+  (a null value deletes)
+- ``{"op": "search", "namespace_prefix": [...], "query": "..." | null, "filter": {...} | null,
+  "limit": 10, "offset": 0}`` -> [item with score]
+- ``{"op": "list_namespaces", "prefix": [...] | null, "suffix": [...] | null,
+  "max_depth": n | null, "limit": 100, "offset": 0}`` -> [[...], ...]
+
+Items are shaped as LangGraph's ``Item.dict()``. The mapping onto the core is
+the `langmem` dialect's (``mcp_server.toolsets.langmem``): an item is a fact
+in its namespace with the key as subject. Each write is its own transaction.
+Errors: HTTP 400/401/403/503 with ``{"error": {"code", "message"}}``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.db import DatabaseError, InterfaceError
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from mcp_server.toolsets import langmem
+from memory import api
+from policy.caller import Caller
+from policy.services.tokens import token_authenticate
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY = 1024 * 1024
+MAX_OPS = 100
+STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "EMBEDDING_ERROR": 503}
+
+
+def _error(code: str, message: str, status: int) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+
+
+def _strings(value: Any, field: str, *, allow_empty: bool = False) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise api.InvalidArgument(f"{field} must be a list of non-empty strings.")
+    if not value and not allow_empty:
+        raise api.InvalidArgument(f"{field} must not be empty.")
+    return value
+
+
+def _int(op: dict[str, Any], name: str, default: int) -> int:
+    value = op.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise api.InvalidArgument(f"{name} must be an integer.")
+    return value
+
+
+def _key(op: dict[str, Any]) -> str:
+    key = op.get("key")
+    if not isinstance(key, str) or not key:
+        raise api.InvalidArgument("key must be a non-empty string.")
+    return key
+
+
+def _run(caller: Caller, op: dict[str, Any]) -> Any:
+    kind = op.get("op")
+    if kind == "get":
+        memory = api.fact_get_by_key(
+            caller=caller, namespace=_strings(op.get("namespace"), "namespace"), subject=_key(op)
+        )
+        return None if memory is None else langmem.item(memory, with_score=False)
+    if kind == "put":
+        namespace, key = _strings(op.get("namespace"), "namespace"), _key(op)
+        if op.get("value") is None:
+            api.fact_retract_by_key(caller=caller, namespace=namespace, subject=key)
+            return None
+        content, metadata = langmem.fact_fields(op["value"])
+        api.fact_store(
+            caller=caller, subject=key, predicate=None, namespace=namespace, content=content, metadata=metadata
+        )
+        return None
+    if kind == "search":
+        prefix = _strings(op.get("namespace_prefix", []), "namespace_prefix", allow_empty=True)
+        query, attributes = op.get("query"), op.get("filter")
+        limit, offset = _int(op, "limit", 10), _int(op, "offset", 0)
+        if query:
+            found = api.memory_search_accessed(
+                caller=caller,
+                query=query,
+                types=["fact"],
+                limit=limit,
+                offset=offset,
+                namespace_prefix=prefix,
+                attributes=attributes,
+            )
+            return [langmem.item(i.memory, i.score) for i in found]
+        rows = api.memory_list_recent_accessed(
+            caller=caller, kinds=["fact"], limit=limit, offset=offset, namespace_prefix=prefix, attributes=attributes
+        )
+        return [langmem.item(m) for m in rows]
+    if kind == "list_namespaces":
+        prefix = op.get("prefix")
+        suffix = op.get("suffix")
+        depth = op.get("max_depth")
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
+            raise api.InvalidArgument("max_depth must be a positive integer or null.")
+        found = api.namespaces_list(
+            caller=caller,
+            prefix=_strings(prefix, "prefix", allow_empty=True) if prefix is not None else None,
+            suffix=_strings(suffix, "suffix", allow_empty=True) if suffix is not None else None,
+            max_depth=depth,
+            limit=_int(op, "limit", 100),
+            offset=_int(op, "offset", 0),
+        )
+        return [list(n) for n in found]
+    raise api.InvalidArgument("op must be one of get, put, search, list_namespaces.")
+
+
+@csrf_exempt
+@require_POST
+def langmem_store(request: HttpRequest) -> JsonResponse:
+    header = request.headers.get("Authorization", "")
+    caller = token_authenticate(header.removeprefix("Bearer ").strip()) if header.startswith("Bearer ") else None
+    if caller is None:
+        return _error("UNAUTHENTICATED", "send Authorization: Bearer <token>.", 401)
+    if not caller.may_use_toolset(langmem.dialect.name):
+        return _error("PERMISSION_DENIED", "this token is not allowed to use the 'langmem' toolset.", 403)
+    if len(request.body) > MAX_BODY:
+        return _error("INVALID_ARGUMENT", f"the body exceeds {MAX_BODY} bytes.", 400)
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        return _error("INVALID_ARGUMENT", 'the body must be JSON: {"ops": [...]}.', 400)
+    ops = body.get("ops") if isinstance(body, dict) else None
+    if not isinstance(ops, list) or not 1 <= len(ops) <= MAX_OPS or not all(isinstance(o, dict) for o in ops):
+        return _error("INVALID_ARGUMENT", f"ops must be a list of 1-{MAX_OPS} objects.", 400)
+    results = []
+    try:
+        for op in ops:
+            results.append(_run(caller, op))
+    except api.DomainError as exc:
+        return _error(exc.code, str(exc), STATUS.get(exc.code, 500))
+    except (DatabaseError, InterfaceError) as exc:
+        logger.warning("langmem store: storage failure: %r", exc)
+        return _error("STORAGE_ERROR", "the memory store is unavailable right now; retry in a few seconds.", 503)
+    return JsonResponse({"results": results})
