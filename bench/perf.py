@@ -36,6 +36,9 @@ GOALS_MS = {  # p95 goals on a 2-core machine (issue 5); floors are seed-002 / m
     "store": (40.0, 500.0),
     "search": (30.0, 200.0),
     "context": (60.0, None),
+    # memento (seed 002) floors: store < 500, search < 200, supersede and list < 100 ms
+    "supersede": (30.0, 100.0),
+    "list": (30.0, 100.0),
 }
 DATASET_VERSION = "v1"
 
@@ -389,7 +392,59 @@ async def _bench_mcp_async(url: str, token: str, size: int, repeat: int, ids: li
             for name, group, fn in ops:
                 samples = await timed(fn, repeat)
                 rows.append({"size": size, "path": "mcp_http", "op": name, "group": group, "samples": samples})
+    rows += await _bench_memento(url.replace("/mcp/memory", "/mcp/memento"), headers, size, repeat, q)
     return rows, ping
+
+
+async def _bench_memento(url: str, headers: dict, size: int, repeat: int, q) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Seed 002's four tools through /mcp/memento/ (their latency targets are floors)."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    counter = iter(range(10**9))
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=120.0) as http,
+        Client(streamable_http_client(url, http_client=http), cache=None) as client,
+    ):
+
+        async def call(tool: str, args: dict) -> dict:
+            result = await client.call_tool(tool, args)
+            if result.is_error:
+                raise RuntimeError(f"{tool} failed over MCP: {result.content}")
+            return result.structured_content or {}
+
+        async def store() -> dict:
+            text = synthetic.fresh_episode(size * 1000 + 900_000 + next(counter))
+            return await call("store_memory", {"content": text, "source": "explicit"})
+
+        # Fresh (old, new) pairs for supersede: each pair can be superseded once.
+        pairs = []
+        for _ in range(repeat + 2):
+            pairs.append(((await store())["created"]["id"], (await store())["created"]["id"]))
+        pair_iter = iter(pairs)
+
+        async def supersede() -> None:
+            old, new = next(pair_iter)
+            await call("supersede_memory", {"old_memory_id": old, "new_memory_id": new})
+
+        ops = [
+            ("memento_store", "store", store),
+            ("memento_search", "search", lambda: call("search_memories", {"query": q(), "limit": 5})),
+            ("memento_supersede", "supersede", supersede),
+            ("memento_list_recent", "list", lambda: call("list_recent_memories", {"limit": 10})),
+        ]
+        rows = []
+        for name, group, fn in ops:
+            for _ in range(2) if name != "memento_supersede" else ():
+                await fn()
+            out = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                await fn()
+                out.append((time.perf_counter() - t0) * 1000.0)
+            rows.append({"size": size, "path": "mcp_http", "op": name, "group": group, "samples": out})
+    return rows
 
 
 def bench_mcp(url: str, token: str, size: int, caller, repeat: int) -> tuple[list[dict], list[float]]:  # type: ignore[no-untyped-def]

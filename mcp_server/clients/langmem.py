@@ -19,8 +19,6 @@ service's dependencies: install them where your agent runs).
   ``("org", "acme", "alpha")``.
 """
 
-from __future__ import annotations
-
 import typing
 import uuid
 from collections.abc import Iterable, Sequence
