@@ -1,0 +1,95 @@
+"""Fact keys: seed 000's subject+predicate supersession is unchanged, a
+subject alone keys a LangGraph store item, and keyless facts (memento) never
+supersede each other. accessed_at moves only through the reading services."""
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from memory import api
+from memory.errors import InvalidArgument
+from memory.models import Memory
+from tests.conftest import make_identity
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def caller():
+    return make_identity("tenant-a", "member").caller
+
+
+def test_seed_000_key_still_supersedes_and_blank_parts_are_refused(caller):
+    first = api.fact_store(caller=caller, subject="user", predicate="city", content="Seattle")
+    second = api.fact_store(caller=caller, subject="user", predicate="city", content="Austin")
+    assert second.superseded_ids == [first.memory.id]
+    with pytest.raises(InvalidArgument):
+        api.fact_store(caller=caller, subject="user", predicate="  ", content="x")
+    with pytest.raises(InvalidArgument):
+        api.fact_store(caller=caller, subject=None, predicate="city", content="x")
+
+
+def test_keyless_facts_never_supersede_each_other(caller):
+    a = api.fact_store(caller=caller, subject=None, predicate=None, content="User lives in Seattle")
+    b = api.fact_store(caller=caller, subject=None, predicate=None, content="User moved to Austin")
+    assert a.superseded_ids == b.superseded_ids == []
+    assert Memory.objects.filter(kind="fact", validity="active").count() == 2
+
+
+def test_subject_key_supersedes_within_its_namespace_only(caller):
+    one = api.fact_store(caller=caller, subject="k1", predicate=None, namespace=["u", "1"], content="v1")
+    other_ns = api.fact_store(caller=caller, subject="k1", predicate=None, namespace=["u", "2"], content="v1")
+    two = api.fact_store(caller=caller, subject="k1", predicate=None, namespace=["u", "1"], content="v2")
+    assert two.superseded_ids == [one.memory.id] and other_ns.superseded_ids == []
+    assert api.fact_get_by_key(caller=caller, namespace=["u", "1"], subject="k1").content == "v2"
+    assert api.fact_retract_by_key(caller=caller, namespace=["u", "1"], subject="k1").id == two.memory.id
+    assert api.fact_retract_by_key(caller=caller, namespace=["u", "1"], subject="k1") is None
+    assert api.fact_get_by_key(caller=caller, namespace=["u", "1"], subject="k1") is None
+
+
+def test_the_unique_index_still_backs_keyed_facts(caller):
+    api.fact_store(caller=caller, subject="user", predicate="city", content="Seattle")
+    row = Memory.objects.get()
+    row.pk = None
+    with pytest.raises(IntegrityError), transaction.atomic():
+        row.save(force_insert=True)
+
+
+def test_attribute_filters_prefix_and_namespaces(caller):
+    for ns, key, source, category in (
+        (["docs", "u1"], "a", "explicit", "preference"),
+        (["docs", "u1"], "b", "extracted", "travel"),
+        (["docs", "u2"], "a", "explicit", "preference"),
+    ):
+        api.fact_store(
+            caller=caller,
+            subject=key,
+            predicate=None,
+            namespace=ns,
+            content=f"{key} {category} note",
+            source=source,
+            metadata={"category": category},
+        )
+    listed = api.memory_list_recent(caller=caller, namespace_prefix=["docs"], attributes={"category": "preference"})
+    assert sorted(m.namespace[1] for m in listed) == ["u1", "u2"]
+    found = api.memory_search(
+        caller=caller, query="note", types=["fact"], namespace_prefix=["docs", "u1"], attributes={"source": "extracted"}
+    )
+    assert [f.memory.subject for f in found] == ["b"]
+    assert api.namespaces_list(caller=caller) == [("docs", "u1"), ("docs", "u2")]
+    assert api.namespaces_list(caller=caller, prefix=["*", "u2"]) == [("docs", "u2")]
+    assert api.namespaces_list(caller=caller, max_depth=1) == [("docs",)]
+    with pytest.raises(InvalidArgument):
+        api.memory_search(caller=caller, query="note", attributes={"category": {"$gt": 1}})
+
+
+def test_accessed_at_moves_only_when_a_reader_returns_the_memory(caller):
+    fact = api.fact_store(caller=caller, subject=None, predicate=None, content="User likes jazz").memory
+    assert Memory.objects.get(pk=fact.pk).accessed_at is None
+    api.memory_search(caller=caller, query="jazz")  # the plain selector has no side effect
+    assert Memory.objects.get(pk=fact.pk).accessed_at is None
+    api.memory_search_accessed(caller=caller, query="jazz")
+    first = Memory.objects.get(pk=fact.pk).accessed_at
+    assert first is not None
+    api.memory_list_recent_accessed(caller=caller)
+    assert Memory.objects.get(pk=fact.pk).accessed_at > first
+    assert api.memory_view(Memory.objects.get(pk=fact.pk)).accessed_at == Memory.objects.get(pk=fact.pk).accessed_at
