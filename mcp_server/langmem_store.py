@@ -101,20 +101,19 @@ def _run(caller: Caller, op: dict[str, Any]) -> Any:
         )
         return [langmem.item(m) for m in rows]
     if kind == "list_namespaces":
-        prefix = op.get("prefix")
-        suffix = op.get("suffix")
+        starts, ends = op.get("prefix"), op.get("suffix")
         depth = op.get("max_depth")
         if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
             raise api.InvalidArgument("max_depth must be a positive integer or null.")
-        found = api.namespaces_list(
+        namespaces = api.namespaces_list(
             caller=caller,
-            prefix=_strings(prefix, "prefix", allow_empty=True) if prefix is not None else None,
-            suffix=_strings(suffix, "suffix", allow_empty=True) if suffix is not None else None,
+            prefix=_strings(starts, "prefix", allow_empty=True) if starts is not None else None,
+            suffix=_strings(ends, "suffix", allow_empty=True) if ends is not None else None,
             max_depth=depth,
             limit=_int(op, "limit", 100),
             offset=_int(op, "offset", 0),
         )
-        return [list(n) for n in found]
+        return [list(n) for n in namespaces]
     raise api.InvalidArgument("op must be one of get, put, search, list_namespaces.")
 
 

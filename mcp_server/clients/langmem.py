@@ -136,7 +136,7 @@ class MemprojStore(BaseStore):
 
     supports_ttl = False
 
-    def __init__(self, *, url: str, token: str, timeout: float = 60.0) -> None:
+    def __init__(self, *, url: str, token: str, timeout: float = 120.0) -> None:
         self.url = url.rstrip("/") + STORE_PATH
         self._headers = {"Authorization": f"Bearer {token}"}
         self._timeout = timeout
@@ -207,7 +207,7 @@ def create_manage_memory_tool(
     namespace: tuple[str, ...] | str | None = None,
     *,
     instructions: str = DEFAULT_MANAGE_INSTRUCTIONS,
-    actions_permitted: Sequence[Literal["create", "update", "delete"]] = ACTIONS,
+    actions_permitted: Sequence[str] = ACTIONS,
     store: BaseStore | None = None,
     url: str | None = None,
     token: str | None = None,

@@ -223,7 +223,7 @@ def memory_similar(
         .without_vectors()
         .order_by("distance", "id")[:limit]
     )
-    return [(row, 1.0 - float(row.distance)) for row in rows]
+    return [(row, 1.0 - float(row.distance)) for row in rows]  # type: ignore[attr-defined]
 
 
 def memory_supersedes_map(*, caller: Caller, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID]:

@@ -30,7 +30,7 @@ def stdio(identity, *args: str) -> Client:
 
 
 def http(base: str, path: str, identity) -> tuple[httpx2.AsyncClient, Client]:
-    session = httpx2.AsyncClient(headers={"Authorization": f"Bearer {identity.token}"}, timeout=60)
+    session = httpx2.AsyncClient(headers={"Authorization": f"Bearer {identity.token}"}, timeout=300)
     return session, Client(streamable_http_client(f"{base}{path}", http_client=session))
 
 
