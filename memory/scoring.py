@@ -180,3 +180,64 @@ def wilson_lower_bound(successes: float, uses: int, z: float = WILSON_Z) -> floa
     centre = p + z * z / (2 * uses)
     margin = z * math.sqrt((p * (1 - p) + z * z / (4 * uses)) / uses)
     return (centre - margin) / denominator
+
+
+# Seed 004 (pce) activation ranking: S = alpha * S_vec + (1 - alpha) * S_text,
+# then g = (0.6 + 0.4 sigma(utility)) * (0.5 + 0.5 confidence) * (0.3 + 0.7 recency)
+# * quality, recency = exp(-ln 2 * age / half-life of the claim's kind). The seed's
+# `quality` term (documented, never implemented upstream) is how well the claim
+# has proved itself, 0.5 + 0.5 * Wilson lower bound of its successes over uses,
+# applied when the policy's rerank.use_quality is on (1.0 when off).
+PCE_HALF_LIFE_DAYS = {"fact": 120.0, "task": 14.0, "preference": 90.0, "policy_hint": 365.0}
+PCE_DEFAULT_HALF_LIFE_DAYS = 30.0
+
+
+@dataclass(frozen=True)
+class ActivationScore:
+    text: float
+    vector: float
+    combined: float
+    utility: float
+    confidence: float
+    quality: float
+    recency: float
+    g: float
+
+    @property
+    def score(self) -> float:
+        return self.combined * self.g
+
+
+def sigmoid(value: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, value))))
+
+
+def activation_score(
+    *,
+    s_vec: float,
+    s_text: float,
+    alpha: float,
+    utility: float,
+    confidence: float,
+    age_days: float,
+    half_life_days: float,
+    use_quality: bool,
+    wilson: float = 0.5,
+) -> ActivationScore:
+    """Every term in [0, 1] (utility is reported raw); ``score`` = combined * g."""
+    s_vec, s_text = min(1.0, max(0.0, s_vec)), min(1.0, max(0.0, s_text))
+    combined = alpha * s_vec + (1.0 - alpha) * s_text
+    confidence = min(1.0, max(0.0, confidence))
+    quality = 0.5 + 0.5 * min(1.0, max(0.0, wilson)) if use_quality else 1.0
+    recency_value = math.exp(-math.log(2) * max(0.0, age_days) / max(half_life_days, 1e-9))
+    g = (0.6 + 0.4 * sigmoid(utility)) * (0.5 + 0.5 * confidence) * (0.3 + 0.7 * recency_value) * quality
+    return ActivationScore(
+        text=s_text,
+        vector=s_vec,
+        combined=combined,
+        utility=utility,
+        confidence=confidence,
+        quality=quality,
+        recency=recency_value,
+        g=g,
+    )
