@@ -112,7 +112,7 @@ RULES: dict[str, RedactionRule] = {
             # Grouped: optional +CC, then 2-3 groups joined by space/dot/dash. Not
             # preceded or followed by more digit groups, so dates (2026-11-22),
             # versions (1.2.3) and IP addresses (192.168.100.200) stay untouched.
-            r"(?<![0-9A-Za-z+.-])(?:"
+            r"(?<![0-9A-Za-z+.-])(?<!\d[ .-])(?:"
             r"(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?|\d{1,4}[ .-])\d{1,4}[ .-]\d{3,4}"
             r"|\+\d{10,14}"
             r"|0\d{9,10}"
