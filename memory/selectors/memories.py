@@ -48,6 +48,20 @@ def boundary_apply(decision: BoundaryDecision, memories: Sequence[Memory]) -> No
             memory._memproj_redacted = True  # type: ignore[attr-defined]
 
 
+def boundary_view(caller: Caller, memory: Memory, use_tags: Sequence[str] | None = None) -> Memory:
+    """A memory a write hands back to its caller (confirm, outcome feedback), as
+    the caller's reads would see it: redacted, or with its content withheld when
+    its class is not visible to them. The write itself is not refused: an agent
+    may confirm or forget what it stored, it just does not get the text back."""
+    decision = read_boundary(caller, use_tags)
+    if memory.boundary_class not in decision.visible:
+        memory.content = f"[WITHHELD: boundary class {memory.boundary_class!r} is not visible to this read]"
+        memory._memproj_redacted = True  # type: ignore[attr-defined]
+    else:
+        boundary_apply(decision, [memory])
+    return memory
+
+
 def memories_for_hits(
     *, caller: Caller, hits: dict[uuid.UUID, ChannelHit], decision: BoundaryDecision
 ) -> list[tuple[Memory, ChannelHit]]:
