@@ -19,6 +19,7 @@ from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
 from memory.retrieval import vector_literal
+from memory.selectors.memories import boundary_view
 from memory.services.events import event_append
 from policy.caller import Caller
 
@@ -60,6 +61,11 @@ def _after_commit(memory: Memory) -> None:
 
 
 def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
+    # Seed 004 scope TTLs (session / project / principle) come from the tenant
+    # policy; other scopes (seed 000 butler scopes, 'global') have none.
+    if fields.get("expires_at") is None and fields.get("scope") in caller.policy.scopes:
+        ttl = caller.policy.ttl_for(fields["scope"])
+        fields["expires_at"] = timezone.now() + ttl if ttl is not None else None
     memory = Memory(
         tenant_id=caller.tenant_id,
         principal_id=caller.principal_id if caller.elevated_from is None else None,
@@ -96,7 +102,11 @@ def episode_store(
     importance = validation.number(importance, field="importance", low=0, high=10)
     scope = validation.label(scope, field="scope")
     tag_list = validation.tags(tags)
-    ttl = ttl if ttl is not None else timedelta(days=settings.MEMPROJ["EPISODE_TTL_DAYS"])
+    if ttl is None:
+        # Episodes are seed 004's session scope: the tenant policy's session TTL
+        # decides their expiry (7 d by default); 'inf' keeps them 100 years, since
+        # an episode always carries an expiry.
+        ttl = caller.policy.ttl_for("session") or timedelta(days=36500)
     embedding = _embed_for_store(content)
     now = timezone.now()
     with transaction.atomic():
@@ -286,7 +296,7 @@ def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
             fields.append("fact_state_changes_at")
         memory.save(update_fields=fields)
         event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="confirmed")
-    return memory
+    return boundary_view(caller, memory)  # the answer shows content: boundary rules apply (issue 11)
 
 
 def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
