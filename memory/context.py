@@ -13,10 +13,8 @@ from django.utils import timezone
 from memory import validation
 from memory.models import Kind, Memory
 from memory.retrieval import RetrievalFilter, channel_hits
-from memory.scoring import ChannelHit
+from memory.scoring import ChannelHit, RetrievalParams
 from memory.selectors.memories import (
-    DEFAULT_K_TXT,
-    DEFAULT_K_VEC,
     ScoredMemory,
     composite_rank,
     query_vector,
@@ -81,9 +79,12 @@ def build_context(
     butler: str,
     token_budget: int | None = None,
     quotas: Mapping[str, float] | None = None,
-    per_section_candidates: int = 50,
+    per_section_candidates: int | None = None,
+    params: RetrievalParams | None = None,
 ) -> ContextBlock:
     require_read(caller)
+    params = RetrievalParams.resolve(params)
+    per_section = params.k_final if per_section_candidates is None else per_section_candidates
     prompt = validation.query(trigger_prompt, field="trigger_prompt")
     butler = validation.label(butler, field="butler")
     budget = settings.MEMPROJ["CONTEXT_TOKEN_BUDGET"] if token_budget is None else token_budget
@@ -94,17 +95,15 @@ def build_context(
     # Facts and rules scoped to the butler (plus global), one hybrid pass.
     vector = query_vector(prompt, "hybrid")
     flt = RetrievalFilter(kinds=[Kind.FACT, Kind.RULE], now=now, scopes=sorted({"global", butler}))
-    hits = channel_hits(
-        caller=caller, flt=flt, query_text=prompt, query_vector=vector, k_vec=DEFAULT_K_VEC, k_txt=DEFAULT_K_TXT
-    )
+    hits = channel_hits(caller=caller, flt=flt, query_text=prompt, query_vector=vector, params=params)
     rows = Memory.objects.for_caller(caller).without_vectors().in_bulk(list(hits))
-    ranked = composite_rank([(rows[pk], hit) for pk, hit in hits.items() if pk in rows], now)
-    episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section_candidates)
+    ranked = composite_rank([(rows[pk], hit) for pk, hit in hits.items() if pk in rows], now, params)
+    episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section)
     episode_hits = {e.id: hits.get(e.id, ChannelHit()) for e in episodes}
     candidates = {
-        "facts": [s for s in ranked if s.memory.kind == Kind.FACT][:per_section_candidates],
-        "rules": [s for s in ranked if s.memory.kind == Kind.RULE][:per_section_candidates],
-        "episodes": composite_rank([(e, episode_hits[e.id]) for e in episodes], now),
+        "facts": [s for s in ranked if s.memory.kind == Kind.FACT][:per_section],
+        "rules": [s for s in ranked if s.memory.kind == Kind.RULE][:per_section],
+        "episodes": composite_rank([(e, episode_hits[e.id]) for e in episodes], now, params),
     }
 
     # Greedy fill per section within its share; what a section leaves unused

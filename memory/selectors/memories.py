@@ -15,12 +15,10 @@ from memory.embeddings import embed_one
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity
 from memory.retrieval import RetrievalFilter, channel_hits
-from memory.scoring import ChannelHit
+from memory.scoring import ChannelHit, RetrievalParams
 from policy.caller import Caller
 
 SEARCH_MODES = ("hybrid", "semantic", "keyword")
-DEFAULT_K_VEC = 48
-DEFAULT_K_TXT = 48
 
 
 def require_read(caller: Caller) -> None:
@@ -50,15 +48,6 @@ def tie_break_key(item: ScoredMemory) -> tuple:
     return (-round(item.score, 12), -item.memory.created_at.timestamp(), str(item.memory.id))
 
 
-def _relevance(hit: ChannelHit, mode: str) -> float:
-    if mode == "semantic":
-        return max(0.0, hit.vector_similarity or 0.0)
-    if mode == "keyword":
-        value = hit.text_rank_value or 0.0
-        return value / (1.0 + value)
-    return scoring.fuse(hit)
-
-
 def query_vector(query: str, mode: str) -> list[float] | None:
     if mode == "keyword":
         return None
@@ -71,16 +60,15 @@ def query_vector(query: str, mode: str) -> list[float] | None:
 
 
 def _candidates(
-    *, caller: Caller, query: str, mode: str, flt: RetrievalFilter, k_vec: int, k_txt: int
+    *, caller: Caller, query: str, mode: str, flt: RetrievalFilter, params: RetrievalParams
 ) -> list[tuple[Memory, ChannelHit]]:
     vector = query_vector(query, mode)
     hits = channel_hits(
         caller=caller,
         flt=flt,
         query_text=query if mode != "semantic" else None,
-        query_vector=vector,
-        k_vec=k_vec if mode != "keyword" else 0,
-        k_txt=k_txt if mode != "semantic" else 0,
+        query_vector=vector if mode != "keyword" else None,
+        params=params,
     )
     rows = Memory.objects.for_caller(caller).without_vectors().in_bulk(list(hits))
     return [(rows[pk], hit) for pk, hit in hits.items() if pk in rows]
@@ -97,8 +85,10 @@ def memory_search(
     min_confidence: float | None = None,
     namespace: Sequence[str] | None = None,
     tags: Sequence[str] | None = None,
+    params: RetrievalParams | None = None,
 ) -> list[ScoredMemory]:
     require_read(caller)
+    params = RetrievalParams.resolve(params)
     query = validation.query(query)
     kinds = [validation.kind(t) for t in (types or Kind.values)]
     if not kinds:
@@ -119,26 +109,30 @@ def memory_search(
         min_confidence=min_confidence,
     )
     k = max(limit, 1)
+    params = params.with_(k_vec=max(params.k_vec, k), k_txt=max(params.k_txt, k))
+    candidates = _candidates(caller=caller, query=query, mode=mode, flt=flt, params=params)
+    relevance = scoring.channel_relevance({m.id: hit for m, hit in candidates}, mode, params)
     scored = [
         ScoredMemory(
             memory=memory,
-            score=_relevance(hit, mode),
-            relevance=_relevance(hit, mode),
+            score=relevance[memory.id],
+            relevance=relevance[memory.id],
             effective_confidence=effective_confidence_of(memory, now),
             hit=hit,
         )
-        for memory, hit in _candidates(
-            caller=caller, query=query, mode=mode, flt=flt, k_vec=max(DEFAULT_K_VEC, k), k_txt=max(DEFAULT_K_TXT, k)
-        )
+        for memory, hit in candidates
     ]
     scored.sort(key=tie_break_key)
     return scored[:limit]
 
 
-def composite_rank(candidates: list[tuple[Memory, ChannelHit]], now: datetime) -> list[ScoredMemory]:
+def composite_rank(
+    candidates: list[tuple[Memory, ChannelHit]], now: datetime, params: RetrievalParams
+) -> list[ScoredMemory]:
     out = []
+    fused = scoring.fuse_all({m.id: hit for m, hit in candidates}, params)
     for memory, hit in candidates:
-        relevance = scoring.fuse(hit)
+        relevance = fused[memory.id]
         confidence = effective_confidence_of(memory, now)
         reference_time = memory.last_confirmed_at or memory.created_at
         out.append(
@@ -147,7 +141,7 @@ def composite_rank(candidates: list[tuple[Memory, ChannelHit]], now: datetime) -
                 score=scoring.recall_score(
                     relevance=relevance,
                     importance=memory.importance,
-                    recency_value=scoring.recency(reference_time, now),
+                    recency_value=scoring.recency(reference_time, now, params.half_life(memory.kind)),
                     confidence=1.0 if confidence is None else confidence,
                 ),
                 relevance=relevance,
@@ -160,20 +154,26 @@ def composite_rank(candidates: list[tuple[Memory, ChannelHit]], now: datetime) -
 
 
 def memory_recall_candidates(
-    *, caller: Caller, topic: str, scope: str | None = None, limit: int = 10, kinds: Sequence[str] = ("fact", "rule")
+    *,
+    caller: Caller,
+    topic: str,
+    scope: str | None = None,
+    limit: int = 10,
+    kinds: Sequence[str] = ("fact", "rule"),
+    params: RetrievalParams | None = None,
 ) -> list[ScoredMemory]:
     """Composite-scored facts and rules (seed 000 memory_recall), without side effects."""
     require_read(caller)
+    params = RetrievalParams.resolve(params)
     topic = validation.query(topic, field="topic")
     limit = validation.limit(limit)
     if scope is not None:
         scope = validation.label(scope, field="scope")
     now = timezone.now()
     flt = RetrievalFilter(kinds=list(kinds), now=now, scopes=sorted({"global", scope}) if scope else None)
-    candidates = _candidates(
-        caller=caller, query=topic, mode="hybrid", flt=flt, k_vec=max(DEFAULT_K_VEC, limit), k_txt=DEFAULT_K_TXT
-    )
-    return composite_rank(candidates, now)[:limit]
+    params = params.with_(k_vec=max(params.k_vec, limit))
+    candidates = _candidates(caller=caller, query=topic, mode="hybrid", flt=flt, params=params)
+    return composite_rank(candidates, now, params)[:limit]
 
 
 def memory_fetch(*, caller: Caller, kind: str, memory_id: object) -> Memory:
