@@ -114,9 +114,10 @@ _VECTOR_SQL = """
 # Keyword channel, common part: the query's terms analysed as documents are
 # (memproj_query_terms, migration 0010), their document frequencies in this
 # tenant (memory_termstat, migration 0011), and the candidates: memories matching
-# the rarest terms first, until the candidate budget is spent (the rarest term
-# always counts). A frequent term alone cannot make the channel rank a large
-# share of a big tenant; it still adds to the score of the candidates it is in.
+# the rarest terms first, as long as their document frequencies fit the
+# candidate budget (the rarest term always counts; LIMIT bounds it). A frequent
+# term alone cannot make the channel rank a large share of a big tenant; it
+# still adds to the score of the candidates it is in.
 _TERMS_SQL = """
     terms AS (
         SELECT t.term, coalesce(s.df, 0) AS df
@@ -127,7 +128,7 @@ _TERMS_SQL = """
         SELECT term FROM (
             SELECT term, df, sum(df) OVER (ORDER BY df, term) - df AS before FROM terms WHERE df > 0
         ) ordered
-        WHERE before < %(budget)s
+        WHERE before = 0 OR before + df <= %(budget)s
     ),
     cand AS (
         SELECT m.id, m.search_vector
