@@ -21,9 +21,8 @@ def _memory_imports(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [a.name for a in node.names if a.name == "memory" or a.name.startswith("memory.")]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "memory" or node.module.startswith("memory."):
-                found.append(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "memory":
+            found.append(str(node.module))
     return found
 
 
