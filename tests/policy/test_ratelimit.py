@@ -162,3 +162,25 @@ async def test_the_served_app_wrapped_answers_the_memory_dialect_with_jsonrpc(ow
         )
     assert refused.status_code == 429 and refused.json()["id"] == "call-7"
     assert refused.json()["error"]["data"]["code"] == "RATE_LIMIT"
+
+
+async def test_a_dialect_registers_its_own_error_format():
+    from policy.middleware import RATE_LIMIT_BODIES, jsonrpc_body, register_rate_limit_body
+
+    def render(code, message, details):
+        return json.dumps({"error": {"code": code, "message": message, "details": details}})
+
+    register_rate_limit_body("test-dialect", jsonrpc_body("RATE_LIMIT", render=render))
+    try:
+        app = RateLimitMiddleware(_ok_app, resolver=_static(1))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+            await client.post("/mcp/test-dialect", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            refused = await client.post("/mcp/test-dialect", json={"jsonrpc": "2.0", "id": 2, "method": "ping"})
+            # An MCP path nobody registered still gets a JSON-RPC error.
+            other = await client.post("/mcp/unregistered", json={"jsonrpc": "2.0", "id": 3, "method": "ping"})
+    finally:
+        RATE_LIMIT_BODIES.pop("test-dialect")
+    body = refused.json()
+    assert refused.status_code == 429 and body["id"] == 2
+    assert json.loads(body["error"]["message"])["error"]["details"]["retry_after"] >= 1
+    assert other.status_code == 429 and other.json()["id"] == 3 and other.json()["jsonrpc"] == "2.0"
