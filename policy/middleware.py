@@ -201,6 +201,7 @@ class RateLimitMiddleware:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, decision: RateDecision) -> None:
         toolset = _toolset_of(scope.get("path", ""))
+        builder: BodyBuilder
         if toolset is None:
             builder, body = plain_json_body, b""
         else:
