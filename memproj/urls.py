@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
-from memory.admin_views import dashboard, dashboard_index
+from memory.admin.dashboard import dashboard, dashboard_index
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

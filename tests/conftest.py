@@ -1,16 +1,23 @@
 """Shared fixtures. The trio convention (CONVENTIONS 3): an owner (admin) and a
-member of tenant A, and an outsider in tenant B."""
+member of tenant A, and an outsider in tenant B. And the embedder each test
+gets: a deterministic hashing embedder (tests/embedders.py), or the real
+all-MiniLM-L6-v2 for tests marked ``real_embedder``: MCP-level, worker and
+bench tests, and those that rely on semantic similarity."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 
+from memory.embeddings import Embedder, get_embedder, set_embedder
 from policy.caller import Caller
 from policy.services.tokens import token_authenticate, token_issue
+from tests.embedders import BrokenEmbedder, HashingEmbedder
 
 
 @dataclass
@@ -27,17 +34,27 @@ def make_identity(tenant: str, principal: str, role: str = "member", scopes: lis
 
 
 @pytest.fixture
-def owner(transactional_db: None) -> Identity:
+def _trio_db(request: pytest.FixtureRequest) -> None:
+    """The trio needs the database. A test's own ``django_db`` mark decides how
+    (a plain transaction for service tests, ``transaction=True`` where tools run
+    in worker threads); an unmarked test gets the transactional database, which
+    every thread can see."""
+    if request.node.get_closest_marker("django_db") is None:
+        request.getfixturevalue("transactional_db")
+
+
+@pytest.fixture
+def owner(_trio_db: None) -> Identity:
     return make_identity("tenant-a", "owner", role="admin")
 
 
 @pytest.fixture
-def member(transactional_db: None) -> Identity:
+def member(_trio_db: None) -> Identity:
     return make_identity("tenant-a", "member")
 
 
 @pytest.fixture
-def outsider(transactional_db: None) -> Identity:
+def outsider(_trio_db: None) -> Identity:
     return make_identity("tenant-b", "outsider")
 
 
@@ -79,3 +96,41 @@ def _release_test_database(django_db_setup, django_db_blocker):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+
+
+# --- embedders ------------------------------------------------------------------------------
+TESTS = Path(__file__).resolve().parent
+# Whole directories that run at the level of a client or a separate process, where
+# the service's own embedder must be the real one.
+REAL_EMBEDDER_DIRS = (TESTS / "mcp_server", TESTS / "bench", TESTS / "workers")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path))
+        if item.get_closest_marker("worker") or any(path.is_relative_to(d) for d in REAL_EMBEDDER_DIRS):
+            item.add_marker(pytest.mark.real_embedder)
+
+
+@pytest.fixture(scope="session")
+def _real_embedder() -> Embedder:
+    """The embedder the settings configure (MiniLM; the model loads on first use)."""
+    set_embedder(None)
+    return get_embedder()
+
+
+@pytest.fixture(autouse=True)
+def _test_embedder(request: pytest.FixtureRequest, _real_embedder: Embedder) -> Iterator[Embedder]:
+    chosen = _real_embedder if request.node.get_closest_marker("real_embedder") else HashingEmbedder()
+    set_embedder(chosen)
+    yield chosen
+    set_embedder(_real_embedder)
+
+
+@pytest.fixture
+def embedder_outage(_test_embedder: Embedder) -> Iterator[Embedder]:
+    """The embedder is down for the test (or until it puts back the embedder
+    this fixture yields)."""
+    set_embedder(BrokenEmbedder(_test_embedder.model_name))
+    yield _test_embedder
+    set_embedder(_test_embedder)

@@ -18,7 +18,7 @@ from memory.selectors import memories as reads
 from memory.selectors.conflicts import OpenConflict, conflicts_open_for
 from memory.selectors.memories import ScoredMemory, effective_confidence_of
 from memory.services import memories as writes
-from memory.services import retrieval as reads_with_effects
+from memory.services import referencing as reads_with_effects
 from policy.caller import Caller
 from policy.services.tokens import caller_for_target_tenant
 

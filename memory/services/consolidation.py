@@ -26,8 +26,8 @@ from memory.consolidators import Consolidator, EpisodeView, Proposal, get_consol
 from memory.errors import InvalidArgument, NotFound
 from memory.models import EmbeddingStatus, Kind, LinkKind, Memory, MemoryLink, Validity
 from memory.services.events import event_append
-from memory.services.maintenance import pipeline_setting, system_caller
 from memory.services.memories import fact_store, memory_supersede, rule_store
+from memory.services.system import pipeline_setting, system_caller
 from policy.caller import Caller
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,11 @@ class ConsolidationResult:
     created: list[uuid.UUID] = field(default_factory=list)
     merged: int = 0
     more: bool = False
+
+    @property
+    def processed(self) -> int:
+        """What a sweep reports as done (``SweepResult.processed``): the memories created."""
+        return len(self.created)
 
 
 def _unconsolidated(tenant_id: uuid.UUID | None, now: datetime, *, embedded: bool):  # type: ignore[no-untyped-def]

@@ -13,11 +13,11 @@ import time_machine
 from django.utils import timezone
 
 from memory.embeddings import get_embedder, set_embedder
-from memory.errors import EmbeddingUnavailable
 from memory.models import Memory, MemoryEvent, MemoryLink
 from memory.selectors.memories import memory_search
 from memory.services.memories import episode_store, fact_store
 from tests.conftest import make_identity
+from tests.embedders import BrokenEmbedder
 from tests.workers.conftest import in_flight, wait_until
 from tests.workers.fakes import ChatStep, episodes_in
 from workers import tasks
@@ -29,14 +29,6 @@ DARK_MODE = [
     "The user likes dark mode for the editor",
     "User said they prefer dark mode in editors",
 ]
-
-
-class BrokenEmbedder:
-    model_name = "all-MiniLM-L6-v2"
-    dimensions = 384
-
-    def embed(self, texts):
-        raise EmbeddingUnavailable("embedding service is down")
 
 
 def fresh(memory: Memory) -> Memory:

@@ -17,7 +17,8 @@ from memory.services.memories import episode_store, fact_store
 from tests.conftest import make_identity
 from tests.workers.fakes import ChatStep, FakeOpenAI, episodes_in
 
-pytestmark = pytest.mark.django_db
+# Similarity thresholds and clustering are tuned to the real model's vectors.
+pytestmark = [pytest.mark.django_db, pytest.mark.real_embedder]
 
 DARK_MODE = [
     "User prefers dark mode in the editor",
@@ -29,16 +30,6 @@ TESTS_RULE = [
     "Run tests before every commit, always",
     "Remember to always run the test suite before you commit",
 ]
-
-
-@pytest.fixture
-def member():
-    return make_identity("tenant-a", "member")
-
-
-@pytest.fixture
-def outsider():
-    return make_identity("tenant-b", "outsider")
 
 
 @pytest.fixture
