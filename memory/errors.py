@@ -22,9 +22,5 @@ class PermissionDenied(MemoryError_):
     code = "PERMISSION_DENIED"
 
 
-class Conflict(MemoryError_):
-    code = "CONFLICT"
-
-
 class EmbeddingUnavailable(MemoryError_):
     code = "EMBEDDING_ERROR"

@@ -33,28 +33,22 @@ def make_identity(tenant: str, principal: str, role: str = "member", scopes: lis
     return Identity(issued.token, caller)
 
 
-@pytest.fixture
-def _trio_db(request: pytest.FixtureRequest) -> None:
-    """The trio needs the database. A test's own ``django_db`` mark decides how
-    (a plain transaction for service tests, ``transaction=True`` where tools run
-    in worker threads); an unmarked test gets the transactional database, which
-    every thread can see."""
-    if request.node.get_closest_marker("django_db") is None:
-        request.getfixturevalue("transactional_db")
+TRIO = {"owner", "member", "outsider"}
 
 
+# The trio's database is the one the test's ``django_db`` mark asks for.
 @pytest.fixture
-def owner(_trio_db: None) -> Identity:
+def owner(db: None) -> Identity:
     return make_identity("tenant-a", "owner", role="admin")
 
 
 @pytest.fixture
-def member(_trio_db: None) -> Identity:
+def member(db: None) -> Identity:
     return make_identity("tenant-a", "member")
 
 
 @pytest.fixture
-def outsider(_trio_db: None) -> Identity:
+def outsider(db: None) -> Identity:
     return make_identity("tenant-b", "outsider")
 
 
@@ -100,13 +94,17 @@ def _release_test_database(django_db_setup, django_db_blocker):
 
 # --- embedders ------------------------------------------------------------------------------
 TESTS = Path(__file__).resolve().parent
-# Whole directories that run at the level of a client or a separate process, where
-# the service's own embedder must be the real one.
+# MCP-level, bench (quality) and worker tests run the service as its clients see it,
+# often in another process: they keep the real model.
 REAL_EMBEDDER_DIRS = (TESTS / "mcp_server", TESTS / "bench", TESTS / "workers")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        # A test of the trio without its own database mark gets the transactional
+        # database: its tools may run in worker threads, which see committed rows only.
+        if TRIO & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("django_db"):
+            item.add_marker(pytest.mark.django_db(transaction=True))
         path = Path(str(item.path))
         if item.get_closest_marker("worker") or any(path.is_relative_to(d) for d in REAL_EMBEDDER_DIRS):
             item.add_marker(pytest.mark.real_embedder)
