@@ -108,6 +108,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = Path(str(item.path))
         if item.get_closest_marker("worker") or any(path.is_relative_to(d) for d in REAL_EMBEDDER_DIRS):
             item.add_marker(pytest.mark.real_embedder)
+    # Longest first: under pytest-xdist (scripts/test.sh) each long test starts at
+    # once on its own worker while the short ones fill the gaps. Sorting is stable.
+    items.sort(key=_run_order)
+
+
+# Tests that start other processes (a Celery worker, an MCP server, a browser).
+SUBPROCESS_MODULES = (TESTS / "mcp_server" / "test_transports.py",)
+
+
+def _run_order(item: pytest.Item) -> int:
+    if item.get_closest_marker("slow"):
+        return 0
+    if item.get_closest_marker("worker") or item.get_closest_marker("browser") or item.path in SUBPROCESS_MODULES:
+        return 1
+    return 2
 
 
 @pytest.fixture(scope="session")
