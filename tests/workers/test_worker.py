@@ -4,7 +4,6 @@ back-dated data, and a worker killed with SIGKILL mid-task."""
 
 from __future__ import annotations
 
-import json
 import threading
 from datetime import timedelta
 
@@ -19,7 +18,7 @@ from memory.services.memories import episode_store, fact_store
 from tests.conftest import make_identity
 from tests.embedders import BrokenEmbedder
 from tests.workers.conftest import in_flight, wait_until
-from tests.workers.fakes import ChatStep, episodes_in
+from tests.workers.fakes import ChatStep, one_fact_from_all_episodes
 from workers import tasks
 
 pytestmark = pytest.mark.worker
@@ -118,24 +117,9 @@ def test_worker_killed_mid_task_loses_nothing_and_the_task_completes_once(start_
     member = make_identity("tenant-a", "member")
     episodes = [episode_store(caller=member.caller, content=t, butler="assistant") for t in DARK_MODE]
 
-    def answer(body):
-        ids = [e["id"] for e in episodes_in(body)]
-        return json.dumps(
-            {
-                "memories": [
-                    {
-                        "kind": "fact",
-                        "content": "User prefers dark mode in the editor",
-                        "subject": "user",
-                        "predicate": "editor theme",
-                        "permanence": "stable",
-                        "importance": 5,
-                        "source_ids": ids,
-                    }
-                ],
-                "duplicates": [],
-            }
-        )
+    answer = one_fact_from_all_episodes(
+        content="User prefers dark mode in the editor", subject="user", predicate="editor theme"
+    )
 
     release = threading.Event()
     # First call hangs (the worker is killed while waiting); the redelivery gets an answer.
