@@ -23,7 +23,6 @@ FORBIDDEN = {("policy", "memory")}
 # this list as those changes land; test_known_violations_still_exist fails for an
 # entry that is no longer needed, so the list cannot go stale.
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    ("policy/services/tokens.py", "memory"): "token_authenticate writes a memory event and raises memory errors",
     ("memory/services/memories.py", "workers"): "a write enqueues its follow-up tasks from workers.tasks",
     ("memory/services/reembedding.py", "workers"): "the retry sweep enqueues conflict checks from workers.tasks",
 }

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from memory import scoring
 from memory.models import Kind, Maturity, Memory, MemoryEvent, Validity
+from memory.outcomes import maturity_set
 from memory.services.system import pipeline_setting
 
 
@@ -214,13 +215,7 @@ def rules_maturity(
             after = _settled_maturity(rule, now)
             if after == before:
                 continue
-            rule.maturity = after
-            update = ["maturity", "updated_at"]
-            if after in scoring.MATURITY_CONFIDENCE:
-                rule.confidence = scoring.MATURITY_CONFIDENCE[after]
-                rule.last_confirmed_at = now
-                update += ["confidence", "last_confirmed_at"]
-            rule.save(update_fields=update)
+            rule.save(update_fields=[*maturity_set(rule, after, now), "updated_at"])
             audit_rows(
                 [(rule.pk, rule.tenant_id, Kind.RULE)],
                 "maturity_changed",
