@@ -13,10 +13,8 @@ from django.utils import timezone
 from memory import validation
 from memory.models import Kind
 from memory.retrieval import RetrievalFilter, channel_hits
-from memory.scoring import ChannelHit
+from memory.scoring import ChannelHit, RetrievalParams
 from memory.selectors.memories import (
-    DEFAULT_K_TXT,
-    DEFAULT_K_VEC,
     ScoredMemory,
     composite_rank,
     memories_for_hits,
@@ -24,6 +22,7 @@ from memory.selectors.memories import (
     read_boundary,
     recent_episodes,
     require_read,
+    retrieval_params,
 )
 from memory.tokenizer import count_tokens
 from policy.caller import Caller
@@ -83,9 +82,12 @@ def build_context(
     butler: str,
     token_budget: int | None = None,
     quotas: Mapping[str, float] | None = None,
-    per_section_candidates: int = 50,
+    per_section_candidates: int | None = None,
+    params: RetrievalParams | None = None,
 ) -> ContextBlock:
     require_read(caller)
+    params = retrieval_params(caller, params)
+    per_section = params.k_final if per_section_candidates is None else per_section_candidates
     prompt = validation.query(trigger_prompt, field="trigger_prompt")
     butler = validation.label(butler, field="butler")
     budget = settings.MEMPROJ["CONTEXT_TOKEN_BUDGET"] if token_budget is None else token_budget
@@ -105,16 +107,14 @@ def build_context(
     flt = RetrievalFilter(
         kinds=[Kind.FACT, Kind.RULE], now=now, scopes=sorted({"global", butler}), use_tags=decision.use_tags
     )
-    hits = channel_hits(
-        caller=caller, flt=flt, query_text=prompt, query_vector=vector, k_vec=DEFAULT_K_VEC, k_txt=DEFAULT_K_TXT
-    )
-    ranked = composite_rank(memories_for_hits(caller=caller, hits=hits, decision=decision), now)
-    episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section_candidates)
+    hits = channel_hits(caller=caller, flt=flt, query_text=prompt, query_vector=vector, params=params)
+    ranked = composite_rank(memories_for_hits(caller=caller, hits=hits, decision=decision), now, params)
+    episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section)
     episode_hits = {e.id: hits.get(e.id, ChannelHit()) for e in episodes}
     candidates = {
-        "facts": [s for s in ranked if s.memory.kind == Kind.FACT][:per_section_candidates],
-        "rules": [s for s in ranked if s.memory.kind == Kind.RULE][:per_section_candidates],
-        "episodes": composite_rank([(e, episode_hits[e.id]) for e in episodes], now),
+        "facts": [s for s in ranked if s.memory.kind == Kind.FACT][:per_section],
+        "rules": [s for s in ranked if s.memory.kind == Kind.RULE][:per_section],
+        "episodes": composite_rank([(e, episode_hits[e.id]) for e in episodes], now, params),
     }
 
     # Greedy fill per section within its share; what a section leaves unused

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
@@ -181,9 +181,10 @@ class Memory(models.Model):
     embedding_status = models.CharField(max_length=16, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING)
     embedding_attempts = models.IntegerField(default=0)
     embedding_error = models.TextField(blank=True)
-    # Populated by PostgreSQL itself, so no write path can forget it.
+    # Populated by PostgreSQL itself, so no write path can forget it; the SQL
+    # function (migration 0010) is ``english`` plus character bigrams for CJK runs.
     search_vector = models.GeneratedField(
-        expression=SearchVector("content", config="english"),
+        expression=models.Func(models.F("content"), function="memproj_search_vector"),
         output_field=SearchVectorField(),
         db_persist=True,
     )

@@ -11,7 +11,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0006_fact_state_db_default'),
+        ('memory', '0011_term_statistics'),
         ('policy', '0003_default_policy_for_existing_tenants'),
     ]
 

@@ -16,18 +16,34 @@ from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, Permi
 from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity, retrievable_q
 from memory.read_model import effective_confidence_of
 from memory.retrieval import RetrievalFilter, channel_hits
-from memory.scoring import ChannelHit
+from memory.scoring import ChannelHit, RetrievalParams
 from policy.boundary import BoundaryDecision, boundary_for, redact_content
 from policy.caller import Caller
 
 SEARCH_MODES = ("hybrid", "semantic", "keyword")
-DEFAULT_K_VEC = 48
-DEFAULT_K_TXT = 48
 
 
 def require_read(caller: Caller) -> None:
     if not caller.has_scope("read"):
         raise PermissionDenied("this token cannot read memories; ask an admin for a token with the 'read' scope.")
+
+
+def retrieval_params(caller: Caller, overrides: RetrievalParams | None = None) -> RetrievalParams:
+    """The parameters of one read, resolved once: the deployment's settings, then
+    the tenant policy's retrieval section (alpha, channel depths, recency
+    half-lives by kind: issue 11), unless a caller passes its own."""
+    if overrides is not None:
+        return overrides
+    policy = caller.policy.retrieval
+    return RetrievalParams.resolve(
+        {
+            "alpha": policy.alpha,
+            "k_vec": policy.k_vec,
+            "k_txt": policy.k_txt,
+            "recency_half_life_days": dict(policy.half_life_days_by_kind),
+            "default_half_life_days": policy.recency_half_life_days,
+        }
+    )
 
 
 # --- boundary-first (issue 11) ----------------------------------------------------------------
@@ -87,15 +103,6 @@ def tie_break_key(item: ScoredMemory) -> tuple:
     return (-round(item.score, 12), -item.memory.created_at.timestamp(), str(item.memory.id))
 
 
-def _relevance(hit: ChannelHit, mode: str) -> float:
-    if mode == "semantic":
-        return max(0.0, hit.vector_similarity or 0.0)
-    if mode == "keyword":
-        value = hit.text_rank_value or 0.0
-        return value / (1.0 + value)
-    return scoring.fuse(hit)
-
-
 def query_vector(query: str, mode: str) -> list[float] | None:
     if mode == "keyword":
         return None
@@ -108,7 +115,7 @@ def query_vector(query: str, mode: str) -> list[float] | None:
 
 
 def _candidates(
-    *, caller: Caller, query: str, mode: str, flt: RetrievalFilter, k_vec: int, k_txt: int
+    *, caller: Caller, query: str, mode: str, flt: RetrievalFilter, params: RetrievalParams
 ) -> list[tuple[Memory, ChannelHit]]:
     decision = read_boundary(caller, flt.use_tags)
     vector = query_vector(query, mode)
@@ -116,9 +123,8 @@ def _candidates(
         caller=caller,
         flt=flt,
         query_text=query if mode != "semantic" else None,
-        query_vector=vector,
-        k_vec=k_vec if mode != "keyword" else 0,
-        k_txt=k_txt if mode != "semantic" else 0,
+        query_vector=vector if mode != "keyword" else None,
+        params=params,
     )
     return memories_for_hits(caller=caller, hits=hits, decision=decision)
 
@@ -135,8 +141,10 @@ def memory_search(
     namespace: Sequence[str] | None = None,
     tags: Sequence[str] | None = None,
     use_tags: Sequence[str] | None = None,
+    params: RetrievalParams | None = None,
 ) -> list[ScoredMemory]:
     require_read(caller)
+    params = retrieval_params(caller, params)
     query = validation.query(query)
     decision = read_boundary(caller, use_tags)
     kinds = [validation.kind(t) for t in (types or Kind.values)]
@@ -159,26 +167,30 @@ def memory_search(
         use_tags=decision.use_tags,
     )
     k = max(limit, 1)
+    params = params.with_(k_vec=max(params.k_vec, k), k_txt=max(params.k_txt, k))
+    candidates = _candidates(caller=caller, query=query, mode=mode, flt=flt, params=params)
+    relevance = scoring.channel_relevance({m.id: hit for m, hit in candidates}, mode, params)
     scored = [
         ScoredMemory(
             memory=memory,
-            score=_relevance(hit, mode),
-            relevance=_relevance(hit, mode),
+            score=relevance[memory.id],
+            relevance=relevance[memory.id],
             effective_confidence=effective_confidence_of(memory, now),
             hit=hit,
         )
-        for memory, hit in _candidates(
-            caller=caller, query=query, mode=mode, flt=flt, k_vec=max(DEFAULT_K_VEC, k), k_txt=max(DEFAULT_K_TXT, k)
-        )
+        for memory, hit in candidates
     ]
     scored.sort(key=tie_break_key)
     return scored[:limit]
 
 
-def composite_rank(candidates: list[tuple[Memory, ChannelHit]], now: datetime) -> list[ScoredMemory]:
+def composite_rank(
+    candidates: list[tuple[Memory, ChannelHit]], now: datetime, params: RetrievalParams
+) -> list[ScoredMemory]:
     out = []
+    fused = scoring.fuse_all({m.id: hit for m, hit in candidates}, params)
     for memory, hit in candidates:
-        relevance = scoring.fuse(hit)
+        relevance = fused[memory.id]
         confidence = effective_confidence_of(memory, now)
         reference_time = memory.last_confirmed_at or memory.created_at
         out.append(
@@ -187,7 +199,7 @@ def composite_rank(candidates: list[tuple[Memory, ChannelHit]], now: datetime) -
                 score=scoring.recall_score(
                     relevance=relevance,
                     importance=memory.importance,
-                    recency_value=scoring.recency(reference_time, now),
+                    recency_value=scoring.recency(reference_time, now, params.half_life(memory.kind)),
                     confidence=1.0 if confidence is None else confidence,
                 ),
                 relevance=relevance,
@@ -207,10 +219,12 @@ def memory_recall_candidates(
     limit: int = 10,
     kinds: Sequence[str] = ("fact", "rule"),
     use_tags: Sequence[str] | None = None,
+    params: RetrievalParams | None = None,
 ) -> list[ScoredMemory]:
     """Composite-scored facts and rules (seed 000 memory_recall), without side effects."""
     require_read(caller)
     decision = read_boundary(caller, use_tags)
+    params = retrieval_params(caller, params)
     topic = validation.query(topic, field="topic")
     limit = validation.limit(limit)
     if scope is not None:
@@ -219,10 +233,9 @@ def memory_recall_candidates(
     flt = RetrievalFilter(
         kinds=list(kinds), now=now, scopes=sorted({"global", scope}) if scope else None, use_tags=decision.use_tags
     )
-    candidates = _candidates(
-        caller=caller, query=topic, mode="hybrid", flt=flt, k_vec=max(DEFAULT_K_VEC, limit), k_txt=DEFAULT_K_TXT
-    )
-    return composite_rank(candidates, now)[:limit]
+    params = params.with_(k_vec=max(params.k_vec, limit))
+    candidates = _candidates(caller=caller, query=topic, mode="hybrid", flt=flt, params=params)
+    return composite_rank(candidates, now, params)[:limit]
 
 
 def memory_fetch(*, caller: Caller, kind: str, memory_id: object, use_tags: Sequence[str] | None = None) -> Memory:

@@ -22,6 +22,7 @@ from memory.retrieval import vector_literal
 from memory.selectors.memories import boundary_view
 from memory.services.events import event_append
 from policy.caller import Caller
+from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
 
 def require_write(caller: Caller) -> None:
@@ -174,8 +175,10 @@ def fact_store(
     confidence: float = 1.0,
     source: str = "",
     metadata: dict[str, Any] | None = None,
+    boundary_class: str = DEFAULT_BOUNDARY_CLASS,
 ) -> FactStoreResult:
     require_write(caller)
+    boundary_class = validation.choice(boundary_class, field="boundary_class", allowed=BOUNDARY_CLASSES)
     subject = validation.text(subject, field="subject", max_chars=200)
     predicate = validation.text(predicate, field="predicate", max_chars=200)
     content = validation.text(content, field="content")
@@ -222,6 +225,7 @@ def fact_store(
             namespace=namespace,
             source=source,
             metadata=metadata or {},
+            boundary_class=boundary_class,
         )
         event_append(
             caller=caller,
@@ -242,9 +246,11 @@ def rule_store(
     tags: Iterable[str] | None = None,
     metadata: dict[str, Any] | None = None,
     source: str = "",
+    boundary_class: str = DEFAULT_BOUNDARY_CLASS,
 ) -> Memory:
     require_write(caller)
     content = validation.text(content, field="content")
+    boundary_class = validation.choice(boundary_class, field="boundary_class", allowed=BOUNDARY_CLASSES)
     scope = validation.label(scope, field="scope")
     tag_list = validation.tags(tags)
     embedding = _embed_for_store(content)
@@ -263,6 +269,7 @@ def rule_store(
             last_confirmed_at=timezone.now(),
             source=source,
             metadata=metadata or {},
+            boundary_class=boundary_class,
         )
         event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="stored")
         _after_commit(memory)
