@@ -13,7 +13,7 @@ from memory.context import build_context
 from memory.errors import InvalidArgument
 from memory.models import Memory
 from memory.selectors.memories import memory_search
-from memory.services.maintenance import episodes_expire
+from memory.services.sweeps import episodes_expire
 from memory.services.memories import episode_store, fact_store
 from policy.caller import Caller
 from policy.document import DEFAULT_POLICY
