@@ -22,8 +22,8 @@ from mcp.server.transport_security import TransportSecuritySettings  # noqa: E40
 from mcp_server.dialect import connection_options  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from mcp_server.toolsets import TOOLSETS  # noqa: E402
-from policy.middleware import RateLimitMiddleware, jsonrpc_body, register_rate_limit_body  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
+from policy.middleware import RateLimitMiddleware, jsonrpc_body, register_rate_limit_body  # noqa: E402
 
 Scope = dict[str, Any]
 
