@@ -3,7 +3,8 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
 from mcp_server.langmem_store import langmem_store
-from memory.admin_views import dashboard, dashboard_index
+from mcp_server.rest import tool_call
+from memory.admin.dashboard import dashboard, dashboard_index
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -18,4 +19,5 @@ urlpatterns = [
     path("healthz", healthz),
     # The LangGraph BaseStore endpoint behind mcp_server.clients.langmem.MemprojStore.
     path("api/langmem/store/", langmem_store, name="langmem_store"),
+    path("api/<slug:toolset>/<str:tool>", tool_call, name="tool_call"),
 ]
