@@ -353,7 +353,7 @@ class DialectServer(MCPServer[Any]):
             try:
                 tools = self.dialect.adapt_tools(tools)
             except DomainError as exc:
-                raise MCPError(code=INVALID_REQUEST, message=self.dialect.render_error(exc.code, str(exc))) from exc
+                raise MCPError(code=INVALID_REQUEST, message=self.dialect.render_error(exc.code, str(exc), {})) from exc
         if not caller.may_elevate:
             return tools
         return [

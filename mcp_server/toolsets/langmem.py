@@ -52,7 +52,7 @@ EXCEPTIONS = {
 }
 
 
-def render_error(code: str, message: str) -> str:
+def render_error(code: str, message: str, details: Mapping[str, Any] | None = None) -> str:
     """``<Exception>: <message>``: the exception LangMem raises, by name."""
     return f"{EXCEPTIONS.get(code, 'RuntimeError')}: {message}"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -59,8 +60,9 @@ CODES = {
 }
 
 
-def render_error(code: str, message: str) -> str:
-    """Seed 002: ``{"error": {"code": ..., "message": ...}}`` as the tool error's text."""
+def render_error(code: str, message: str, details: Mapping[str, Any] | None = None) -> str:
+    """Seed 002: ``{"error": {"code": ..., "message": ...}}`` as the tool error's text
+    (exactly those two keys: the seed's shape has no details)."""
     return json.dumps({"error": {"code": CODES.get(code, code), "message": message}})
 
 
