@@ -488,6 +488,10 @@ class ResilientEmbedder:
                     self._cache.popitem(last=False)
         return list(vector)
 
+    def clear_query_cache(self) -> None:
+        with self._cache_lock:
+            self._cache.clear()
+
     def embed_document(self, text: str) -> list[float]:
         return self.embed([text], timeout=float(embedder_setting("STORE_TIMEOUT_SECONDS")))[0]
 
