@@ -453,6 +453,11 @@ class ResilientEmbedder:
             raise EmbeddingUnavailable(f"the embedder is paused after repeated failures (last: {self.last_error})")
         load_timeout = float(embedder_setting("LOAD_TIMEOUT_SECONDS"))
         wait = timeout if (timeout is not None and getattr(self.inner, "loaded", True)) else load_timeout
+        if isinstance(self.inner, LocalEmbedder):
+            # The in-process model does not hang like a remote endpoint; it queues under
+            # CPU overload. Waiting longer there keeps search results from silently
+            # losing their vector channel on a busy machine.
+            wait = max(wait, float(embedder_setting("LOCAL_TIMEOUT_SECONDS")))
         try:
             future = self.batcher.submit(texts)
             vectors = future.result(timeout=wait)

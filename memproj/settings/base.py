@@ -153,10 +153,12 @@ MEMPROJ_EMBEDDER = {
     # Both compute the same model and record the same model name.
     "BACKEND": env.str("MEMPROJ_EMBEDDING_BACKEND", default="onnx"),
     "THREADS": env.int("MEMPROJ_EMBEDDING_THREADS", default=0),  # 0 = the runtime's default
-    # Bounded waits: a query degrades to keyword, a store is kept pending.
+    # Bounded waits on a remote endpoint: a query degrades to keyword, a store is kept pending.
     "QUERY_TIMEOUT_SECONDS": env.float("MEMPROJ_EMBED_QUERY_TIMEOUT", default=2.0),
     "STORE_TIMEOUT_SECONDS": env.float("MEMPROJ_EMBED_STORE_TIMEOUT", default=5.0),
     "HTTP_TIMEOUT_SECONDS": env.float("MEMPROJ_EMBED_HTTP_TIMEOUT", default=10.0),
+    # The in-process model queues under CPU overload rather than hanging: a longer wait.
+    "LOCAL_TIMEOUT_SECONDS": env.float("MEMPROJ_EMBED_LOCAL_TIMEOUT", default=30.0),
     # The first call loads the model (an ONNX export or importing torch).
     "LOAD_TIMEOUT_SECONDS": env.float("MEMPROJ_EMBED_LOAD_TIMEOUT", default=300.0),
     # Circuit breaker: open after this many consecutive failures, probe again after the cooldown.
