@@ -122,9 +122,7 @@ def speed(args: argparse.Namespace, conninfo: str) -> tuple[list[list[object]], 
     chunk = 50
     for lo in range(0, len(texts), chunk):
         part = texts[lo : lo + chunk]
-        results["memproj add"] += timed_each(
-            lambda t: episode_store(caller=caller, content=t, butler="general"), part
-        )
+        results["memproj add"] += timed_each(lambda t: episode_store(caller=caller, content=t, butler="general"), part)
         results["mem0 add"] += timed_each(
             lambda t: mem0.add([{"role": "user", "content": t}], user_id=user, infer=False), part
         )
@@ -140,8 +138,12 @@ def speed(args: argparse.Namespace, conninfo: str) -> tuple[list[list[object]], 
         results["memproj search"] += timed_each(memproj_search, part)
         results["mem0 search"] += timed_each(lambda q: mem0.search(q, filters={"user_id": user}, top_k=20), part)
 
+    # Each system's own embedder on one text (the floor of both add and search).
+    results["memproj embed"] = timed_each(lambda q: embedder.inner.embed([q]), queries[:50])
+    results["mem0 embed"] = timed_each(lambda q: mem0.embedding_model.embed(q, "search"), queries[:50])
+
     rows = []
-    for op in ("add", "search"):
+    for op in ("add", "search", "embed"):
         ours, theirs = results[f"memproj {op}"], results[f"mem0 {op}"]
         o50, o95, _ = _common.summary(ours)
         t50, t95, _ = _common.summary(theirs)
@@ -154,8 +156,9 @@ def quality(args: argparse.Namespace, conninfo: str) -> list[tuple[str, dict[str
 
     from memory.selectors import memories as selectors
 
-    memories, dialogues = q.load_madial(q.DEFAULT_DATA if not os.environ.get("MEMPROJ_MADIAL_DIR")
-                                        else Path(os.environ["MEMPROJ_MADIAL_DIR"]))
+    memories, dialogues = q.load_madial(
+        q.DEFAULT_DATA if not os.environ.get("MEMPROJ_MADIAL_DIR") else Path(os.environ["MEMPROJ_MADIAL_DIR"])
+    )
     if args.madial > 0:
         dialogues = dialogues[: args.madial]
     callers = q.ensure_tenants(memories)
@@ -168,8 +171,12 @@ def quality(args: argparse.Namespace, conninfo: str) -> list[tuple[str, dict[str
         have_ids = {int(m["metadata"]["madial_id"]) for m in have.get("results", []) if m.get("metadata")}
         for item in items:
             if item["id"] not in have_ids:
-                mem0.add([{"role": "user", "content": item["event"]}], user_id=f"madial-user{user}",
-                         metadata={"madial_id": item["id"]}, infer=False)
+                mem0.add(
+                    [{"role": "user", "content": item["event"]}],
+                    user_id=f"madial-user{user}",
+                    metadata={"madial_id": item["id"]},
+                    infer=False,
+                )
 
     queries = [("".join(d["dialogue"][: d["test-turn"][0]]), d["user-id"], set(d["relevant-id"])) for d in dialogues]
     golds = [g for _, _, g in queries]
@@ -204,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         import quality as q
 
         scored = quality(args, conninfo)
-        out += ["", f"Retrieval quality on MADial-Bench (en), top 20", q.metric_table(scored)]
+        out += ["", "Retrieval quality on MADial-Bench (en), top 20", q.metric_table(scored)]
     print("\n".join(out))
     return 0
 
