@@ -533,8 +533,10 @@ def set_embedder(embedder: Embedder | None) -> None:
     """Swap the process-wide embedder (tests that simulate an outage; re-embedding).
     A raw embedder is wrapped, so it gets the same guarantees as the default."""
     global _embedder
-    wrapped = embedder is None or isinstance(embedder, ResilientEmbedder)
-    _embedder = embedder if wrapped else ResilientEmbedder(embedder)  # type: ignore[assignment]
+    if embedder is None or isinstance(embedder, ResilientEmbedder):
+        _embedder = embedder
+        return
+    _embedder = ResilientEmbedder(embedder)
 
 
 def embed_query(text: str) -> list[float]:
