@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -67,6 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--conc-seconds", type=float, default=15.0, help="seconds per concurrency step (0 = skip)")
     p.add_argument("--store-share", type=float, default=0.3, help="share of stores in the mixed workload")
     p.add_argument("--web-workers", type=int, default=0, help="uvicorn worker processes (0 = MEMPROJ_WEB_WORKERS)")
+    p.add_argument("--embedder", action="store_true",
+                   help="only compare the embedder backends (ONNX Runtime vs PyTorch, same weights) and exit")
     p.add_argument("--tiny", action="store_true", help="smoke-test size (a few hundred memories, few repeats)")
     args = p.parse_args(argv)
     if args.tiny:
@@ -703,8 +706,44 @@ def report(args, env: dict, results: list[dict], baselines: dict, ingest: dict |
     return "\n".join(out)
 
 
+def bench_embedders(repeat: int) -> str:
+    """The two local backends of the same model, raw (no guard, no batcher): one
+    query, a batch of 64 texts, and how far apart their vectors are."""
+    import numpy as np
+
+    from memory.embeddings import LocalEmbedder
+
+    texts = [synthetic.memory_spec(i)["content"] for i in range(64)]
+    queries = synthetic.queries(repeat + 4, seed=5)
+    rows, vectors = [], {}
+    for backend in ("onnx", "torch"):
+        embedder = LocalEmbedder(backend=backend)
+        t0 = time.perf_counter()
+        embedder.embed(["load"])
+        load_s = time.perf_counter() - t0
+        qi = iter(range(10**9))
+        one = _common.timed(lambda e=embedder, it=qi: e.embed([queries[next(it) % len(queries)]]), repeat)
+        batch = _common.timed(lambda e=embedder: e.embed(texts), 5, warmup=1)
+        vectors[backend] = np.asarray(embedder.embed(texts + queries))
+        p50, p95, _ = _common.summary(one)
+        rows.append([embedder.backend, load_s, p50, p95, 64_000.0 / statistics.median(batch)])
+    a, b = vectors["onnx"], vectors["torch"]
+    cosines = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    out = [
+        f"Embedder backends, all-MiniLM-L6-v2 from the packaged weights - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - "
+        f"{os.cpu_count()} cores - load average {os.getloadavg()[0]:.1f}",
+        _common.table(["backend", "load_s", "one_query_p50_ms", "one_query_p95_ms", "batch64_texts_per_s"], rows),
+        f"cosine(ONNX, PyTorch) over {len(cosines)} texts: min {cosines.min():.6f}, mean {cosines.mean():.6f}",
+    ]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.embedder:
+        _common.setup_django()
+        print(bench_embedders(args.repeat))
+        return 0
     db_url = _common.setup_django()
     from django.db import connection
 
