@@ -428,7 +428,7 @@ class DialectServer(MCPServer[Any]):
             # A worker thread cannot be interrupted: answer at the deadline and
             # let the (transactional) call finish or roll back on its own.
             running = asyncio.ensure_future(super().call_tool(name, arguments, context))
-            return await asyncio.wait_for(asyncio.shield(running), spec.timeout)
+            return await asyncio.wait_for(asyncio.shield(running), spec.timeout * settings.MEMPROJ_TOOL_TIMEOUT_SCALE)
         except TimeoutError:
             return self._error("TIMEOUT", f"{name} did not finish within {spec.timeout:g} s; retry later.")
         except ToolError as exc:

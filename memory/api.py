@@ -36,7 +36,7 @@ from memory.services.memories import (
     memory_supersede,
     rule_store,
 )
-from memory.services.retrieval import memory_get, memory_recall
+from memory.services.referencing import memory_get, memory_recall
 from policy.boundary import BoundaryCheck, boundary_for, boundary_validate
 from policy.caller import Caller
 from policy.selectors.policies import policy_is_applied

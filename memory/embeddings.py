@@ -361,19 +361,22 @@ class MicroBatcher:
         self.passes = 0  # forward passes run (the bench reports texts per pass)
         self.texts = 0
 
+    # An idle dispatcher exits (and the next request starts a new one), so short-lived
+    # embedders (tests swap one in per test) leave no threads behind.
+    IDLE_EXIT_SECONDS = 30.0
+
     def submit(self, texts: list[str]) -> Future[list[list[float]]]:
-        if self._pid != os.getpid():
-            with self._lock:
-                if self._pid != os.getpid():  # first use in this process (or after a fork)
-                    self._queue = queue.SimpleQueue()
-                    threading.Thread(target=self._loop, args=(self._queue,), name="embed-batcher", daemon=True).start()
-                    self._pid = os.getpid()
         request = _Request(list(texts), Future())
-        self._queue.put(request)
+        with self._lock:  # the put is under the lock the exiting dispatcher takes: no request is stranded
+            if self._pid != os.getpid():  # first use in this process, after a fork, or after an idle exit
+                self._queue = queue.SimpleQueue()
+                threading.Thread(target=self._loop, args=(self._queue,), name="embed-batcher", daemon=True).start()
+                self._pid = os.getpid()
+            self._queue.put(request)
         return request.future
 
     def _collect(self, q: queue.SimpleQueue[_Request]) -> list[_Request]:
-        batch = [q.get()]
+        batch = [q.get(timeout=self.IDLE_EXIT_SECONDS)]
         size = len(batch[0].texts)
         deadline = time.monotonic() + (self.window if self._concurrent else 0.0)
         while size < self.max_batch:
@@ -388,8 +391,16 @@ class MicroBatcher:
 
     def _loop(self, q: queue.SimpleQueue[_Request]) -> None:
         while True:
+            try:
+                collected = self._collect(q)
+            except queue.Empty:
+                with self._lock:
+                    if q.empty():
+                        self._pid = -1
+                        return
+                continue
             # A caller that timed out cancelled its future: skip its texts.
-            live = [r for r in self._collect(q) if r.future.set_running_or_notify_cancel()]
+            live = [r for r in collected if r.future.set_running_or_notify_cancel()]
             self._concurrent = len(live) > 1
             if not live:
                 continue

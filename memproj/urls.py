@@ -3,7 +3,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
 from mcp_server.rest import tool_call
-from memory.admin_views import dashboard, dashboard_index
+from memory.admin.dashboard import dashboard, dashboard_index
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -70,8 +70,12 @@ def plain_json_body(decision: RateDecision, _body: bytes) -> tuple[bytes, str]:
 JSONRPC_RATE_LIMIT = -32029
 
 
-def jsonrpc_body(code_name: str = "RATE_LIMIT") -> BodyBuilder:
-    """A JSON-RPC 2.0 error answering the request's own id (MCP's wire format)."""
+def jsonrpc_body(
+    code_name: str = "RATE_LIMIT", render: Callable[[str, str, dict[str, Any]], str] | None = None
+) -> BodyBuilder:
+    """A JSON-RPC 2.0 error answering the request's own id (MCP's wire format).
+    ``render(code, message, details)`` lets a dialect write the message in its own
+    error format (pce: its JSON error envelope), as its tool errors do."""
 
     def build(decision: RateDecision, body: bytes) -> tuple[bytes, str]:
         request_id: Any = None
@@ -81,27 +85,23 @@ def jsonrpc_body(code_name: str = "RATE_LIMIT") -> BodyBuilder:
                 request_id = parsed["id"]
         except (ValueError, UnicodeDecodeError):
             pass
+        details = {"retry_after": max(1, decision.reset_seconds), "limit": decision.limit}
+        message = render(code_name, _message(decision), details) if render else f"[{code_name}] {_message(decision)}"
         payload = {
             "jsonrpc": "2.0",
             "id": request_id,
-            "error": {
-                "code": JSONRPC_RATE_LIMIT,
-                "message": f"[{code_name}] {_message(decision)}",
-                "data": {
-                    "code": code_name,
-                    "retry_after": max(1, decision.reset_seconds),
-                    "limit": decision.limit,
-                },
-            },
+            "error": {"code": JSONRPC_RATE_LIMIT, "message": message, "data": {"code": code_name, **details}},
         }
         return json.dumps(payload).encode(), "application/json"
 
     return build
 
 
-# toolset name -> builder. A dialect with its own error vocabulary registers its
-# builder here (e.g. pce: code RATE_LIMIT with its envelope).
-RATE_LIMIT_BODIES: dict[str, BodyBuilder] = {"memory": jsonrpc_body("RATE_LIMIT")}
+# toolset name -> builder. Every /mcp/<toolset> path speaks JSON-RPC, so that is
+# the default there; a dialect with its own error format registers its builder
+# (pce: ``register_rate_limit_body("pce", jsonrpc_body("RATE_LIMIT", render=render_error))``).
+MCP_DEFAULT_BODY: BodyBuilder = jsonrpc_body("RATE_LIMIT")
+RATE_LIMIT_BODIES: dict[str, BodyBuilder] = {"memory": MCP_DEFAULT_BODY}
 
 
 def register_rate_limit_body(toolset: str, builder: BodyBuilder) -> None:
@@ -201,8 +201,12 @@ class RateLimitMiddleware:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, decision: RateDecision) -> None:
         toolset = _toolset_of(scope.get("path", ""))
-        builder = RATE_LIMIT_BODIES.get(toolset or "", plain_json_body)
-        body = await self._read_body(receive) if toolset in RATE_LIMIT_BODIES else b""
+        builder: BodyBuilder
+        if toolset is None:
+            builder, body = plain_json_body, b""
+        else:
+            builder = RATE_LIMIT_BODIES.get(toolset, MCP_DEFAULT_BODY)
+            body = await self._read_body(receive)
         payload, content_type = builder(decision, body)
         await send(
             {

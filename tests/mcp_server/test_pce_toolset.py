@@ -59,6 +59,15 @@ def _warm_embedder():
     warm_up()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _warm_embedder():
+    """Serving processes load the model at start-up; the seed's per-tool timeouts
+    (upsert 10 s) are about calls, not about loading a model in the first one."""
+    from memory.embeddings import warm_up
+
+    warm_up()
+
+
 @pytest.fixture
 def pce(mcp_client_for):
     return lambda identity: mcp_client_for(identity, "pce")
@@ -146,15 +155,19 @@ async def test_entities_with_one_canonical_key_merge(member, pce):
 
 async def test_activate_ranks_pages_and_expires(member, pce):
     async with pce(member) as client:
-        for i in range(5):
+        topics = [
+            "Cancel API endpoints are named POST /subscriptions/{id}/cancel",
+            "Cancel requests are processed asynchronously by a worker queue",
+            "A cancelled subscription keeps access until the period ends",
+            "Cancel API naming follows the verb-as-subresource convention",
+            "Refunds after cancel are issued through the billing service",
+            "The cancel endpoint requires an idempotency key header",
+            "Cancel webhooks notify the CRM within five minutes",
+            "Cancel reasons are stored as an enum on the subscription",
+        ]
+        for text in topics:
             await ok(
-                client,
-                "pce.memory.upsert",
-                schemas.UPSERT_RESPONSE,
-                text=f"Cancel API naming convention number {i}: use POST /subscriptions/{{id}}/cancel",
-                kind="fact",
-                scope="project",
-                provenance={"at": AT},
+                client, "pce.memory.upsert", schemas.UPSERT_RESPONSE, text=text, scope="project", provenance={"at": AT}
             )
         first = await ok(
             client,
@@ -167,11 +180,17 @@ async def test_activate_ranks_pages_and_expires(member, pce):
             include_meta=True,
         )
         second = await ok(
-            client, "pce.memory.activate", schemas.ACTIVATE_RESPONSE, q="cancel API", cursor=first["next_cursor"]
+            client,
+            "pce.memory.activate",
+            schemas.ACTIVATE_RESPONSE,
+            q="cancel API",
+            top_k=2,
+            cursor=first["next_cursor"],
         )
         with time_machine.travel(timezone.now() + timedelta(hours=2)):
             gone = await fails(client, "pce.memory.activate", q="cancel API", cursor=second["next_cursor"])
     assert first["active_context_id"].startswith("ac_") and first["has_more"] is True
+    assert first["claims_count"] == 2 and second["has_more"] is True
     assert len(first["claims"]) == 2 and len(second["claims"]) == 2
     assert not {c["claim"]["id"] for c in first["claims"]} & {c["claim"]["id"] for c in second["claims"]}
     for item in first["claims"]:

@@ -227,3 +227,12 @@ def test_a_hanging_embedder_costs_a_bounded_wait_then_nothing(settings):
         assert len(calls) == 1  # the second request was still queued behind the hung pass
     finally:
         stop.set()
+
+
+def test_an_idle_dispatcher_exits_and_the_next_request_restarts_it(monkeypatch):
+    monkeypatch.setattr(MicroBatcher, "IDLE_EXIT_SECONDS", 0.05)
+    batcher = MicroBatcher(lambda texts: [fake_vector(t) for t in texts], window=0.0)
+    assert batcher.submit(["one"]).result(30) == [fake_vector("one")]
+    while batcher._pid != -1:  # the dispatcher notices it is idle and leaves
+        threading.Event().wait(0.02)
+    assert batcher.submit(["two"]).result(30) == [fake_vector("two")]

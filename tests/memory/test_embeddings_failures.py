@@ -19,9 +19,9 @@ from memory.context import build_context
 from memory.embeddings import CircuitBreaker, OpenAICompatibleEmbedder, ResilientEmbedder, get_embedder, set_embedder
 from memory.models import EmbeddingStatus, Memory
 from memory.selectors.memories import memory_search
-from memory.services import maintenance
+from memory.services import reembedding
 from memory.services.memories import episode_store, fact_store
-from memory.services.retrieval import memory_recall
+from memory.services.referencing import memory_recall
 from tests.conftest import make_identity
 
 pytestmark = pytest.mark.django_db
@@ -172,14 +172,14 @@ def test_failed_embeddings_are_retried_once_the_embedder_recovers(member, swap_e
         for p in ("dark", "light")
     ]
     with time_machine.travel(start + timedelta(minutes=5)):
-        assert maintenance.embeddings_retry().failed == 2  # attempt 2 of 2: marked failed
+        assert reembedding.embeddings_retry().failed == 2  # attempt 2 of 2: marked failed
         assert set(Memory.objects.filter(pk__in=ids).values_list("embedding_status", flat=True)) == {"failed"}
-        assert maintenance.embeddings_retry().processed == 0  # still down: nothing is requeued
+        assert reembedding.embeddings_retry().processed == 0  # still down: nothing is requeued
 
         swap_embedder(real)  # the embedder is back: the next sweep requeues, the one after embeds
-        requeue = maintenance.embeddings_retry()
+        requeue = reembedding.embeddings_retry()
         assert requeue.more
         assert set(Memory.objects.filter(pk__in=ids).values_list("embedding_status", flat=True)) == {"pending"}
-        assert sorted(maintenance.embeddings_retry().ids) == sorted(ids)
+        assert sorted(reembedding.embeddings_retry().ids) == sorted(ids)
     rows = Memory.objects.filter(pk__in=ids)
     assert all(r.embedding_status == EmbeddingStatus.READY and r.embedding is not None for r in rows)

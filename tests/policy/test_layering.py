@@ -10,9 +10,6 @@ from pathlib import Path
 import policy
 
 POLICY_DIR = Path(policy.__file__).resolve().parent
-# The lead's issue-8 seam moves these imports out of tokens.py (errors and the
-# elevation audit); remove the entry when it lands.
-NOT_YET_MOVED = {"services/tokens.py"}
 
 
 def _memory_imports(path: Path) -> list[str]:
@@ -30,8 +27,6 @@ def test_policy_imports_nothing_from_memory():
     offenders = {}
     for path in sorted(POLICY_DIR.rglob("*.py")):
         relative = path.relative_to(POLICY_DIR).as_posix()
-        if relative in NOT_YET_MOVED:
-            continue
         imports = _memory_imports(path)
         if imports:
             offenders[relative] = imports

@@ -162,3 +162,83 @@ async def test_the_served_app_wrapped_answers_the_memory_dialect_with_jsonrpc(ow
         )
     assert refused.status_code == 429 and refused.json()["id"] == "call-7"
     assert refused.json()["error"]["data"]["code"] == "RATE_LIMIT"
+
+
+async def test_a_dialect_registers_its_own_error_format():
+    from policy.middleware import RATE_LIMIT_BODIES, jsonrpc_body, register_rate_limit_body
+
+    def render(code, message, details):
+        return json.dumps({"error": {"code": code, "message": message, "details": details}})
+
+    register_rate_limit_body("test-dialect", jsonrpc_body("RATE_LIMIT", render=render))
+    try:
+        app = RateLimitMiddleware(_ok_app, resolver=_static(1))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+            await client.post("/mcp/test-dialect", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            refused = await client.post("/mcp/test-dialect", json={"jsonrpc": "2.0", "id": 2, "method": "ping"})
+            # An MCP path nobody registered still gets a JSON-RPC error.
+            other = await client.post("/mcp/unregistered", json={"jsonrpc": "2.0", "id": 3, "method": "ping"})
+    finally:
+        RATE_LIMIT_BODIES.pop("test-dialect")
+    body = refused.json()
+    assert refused.status_code == 429 and body["id"] == 2
+    assert json.loads(body["error"]["message"])["error"]["details"]["retry_after"] >= 1
+    assert other.status_code == 429 and other.json()["id"] == 3 and other.json()["jsonrpc"] == "2.0"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_the_limit_holds_across_two_web_processes():
+    """Two uvicorn processes share one Redis count: 90 concurrent requests split
+    across them at a limit of 30 get exactly 30 answers, from both processes."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    ports = [_free_port(), _free_port()]
+    env = dict(os.environ, RL_REDIS_URL=redis_url(), RL_BUCKET=f"test-{uuid.uuid4()}", RL_LIMIT="30")
+    servers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "tests.policy.ratelimit_app:app",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+        )
+        for port in ports
+    ]
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            deadline = time.monotonic() + 60
+            for port in ports:  # wait until both answer
+                while True:
+                    try:
+                        await client.get(f"http://127.0.0.1:{port}/ready")
+                        break
+                    except httpx.TransportError:
+                        assert time.monotonic() < deadline, "uvicorn did not start"
+                        await asyncio.sleep(0.2)
+            responses = await asyncio.gather(*(client.get(f"http://127.0.0.1:{ports[n % 2]}/work") for n in range(90)))
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait(timeout=30)
+    ok = [r for r in responses if r.status_code == 200]
+    # The two readiness probes took two of the 30.
+    assert len(ok) == 28 and sum(r.status_code == 429 for r in responses) == 62
+    assert len({r.text for r in ok}) == 2, "both processes served requests"
+    assert all(r.headers["x-ratelimit-limit"] == "30" for r in responses)

@@ -13,8 +13,8 @@ from memory.context import build_context
 from memory.errors import InvalidArgument
 from memory.models import Memory
 from memory.selectors.memories import memory_search
-from memory.services.maintenance import episodes_expire
 from memory.services.memories import episode_store, fact_store
+from memory.services.sweeps import episodes_expire
 from policy.caller import Caller
 from policy.document import DEFAULT_POLICY
 from policy.selectors import policies as policy_reads
