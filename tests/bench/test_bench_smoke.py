@@ -41,7 +41,18 @@ def header_cells(output: str, first: str) -> list[str]:
 
 def test_perf_script_prints_its_tables() -> None:
     out = run_script("perf.py")
-    assert header_cells(out, "size") == ["size", "path", "op", "n", "p50_ms", "p95_ms", "max_ms", "goal_p95", "met"]
+    assert header_cells(out, "size") == [
+        "size",
+        "path",
+        "op",
+        "n",
+        "p50_ms",
+        "p95_ms",
+        "max_ms",
+        "goal_p95",
+        "met",
+        "mcp_minus_service_p95",
+    ]
     for op in (
         "store_episode",
         "store_fact_supersede",
@@ -56,6 +67,7 @@ def test_perf_script_prints_its_tables() -> None:
     assert "mcp_http" in out
     assert "embed_one" in out and "pgvector_topk" in out
     assert "raw_embedder_per_s" in out and "ingest_per_s" in out
+    assert header_cells(out, "clients")[:3] == ["clients", "calls", "calls_per_s"]
 
 
 @pytest.mark.skipif(not (MADIAL / "data_en").is_dir(), reason="MADial-Bench data not present")
