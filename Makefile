@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint stop token migrate bench-perf bench-quality
+.PHONY: setup run test lint stop token migrate bench-perf bench-quality reliability
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -42,3 +42,8 @@ bench-perf: migrate
 
 bench-quality: migrate
 	$(PY) bench/quality.py
+
+# Isolation, fuzzing, faults and load at full size on a private stack under
+# var/reliability/ (tests/reliability/ runs the same at CI size). ARGS=--small for a quick pass.
+reliability: setup
+	$(PY) bench/reliability.py $(ARGS)

@@ -853,6 +853,10 @@ class Stack:
             PYTHONPATH=str(BASE_DIR),
             PYTHONUNBUFFERED="1",
             LOG_LEVEL="WARNING",
+            # A message whose worker was killed before the ack is redelivered after
+            # this long (300 s in make run); short here so recovery fits the run.
+            CELERY_VISIBILITY_TIMEOUT="30",
+            CELERY_UNACKED_RESTORE_INTERVAL="5",
         )
         self.env = env
 
@@ -886,6 +890,23 @@ class Stack:
         )
         self.wait_healthy(timeout)
         self.wait_for_worker(timeout)
+        self.warm_up(timeout)
+
+    def warm_up(self, timeout: float) -> None:
+        """/healthz answers before the web process has loaded the embedding model
+        (it loads in the background); one search waits for it, so that model
+        loading is not mistaken for a slow write in the first scenario."""
+        import httpx
+
+        token = self.issue_token("warm-up", "warm-up")
+
+        async def search() -> Answer:
+            async with httpx.AsyncClient(timeout=timeout) as http:
+                return await mcp_call(http, f"{self.url}/mcp/memory", token, "memory_search", {"query": "warm up"})
+
+        answer = asyncio.run(search())
+        if answer.outcome != "ok":
+            raise RuntimeError(f"the stack does not answer MCP calls: {answer.text}\n{self.log_tail()}")
 
     def wait_healthy(self, timeout: float) -> None:
         import httpx
@@ -900,10 +921,17 @@ class Stack:
             time.sleep(0.5)
         raise RuntimeError(f"the stack did not become healthy; see {self.log_path}:\n{self.log_tail()}")
 
-    def wait_for_worker(self, timeout: float) -> None:
+    def workers_ready(self) -> int:
+        """How many times a worker has logged that it is ready (one per start)."""
+        try:
+            return self.log_path.read_text(errors="replace").count(" ready.")
+        except FileNotFoundError:
+            return 0
+
+    def wait_for_worker(self, timeout: float, *, ready_before: int = 0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.child("worker") is not None and "ready." in self.log_tail(400):
+            if self.child("worker") is not None and self.workers_ready() > ready_before:
                 return
             time.sleep(0.5)
         raise RuntimeError(f"the worker did not start; see {self.log_path}:\n{self.log_tail()}")
@@ -1023,16 +1051,23 @@ class FaultReport:
     accepted: int = 0  # writes answered ok (on some attempt)
     error_answers: int = 0
     bare_http_errors: int = 0  # an HTTP error status without a code
+    uncoded_errors: int = 0  # an error answer without the dialect's code
     lost: int = 0  # accepted, but no row
     committed_but_error: int = 0  # rows beyond the ok answers: an attempt reported failure yet committed
     duplicates: int = 0  # writes with more than one row
     follow_ups_pending: int = 0
     recovered_in: float = 0.0
+    worker_back: bool = True  # a worker is running after recovery (the supervisor restarted it)
     samples: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return not (self.lost or self.committed_but_error or self.duplicates or self.follow_ups_pending)
+
+    @property
+    def answers_true(self) -> bool:
+        """Every error answer coded and none for a committed write."""
+        return not (self.committed_but_error or self.bare_http_errors or self.uncoded_errors)
 
 
 WRITE_KINDS = ("fact", "rule", "episode")
@@ -1131,6 +1166,7 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
                 break
         time.sleep(1)
     report.recovered_in = time.monotonic() - recovery_started
+    report.worker_back = stack.child("worker") is not None
     report.follow_ups_pending = pending_follow_ups(stack, run_id)
     rows = Counter(
         re.search(rf"({run_id}x\d+)", content).group(1)  # type: ignore[union-attr]
@@ -1146,6 +1182,8 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
                 report.error_answers += 1
                 if answer.code is None and answer.text.startswith("HTTP 5"):
                     report.bare_http_errors += 1
+                elif answer.code is None:
+                    report.uncoded_errors += 1
                 if len(report.samples) < 4:
                     report.samples.append(f"{marker}: {answer.outcome} {answer.text[:200]}")
         present = rows.get(marker, 0)
@@ -1287,8 +1325,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
     parser.add_argument("--var-dir", default=str(BASE_DIR / "var" / "reliability"))
     parser.add_argument("--keep-running", action="store_true", help="leave the private servers running")
+    for key in FULL:
+        parser.add_argument(f"--{key.replace('_', '-')}", type=float, help=f"override (full {FULL[key]:g})")
     options = parser.parse_args(argv)
-    size = SMALL if options.small else FULL
+    size = dict(SMALL if options.small else FULL)
+    for key in FULL:
+        if getattr(options, key) is not None:
+            size[key] = type(FULL[key])(getattr(options, key))
     parts = [p for p in options.parts.split(",") if p]
     stack = Stack(Path(options.var_dir))
     print(f"memproj reliability suite ({'small' if options.small else 'full'} size), private stack in {stack.var_dir}")
@@ -1399,8 +1442,8 @@ def _faults_part(stack: Stack, token: str, size: dict[str, Any]) -> list[str]:
                 drain=size["drain_seconds"],
             )
         )
-    header = ["fault", "writes", "attempts", "accepted", "error answers", "bare HTTP 5xx", "lost",
-              "committed but error", "duplicates", "follow-ups pending", "recovery s"]  # fmt: skip
+    header = ["fault", "writes", "attempts", "accepted", "error answers", "uncoded", "bare HTTP 5xx", "lost",
+              "committed but error", "duplicates", "follow-ups pending", "worker back", "recovery s"]  # fmt: skip
     rows = [
         [
             r.fault,
@@ -1408,11 +1451,13 @@ def _faults_part(stack: Stack, token: str, size: dict[str, Any]) -> list[str]:
             r.attempts,
             r.accepted,
             r.error_answers,
+            r.uncoded_errors,
             r.bare_http_errors,
             r.lost,
             r.committed_but_error,
             r.duplicates,
             r.follow_ups_pending,
+            "yes" if r.worker_back else "NO",
             r.recovered_in,
         ]  # fmt: skip
         for r in reports
@@ -1429,6 +1474,8 @@ def _faults_part(stack: Stack, token: str, size: dict[str, Any]) -> list[str]:
             ("duplicated writes", r.duplicates),
             ("follow-ups not done", r.follow_ups_pending),
             ("bare HTTP errors", r.bare_http_errors),
+            ("error answers without a code", r.uncoded_errors),
+            ("worker not running after recovery", int(not r.worker_back)),
         ):
             if n:
                 failures.append(f"faults/{r.fault}: {n} {label}")
