@@ -10,8 +10,8 @@ from django.db import close_old_connections
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 
-from memory.errors import PermissionDenied
 from policy.caller import Caller
+from policy.errors import PermissionDenied
 from policy.services.tokens import token_authenticate
 
 

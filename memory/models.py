@@ -135,13 +135,17 @@ class Memory(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="supersedes"
     )
 
-    # Rules: outcome counters and maturity.
+    # Outcome counters, one set for every dialect's feedback (memory.outcomes):
+    # successes are fractional (roampal's partial = 0.5), applied_count is
+    # roampal's `uses`, outcome_score its learned score, utility pce's critic.
     maturity = models.CharField(max_length=16, choices=Maturity.choices, blank=True)
-    success_count = models.IntegerField(default=0)
+    success_count = models.FloatField(default=0.0)
     harmful_count = models.IntegerField(default=0)
     applied_count = models.IntegerField(default=0)
     effectiveness_score = models.FloatField(default=0.0)
     last_applied_at = models.DateTimeField(null=True, blank=True)
+    outcome_score = models.FloatField(default=0.5, db_default=0.5)
+    utility = models.FloatField(default=0.0, db_default=0.0)
 
     reference_count = models.IntegerField(default=0)
     last_referenced_at = models.DateTimeField(null=True, blank=True)
@@ -297,6 +301,33 @@ class ConflictCandidate(models.Model):
         return f"{self.kind} {self.memory_id} ~ {self.other_id} ({self.status})"
 
 
+class OutcomeReport(models.Model):
+    """One outcome signal as received, so that a client's retry (pce's
+    (claim_id, time bucket) idempotency, or any dialect's idempotency key) is
+    applied once: the unique key makes a second report a no-op."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="outcome_reports")
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="outcome_reports")
+    signal = models.CharField(max_length=16)
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    actor_principal_id = models.UUIDField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["memory", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="outcome_report_idempotent",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.signal} {self.memory_id}"
+
+
 class LinkKind(models.TextChoices):
     DERIVED_FROM = "derived_from", "Derived from"
     DUPLICATE_OF = "duplicate_of", "Duplicate of"
@@ -329,3 +360,88 @@ class MemoryLink(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_memory_id} -{self.kind}-> {self.to_memory_id}"
+
+
+class EntityType(models.TextChoices):
+    """Seed 004's entity types."""
+
+    ACTOR = "Actor", "Actor"
+    ARTIFACT = "Artifact", "Artifact"
+    EVENT = "Event", "Event"
+    CONCEPT = "Concept", "Concept"
+
+
+class EntityQuerySet(models.QuerySet["Entity"]):
+    def for_caller(self, caller: Caller) -> EntityQuerySet:
+        return self.filter(tenant_id=caller.tenant_id)
+
+
+class Entity(models.Model):
+    """A node of the tenant's knowledge graph (seed 004). Entities with the same
+    canonical key are one entity: a second mention merges its attributes."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="entities")
+    type = models.CharField(max_length=16, choices=EntityType.choices)
+    name = models.CharField(max_length=500)
+    canonical_key = models.CharField(max_length=500)
+    attrs = models.JSONField(default=dict, blank=True)
+    claims = models.ManyToManyField(Memory, related_name="entities", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = EntityQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name", "id"]
+        verbose_name_plural = "entities"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "canonical_key"], name="entity_one_per_canonical_key"),
+            models.CheckConstraint(condition=Q(type__in=EntityType.values), name="entity_type_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.name}"
+
+
+class Relation(models.Model):
+    """A typed edge between two entities, with the claim that evidences it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="relations")
+    src = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="relations_out")
+    dst = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="relations_in")
+    type = models.CharField(max_length=200)
+    props = models.JSONField(default=dict, blank=True)
+    evidence = models.ForeignKey(Memory, null=True, blank=True, on_delete=models.SET_NULL, related_name="relations")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["src", "dst", "type"], name="relation_one_per_typed_pair"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.src_id} -{self.type}-> {self.dst_id}"
+
+
+class ActiveContext(models.Model):
+    """A ranked snapshot of claims for one query (seed 004 activate), paged by
+    cursor until it expires; an expired context's cursor answers 410."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="active_contexts")
+    principal_id = models.UUIDField(null=True, blank=True)
+    query = models.TextField()
+    items = models.JSONField(default=list, help_text="[[memory id, score, breakdown], ...] best first")
+    params = models.JSONField(default=dict, blank=True)
+    policy_version = models.CharField(max_length=32, blank=True)
+    expires_at = models.DateTimeField(db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"ac {self.id}"

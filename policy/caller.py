@@ -21,6 +21,11 @@ class Caller:
     def is_admin(self) -> bool:
         return self.role == "admin"
 
+    @property
+    def may_elevate(self) -> bool:
+        """Seed 000: only an admin token carrying the 'elevate' scope may reach another tenant."""
+        return self.is_admin and "elevate" in self.scopes
+
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
 

@@ -14,6 +14,7 @@ from memory import scoring, validation
 from memory.embeddings import embed_one
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity
+from memory.read_model import effective_confidence_of
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ChannelHit
 from policy.caller import Caller
@@ -35,14 +36,6 @@ class ScoredMemory:
     relevance: float
     effective_confidence: float | None
     hit: ChannelHit
-
-
-def effective_confidence_of(memory: Memory, now: datetime) -> float | None:
-    if memory.kind == Kind.EPISODE:
-        return None
-    return scoring.effective_confidence(
-        memory.confidence, memory.decay_rate, memory.last_confirmed_at or memory.created_at, now
-    )
 
 
 def tie_break_key(item: ScoredMemory) -> tuple:

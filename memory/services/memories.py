@@ -23,7 +23,7 @@ from memory.services.events import event_append
 from policy.caller import Caller
 
 
-def _require_write(caller: Caller) -> None:
+def require_write(caller: Caller) -> None:
     if not caller.has_scope("write"):
         raise PermissionDenied("this token is read-only; ask an admin for a token with the 'write' scope.")
 
@@ -89,7 +89,7 @@ def episode_store(
     metadata: dict[str, Any] | None = None,
     ttl: timedelta | None = None,
 ) -> Memory:
-    _require_write(caller)
+    require_write(caller)
     content = validation.text(content, field="content")
     butler = validation.label(butler, field="butler")
     session = validation.label(session_id, field="session_id") if session_id else ""
@@ -165,7 +165,7 @@ def fact_store(
     source: str = "",
     metadata: dict[str, Any] | None = None,
 ) -> FactStoreResult:
-    _require_write(caller)
+    require_write(caller)
     subject = validation.text(subject, field="subject", max_chars=200)
     predicate = validation.text(predicate, field="predicate", max_chars=200)
     content = validation.text(content, field="content")
@@ -233,7 +233,7 @@ def rule_store(
     metadata: dict[str, Any] | None = None,
     source: str = "",
 ) -> Memory:
-    _require_write(caller)
+    require_write(caller)
     content = validation.text(content, field="content")
     scope = validation.label(scope, field="scope")
     tag_list = validation.tags(tags)
@@ -272,7 +272,7 @@ def memory_lock(*, caller: Caller, memory_id: object, kinds: Iterable[str]) -> M
 
 
 def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
-    _require_write(caller)
+    require_write(caller)
     kind = validation.kind(kind)
     if kind == Kind.EPISODE:
         raise InvalidArgument("episodes have no confidence decay, so they cannot be confirmed; confirm a fact or rule.")
@@ -289,57 +289,10 @@ def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     return memory
 
 
-def rule_record_outcome(*, caller: Caller, rule_id: object, helpful: bool, reason: str | None = None) -> Memory:
-    """The one outcome counter for rules: helpful -> success, harmful -> harmful;
-    both count an application, recompute effectiveness and re-evaluate maturity."""
-    _require_write(caller)
-    if reason is not None:
-        reason = validation.text(reason, field="reason", max_chars=2000)
-    with transaction.atomic():
-        rule = memory_lock(caller=caller, memory_id=rule_id, kinds=[Kind.RULE])
-        before = rule.maturity
-        if helpful:
-            rule.success_count += 1
-        else:
-            rule.harmful_count += 1
-        rule.applied_count += 1
-        rule.last_applied_at = timezone.now()
-        rule.effectiveness_score = scoring.rule_effectiveness(rule.success_count, rule.harmful_count)
-        rule.maturity = scoring.rule_maturity(
-            maturity=rule.maturity or Maturity.CANDIDATE,
-            success=rule.success_count,
-            harmful=rule.harmful_count,
-            age_days=scoring.days_between(rule.created_at, rule.last_applied_at),
-        )
-        if rule.maturity in scoring.MATURITY_CONFIDENCE and rule.maturity != before:
-            rule.confidence = scoring.MATURITY_CONFIDENCE[rule.maturity]
-            rule.last_confirmed_at = rule.last_applied_at
-        rule.save()
-        payload: dict[str, Any] = {"effectiveness_score": rule.effectiveness_score}
-        if reason:
-            payload["reason"] = reason
-        event_append(
-            caller=caller,
-            tenant_id=caller.tenant_id,
-            memory=rule,
-            event_type="marked_helpful" if helpful else "marked_harmful",
-            payload=payload,
-        )
-        if rule.maturity != before:
-            event_append(
-                caller=caller,
-                tenant_id=caller.tenant_id,
-                memory=rule,
-                event_type="maturity_changed",
-                payload={"from": before, "to": rule.maturity},
-            )
-    return rule
-
-
 def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     """Soft delete: the row stays for audit and the dashboard, retrieval skips it.
     Facts, rules and episodes all use the canonical validity ``retracted``."""
-    _require_write(caller)
+    require_write(caller)
     kind = validation.kind(kind)
     with transaction.atomic():
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
@@ -368,7 +321,7 @@ def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -
 def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: str = "explicit") -> Memory:
     """Mark ``old`` as replaced by ``new`` (the one supersession mechanism, used by
     fact_store's automatic path, memento's supersede_memory and admin review)."""
-    _require_write(caller)
+    require_write(caller)
     old_pk, new_pk = validation.memory_id(old_id), validation.memory_id(new_id)
     if old_pk == new_pk:
         raise InvalidArgument("a memory cannot supersede itself; pass two different ids.")
@@ -399,7 +352,7 @@ def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: 
 def memory_restore(*, caller: Caller, memory_id: object) -> Memory:
     """Undo a retraction or supersession (admin review). A fact comes back only
     if no other active fact holds its subject+predicate."""
-    _require_write(caller)
+    require_write(caller)
     with transaction.atomic():
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=Kind.values)
         if memory.validity == Validity.ACTIVE:
