@@ -1,8 +1,8 @@
 """Fuzzing every tool of every registered toolset from its inputSchema: wrong
 types, missing and extra keys, huge / NUL / lone-surrogate / control / RTL
 strings, extreme numbers, SQL and tsquery syntax, unknown tools. No hang, no
-broken session, the database consistent afterwards; and (once the argument
-contract lands) every error coded and free of internal detail."""
+broken session, the database consistent afterwards; and (the argument
+contract of issue 8) every error coded and free of internal detail."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ def test_fuzzing_hangs_nothing_and_leaves_the_database_consistent(clients):
     assert consistency_problems() == dict.fromkeys(consistency_problems(), 0)
 
 
-@pytest.mark.xfail(strict=False, reason="needs issue-15 item 6 / issue-8 contract: coded errors, no internal detail")
 def test_fuzzed_errors_are_coded_without_internal_detail(clients):
     # Reuses the run above when it happened in this session (the DB is flushed
     # between tests; the classified answers are what is checked here).

@@ -25,14 +25,7 @@ def test_random_calls_across_three_tenants_leak_and_change_nothing_foreign(clien
     assert report.errors < report.calls
 
 
-CONTRACT = pytest.mark.xfail(
-    strict=False, reason="needs issue-8 contract: unknown arguments (tenant_id, tenantId, tenant_slug) refused"
-)
-
-
-@pytest.mark.parametrize(
-    "selector", [s if s == "tenant" else pytest.param(s, marks=CONTRACT) for s in TENANT_SELECTORS]
-)
+@pytest.mark.parametrize("selector", TENANT_SELECTORS)
 @pytest.mark.parametrize("toolset", sorted(TOOLSETS))
 def test_every_tenant_selector_is_refused_and_changes_nothing(clients, people, toolset, selector):
     digests = Digests()
