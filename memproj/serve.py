@@ -137,8 +137,9 @@ class Supervisor:
 
     def run(self) -> None:
         def on_signal(signum: int, _frame: FrameType | None) -> None:
-            # Raised out of the sleep below, so no restart can race the shutdown.
-            raise SystemExit(0)
+            # Only a flag: raising here could interrupt a Popen half-way and
+            # orphan the child it was starting. The loop notices within one poll.
+            self.stopping = True
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
@@ -147,13 +148,10 @@ class Supervisor:
                 self.start(child)
             pids = ", ".join(f"{c.name} pid {c.process.pid}" for c in self.children.values() if c.process)
             self.log(f"started {pids}")
-            while True:
+            while not self.stopping:
                 self.check()
                 time.sleep(self.poll_interval)
         finally:
-            # A second Ctrl-C must not interrupt the orderly stop below.
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
             self.stop()
 
 
