@@ -860,10 +860,6 @@ class Stack:
         )
         self.env = env
 
-    @property
-    def database_url(self) -> str:
-        return f"postgres://postgres@/memproj?host={self.var_dir / 'pgdata'}"
-
     def run(self, *args: str, timeout: float = 600) -> str:
         proc = subprocess.run(
             [sys.executable, *args], cwd=BASE_DIR, env=self.env, capture_output=True, text=True, timeout=timeout
@@ -1130,7 +1126,11 @@ def pending_follow_ups(stack: Stack, run_id: str) -> int:
         "SELECT table_name FROM information_schema.columns WHERE column_name = 'done_at' "
         "AND (table_name LIKE '%%followup%%' OR table_name LIKE '%%outbox%%')"
     ):
-        pending += stack.sql(f'SELECT count(*) FROM "{table}" WHERE done_at IS NULL')[0][0]  # noqa: S608
+        pending += stack.sql(
+            f'SELECT count(*) FROM "{table}" WHERE done_at IS NULL AND memory_id IN '  # noqa: S608
+            "(SELECT id FROM memory_memory WHERE content LIKE %s)",
+            [f"%{run_id}x%"],
+        )[0][0]
     return int(pending)
 
 
@@ -1290,12 +1290,13 @@ PARTS = ("isolation", "fuzz", "faults", "load")
 
 
 def setup_django(stack: Stack) -> None:
-    """This process talks to the stack's database; follow-ups run eagerly here
-    (the in-process parts need no worker)."""
+    """This process uses the stack's embedded servers as the service would (the
+    embedded default under MEMPROJ_VAR_DIR, with the service's database role);
+    follow-ups run eagerly here, the in-process parts need no worker."""
+    for key in ("DATABASE_URL", "CELERY_BROKER_URL"):
+        os.environ.pop(key, None)
     os.environ.update(
         MEMPROJ_VAR_DIR=str(stack.var_dir),
-        DATABASE_URL=stack.database_url,
-        CELERY_BROKER_URL=f"redis+socket://{stack.var_dir / 'redis.sock'}",
         CELERY_TASK_ALWAYS_EAGER="true",
         DJANGO_SETTINGS_MODULE="memproj.settings.base",
         LOG_LEVEL="WARNING",
@@ -1303,6 +1304,12 @@ def setup_django(stack: Stack) -> None:
     import django
 
     django.setup()
+    from django.conf import settings
+
+    # Never the dev database: a DATABASE_URL in .env would win over the embedded default.
+    host = str(settings.DATABASES["default"].get("HOST", ""))
+    if not host.startswith(str(stack.var_dir)):
+        raise SystemExit(f"refusing to run against a database outside {stack.var_dir}: host {host!r}")
 
 
 def identities(prefix: str, tenants: int = 3) -> dict[str, tuple[int, str, Any]]:
