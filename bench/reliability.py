@@ -390,6 +390,27 @@ def error_code(text: str, structured: Any = None) -> str | None:
     return None
 
 
+def json_strings_in_optional_text(clients: InProcessClients, who: str) -> list[tuple[str, str, str, Answer]]:
+    """Every optional string parameter of every tool given text that happens to
+    be JSON (an object, an array): it is text like any other and must be
+    accepted or refused with a clear code, never crash the call."""
+    out = []
+    rng = random.Random(15)
+    for toolset in clients.toolsets:
+        for tool in clients.tools[toolset]:
+            required = set(tool.schema.get("required", []))
+            base = Generator(rng, Pools(0)).arguments(tool.schema, optional_rate=0.0)
+            for name, prop in tool.schema.get("properties", {}).items():
+                prop = _resolve(prop, tool.schema)
+                types = {o.get("type") for o in prop.get("anyOf", [prop])}
+                if name in required or name in NOT_GENERATED or "string" not in types or "enum" in prop:
+                    continue
+                for text in ('{"note": "json text"}', '["a", "b"]'):
+                    answer = clients.call(who, toolset, tool.name, {**base, name: text})
+                    out.append((toolset, tool.name, name, answer))
+    return out
+
+
 def answer_from_result(result: Any, seconds: float) -> Answer:
     text = " ".join(getattr(block, "text", "") or "" for block in result.content)
     if result.is_error:
@@ -404,6 +425,15 @@ def answer_text(answer: Answer) -> str:
 # ----------------------------------------------------------------------------------------
 # In-process MCP clients (isolation and fuzzing)
 # ----------------------------------------------------------------------------------------
+
+
+def warm_up_embedder() -> None:
+    """Load the embedding model before the first timed call: loading torch can
+    take a minute on a busy machine, which is not a hang of the call that pays it."""
+    from memory.embeddings import EmbeddingUnavailable, embed_one
+
+    with contextlib.suppress(EmbeddingUnavailable):
+        embed_one("warm up")
 
 
 @dataclass
@@ -429,6 +459,7 @@ class InProcessClients:
         self._holder: concurrent.futures.Future[None] | None = None
 
     def __enter__(self) -> InProcessClients:
+        warm_up_embedder()
         self.thread.start()
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._holder = asyncio.run_coroutine_threadsafe(self._hold(ready), self.loop)
@@ -763,6 +794,9 @@ def selector_matrix(
 # ----------------------------------------------------------------------------------------
 
 
+INTERNAL_CODES = {"INTERNAL", "INTERNAL_ERROR", "-32603"}
+
+
 @dataclass
 class FuzzReport:
     calls: Counter[str] = field(default_factory=Counter)
@@ -812,6 +846,9 @@ def fuzz(
                 report.add(toolset, "crash", sample)
             elif answer.code is None:
                 report.add(toolset, "uncoded error", sample)
+            elif answer.code.upper() in INTERNAL_CODES:
+                # Coded, but the call crashed: input the schema let through broke a tool.
+                report.add(toolset, "internal error", sample)
             else:
                 report.add(toolset, "coded error", sample)
     return report
@@ -1420,7 +1457,16 @@ def _fuzz_part(clients: InProcessClients, size: dict[str, Any]) -> list[str]:
     started = time.monotonic()
     report = fuzz(clients, who, calls_per_toolset=size["fuzz_calls"])
     elapsed = time.monotonic() - started
-    kinds = ["ok", "coded error", "uncoded error", "internal detail", "crash", "hang", "protocol exception"]
+    kinds = [
+        "ok",
+        "coded error",
+        "uncoded error",
+        "internal detail",
+        "internal error",
+        "crash",
+        "hang",
+        "protocol exception",
+    ]
     rows = [[ts, report.calls[ts], *(report.count(k, ts) for k in kinds)] for ts in clients.toolsets]
     print(table(f"Fuzzing ({elapsed:.0f} s)", ["toolset", "calls", *kinds], rows))
     for (ts, kind), samples in sorted(report.samples.items()):
