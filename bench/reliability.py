@@ -1085,6 +1085,7 @@ class FaultReport:
     error_answers: int = 0
     bare_http_errors: int = 0  # an HTTP error status without a code
     uncoded_errors: int = 0  # an error answer without the dialect's code
+    timeouts: int = 0  # no answer within the client's 30 s
     lost: int = 0  # accepted, but no row
     committed_but_error: int = 0  # rows beyond the ok answers: an attempt reported failure yet committed
     duplicates: int = 0  # writes with more than one row
@@ -1217,7 +1218,9 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
         for answer in attempts:
             if answer.outcome != "ok":
                 report.error_answers += 1
-                if answer.code is None and answer.text.startswith("HTTP 5"):
+                if answer.outcome == "hang":
+                    report.timeouts += 1
+                elif answer.code is None and answer.text.startswith("HTTP 5"):
                     report.bare_http_errors += 1
                 elif answer.code is None:
                     report.uncoded_errors += 1
@@ -1495,8 +1498,22 @@ def _faults_part(stack: Stack, token: str, size: dict[str, Any]) -> list[str]:
                 drain=size["drain_seconds"],
             )
         )
-    header = ["fault", "writes", "attempts", "accepted", "error answers", "uncoded", "bare HTTP 5xx", "lost",
-              "committed but error", "duplicates", "follow-ups pending", "worker back", "recovery s"]  # fmt: skip
+    header = [
+        "fault",
+        "writes",
+        "attempts",
+        "accepted",
+        "error answers",
+        "timeouts",
+        "uncoded",
+        "bare HTTP 5xx",
+        "lost",
+        "committed but error",
+        "duplicates",
+        "follow-ups pending",
+        "worker back",
+        "recovery s",
+    ]
     rows = [
         [
             r.fault,
@@ -1504,6 +1521,7 @@ def _faults_part(stack: Stack, token: str, size: dict[str, Any]) -> list[str]:
             r.attempts,
             r.accepted,
             r.error_answers,
+            r.timeouts,
             r.uncoded_errors,
             r.bare_http_errors,
             r.lost,
