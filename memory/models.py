@@ -5,16 +5,19 @@ that only one kind uses stay empty for the others."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from pgvector.django import HnswIndex, VectorField
+
+from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
 if TYPE_CHECKING:
     from policy.caller import Caller
@@ -71,6 +74,11 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
             return self
         return self.filter(scope__in=sorted({"global", scope}))
 
+    def visible_in(self, boundary_classes: frozenset[str] | Sequence[str]) -> MemoryQuerySet:
+        """Boundary-first (issue 11): only memories of these boundary classes
+        (``policy.boundary.boundary_for(...).visible``)."""
+        return self.filter(boundary_class__in=sorted(boundary_classes))
+
     def without_vectors(self) -> MemoryQuerySet:
         return self.defer("embedding", "search_vector")
 
@@ -114,6 +122,15 @@ class Memory(models.Model):
     tags = ArrayField(models.CharField(max_length=64), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     source = models.CharField(max_length=32, blank=True)
+    # Seed 004 boundary class (public / internal / pii / secret). The tenant
+    # policy decides which classes a read may see and which come back redacted;
+    # retrieval filters on it in SQL (boundary-first, issue 11).
+    boundary_class = models.CharField(
+        max_length=16,
+        choices=[(c, c) for c in BOUNDARY_CLASSES],
+        default=DEFAULT_BOUNDARY_CLASS,
+        db_default=DEFAULT_BOUNDARY_CLASS,
+    )
 
     importance = models.FloatField(default=5.0)
     confidence = models.FloatField(default=1.0)
@@ -156,9 +173,10 @@ class Memory(models.Model):
     embedding_status = models.CharField(max_length=16, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING)
     embedding_attempts = models.IntegerField(default=0)
     embedding_error = models.TextField(blank=True)
-    # Populated by PostgreSQL itself, so no write path can forget it.
+    # Populated by PostgreSQL itself, so no write path can forget it; the SQL
+    # function (migration 0010) is ``english`` plus character bigrams for CJK runs.
     search_vector = models.GeneratedField(
-        expression=SearchVector("content", config="english"),
+        expression=models.Func(models.F("content"), function="memproj_search_vector"),
         output_field=SearchVectorField(),
         db_persist=True,
     )
@@ -209,6 +227,9 @@ class Memory(models.Model):
             models.CheckConstraint(condition=Q(kind__in=Kind.values), name="memory_kind_valid"),
             models.CheckConstraint(condition=Q(validity__in=Validity.values), name="memory_validity_valid"),
             models.CheckConstraint(
+                condition=Q(boundary_class__in=BOUNDARY_CLASSES), name="memory_boundary_class_valid"
+            ),
+            models.CheckConstraint(
                 condition=Q(importance__gte=0) & Q(importance__lte=10), name="memory_importance_range"
             ),
             models.CheckConstraint(
@@ -223,6 +244,13 @@ class Memory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.id}: {self.content[:60]}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # Reads return redacted copies of pii-like classes (memory.selectors.memories.
+        # boundary_apply); writing one back would replace the stored text for good.
+        if getattr(self, "_memproj_redacted", False):
+            raise RuntimeError(f"memory {self.id} was redacted for a read and cannot be saved; reload it first.")
+        super().save(*args, **kwargs)
 
 
 class MemoryEvent(models.Model):

@@ -14,6 +14,7 @@ from django.utils import timezone
 from memory import validation
 from memory.models import Kind, Memory, OutcomeReport
 from memory.outcomes import Signal, signal_apply
+from memory.selectors.memories import boundary_view
 from memory.services.events import event_append
 from memory.services.memories import memory_lock, require_write
 from policy.caller import Caller
@@ -52,7 +53,7 @@ def memory_feedback(
                 defaults={"tenant_id": caller.tenant_id, "signal": chosen, "actor_principal_id": caller.principal_id},
             )
             if not created:
-                return FeedbackResult(memory=memory, applied=False)
+                return FeedbackResult(memory=boundary_view(caller, memory), applied=False)
         now = timezone.now()
         fields, maturity_before = signal_apply(memory, chosen, now)
         memory.save(update_fields=[*fields, "updated_at"])
@@ -76,4 +77,5 @@ def memory_feedback(
                 event_type="maturity_changed",
                 payload={"from": maturity_before, "to": memory.maturity},
             )
-    return FeedbackResult(memory=memory, applied=True)
+    # The answer shows content: boundary rules apply (issue 11).
+    return FeedbackResult(memory=boundary_view(caller, memory), applied=True)

@@ -121,4 +121,3 @@ def claims_near(*, caller: Caller, claim_ids: Iterable[uuid.UUID], hops: int) ->
         .distinct()
     )
     return list(neighbours[:100])
-
