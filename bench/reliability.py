@@ -1189,7 +1189,9 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
         begin = stop_at - seconds
         await asyncio.sleep(max(0.0, begin + seconds * 0.25 - time.monotonic()))
         await asyncio.to_thread(start_fault)
-        await asyncio.sleep(max(0.0, begin + seconds * 0.5 - time.monotonic()))
+        # Down for a quarter of the run at least, counted from when the fault is
+        # in place (stopping a server takes a while), so writes do meet it.
+        await asyncio.sleep(max(seconds * 0.25, 2.0, begin + seconds * 0.5 - time.monotonic()))
         if end_fault is not None:
             await asyncio.to_thread(end_fault)
 
