@@ -243,6 +243,7 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     list_display = (
         "short_content",
         "kind",
+        "boundary_class",
         "tenant",
         "validity",
         "maturity",
@@ -253,14 +254,23 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     )
     list_display_links = ("short_content",)
     list_select_related = ("tenant",)
-    list_filter = (TenantFilter, "kind", "validity", "maturity", ScopeFilter, FactStateFilter, "embedding_status")
+    list_filter = (
+        TenantFilter,
+        "kind",
+        "boundary_class",
+        "validity",
+        "maturity",
+        ScopeFilter,
+        FactStateFilter,
+        "embedding_status",
+    )
     search_fields = ("content",)  # shows the box; get_search_results replaces the lookup
     search_help_text = "Hybrid (semantic + keyword) search over active memories, as the tools search; or a memory id."
     ordering = ("-created_at", "id")
     actions = ("action_confirm", "action_retract", "action_restore", "action_reembed", "export_csv")
     change_form_template = "admin/memory/memory/review_form.html"
     fieldsets = (
-        (None, {"fields": ("id", "tenant", "principal", "kind", "content")}),
+        (None, {"fields": ("id", "tenant", "principal", "kind", "boundary_class", "content")}),
         ("Status", {"fields": ("validity", "superseded_by", "importance", "confidence", "permanence", "decay_rate")}),
         ("Fact", {"fields": ("subject", "predicate")}),
         (

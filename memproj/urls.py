@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
+from mcp_server.rest import tool_call
 from memory.admin_views import dashboard, dashboard_index
 from policy.models import ApiToken
 
@@ -46,6 +47,7 @@ urlpatterns = [
     path("admin/dashboard/<slug:slug>/", admin.site.admin_view(dashboard), name="memproj_dashboard"),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    path("api/<slug:toolset>/<str:tool>", tool_call, name="tool_call"),
     re_path(
         r"^\.well-known/oauth-protected-resource/mcp/(?P<toolset>[A-Za-z0-9_.-]+)/?$",
         protected_resource_metadata,
