@@ -128,6 +128,61 @@ EXTREME_NUMBERS: list[Any] = [
 WRONG_TYPED: list[Any] = [123, -1.5, True, False, None, "text", [], {}, [1, "a"], {"a": {"b": 1}}]
 
 
+def text_matching(pattern: str, rng: random.Random) -> str | None:
+    """A string matching a JSON-schema ``pattern`` (the regex subset schemas use:
+    literals, classes, ranges, repeats, groups, alternation, anchors); None when
+    the pattern uses anything else."""
+    from re import _constants as c  # type: ignore[attr-defined]
+    from re import _parser  # type: ignore[attr-defined]
+
+    categories = {
+        c.CATEGORY_DIGIT: "0123456789",
+        c.CATEGORY_WORD: "abcdefghijklmnopqrstuvwxyz0123456789_",
+        c.CATEGORY_SPACE: " ",
+    }
+
+    def emit(items: Any) -> str:
+        out = []
+        for op, arg in items:
+            if op is c.LITERAL:
+                out.append(chr(arg))
+            elif op is c.ANY:
+                out.append(rng.choice("abcxyz"))
+            elif op is c.IN:
+                choices: list[str] = []
+                for sub_op, sub_arg in arg:
+                    if sub_op is c.NEGATE:
+                        raise ValueError("negated class")
+                    if sub_op is c.LITERAL:
+                        choices.append(chr(sub_arg))
+                    elif sub_op is c.RANGE:
+                        choices += [chr(x) for x in range(sub_arg[0], min(sub_arg[1], sub_arg[0] + 40) + 1)]
+                    elif sub_op is c.CATEGORY:
+                        choices += list(categories.get(sub_arg, "a"))
+                out.append(rng.choice(choices or ["a"]))
+            elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
+                low, high, sub = arg
+                high = low + 6 if high is c.MAXREPEAT else high
+                out.append("".join(emit(sub) for _ in range(rng.randint(low, max(low, min(high, low + 6))))))
+            elif op is c.SUBPATTERN:
+                out.append(emit(arg[-1]))
+            elif op is c.BRANCH:
+                out.append(emit(rng.choice(arg[1])))
+            elif op is c.AT:
+                continue
+            elif op is c.CATEGORY:
+                out.append(rng.choice(categories.get(arg, "a")))
+            else:
+                raise ValueError(op)
+        return "".join(out)
+
+    try:
+        value = emit(_parser.parse(pattern))
+    except (ValueError, re.error, TypeError, IndexError):
+        return None
+    return value if re.search(pattern, value) else None
+
+
 def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     while "$ref" in schema:
         ref = schema["$ref"]
@@ -208,6 +263,12 @@ class Generator:
         return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
 
     def text(self, name: str, schema: dict[str, Any]) -> str:
+        if "pattern" in schema:
+            matching = text_matching(schema["pattern"], self.rng)
+            if matching is not None:
+                lo, hi = schema.get("minLength", 0), schema.get("maxLength", len(matching))
+                if lo <= len(matching) <= hi:
+                    return matching
         n = self.rng.randint(2, 8)
         words = " ".join(self.rng.choice(WORDS) for _ in range(n))
         if name in self.QUERY_NAMES:
@@ -906,9 +967,19 @@ class Stack:
         return proc.stdout
 
     def prepare(self) -> None:
+        """Start the private servers and give every run a fresh database: the
+        stack is scratch, and a database left by an older checkout may carry a
+        migration history that no longer matches (migrations get re-chained)."""
+        import psycopg
+
         self.var_dir.mkdir(parents=True, exist_ok=True)
         self.var_dir.chmod(0o755)
         self.run("-m", "memproj.embedded", "start")
+        with psycopg.connect(
+            host=str(self.var_dir / "pgdata"), dbname="postgres", user="postgres", autocommit=True
+        ) as conn:
+            conn.execute("DROP DATABASE IF EXISTS memproj WITH (FORCE)")
+        self.run("-m", "memproj.embedded", "start")  # creates (and sets up) the database again
         self.run("manage.py", "migrate", "--noinput")
 
     def issue_token(self, tenant: str, principal: str) -> str:
