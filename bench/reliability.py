@@ -1395,7 +1395,7 @@ SMALL = {
     "fuzz_calls": 90,
     "fault_seconds": 12.0,
     "fault_clients": 3,
-    "drain_seconds": 90.0,
+    "drain_seconds": 180.0,
     "load_clients": 4,
     "load_seconds": 8.0,
 }

@@ -21,7 +21,7 @@ from bench.reliability import Stack, fault_scenario, load
 
 pytestmark = pytest.mark.slow
 
-SECONDS, CLIENTS, DRAIN = 6.0, 3, 90.0
+SECONDS, CLIENTS, DRAIN = 6.0, 3, 180.0
 
 
 @pytest.fixture(scope="module")
