@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint stop token migrate bench-perf bench-quality bench-venv bench-peer bench-export-onnx
+.PHONY: setup run test lint stop token migrate bench-perf bench-quality bench-venv bench-peer bench-export-onnx reliability
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -62,3 +62,8 @@ bench-peer: migrate bench-venv
 # The ONNX export of the packaged MiniLM (otherwise done on first use).
 bench-export-onnx: setup
 	$(PY) -c "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'memproj.settings.base'); django.setup(); from memory.embeddings import export_onnx; print(export_onnx())"
+
+# Isolation, fuzzing, faults and load at full size on a private stack under
+# var/reliability/ (tests/reliability/ runs the same at CI size). ARGS=--small for a quick pass.
+reliability: setup
+	$(PY) bench/reliability.py $(ARGS)
