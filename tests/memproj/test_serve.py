@@ -26,7 +26,7 @@ CRASHER = [sys.executable, "-c", "raise SystemExit(3)"]
 def start_supervisor(processes: dict[str, list[str]], **options: float) -> subprocess.Popen[str]:
     code = (
         "import json, sys; from memproj.serve import Supervisor; "
-        f"Supervisor(json.loads(sys.argv[1]), **json.loads(sys.argv[2])).run()"
+        "Supervisor(json.loads(sys.argv[1]), **json.loads(sys.argv[2])).run()"
     )
     return subprocess.Popen(
         [sys.executable, "-u", "-c", code, json.dumps(processes), json.dumps(options)],
