@@ -540,6 +540,13 @@ def main(argv: list[str] | None = None) -> int:
         out += ["", f"{ds.name} - {len(ds.queries)} queries - Recall@k and nDCG@k", ds_table(ds, rows)]
         if ds.sessions:
             out.append("(R/nDCG: turn level; S-: session level, ranked turns mapped to their sessions)")
+        if "hybrid" in ds.modes:
+            figs = dict(rows)
+            hyb = figs[rows[2][0]]
+            for metric in ("R@10", "nDCG@10"):
+                best_single = max(figs[rows[0][0]][metric], figs[rows[1][0]][metric])
+                verdict = "ok" if hyb[metric] >= best_single - 1e-9 else "BELOW"
+                out.append(f"hybrid {metric} {hyb[metric]:.3f} vs better single channel {best_single:.3f}: {verdict}")
         if len({q.category for q in ds.queries}) > 1:
             out += ["", f"{ds.name} per question type", category_table(ds, runs)]
         figures[ds.name] = {"main": dict(rows)}
@@ -576,7 +583,7 @@ def sweeps(ds: DataSet, params, scoring, figures: dict, tiny: bool = False) -> l
     fusions: list[tuple[str, object]] = []
     for a in (0.5, 0.7):
         fusions.append((f"alpha={a}", params.with_(fusion="alpha", alpha=a)))
-    for a in (0.3, 0.4, 0.5, 0.6, 0.7):
+    for a in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
         fusions.append((f"norm alpha={a}", params.with_(fusion="norm", alpha=a)))
     for k in (10, 30, 60):
         fusions.append((f"RRF k={k}", params.with_(fusion="rrf", rrf_k=k)))

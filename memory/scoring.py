@@ -158,7 +158,7 @@ class RetrievalParams:
     bm25_b: float = 0.75
     # The keyword channel ranks at most this many matching memories, taken from
     # the rarest query terms first (bounds its work in a large tenant).
-    txt_candidates: int = 4000
+    txt_candidates: int = 1000
     # Recency half-life by kind (days); kinds not listed use the default.
     recency_half_life_days: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     default_half_life_days: float = RECENCY_HALF_LIFE_DAYS
