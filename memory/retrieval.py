@@ -14,6 +14,7 @@ from django.db import connection, transaction
 
 from memory.models import effective_confidence_sql
 from memory.scoring import ChannelHit, RetrievalParams
+from policy.boundary import DEFAULT_USE_TAGS, boundary_for
 from policy.caller import Caller
 
 # Effective confidence in SQL, the same formula as scoring.effective_confidence.
@@ -30,6 +31,15 @@ class RetrievalFilter:
     tags_all: Sequence[str] | None = None
     min_confidence: float | None = None
     exclude_maturity: Sequence[str] | None = None
+    # Seed 004 use tags of this read (boundary-first, issue 11); the default is answer:task.
+    use_tags: Sequence[str] = DEFAULT_USE_TAGS
+
+
+def boundary_where(caller: Caller, use_tags: Sequence[str]) -> tuple[str, dict]:
+    """Boundary-first (issue 11): only the classes the caller's tenant policy lets
+    these use tags see. Always applied, so no read path can forget it."""
+    visible = boundary_for(caller.policy, use_tags).visible_sorted
+    return "m.boundary_class = ANY(%(boundary_classes)s)", {"boundary_classes": visible}
 
 
 def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
@@ -40,6 +50,9 @@ def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
         "(m.expires_at IS NULL OR m.expires_at > %(now)s)",
     ]
     params: dict = {"tenant": caller.tenant_id, "kinds": list(flt.kinds), "now": flt.now}
+    boundary_clause, boundary_params = boundary_where(caller, flt.use_tags)
+    clauses.append(boundary_clause)
+    params.update(boundary_params)
     if flt.scopes:
         clauses.append("m.scope = ANY(%(scopes)s)")
         params["scopes"] = list(flt.scopes)

@@ -259,3 +259,87 @@ def channel_relevance(hits: Mapping[K, ChannelHit], mode: str, params: Retrieval
     if mode == "keyword":
         return {key: squash_text(hit.text_rank_value) for key, hit in hits.items()}
     return fuse_all(hits, params)
+
+
+# Outcome learning (seed 003 roampal v0.3.5, shared by every dialect's feedback).
+UNSCORED_OUTCOME_SCORE = 0.5  # roampal: an unscored memory starts at 0.5
+OUTCOME_SCALE_DAYS = 30.0
+WILSON_Z = 1.96
+
+
+def outcome_score_after(score: float, delta: float, days_since_used: float) -> float:
+    """roampal: score += delta / (1 + days since last use / 30), clamped to [0, 1]."""
+    return min(1.0, max(0.0, score + delta / (1.0 + days_since_used / OUTCOME_SCALE_DAYS)))
+
+
+def wilson_lower_bound(successes: float, uses: int, z: float = WILSON_Z) -> float:
+    """Lower bound of the Wilson score interval; 0.5 for an unused memory (seed 003).
+    Reference values: (1, 1) 0.2065, (90, 100) 0.8256, (50, 100) 0.4038."""
+    if uses <= 0:
+        return 0.5
+    p = min(1.0, max(0.0, successes / uses))
+    denominator = 1 + z * z / uses
+    centre = p + z * z / (2 * uses)
+    margin = z * math.sqrt((p * (1 - p) + z * z / (4 * uses)) / uses)
+    return (centre - margin) / denominator
+
+
+# Seed 004 (pce) activation ranking: S = alpha * S_vec + (1 - alpha) * S_text,
+# then g = (0.6 + 0.4 sigma(utility)) * (0.5 + 0.5 confidence) * (0.3 + 0.7 recency)
+# * quality, recency = exp(-ln 2 * age / half-life of the claim's kind). The seed's
+# `quality` term (documented, never implemented upstream) is how well the claim
+# has proved itself, 0.5 + 0.5 * Wilson lower bound of its successes over uses,
+# applied when the policy's rerank.use_quality is on (1.0 when off).
+PCE_HALF_LIFE_DAYS = {"fact": 120.0, "task": 14.0, "preference": 90.0, "policy_hint": 365.0}
+PCE_DEFAULT_HALF_LIFE_DAYS = 30.0
+
+
+@dataclass(frozen=True)
+class ActivationScore:
+    text: float
+    vector: float
+    combined: float
+    utility: float
+    confidence: float
+    quality: float
+    recency: float
+    g: float
+
+    @property
+    def score(self) -> float:
+        return self.combined * self.g
+
+
+def sigmoid(value: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, value))))
+
+
+def activation_score(
+    *,
+    s_vec: float,
+    s_text: float,
+    alpha: float,
+    utility: float,
+    confidence: float,
+    age_days: float,
+    half_life_days: float,
+    use_quality: bool,
+    wilson: float = 0.5,
+) -> ActivationScore:
+    """Every term in [0, 1] (utility is reported raw); ``score`` = combined * g."""
+    s_vec, s_text = min(1.0, max(0.0, s_vec)), min(1.0, max(0.0, s_text))
+    combined = alpha * s_vec + (1.0 - alpha) * s_text
+    confidence = min(1.0, max(0.0, confidence))
+    quality = 0.5 + 0.5 * min(1.0, max(0.0, wilson)) if use_quality else 1.0
+    recency_value = math.exp(-math.log(2) * max(0.0, age_days) / max(half_life_days, 1e-9))
+    g = (0.6 + 0.4 * sigmoid(utility)) * (0.5 + 0.5 * confidence) * (0.3 + 0.7 * recency_value) * quality
+    return ActivationScore(
+        text=s_text,
+        vector=s_vec,
+        combined=combined,
+        utility=utility,
+        confidence=confidence,
+        quality=quality,
+        recency=recency_value,
+        g=g,
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from contextlib import AsyncExitStack
 from typing import Any
+from urllib.parse import parse_qsl
 
 import django
 
@@ -18,6 +19,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from django.core.asgi import get_asgi_application  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
+from mcp_server.dialect import connection_options  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from mcp_server.toolsets import TOOLSETS  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
@@ -56,7 +58,13 @@ class Router:
             name = path[len("/mcp/") :].strip("/")
             app = self.mcp_apps.get(name)
             if app is not None:
-                await app(dict(scope, path=f"/mcp/{name}", raw_path=f"/mcp/{name}".encode()), receive, send)
+                # Per-connection dialect options travel as the endpoint's query parameters.
+                options = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+                token = connection_options.set(options)
+                try:
+                    await app(dict(scope, path=f"/mcp/{name}", raw_path=f"/mcp/{name}".encode()), receive, send)
+                finally:
+                    connection_options.reset(token)
                 return
         await self.django(scope, receive, send)
 

@@ -39,6 +39,7 @@ from memory.models import (
     MemoryLink,
     Validity,
 )
+from memory.outcomes import maturity_set
 from memory.services.memories import memory_embed_batch
 from policy.caller import Caller
 from policy.models import Principal, Tenant
@@ -245,13 +246,7 @@ def rules_maturity(
             after = _settled_maturity(rule, now)
             if after == before:
                 continue
-            rule.maturity = after
-            update = ["maturity", "updated_at"]
-            if after in scoring.MATURITY_CONFIDENCE:
-                rule.confidence = scoring.MATURITY_CONFIDENCE[after]
-                rule.last_confirmed_at = now
-                update += ["confidence", "last_confirmed_at"]
-            rule.save(update_fields=update)
+            rule.save(update_fields=[*maturity_set(rule, after, now), "updated_at"])
             _audit_rows(
                 [(rule.pk, rule.tenant_id, Kind.RULE)],
                 "maturity_changed",

@@ -15,7 +15,7 @@ RETURN (
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0011_term_statistics"),
+        ("memory", "0023_knowledge_graph_and_active_contexts"),
     ]
 
     operations = [migrations.RunSQL(SQL, "DROP FUNCTION IF EXISTS memproj_all_query(text[]);")]
