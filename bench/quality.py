@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -152,7 +153,7 @@ def metric_table(rows: list[tuple[str, dict[str, float]]], first: str = "system"
 
 @dataclass
 class Query:
-    caller: object
+    caller: Any  # policy.caller.Caller (imported after Django is set up)
     text: str
     gold: set  # item ids (MADial memory ids; LongMemEval turn indexes)
     category: str = "all"
@@ -587,7 +588,7 @@ def sweeps(ds: DataSet, params, scoring, figures: dict, tiny: bool = False) -> l
     if "hybrid" not in ds.modes:
         return out
 
-    fusions: list[tuple[str, object]] = []
+    fusions: list[tuple[str, Any]] = []
     for a in (0.5, 0.65, 0.7):
         fusions.append((f"alpha={a}", params.with_(fusion="alpha", alpha=a)))
     for a in (0.3, 0.4, 0.5, 0.6, 0.65, 0.7, 0.8):
