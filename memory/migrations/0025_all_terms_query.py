@@ -15,7 +15,7 @@ RETURN (
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0023_knowledge_graph_and_active_contexts"),
+        ("memory", "0024_linkkind_without_duplicate_of"),
     ]
 
     operations = [migrations.RunSQL(SQL, "DROP FUNCTION IF EXISTS memproj_all_query(text[]);")]
