@@ -137,8 +137,11 @@ MEMPROJ = {
         "rules": env.float("MEMPROJ_CONTEXT_QUOTA_RULES", default=0.3),
         "episodes": env.float("MEMPROJ_CONTEXT_QUOTA_EPISODES", default=0.2),
     },
-    # Hybrid fusion (memory/scoring.py; chosen on MADial-Bench, docs/benchmarks.md).
-    "FUSION": env.str("MEMPROJ_FUSION", default="alpha"),
+    # Hybrid fusion and keyword scorer (memory/scoring.py RetrievalParams; chosen on
+    # MADial-Bench and LongMemEval-S dev, docs/benchmarks.md). A tenant policy's
+    # retrieval.hybrid values (alpha, k_vec, k_txt) override per tenant.
+    "FUSION": env.str("MEMPROJ_FUSION", default="norm"),  # norm | alpha | rrf
+    "KEYWORD_SCORER": env.str("MEMPROJ_KEYWORD_SCORER", default="bm25"),  # bm25 | cover_density
     "FUSION_ALPHA": env.float("MEMPROJ_FUSION_ALPHA", default=0.7),
     "MAX_CONTENT_CHARS": env.int("MEMPROJ_MAX_CONTENT_CHARS", default=16_000),
     "MAX_QUERY_CHARS": env.int("MEMPROJ_MAX_QUERY_CHARS", default=2_000),

@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MADIAL = Path(os.environ.get("MEMPROJ_MADIAL_DIR", ROOT.parent / "shared" / "bench-data" / "madial"))
+LME = Path(os.environ.get("MEMPROJ_LME_DIR", ROOT.parent / "shared" / "bench-data" / "longmemeval-s-dev"))
 
 pytestmark = pytest.mark.slow
 
@@ -87,3 +88,6 @@ def test_quality_script_prints_its_tables() -> None:
     for row in ("keyword-only", "vector-only", "hybrid", "authors: bge-m3", "authors: openai"):
         assert row in out
     assert header_cells(out, "fusion")[0] == "fusion"
+    assert "hybrid nDCG@10" in out and "better single channel" in out
+    if (LME / "s").is_dir():
+        assert "LongMemEval-S dev" in out and "multi-session" in out and "S-R@10" in out
