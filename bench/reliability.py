@@ -419,6 +419,8 @@ _CODE_PATTERNS = (
     re.compile(r"^\[([A-Z][A-Z0-9_]{2,})\]"),
     re.compile(r"^([A-Z][A-Z0-9_]{2,})(?::|\s[-\u2014]\s|\s*$)"),
     re.compile(r'"code"\s*:\s*"?([A-Za-z0-9_.-]+)"?'),
+    # langmem speaks Python's vocabulary, as LangMem raises: `ValueError: ...`, `ConfigurationError: ...`.
+    re.compile(r"^([A-Z][A-Za-z]+(?:Error|Exception)):\s"),
 )
 
 
