@@ -4,6 +4,7 @@ recall, through the real MCP SDK (in-process client)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -228,7 +229,7 @@ async def test_remember_and_recall_upstream_answers(member, mcp_client_for):
     assert (row.kind, row.confidence, row.content) == ("fact", 0.8, "User's dog is named Max")
     lines = found.content[0].text.split("\n")
     assert lines[0] == 'Found 1 result(s) for "dog name":'
-    assert lines[1].startswith("1. (score: 0.") and lines[1].endswith(") User's dog is named Max")
+    assert re.fullmatch(r"1\. \(score: [01]\.\d{3}\) User's dog is named Max", lines[1]), lines[1]
     assert nothing.content[0].text == 'No memories found for "dog name".'
     assert via_seed["memories"][0]["id"] == memory_id
 
