@@ -8,6 +8,10 @@ Writes: ``episode_store``, ``fact_store``, ``rule_store``, ``memory_supersede``,
 ``memory_confirm``, ``memory_forget``, ``memory_feedback``.
 Reads: ``memory_search``, ``memory_recall``, ``build_context``, ``memory_get``,
 ``memory_fetch`` (no side effects), ``memory_stats``, ``conflicts_open_for``.
+Seed 003 (roampal) collections: ``working_store``, ``memory_bank_store``,
+``memory_bank_update``, ``book_ingest`` / ``book_progress``, the hooked
+conversation's ``exchange_*``; reads ``collection_search``, ``collection_get``,
+``collection_ids``, ``known_context`` and ``display_id``.
 Read model: ``MemoryView`` / ``memory_view`` with every derived value computed
 in one place (effective confidence, fact state, effectiveness, Wilson score).
 """
@@ -18,8 +22,33 @@ from memory.context import ContextBlock, build_context
 from memory.errors import DomainError, EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.outcomes import Signal
 from memory.read_model import MemoryView, memory_view
+from memory.models import Collection
+from memory.selectors.collections import (
+    COLLECTIONS,
+    CollectionHit,
+    KnownContext,
+    collection_get,
+    collection_ids,
+    collection_search,
+    display_id,
+    known_context,
+)
 from memory.selectors.conflicts import OpenConflict, conflicts_open_for
 from memory.selectors.memories import ScoredMemory, memory_fetch, memory_search, memory_stats
+from memory.services.collections import (
+    BOOK_MAX_BYTES,
+    BookIngestResult,
+    ExchangeCompleted,
+    book_ingest,
+    book_progress,
+    exchange_complete,
+    exchange_mark_scored,
+    exchange_open,
+    exchange_pending_scoring,
+    memory_bank_store,
+    memory_bank_update,
+    working_store,
+)
 from memory.services.events import event_append
 from memory.services.feedback import FeedbackResult, memory_feedback
 from memory.services.memories import (
@@ -35,6 +64,27 @@ from memory.services.retrieval import memory_get, memory_recall
 from policy.caller import Caller
 
 __all__ = [
+    "BOOK_MAX_BYTES",
+    "COLLECTIONS",
+    "BookIngestResult",
+    "Collection",
+    "CollectionHit",
+    "ExchangeCompleted",
+    "KnownContext",
+    "book_ingest",
+    "book_progress",
+    "collection_get",
+    "collection_ids",
+    "collection_search",
+    "display_id",
+    "exchange_complete",
+    "exchange_mark_scored",
+    "exchange_open",
+    "exchange_pending_scoring",
+    "known_context",
+    "memory_bank_store",
+    "memory_bank_update",
+    "working_store",
     "ContextBlock",
     "DomainError",
     "EmbeddingUnavailable",

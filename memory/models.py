@@ -26,6 +26,21 @@ class Kind(models.TextChoices):
     EPISODE = "episode", "Episode"
     FACT = "fact", "Fact"
     RULE = "rule", "Rule"
+    # Seed 003 roampal `books`: a chunk of an ingested reference document.
+    DOCUMENT = "document", "Document chunk"
+
+
+class Collection(models.TextChoices):
+    """Seed 003 roampal collections, a property of a memory (DESIGN §1): working
+    and history are episodes (TTL 24 h / 30 d), patterns are rules, memory_bank
+    facts, books document chunks. Empty for memories other dialects stored."""
+
+    NONE = "", "None"
+    WORKING = "working", "Working"
+    HISTORY = "history", "History"
+    PATTERNS = "patterns", "Patterns"
+    MEMORY_BANK = "memory_bank", "Memory bank"
+    BOOKS = "books", "Books"
 
 
 class Validity(models.TextChoices):
@@ -114,6 +129,7 @@ class Memory(models.Model):
     tags = ArrayField(models.CharField(max_length=64), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     source = models.CharField(max_length=32, blank=True)
+    collection = models.CharField(max_length=16, choices=Collection.choices, blank=True, default="", db_default="")
 
     importance = models.FloatField(default=5.0)
     confidence = models.FloatField(default=1.0)
@@ -189,6 +205,12 @@ class Memory(models.Model):
             ),
             models.Index(
                 fields=["expires_at"], name="memory_expiry_idx", condition=Q(kind="episode", validity="active")
+            ),
+            # The roampal lifecycle sweep and collection listings (days_back without a query).
+            models.Index(
+                fields=["tenant", "collection", "-created_at"],
+                name="memory_collection_idx",
+                condition=~Q(collection=""),
             ),
             models.Index(
                 fields=["fact_state_changes_at"],
@@ -360,3 +382,40 @@ class MemoryLink(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_memory_id} -{self.kind}-> {self.to_memory_id}"
+
+
+class ExchangeQuerySet(models.QuerySet["Exchange"]):
+    def for_caller(self, caller: Caller) -> ExchangeQuerySet:
+        return self.filter(tenant_id=caller.tenant_id)
+
+
+class Exchange(models.Model):
+    """One turn of a hooked conversation (seed 003's session transcripts): the
+    memories the KNOWN CONTEXT block surfaced for it, the exchange as the Stop
+    hook reported it, and whether the model scored it. Kept 7 days (seed 003
+    Feature 5), then deleted by the retention sweep; what matters lives on as
+    the working memory ``memory_id``."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="exchanges")
+    principal_id = models.UUIDField(null=True, blank=True)
+    conversation_id = models.CharField(max_length=200)
+    user_message = models.TextField(blank=True)
+    assistant_response = models.TextField(blank=True)
+    transcript = models.TextField(blank=True)
+    surfaced_ids = ArrayField(models.UUIDField(), default=list, blank=True)
+    memory_id = models.UUIDField(null=True, blank=True)
+    # The earlier turn this turn's prompt asked the model to score (score_response marks it).
+    scores = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    completed_at = models.DateTimeField(null=True, blank=True)
+    scored_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = ExchangeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["tenant", "conversation_id", "-id"], name="exchange_conversation_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} #{self.id}"

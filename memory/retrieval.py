@@ -29,6 +29,8 @@ class RetrievalFilter:
     tags_all: Sequence[str] | None = None
     min_confidence: float | None = None
     exclude_maturity: Sequence[str] | None = None
+    collections: Sequence[str] | None = None  # seed 003 roampal collections
+    created_after: datetime | None = None  # seed 003 days_back
 
 
 def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
@@ -57,6 +59,12 @@ def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
     if flt.exclude_maturity:
         clauses.append("NOT (m.maturity = ANY(%(excl_maturity)s))")
         params["excl_maturity"] = list(flt.exclude_maturity)
+    if flt.collections:
+        clauses.append("m.collection = ANY(%(collections)s)")
+        params["collections"] = list(flt.collections)
+    if flt.created_after is not None:
+        clauses.append("m.created_at >= %(created_after)s")
+        params["created_after"] = flt.created_after
     return " AND ".join(clauses), params
 
 

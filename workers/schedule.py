@@ -68,6 +68,20 @@ SCHEDULE: tuple[BeatEntry, ...] = (
         "47 3 * * *",
         "re-embed memories whose vector came from another embedding model",
     ),
+    BeatEntry(
+        "collections-lifecycle",
+        "workers.tasks.collections_lifecycle_task",
+        "MEMPROJ_BEAT_LIFECYCLE",
+        "*/15 * * * *",
+        "roampal lifecycle: promote, demote or delete scored memories (working/history/patterns)",
+    ),
+    BeatEntry(
+        "transcripts-retention",
+        "workers.tasks.transcripts_retention_task",
+        "MEMPROJ_BEAT_TRANSCRIPTS",
+        "27 * * * *",
+        "delete hooked-conversation exchange transcripts older than 7 days",
+    ),
 )
 
 

@@ -17,9 +17,9 @@ from django.db import InterfaceError, OperationalError
 from memory.consolidators import ConsolidatorUnavailable
 from memory.errors import EmbeddingUnavailable
 from memory.models import Memory
-from memory.services import consolidation, maintenance
+from memory.services import collections, consolidation, maintenance
 from memory.services.conflicts import memory_conflict_check
-from memory.services.memories import memory_embed
+from memory.services.memories import memory_embed, memory_embed_batch
 
 logger = logging.getLogger(__name__)
 
@@ -99,3 +99,26 @@ def episodes_consolidate_task(self) -> int:  # type: ignore[no-untyped-def]
     result = consolidation.consolidation_sweep()
     _again(self, result)
     return len(result.created)
+
+
+# --- Seed 003 (roampal): collection lifecycle, transcript retention, book embedding -------
+
+
+@shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)
+def collections_lifecycle_task(self) -> int:  # type: ignore[no-untyped-def]
+    result = collections.collections_lifecycle()
+    _again(self, result)
+    return result.processed
+
+
+@shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)
+def transcripts_retention_task(self) -> int:  # type: ignore[no-untyped-def]
+    result = collections.transcripts_retention()
+    _again(self, result)
+    return result.processed
+
+
+@shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **_retrying)
+def memories_embed_task(self, memory_ids: list[str]) -> int:  # type: ignore[no-untyped-def]
+    """Embed a batch of pending memories (an ingested book's chunks) in one model call."""
+    return memory_embed_batch(memory_ids=[uuid.UUID(pk) for pk in memory_ids])

@@ -90,6 +90,8 @@ def memory_search(
     min_confidence: float | None = None,
     namespace: Sequence[str] | None = None,
     tags: Sequence[str] | None = None,
+    collections: Sequence[str] | None = None,
+    created_after: datetime | None = None,
 ) -> list[ScoredMemory]:
     require_read(caller)
     query = validation.query(query)
@@ -110,6 +112,8 @@ def memory_search(
         namespace=namespace,
         tags_all=validation.tags(tags) or None,
         min_confidence=min_confidence,
+        collections=collections,
+        created_after=created_after,
     )
     k = max(limit, 1)
     scored = [

@@ -88,6 +88,8 @@ def episode_store(
     tags: Iterable[str] | None = None,
     metadata: dict[str, Any] | None = None,
     ttl: timedelta | None = None,
+    collection: str = "",
+    outcome_score: float = scoring.UNSCORED_OUTCOME_SCORE,
 ) -> Memory:
     require_write(caller)
     content = validation.text(content, field="content")
@@ -112,6 +114,8 @@ def episode_store(
             tags=tag_list,
             metadata=metadata or {},
             expires_at=now + ttl,
+            collection=collection,
+            outcome_score=outcome_score,
         )
         event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="stored")
         _after_commit(memory)
@@ -164,6 +168,7 @@ def fact_store(
     confidence: float = 1.0,
     source: str = "",
     metadata: dict[str, Any] | None = None,
+    collection: str = "",
 ) -> FactStoreResult:
     require_write(caller)
     subject = validation.text(subject, field="subject", max_chars=200)
@@ -212,6 +217,7 @@ def fact_store(
             namespace=namespace,
             source=source,
             metadata=metadata or {},
+            collection=collection,
         )
         event_append(
             caller=caller,
