@@ -103,6 +103,7 @@ class ToolSpec:
     payload_limit: int
     timeout: float | None
     aliases: Mapping[str, str]
+    description: str | None = None
 
 
 @dataclass
@@ -125,9 +126,11 @@ class Dialect:
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         timeout: float | None = None,
         aliases: Mapping[str, str] | None = None,
+        description: str | None = None,
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Register a sync tool function. ``aliases`` maps upstream argument
-        names to this tool's (e.g. butlers' ``memory_id`` -> ``id``)."""
+        names to this tool's (e.g. butlers' ``memory_id`` -> ``id``);
+        ``description`` replaces the docstring (seed texts kept as constants)."""
 
         def decorate(fn: Callable[P, R]) -> Callable[P, R]:
             self.tools.append(
@@ -137,6 +140,7 @@ class Dialect:
                     payload_limit=payload_limit,
                     timeout=timeout,
                     aliases=dict(aliases or {}),
+                    description=description,
                 )
             )
             return fn
@@ -277,7 +281,7 @@ class DialectServer(MCPServer[Any]):
         self.specs: dict[str, ToolSpec] = {}
         self.validators: dict[str, Draft202012Validator] = {}
         for spec in dialect.tools:
-            self.add_tool(spec.fn, name=spec.name)
+            self.add_tool(spec.fn, name=spec.name, description=spec.description)
             tool = self._tool_manager.get_tool(spec.name)
             assert tool is not None
             tool.parameters = strict_schema(tool.parameters)

@@ -69,6 +69,11 @@ def collection_get(caller: Caller, memory_id: str, *, now: datetime | None = Non
     return rows[0]
 
 
+def collection_lookup(*, caller: Caller, memory_id: str) -> list[CollectionHit]:
+    """search_memory(id=...): the one memory, with its full scoring data."""
+    return _hits([collection_get(caller, memory_id)])
+
+
 def collection_ids(caller: Caller, memory_ids: Sequence[str]) -> dict[str, Memory]:
     """Display id -> memory for the ones that exist (scoring skips unknown ids)."""
     out: dict[str, Memory] = {}
