@@ -20,6 +20,7 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
 from mcp_server.dialect import connection_options  # noqa: E402
+from mcp_server.hooks import INGEST_LIMIT, BodyLimit  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from mcp_server.toolsets import TOOLSETS  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
@@ -29,7 +30,8 @@ Scope = dict[str, Any]
 
 class Router:
     def __init__(self) -> None:
-        self.django = ASGIStaticFilesHandler(get_asgi_application())
+        # The ingest endpoint's 10 MB limit holds before Django buffers a body.
+        self.django = BodyLimit(ASGIStaticFilesHandler(get_asgi_application()), "/api/ingest", INGEST_LIMIT)
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=settings.MEMPROJ_MCP_ALLOWED_HOSTS,

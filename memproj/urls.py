@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
+from mcp_server import hooks
 from memory.admin_views import dashboard, dashboard_index
 
 
@@ -15,4 +16,9 @@ urlpatterns = [
     path("admin/dashboard/<slug:slug>/", admin.site.admin_view(dashboard), name="memproj_dashboard"),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    # Seed 003 (roampal) hook server: bearer-token authenticated, no CORS.
+    path("api/hooks/get-context", hooks.get_context),
+    path("api/hooks/stop", hooks.stop),
+    path("api/search", hooks.search),
+    path("api/ingest", hooks.ingest),
 ]
