@@ -331,7 +331,9 @@ class BodyLimit:
         replay = iter(chunks)
 
         async def replayed() -> dict[str, Any]:
-            return next(replay, {"type": "http.request", "body": b"", "more_body": False})
+            # The body as received, then the real channel (Django waits on it for the disconnect).
+            message = next(replay, None)
+            return message if message is not None else await receive()
 
         await self.app(scope, replayed, send)
 
