@@ -51,7 +51,9 @@ def _caller(request: HttpRequest) -> Caller | JsonResponse:
     scheme, _, token = header.partition(" ")
     caller = token_authenticate(token.strip()) if scheme.lower() == "bearer" else None
     if caller is None:
-        return _error(401, "send Authorization: Bearer <token> (a memproj API token).", **{"WWW-Authenticate": "Bearer"})
+        return _error(
+            401, "send Authorization: Bearer <token> (a memproj API token).", **{"WWW-Authenticate": "Bearer"}
+        )
     if not caller.may_use_toolset(TOOLSET):
         return _error(403, "this token is not allowed to use the roampal toolset.")
     return caller
@@ -181,7 +183,11 @@ def get_context(request: HttpRequest, caller: Caller) -> HttpResponse:
         ]
     ids = [m["id"] for m in scoring_memories or []]
     api.exchange_open(
-        caller=caller, conversation_id=conversation, user_message=body.query, surfaced_ids=context.memory_ids, scores=pending
+        caller=caller,
+        conversation_id=conversation,
+        user_message=body.query,
+        surfaced_ids=context.memory_ids,
+        scores=pending,
     )
     prompt = text.scoring_prompt(ids) if pending is not None else ""
     block = text.known_context_block(context, now)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from memory.context import ContextBlock, build_context
 from memory.errors import DomainError, EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
+from memory.models import Collection
 from memory.outcomes import Signal
 from memory.read_model import MemoryView, memory_view
-from memory.models import Collection
 from memory.selectors.collections import (
     COLLECTIONS,
     CollectionHit,

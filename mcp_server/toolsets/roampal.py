@@ -1,3 +1,4 @@
+# ruff: noqa: E501 - seed 003's texts are kept verbatim, long lines included
 """The `roampal` dialect (seed 003): outcome-scored memory in collections.
 
 Glue only: the collections, lifecycle, ranking, ids and outcome counters are the
@@ -648,7 +649,9 @@ def add_to_memory_bank(
         list[Tag] | None, Field(max_length=20, description="Labels such as identity, preference, goal, project.")
     ] = None,
     importance: Annotated[float, Field(ge=0, le=1, description="How much it matters (0-1).")] = 0.7,
-    confidence: Annotated[float, Field(ge=0, le=1, description="How sure you are (0-1); see STORAGE DISCIPLINE.")] = 0.7,
+    confidence: Annotated[
+        float, Field(ge=0, le=1, description="How sure you are (0-1); see STORAGE DISCIPLINE.")
+    ] = 0.7,
     always_inject: Annotated[bool, Field(description="Show in every KNOWN CONTEXT block.")] = False,
 ) -> Annotated[CallToolResult, StoredResult]:
     memory = api.memory_bank_store(

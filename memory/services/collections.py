@@ -302,9 +302,10 @@ def exchange_complete(
         exchange.memory_id = memory.pk
         exchange.completed_at = timezone.now()
         exchange.save()
-        scored = exchange.scores_id is None or Exchange.objects.filter(
-            pk=exchange.scores_id, scored_at__isnull=False
-        ).exists()
+        scored = (
+            exchange.scores_id is None
+            or Exchange.objects.filter(pk=exchange.scores_id, scored_at__isnull=False).exists()
+        )
     return ExchangeCompleted(exchange=exchange, memory=memory, scoring_complete=scored)
 
 
@@ -367,9 +368,9 @@ def collections_lifecycle(*, now: datetime | None = None, batch_size: int | None
     after 7 days) and anything scored while the rules differed."""
     now = now or timezone.now()
     batch_size = batch_size or settings.MEMPROJ_PIPELINE["SWEEP_BATCH"]
-    due = Memory.objects.filter(
-        collection__in=scoring.SCORED_COLLECTIONS, validity=Validity.ACTIVE
-    ).filter(_due_for_lifecycle(now))
+    due = Memory.objects.filter(collection__in=scoring.SCORED_COLLECTIONS, validity=Validity.ACTIVE).filter(
+        _due_for_lifecycle(now)
+    )
     moved: list[uuid.UUID] = []
     with transaction.atomic():
         ids = list(due.order_by("created_at", "id").values_list("pk", flat=True)[:batch_size])

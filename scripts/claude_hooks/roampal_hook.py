@@ -26,7 +26,7 @@ TRANSCRIPT_TAIL = 100_000  # characters of the transcript sent with an exchange
 
 def post(path: str, payload: dict[str, Any]) -> dict[str, Any]:
     base = os.environ.get("MEMPROJ_URL", "http://127.0.0.1:8000").rstrip("/")
-    request = urllib.request.Request(
+    request = urllib.request.Request(  # noqa: S310 - the user's own memproj URL
         base + path,
         data=json.dumps(payload).encode("utf-8"),
         headers={
@@ -35,7 +35,7 @@ def post(path: str, payload: dict[str, Any]) -> dict[str, Any]:
         },
         method="POST",
     )
-    with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310 - the user's own URL
+    with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310
         return json.loads(response.read().decode("utf-8"))
 
 

@@ -192,7 +192,9 @@ def write_transcript(path: Path, turns: list[tuple[str, str]]) -> None:
     lines = []
     for user, assistant in turns:
         lines.append({"type": "user", "message": {"role": "user", "content": user}})
-        lines.append({"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": assistant}]}})
+        lines.append(
+            {"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": assistant}]}}
+        )
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
 
 
@@ -215,7 +217,9 @@ async def test_five_turn_session_through_the_claude_code_hooks(http_server, memb
     turns: list[tuple[str, str]] = []
 
     def prompt(text: str) -> str:
-        return run_hook(base, token, "user-prompt-submit", {**session, "hook_event_name": "UserPromptSubmit", "prompt": text})
+        return run_hook(
+            base, token, "user-prompt-submit", {**session, "hook_event_name": "UserPromptSubmit", "prompt": text}
+        )
 
     def answer(user: str, text: str, active: bool = False) -> str:
         if not active:
@@ -234,7 +238,10 @@ async def test_five_turn_session_through_the_claude_code_hooks(http_server, memb
     assert injected.startswith("<roampal-score-required>") and f'"{wid}": "___"' in injected
     scored = await score_over_http(base, token, outcome="worked", memory_scores={wid: "worked"})
     assert scored["updated"] == 2  # the memory, and the stored exchange of turn 1
-    assert await sync_to_async(answer)("Thanks, that worked. How about staging?", "Staging deploys use make release too.") == ""
+    assert (
+        await sync_to_async(answer)("Thanks, that worked. How about staging?", "Staging deploys use make release too.")
+        == ""
+    )
     row = await Memory.objects.aget(pk=seeded.pk)
     assert (row.collection, row.applied_count, round(row.outcome_score, 4)) == ("working", 1, 0.9)
 

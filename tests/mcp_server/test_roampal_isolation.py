@@ -66,7 +66,9 @@ async def test_every_roampal_tool_is_tenant_isolated(member, outsider, mcp_clien
         await ok("record_response", key_takeaway="outsider note")
         await ok("add_to_memory_bank", content="Outsider fact")
     assert await sync_to_async(_snapshot)(member.caller.tenant_id) == before
-    theirs = await sync_to_async(lambda: sorted(Memory.objects.filter(tenant_id=outsider.caller.tenant_id).values_list("content", flat=True)))()
+    theirs = await sync_to_async(
+        lambda: sorted(Memory.objects.filter(tenant_id=outsider.caller.tenant_id).values_list("content", flat=True))
+    )()
     assert theirs == ["Key takeaway: outsider note", "Outsider fact"]
 
 
@@ -82,4 +84,6 @@ async def test_roampal_over_stdio_with_token_from_environment(member):
         found = await client.call_tool("search_memory", {"query": "which shell does the user use"})
     ident = added.structured_content["id"]
     assert added.content[0].text == f"Added to memory bank (ID: {ident})"
-    assert found.content[0].text.startswith(f"Found 1 memories:\n\n1. [memory_bank] (0m, imp:0.7, conf:0.7) [id:{ident}]")
+    assert found.content[0].text.startswith(
+        f"Found 1 memories:\n\n1. [memory_bank] (0m, imp:0.7, conf:0.7) [id:{ident}]"
+    )

@@ -58,7 +58,11 @@ class Command(BaseCommand):
             if done >= total:
                 break
             if time.monotonic() >= deadline:
-                self.stdout.write(f"{total - done} chunks still waiting for the worker; they are keyword-searchable now")
+                self.stdout.write(
+                    f"{total - done} chunks still waiting for the worker; they are keyword-searchable now"
+                )
                 break
             time.sleep(1.0)
-        self.stdout.write("ids: " + " ".join(f"books_{pk.hex[:12]}" for pk in result.chunk_ids[:5]) + (" ..." if total > 5 else ""))
+        self.stdout.write(
+            "ids: " + " ".join(f"books_{pk.hex[:12]}" for pk in result.chunk_ids[:5]) + (" ..." if total > 5 else "")
+        )

@@ -73,9 +73,13 @@ def test_working_to_history_at_07_with_two_uses_resets_counters(member):
 
 def test_working_stays_below_the_thresholds(member):
     memory = api.working_store(caller=member.caller, content="not yet")
-    assert api.memory_feedback(caller=member.caller, memory_id=memory.id, signal="worked").memory.collection == "working"
+    assert (
+        api.memory_feedback(caller=member.caller, memory_id=memory.id, signal="worked").memory.collection == "working"
+    )
     memory = _set(api.working_store(caller=member.caller, content="low score"), applied_count=5, outcome_score=0.45)
-    assert api.memory_feedback(caller=member.caller, memory_id=memory.id, signal="partial").memory.collection == "working"
+    assert (
+        api.memory_feedback(caller=member.caller, memory_id=memory.id, signal="partial").memory.collection == "working"
+    )
 
 
 def test_history_to_patterns_needs_score_uses_and_successes(member):
@@ -139,7 +143,9 @@ def test_memory_bank_and_books_are_never_deleted(member):
 
 
 def test_lifecycle_sweep_promotes_what_scoring_left_behind(member):
-    memory = _set(api.working_store(caller=member.caller, content="scored elsewhere"), applied_count=2, outcome_score=0.8)
+    memory = _set(
+        api.working_store(caller=member.caller, content="scored elsewhere"), applied_count=2, outcome_score=0.8
+    )
     assert tasks.collections_lifecycle_task.delay().get() == 1
     assert Memory.objects.get(pk=memory.pk).collection == "history"
     names = {entry.task for entry in SCHEDULE}
@@ -172,7 +178,9 @@ def test_transcripts_are_kept_seven_days(member):
 
 def test_memory_bank_ranking_blends_wilson_after_three_uses():
     assert scoring.memory_bank_quality(0.9, 0.8, 0, 2) == pytest.approx(0.72)
-    assert scoring.memory_bank_quality(0.9, 0.8, 3, 3) == pytest.approx(0.8 * 0.72 + 0.2 * scoring.wilson_lower_bound(3, 3))
+    assert scoring.memory_bank_quality(0.9, 0.8, 3, 3) == pytest.approx(
+        0.8 * 0.72 + 0.2 * scoring.wilson_lower_bound(3, 3)
+    )
     # The learned score's weight grows as a memory proves itself.
     weights = [scoring.learned_weight(u, s) for u, s in [(0, 0.5), (1, 0.7), (3, 0.7), (5, 0.9)]]
     assert weights == sorted(weights) and weights[0] < weights[-1]
