@@ -8,7 +8,7 @@ The hook endpoints (mcp_server/hooks.py) render with the same functions."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -540,7 +540,7 @@ def search_memory(
     return _result(text, SearchResult(count=len(hits), results=[MemoryShape(**shape(h, now)) for h in hits]))
 
 
-def _apply_scores(memory_scores: dict[str, str] | None) -> tuple[dict[str, str], list[str]]:
+def _apply_scores(memory_scores: Mapping[str, str] | None) -> tuple[dict[str, str], list[str]]:
     caller = dialect.caller()
     scored: dict[str, str] = {}
     skipped: list[str] = []

@@ -122,7 +122,8 @@ def outcome_histories(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[s
     )
     out: dict[uuid.UUID, list[str]] = {}
     for row in rows:
-        out.setdefault(row.memory_id, []).append(row.event_type.removeprefix("marked_"))
+        if row.memory_id is not None:
+            out.setdefault(row.memory_id, []).append(row.event_type.removeprefix("marked_"))
     return out
 
 
@@ -250,12 +251,12 @@ def collection_search(
 
 
 def sort_hits(hits: list[CollectionHit], order: str) -> list[CollectionHit]:
-    if order == "recency":
-        key = lambda h: (-h.memory.created_at.timestamp(), str(h.memory.id))  # noqa: E731
-    elif order == "score":
-        key = lambda h: (-h.memory.outcome_score, -h.memory.created_at.timestamp(), str(h.memory.id))  # noqa: E731
-    else:
-        key = lambda h: (-(h.final_rank_score or 0.0), -h.memory.created_at.timestamp(), str(h.memory.id))  # noqa: E731
+    """relevance (final_rank_score), recency or score; ties: newer first, then id."""
+
+    def key(h: CollectionHit) -> tuple[float, float, str]:
+        primary = {"recency": 0.0, "score": -h.memory.outcome_score}.get(order, -(h.final_rank_score or 0.0))
+        return (primary, -h.memory.created_at.timestamp(), str(h.memory.id))
+
     return sorted(hits, key=key)
 
 
