@@ -73,6 +73,7 @@ class CallSelection:
 
 _selection: contextvars.ContextVar[CallSelection | None] = contextvars.ContextVar("dialect_selection", default=None)
 _acting: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_caller", default=None)
+_call_as: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_call_as", default=None)
 # Per-connection options (langmem's namespace template, ...): HTTP query
 # parameters of the endpoint, or the stdio launcher's flags.
 connection_options: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
@@ -103,6 +104,7 @@ class ToolSpec:
     payload_limit: int
     timeout: float | None
     aliases: Mapping[str, str]
+    input_schema: Mapping[str, Any] | None
     description: str | None = None
 
 
@@ -117,6 +119,9 @@ class Dialect:
     name: str
     instructions: str
     render_error: ErrorRenderer = bracketed
+    # A schema violation of these arguments gets this code instead of
+    # INVALID_ARGUMENT (e.g. pce's INVALID_SCOPE for `scope`).
+    argument_codes: Mapping[str, str] = field(default_factory=dict)
     tools: list[ToolSpec] = field(default_factory=list)
 
     def tool(
@@ -126,11 +131,14 @@ class Dialect:
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         timeout: float | None = None,
         aliases: Mapping[str, str] | None = None,
+        input_schema: Mapping[str, Any] | None = None,
         description: str | None = None,
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Register a sync tool function. ``aliases`` maps upstream argument
         names to this tool's (e.g. butlers' ``memory_id`` -> ``id``);
-        ``description`` replaces the docstring (seed texts kept as constants)."""
+        ``input_schema`` advertises and enforces a seed's schema verbatim instead
+        of the one derived from the signature; ``description`` replaces the
+        docstring (seed texts kept as constants)."""
 
         def decorate(fn: Callable[P, R]) -> Callable[P, R]:
             self.tools.append(
@@ -141,6 +149,7 @@ class Dialect:
                     timeout=timeout,
                     aliases=dict(aliases or {}),
                     description=description,
+                    input_schema=input_schema,
                 )
             )
             return fn
@@ -284,12 +293,28 @@ class DialectServer(MCPServer[Any]):
             self.add_tool(spec.fn, name=spec.name, description=spec.description)
             tool = self._tool_manager.get_tool(spec.name)
             assert tool is not None
-            tool.parameters = strict_schema(tool.parameters)
+            tool.parameters = strict_schema(dict(spec.input_schema or tool.parameters))
             self.specs[spec.name] = spec
             self.validators[spec.name] = Draft202012Validator(tool.parameters)
 
     def _caller(self) -> Caller:
+        override = _call_as.get()
+        if override is not None:
+            return override
         return current_caller(static_caller=self.static_caller, toolset=self.dialect.name)
+
+    async def call_as(self, caller: Caller, name: str, arguments: dict[str, Any]) -> Any:
+        """A tool call on behalf of an already authenticated caller (a plain HTTP
+        surface of a dialect), with the same contract and error rendering."""
+        if not caller.may_use_toolset(self.dialect.name):
+            return self._error(
+                PermissionDenied.code, f"this token is not allowed to use the {self.dialect.name!r} toolset."
+            )
+        token = _call_as.set(caller)
+        try:
+            return await self.call_tool(name, arguments)
+        finally:
+            _call_as.reset(token)
 
     async def list_tools(self) -> list[MCPTool]:
         try:
@@ -361,7 +386,9 @@ class DialectServer(MCPServer[Any]):
         assert tool is not None
         error = next(iter(sorted(self.validators[name].iter_errors(arguments), key=lambda e: e.path)), None)
         if error is not None:
-            return self._error("INVALID_ARGUMENT", _describe(error, tool.parameters))
+            argument = str(error.absolute_path[0]) if error.absolute_path else ""
+            code = self.dialect.argument_codes.get(argument, "INVALID_ARGUMENT")
+            return self._error(code, _describe(error, tool.parameters))
         token = _selection.set(CallSelection(caller=caller, tenant=tenant, elevate=elevate))
         try:
             if spec.timeout is None:

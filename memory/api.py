@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from memory.context import ContextBlock, build_context
 from memory.errors import DomainError, EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
-from memory.models import Collection
+from memory.models import Collection, collection_of
 from memory.outcomes import Signal
 from memory.read_model import MemoryView, memory_view
 from memory.selectors.collections import (
@@ -70,6 +70,7 @@ __all__ = [
     "BookIngestResult",
     "Collection",
     "CollectionHit",
+    "collection_of",
     "ExchangeCompleted",
     "KnownContext",
     "book_ingest",

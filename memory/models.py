@@ -5,16 +5,19 @@ that only one kind uses stay empty for the others."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from pgvector.django import HnswIndex, VectorField
+
+from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
 if TYPE_CHECKING:
     from policy.caller import Caller
@@ -41,6 +44,16 @@ class Collection(models.TextChoices):
     PATTERNS = "patterns", "Patterns"
     MEMORY_BANK = "memory_bank", "Memory bank"
     BOOKS = "books", "Books"
+
+
+# A memory another dialect stored has no collection of its own; roampal sees it
+# as the collection of its kind (and never moves it: the lifecycle manages only
+# memories that roampal stored).
+COLLECTION_OF_KIND = {"episode": "history", "fact": "memory_bank", "rule": "patterns", "document": "books"}
+
+
+def collection_of(memory: Memory) -> str:
+    return memory.collection or COLLECTION_OF_KIND.get(memory.kind, "")
 
 
 class Validity(models.TextChoices):
@@ -76,6 +89,11 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         """The one place where the tenant boundary is applied to memories."""
         return self.filter(tenant_id=caller.tenant_id)
 
+    def in_collections(self, collections: Sequence[str]) -> MemoryQuerySet:
+        """Memories of these roampal collections, stored or derived from the kind."""
+        kinds = [kind for kind, name in COLLECTION_OF_KIND.items() if name in collections]
+        return self.filter(Q(collection__in=list(collections)) | Q(collection="", kind__in=kinds))
+
     def retrievable(self, now: object) -> MemoryQuerySet:
         """Active and not past its TTL: what retrieval may return."""
         return self.filter(validity=Validity.ACTIVE).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
@@ -85,6 +103,11 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         if not scope:
             return self
         return self.filter(scope__in=sorted({"global", scope}))
+
+    def visible_in(self, boundary_classes: frozenset[str] | Sequence[str]) -> MemoryQuerySet:
+        """Boundary-first (issue 11): only memories of these boundary classes
+        (``policy.boundary.boundary_for(...).visible``)."""
+        return self.filter(boundary_class__in=sorted(boundary_classes))
 
     def without_vectors(self) -> MemoryQuerySet:
         return self.defer("embedding", "search_vector")
@@ -130,6 +153,15 @@ class Memory(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     source = models.CharField(max_length=32, blank=True)
     collection = models.CharField(max_length=16, choices=Collection.choices, blank=True, default="", db_default="")
+    # Seed 004 boundary class (public / internal / pii / secret). The tenant
+    # policy decides which classes a read may see and which come back redacted;
+    # retrieval filters on it in SQL (boundary-first, issue 11).
+    boundary_class = models.CharField(
+        max_length=16,
+        choices=[(c, c) for c in BOUNDARY_CLASSES],
+        default=DEFAULT_BOUNDARY_CLASS,
+        db_default=DEFAULT_BOUNDARY_CLASS,
+    )
 
     importance = models.FloatField(default=5.0)
     confidence = models.FloatField(default=1.0)
@@ -172,9 +204,10 @@ class Memory(models.Model):
     embedding_status = models.CharField(max_length=16, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING)
     embedding_attempts = models.IntegerField(default=0)
     embedding_error = models.TextField(blank=True)
-    # Populated by PostgreSQL itself, so no write path can forget it.
+    # Populated by PostgreSQL itself, so no write path can forget it; the SQL
+    # function (migration 0010) is ``english`` plus character bigrams for CJK runs.
     search_vector = models.GeneratedField(
-        expression=SearchVector("content", config="english"),
+        expression=models.Func(models.F("content"), function="memproj_search_vector"),
         output_field=SearchVectorField(),
         db_persist=True,
     )
@@ -231,6 +264,9 @@ class Memory(models.Model):
             models.CheckConstraint(condition=Q(kind__in=Kind.values), name="memory_kind_valid"),
             models.CheckConstraint(condition=Q(validity__in=Validity.values), name="memory_validity_valid"),
             models.CheckConstraint(
+                condition=Q(boundary_class__in=BOUNDARY_CLASSES), name="memory_boundary_class_valid"
+            ),
+            models.CheckConstraint(
                 condition=Q(importance__gte=0) & Q(importance__lte=10), name="memory_importance_range"
             ),
             models.CheckConstraint(
@@ -245,6 +281,13 @@ class Memory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.id}: {self.content[:60]}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # Reads return redacted copies of pii-like classes (memory.selectors.memories.
+        # boundary_apply); writing one back would replace the stored text for good.
+        if getattr(self, "_memproj_redacted", False):
+            raise RuntimeError(f"memory {self.id} was redacted for a read and cannot be saved; reload it first.")
+        super().save(*args, **kwargs)
 
 
 class MemoryEvent(models.Model):
@@ -419,3 +462,88 @@ class Exchange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.conversation_id} #{self.id}"
+
+
+class EntityType(models.TextChoices):
+    """Seed 004's entity types."""
+
+    ACTOR = "Actor", "Actor"
+    ARTIFACT = "Artifact", "Artifact"
+    EVENT = "Event", "Event"
+    CONCEPT = "Concept", "Concept"
+
+
+class EntityQuerySet(models.QuerySet["Entity"]):
+    def for_caller(self, caller: Caller) -> EntityQuerySet:
+        return self.filter(tenant_id=caller.tenant_id)
+
+
+class Entity(models.Model):
+    """A node of the tenant's knowledge graph (seed 004). Entities with the same
+    canonical key are one entity: a second mention merges its attributes."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="entities")
+    type = models.CharField(max_length=16, choices=EntityType.choices)
+    name = models.CharField(max_length=500)
+    canonical_key = models.CharField(max_length=500)
+    attrs = models.JSONField(default=dict, blank=True)
+    claims = models.ManyToManyField(Memory, related_name="entities", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = EntityQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name", "id"]
+        verbose_name_plural = "entities"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "canonical_key"], name="entity_one_per_canonical_key"),
+            models.CheckConstraint(condition=Q(type__in=EntityType.values), name="entity_type_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.name}"
+
+
+class Relation(models.Model):
+    """A typed edge between two entities, with the claim that evidences it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="relations")
+    src = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="relations_out")
+    dst = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="relations_in")
+    type = models.CharField(max_length=200)
+    props = models.JSONField(default=dict, blank=True)
+    evidence = models.ForeignKey(Memory, null=True, blank=True, on_delete=models.SET_NULL, related_name="relations")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["src", "dst", "type"], name="relation_one_per_typed_pair"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.src_id} -{self.type}-> {self.dst_id}"
+
+
+class ActiveContext(models.Model):
+    """A ranked snapshot of claims for one query (seed 004 activate), paged by
+    cursor until it expires; an expired context's cursor answers 410."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="active_contexts")
+    principal_id = models.UUIDField(null=True, blank=True)
+    query = models.TextField()
+    items = models.JSONField(default=list, help_text="[[memory id, score, breakdown], ...] best first")
+    params = models.JSONField(default=dict, blank=True)
+    policy_version = models.CharField(max_length=32, blank=True)
+    expires_at = models.DateTimeField(db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"ac {self.id}"

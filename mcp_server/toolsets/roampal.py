@@ -547,7 +547,7 @@ def _apply_scores(memory_scores: Mapping[str, str] | None) -> tuple[dict[str, st
     found = api.collection_ids(caller, list(memory_scores or {}))
     for given, outcome in (memory_scores or {}).items():
         memory = found.get(given)
-        if memory is None or memory.collection == "books":  # books are reference material, never scored
+        if memory is None or api.collection_of(memory) == "books":  # books are reference material, never scored
             skipped.append(given)
             continue
         api.memory_feedback(caller=caller, memory_id=memory.id, signal=outcome)

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0006_fact_state_db_default'),
+        ('memory', '0013_memory_boundary_class'),
         ('policy', '0001_initial'),
     ]
 

@@ -23,8 +23,8 @@ from django.utils import timezone
 
 from memory import scoring, validation
 from memory.errors import InvalidArgument, NotFound
-from memory.models import Collection, Memory, MemoryEvent
-from memory.selectors.memories import memory_search, require_read
+from memory.models import Collection, Memory, MemoryEvent, collection_of
+from memory.selectors.memories import boundary_apply, memory_search, read_boundary, require_read
 from policy.caller import Caller
 
 COLLECTIONS = ("working", "history", "patterns", "memory_bank", "books")
@@ -38,7 +38,7 @@ MEMORY_BANK_ALWAYS_INJECT_MAX = 10
 
 
 def display_id(memory: Memory) -> str:
-    return f"{memory.collection or memory.kind}_{memory.id.hex[:ID_HEX]}"
+    return f"{collection_of(memory)}_{memory.id.hex[:ID_HEX]}"
 
 
 def id_range(value: str) -> tuple[uuid.UUID, uuid.UUID]:
@@ -56,12 +56,15 @@ def collection_get(caller: Caller, memory_id: str, *, now: datetime | None = Non
     """One retrievable memory by its display id (or UUID)."""
     require_read(caller)
     low, high = id_range(memory_id)
+    decision = read_boundary(caller)
     rows = list(
         Memory.objects.for_caller(caller)
+        .visible_in(decision.visible)
         .retrievable(now or timezone.now())
         .filter(pk__gte=low, pk__lte=high)
         .without_vectors()[:2]
     )
+    boundary_apply(decision, rows)
     if not rows:
         raise NotFound(f"no memory with id {memory_id}; it may have been deleted. Search to find current ids.")
     if len(rows) > 1:
@@ -97,7 +100,7 @@ class CollectionHit:
 
     @property
     def collection(self) -> str:
-        return self.memory.collection or self.memory.kind
+        return collection_of(self.memory)
 
     @property
     def id(self) -> str:
@@ -144,7 +147,7 @@ def _hits(memories: Sequence[Memory], similarity: Mapping[uuid.UUID, float] | No
 
 
 def rank_score(memory: Memory, similarity: float) -> float:
-    collection = memory.collection or "working"
+    collection = collection_of(memory)
     quality = None
     if collection == Collection.MEMORY_BANK:
         quality = scoring.memory_bank_quality(
@@ -238,14 +241,23 @@ def collection_search(
         hits = _hits([item.memory for item in found], similarity)
         order = sort_by or "relevance"
     else:
-        qs = Memory.objects.for_caller(caller).retrievable(now).filter(collection__in=chosen).filter(condition)
+        decision = read_boundary(caller)
+        qs = (
+            Memory.objects.for_caller(caller)
+            .visible_in(decision.visible)
+            .retrievable(now)
+            .in_collections(chosen)
+            .filter(condition)
+        )
         if created_after is not None:
             qs = qs.filter(created_at__gte=created_after)
         if sort_by == "score":
             qs = qs.order_by("-outcome_score", "-created_at", "id")
         else:
             qs = qs.order_by("-created_at", "id")
-        hits = _hits(list(qs.without_vectors()[:limit]))
+        rows = list(qs.without_vectors()[:limit])
+        boundary_apply(decision, rows)
+        hits = _hits(rows)
         order = sort_by or "recency"
     return sort_hits(hits, order)[:limit]
 
@@ -276,13 +288,16 @@ def known_context(*, caller: Caller, query: str, facts: int = 3, memories: int =
     ranked working/history/patterns/books memories."""
     require_read(caller)
     now = timezone.now()
+    decision = read_boundary(caller)
     pinned = list(
         Memory.objects.for_caller(caller)
+        .visible_in(decision.visible)
         .retrievable(now)
         .filter(collection=Collection.MEMORY_BANK, metadata__contains={"always_inject": True})
         .without_vectors()
         .order_by("-importance", "-created_at")[:MEMORY_BANK_ALWAYS_INJECT_MAX]
     )
+    boundary_apply(decision, pinned)
     found = (
         collection_search(caller=caller, query=query, collections=["memory_bank"], limit=facts, now=now)
         if query.strip()

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from memory import scoring, validation
 from memory.errors import InvalidArgument, NotFound
-from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, Validity
+from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, Validity, collection_of
 from memory.outcomes import collection_apply
 from memory.services.events import event_append
 from memory.services.feedback import collection_event
@@ -108,26 +108,36 @@ def memory_bank_update(
     importance: float | None = None,
     confidence: float | None = None,
 ) -> tuple[Memory, Memory]:
-    """Replace a memory_bank entry: the new text supersedes the old one (the
-    core's supersession, audited). Returns (old, new)."""
+    """Replace a memory_bank fact: the new text supersedes the old one through
+    the fact's own subject+predicate (the core's supersession, audited), so a
+    fact another dialect stored is corrected the same way. Returns (old, new)."""
     require_write(caller)
     old = Memory.objects.for_caller(caller).without_vectors().filter(pk=memory_id).first()
     if old is None or old.validity != Validity.ACTIVE:
         raise NotFound("no active memory with that id; use search_memory to find it.")
-    if old.collection != Collection.MEMORY_BANK:
+    if collection_of(old) != Collection.MEMORY_BANK:
         raise InvalidArgument(
-            f"update_memory changes memory_bank entries; {old.collection or 'this memory'} memories are "
+            f"update_memory changes memory_bank entries; {collection_of(old)} memories are "
             "shaped by scoring instead (score it 'failed' if it is wrong)."
         )
-    new = memory_bank_store(
+    new = fact_store(
         caller=caller,
+        subject=old.subject,
+        predicate=old.predicate,
+        namespace=old.namespace,
         content=content,
-        tags=old.tags if tags is None else tags,
-        importance=old.importance / 10 if importance is None else importance,
+        importance=old.importance
+        if importance is None
+        else validation.number(importance, field="importance", low=0, high=1) * 10,
         confidence=old.confidence if confidence is None else confidence,
-        always_inject=bool(old.metadata.get("always_inject")),
-        key=old.predicate,
-    )
+        permanence=old.permanence or "permanent",
+        scope=old.scope,
+        tags=old.tags if tags is None else tags,
+        source=old.source,
+        metadata=old.metadata,
+        collection=old.collection,
+        boundary_class=old.boundary_class,
+    ).memory
     old.refresh_from_db(fields=["validity", "superseded_by"])
     return old, new
 

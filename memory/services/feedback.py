@@ -14,6 +14,7 @@ from django.utils import timezone
 from memory import validation
 from memory.models import Kind, Memory, OutcomeReport, Validity
 from memory.outcomes import Signal, collection_apply, signal_apply
+from memory.selectors.memories import boundary_view
 from memory.services.events import event_append
 from memory.services.memories import memory_lock, require_write
 from policy.caller import Caller
@@ -52,7 +53,7 @@ def memory_feedback(
                 defaults={"tenant_id": caller.tenant_id, "signal": chosen, "actor_principal_id": caller.principal_id},
             )
             if not created:
-                return FeedbackResult(memory=memory, applied=False)
+                return FeedbackResult(memory=boundary_view(caller, memory), applied=False)
         now = timezone.now()
         fields, maturity_before = signal_apply(memory, chosen, now)
         moved, collection_before = collection_apply(memory, now)
@@ -79,7 +80,8 @@ def memory_feedback(
             )
         if collection_before is not None:
             collection_event(caller=caller, memory=memory, before=collection_before, reason=f"scored {chosen}")
-    return FeedbackResult(memory=memory, applied=True)
+    # The answer shows content: boundary rules apply (issue 11).
+    return FeedbackResult(memory=boundary_view(caller, memory), applied=True)
 
 
 def collection_event(*, caller: Caller, memory: Memory, before: str, reason: str) -> None:

@@ -19,8 +19,10 @@ from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
 from memory.retrieval import vector_literal
+from memory.selectors.memories import boundary_view
 from memory.services.events import event_append
 from policy.caller import Caller
+from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
 
 def require_write(caller: Caller) -> None:
@@ -60,6 +62,11 @@ def _after_commit(memory: Memory) -> None:
 
 
 def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
+    # Seed 004 scope TTLs (session / project / principle) come from the tenant
+    # policy; other scopes (seed 000 butler scopes, 'global') have none.
+    if fields.get("expires_at") is None and fields.get("scope") in caller.policy.scopes:
+        ttl = caller.policy.ttl_for(fields["scope"])
+        fields["expires_at"] = timezone.now() + ttl if ttl is not None else None
     memory = Memory(
         tenant_id=caller.tenant_id,
         principal_id=caller.principal_id if caller.elevated_from is None else None,
@@ -98,7 +105,11 @@ def episode_store(
     importance = validation.number(importance, field="importance", low=0, high=10)
     scope = validation.label(scope, field="scope")
     tag_list = validation.tags(tags)
-    ttl = ttl if ttl is not None else timedelta(days=settings.MEMPROJ["EPISODE_TTL_DAYS"])
+    if ttl is None:
+        # Episodes are seed 004's session scope: the tenant policy's session TTL
+        # decides their expiry (7 d by default); 'inf' keeps them 100 years, since
+        # an episode always carries an expiry.
+        ttl = caller.policy.ttl_for("session") or timedelta(days=36500)
     embedding = _embed_for_store(content)
     now = timezone.now()
     with transaction.atomic():
@@ -169,8 +180,10 @@ def fact_store(
     source: str = "",
     metadata: dict[str, Any] | None = None,
     collection: str = "",
+    boundary_class: str = DEFAULT_BOUNDARY_CLASS,
 ) -> FactStoreResult:
     require_write(caller)
+    boundary_class = validation.choice(boundary_class, field="boundary_class", allowed=BOUNDARY_CLASSES)
     subject = validation.text(subject, field="subject", max_chars=200)
     predicate = validation.text(predicate, field="predicate", max_chars=200)
     content = validation.text(content, field="content")
@@ -218,6 +231,7 @@ def fact_store(
             source=source,
             metadata=metadata or {},
             collection=collection,
+            boundary_class=boundary_class,
         )
         event_append(
             caller=caller,
@@ -238,9 +252,11 @@ def rule_store(
     tags: Iterable[str] | None = None,
     metadata: dict[str, Any] | None = None,
     source: str = "",
+    boundary_class: str = DEFAULT_BOUNDARY_CLASS,
 ) -> Memory:
     require_write(caller)
     content = validation.text(content, field="content")
+    boundary_class = validation.choice(boundary_class, field="boundary_class", allowed=BOUNDARY_CLASSES)
     scope = validation.label(scope, field="scope")
     tag_list = validation.tags(tags)
     embedding = _embed_for_store(content)
@@ -259,6 +275,7 @@ def rule_store(
             last_confirmed_at=timezone.now(),
             source=source,
             metadata=metadata or {},
+            boundary_class=boundary_class,
         )
         event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="stored")
         _after_commit(memory)
@@ -292,7 +309,7 @@ def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
             fields.append("fact_state_changes_at")
         memory.save(update_fields=fields)
         event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="confirmed")
-    return memory
+    return boundary_view(caller, memory)  # the answer shows content: boundary rules apply (issue 11)
 
 
 def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0016_outcome_counters'),
+        ('memory', '0023_knowledge_graph_and_active_contexts'),
         ('policy', '0001_initial'),
     ]
 
