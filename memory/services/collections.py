@@ -28,7 +28,7 @@ from memory.outcomes import collection_apply
 from memory.services.events import event_append
 from memory.services.feedback import collection_event
 from memory.services.maintenance import SweepResult, system_caller
-from memory.services.memories import episode_store, fact_store, memory_lock, require_write
+from memory.services.memories import episode_store, fact_store, require_write
 from policy.caller import Caller
 
 BUTLER = "roampal"
@@ -76,7 +76,6 @@ def memory_bank_store(
     importance: float = 0.7,
     confidence: float = 0.7,
     always_inject: bool = False,
-    key: str | None = None,
 ) -> Memory:
     """A permanent fact in memory_bank. Each entry is its own supersession key
     (subject ``memory_bank``, predicate ``entry:<hex>``), so an update supersedes
@@ -86,7 +85,7 @@ def memory_bank_store(
     result = fact_store(
         caller=caller,
         subject=MEMORY_BANK_SUBJECT,
-        predicate=key or f"entry:{uuid.uuid4().hex}",
+        predicate=f"entry:{uuid.uuid4().hex}",
         content=content,
         importance=importance * 10,
         confidence=confidence,
@@ -394,11 +393,3 @@ def collections_lifecycle(*, now: datetime | None = None, batch_size: int | None
             )
             moved.append(memory.pk)
     return SweepResult(processed=len(moved), more=due.exists(), ids=moved)
-
-
-def collection_memory_lock(*, caller: Caller, memory_id: uuid.UUID) -> Memory:
-    """One of the caller's active roampal memories, FOR UPDATE."""
-    memory = memory_lock(caller=caller, memory_id=memory_id, kinds=Kind.values)
-    if memory.validity != Validity.ACTIVE:
-        raise NotFound("that memory was deleted or replaced; use search_memory to find current ones.")
-    return memory
