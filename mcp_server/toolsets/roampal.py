@@ -679,7 +679,8 @@ def _by_content(content: str) -> Any:
 MATCH_SIMILARITY = 0.6
 
 
-@dialect.tool(description=UPDATE_MEMORY)
+# Newer upstream clients call update_memory(id=..., content=...).
+@dialect.tool(description=UPDATE_MEMORY, aliases={"content": "new_content"})
 def update_memory(
     new_content: Annotated[str, Field(min_length=1, max_length=2000, description="The corrected fact.")],
     old_content: Annotated[

@@ -179,8 +179,12 @@ async def test_update_and_delete_memory_by_id_and_by_content(member, mcp_client_
             new_content="The staging server runs on port 7070",
         )
         assert again["replaces"] == updated["id"]
+        _, newer = await text_call(
+            client, "update_memory", id=again["id"], content="The staging server runs on port 7070"
+        )
+        assert newer["replaces"] == again["id"]  # the newer upstream form: id + content
         text, deleted = await text_call(client, "delete_memory", content="The staging server runs on port 7070")
-        assert deleted == {"id": again["id"], "deleted": True}
+        assert deleted == {"id": newer["id"], "deleted": True}
         _, found = await text_call(client, "search_memory", query="staging server port")
         assert found["count"] == 0
         assert "Provide id or old_content" in await call_error(client, "update_memory", new_content="x")
