@@ -84,6 +84,14 @@ def effective_confidence_sql(table: str, now_placeholder: str) -> str:
     )
 
 
+def retrievable_q(now: object) -> Q:
+    """The one definition of "retrievable": active and not past its TTL. As a Q so
+    that aggregates can count with it (``Count(..., filter=retrievable_q(now))``);
+    querysets use ``MemoryQuerySet.retrievable``. memory.retrieval's SQL WHERE
+    clause states the same rule for the raw channel queries."""
+    return Q(validity=Validity.ACTIVE) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+
+
 class MemoryQuerySet(models.QuerySet["Memory"]):
     def for_caller(self, caller: Caller) -> MemoryQuerySet:
         """The one place where the tenant boundary is applied to memories."""
@@ -96,7 +104,7 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
 
     def retrievable(self, now: object) -> MemoryQuerySet:
         """Active and not past its TTL: what retrieval may return."""
-        return self.filter(validity=Validity.ACTIVE).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        return self.filter(retrievable_q(now))
 
     def in_scopes(self, scope: str | None) -> MemoryQuerySet:
         """Seed 000: a scope argument means the caller's scope plus 'global'."""
@@ -395,7 +403,6 @@ class OutcomeReport(models.Model):
 
 class LinkKind(models.TextChoices):
     DERIVED_FROM = "derived_from", "Derived from"
-    DUPLICATE_OF = "duplicate_of", "Duplicate of"
 
 
 class MemoryLinkQuerySet(models.QuerySet["MemoryLink"]):

@@ -3,7 +3,8 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
 from mcp_server import hooks
-from memory.admin_views import dashboard, dashboard_index
+from mcp_server.rest import tool_call
+from memory.admin.dashboard import dashboard, dashboard_index
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -16,9 +17,11 @@ urlpatterns = [
     path("admin/dashboard/<slug:slug>/", admin.site.admin_view(dashboard), name="memproj_dashboard"),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
-    # Seed 003 (roampal) hook server: bearer-token authenticated, no CORS.
+    # Seed 003 (roampal) hook server: bearer-token authenticated, no CORS. Before
+    # the generic tool route, which would otherwise take /api/hooks/<name>.
     path("api/hooks/get-context", hooks.get_context),
     path("api/hooks/stop", hooks.stop),
     path("api/search", hooks.search),
     path("api/ingest", hooks.ingest),
+    path("api/<slug:toolset>/<str:tool>", tool_call, name="tool_call"),
 ]

@@ -2,6 +2,6 @@
 module in this package with a module-level ``dialect``; add it here."""
 
 from mcp_server.dialect import Dialect
-from mcp_server.toolsets import memory, roampal
+from mcp_server.toolsets import memory, pce, roampal
 
-TOOLSETS: dict[str, Dialect] = {d.name: d for d in (memory.dialect, roampal.dialect)}
+TOOLSETS: dict[str, Dialect] = {d.name: d for d in (memory.dialect, pce.dialect, roampal.dialect)}

@@ -27,8 +27,9 @@ from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, V
 from memory.outcomes import collection_apply
 from memory.services.events import event_append
 from memory.services.feedback import collection_event
-from memory.services.maintenance import SweepResult, system_caller
 from memory.services.memories import episode_store, fact_store, require_write
+from memory.services.sweeps import SweepResult
+from memory.services.system import system_caller
 from policy.caller import Caller
 
 BUTLER = "roampal"

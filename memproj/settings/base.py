@@ -210,3 +210,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS.update(
 # share one Redis database without seeing each other's queues or unacked messages.
 if env.str("CELERY_BROKER_KEY_PREFIX", default=""):
     CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = env.str("CELERY_BROKER_KEY_PREFIX")
+
+# Per-tool timeouts (seed 004) are multiplied by this; tests on a shared,
+# loaded machine raise it so that a slow CPU is not mistaken for a hung call.
+MEMPROJ_TOOL_TIMEOUT_SCALE = env.float("MEMPROJ_TOOL_TIMEOUT_SCALE", default=1.0)

@@ -13,3 +13,4 @@ DATABASES["default"]["TEST"] = {"NAME": f"test_memproj{'_' + _suffix if _suffix 
 # Tool calls run in worker threads; close their connections after each call so
 # the test database can be dropped at the end.
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+MEMPROJ_TOOL_TIMEOUT_SCALE = 10.0

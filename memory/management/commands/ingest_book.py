@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memory import api
-from memory.services.maintenance import system_caller
+from memory.services.system import system_caller
 from policy.models import Tenant
 
 
