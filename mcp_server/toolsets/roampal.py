@@ -27,7 +27,7 @@ permanent facts with add_to_memory_bank.
 """
 
 
-def render_error(code: str, message: str) -> str:
+def render_error(code: str, message: str, details: Mapping[str, Any] | None = None) -> str:
     """Roampal's tools answer text; an error is a line the model can act on."""
     return f"Error: {message}"
 
