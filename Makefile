@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint stop token migrate bench-perf bench-quality
+.PHONY: setup run test lint stop token migrate bench-perf bench-quality bench-venv bench-peer bench-export-onnx reliability
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -42,3 +42,28 @@ bench-perf: migrate
 
 bench-quality: migrate
 	$(PY) bench/quality.py
+
+# Benchmark-only dependencies (mem0ai for the peer benchmark) live in .venv-bench, a venv
+# layered over .venv (a .pth file), so their pins never change the service's packages.
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+
+$(BENCH_STAMP): requirements-bench.txt $(STAMP)
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'zz-memproj-venv.pth').write_text('$(abspath $(VENV))/lib/python3.11/site-packages\n')"
+	$(BENCH_VENV)/bin/python -m pip install --quiet -r requirements-bench.txt
+	touch $(BENCH_STAMP)
+
+bench-venv: $(BENCH_STAMP)
+
+bench-peer: migrate bench-venv
+	$(BENCH_VENV)/bin/python bench/peer_mem0.py
+
+# The ONNX export of the packaged MiniLM (otherwise done on first use).
+bench-export-onnx: setup
+	$(PY) -c "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'memproj.settings.base'); django.setup(); from memory.embeddings import export_onnx; print(export_onnx())"
+
+# Isolation, fuzzing, faults and load at full size on a private stack under
+# var/reliability/ (tests/reliability/ runs the same at CI size). ARGS=--small for a quick pass.
+reliability: setup
+	$(PY) bench/reliability.py $(ARGS)

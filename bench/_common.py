@@ -53,6 +53,10 @@ def setup_django(*, db_name: str = BENCH_DB_NAME, embed_mode: str = "sync") -> s
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
+    # The benchmarks measure the model, never the resilience guard: waits long enough
+    # that a loaded machine cannot silently turn a hybrid search into a keyword one.
+    for name in ("MEMPROJ_EMBED_QUERY_TIMEOUT", "MEMPROJ_EMBED_STORE_TIMEOUT", "MEMPROJ_EMBED_LOCAL_TIMEOUT"):
+        os.environ.setdefault(name, "300")
     sys.path.insert(0, str(BASE_DIR))
     import django
 

@@ -67,7 +67,7 @@ def load(data_dir: Path = DEFAULT_DATA, limit: int = 0) -> list[Question]:
     by_type: dict[str, list[Question]] = {t: [] for t in TYPES}
     for path in sorted((data_dir / "s").glob("*.json")):
         raw = json.loads(path.read_text(encoding="utf-8"))
-        turns = []
+        turns: list[Turn] = []
         for session_id, date, session in zip(
             raw["haystack_session_ids"], raw["haystack_dates"], raw["haystack_sessions"], strict=True
         ):

@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -32,11 +33,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 import synthetic  # noqa: E402
 
-GOALS_MS = {  # p95 goals on a 2-core machine (issue 5); floors are seed-002 / mem0
-    "store": (40.0, 500.0),
-    "search": (30.0, 200.0),
-    "context": (60.0, None),
+# p95 goals on a 2-core machine (issue 13), per operation, service layer; end to end
+# through MCP over HTTP each must be within MCP_MARGIN_MS of its service-layer figure.
+GOALS_MS = {
+    "store_episode": 40.0,
+    "store_fact_supersede": 40.0,
+    "search_hybrid": 30.0,
+    "search_semantic": 30.0,
+    "search_keyword": 30.0,
+    "recall": 35.0,
+    "context": 60.0,
+    "get": 8.0,
 }
+MCP_MARGIN_MS = 15.0
+INGEST_GOAL = 0.9  # bulk ingest / raw batch embedder throughput
+CONCURRENCY_GOAL_X = 3.0  # throughput at 32 clients vs the 24 calls/s measured before issue 13
+CONCURRENCY_BEFORE_PER_S = 24.0
+CONCURRENCY_P95_MS = 300.0
 DATASET_VERSION = "v1"
 
 
@@ -51,12 +64,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-mcp", action="store_true", help="service layer only")
     p.add_argument("--reload", action="store_true", help="drop and re-insert the bench tenants")
     p.add_argument("--json", type=Path, default=None, help="also write raw results as JSON here")
+    p.add_argument("--clients", default="1,2,4,8,16,32", help="concurrency curve: HTTP clients per step")
+    p.add_argument("--conc-seconds", type=float, default=15.0, help="seconds per concurrency step (0 = skip)")
+    p.add_argument("--store-share", type=float, default=0.3, help="share of stores in the mixed workload")
+    p.add_argument("--web-workers", type=int, default=0, help="uvicorn worker processes (0 = MEMPROJ_WEB_WORKERS)")
+    p.add_argument(
+        "--embedder",
+        action="store_true",
+        help="only compare the embedder backends (ONNX Runtime vs PyTorch, same weights) and exit",
+    )
     p.add_argument("--tiny", action="store_true", help="smoke-test size (a few hundred memories, few repeats)")
     args = p.parse_args(argv)
     if args.tiny:
         args.sizes, args.other_tenants, args.other_size = "300", 1, 100
         args.repeat, args.mcp_repeat, args.ingest = 5, 3, 64
+        args.clients, args.conc_seconds = "1,4", 2.0
     args.size_list = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+    args.client_list = [int(c) for c in str(args.clients).split(",") if c.strip()]
     args.prefix = "benchtiny" if args.tiny else "bench"  # the smoke test never churns the full dataset
     return args
 
@@ -364,7 +388,9 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
     ]
     rows = []
     for name, group, fn in ops:
-        samples = _common.timed(fn, repeat)
+        # Every timed call pays its query embedding: the query cache is emptied first
+        # (the synthetic queries repeat; agents' real repeats would only make it faster).
+        samples = _common.timed(lambda fn=fn: (embedder.clear_query_cache(), fn()), repeat)
         rows.append({"size": size, "path": "service", "op": name, "group": group, "samples": samples})
     return rows, base
 
@@ -378,9 +404,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(db_url: str) -> tuple[subprocess.Popen, str]:
+def start_server(db_url: str, workers: int = 1) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    env = dict(os.environ, DATABASE_URL=db_url, MEMPROJ_EMBED_MODE="sync", LOG_LEVEL="WARNING")
+    # No query cache in the server either: every search pays its embedding.
+    env = dict(
+        os.environ, DATABASE_URL=db_url, MEMPROJ_EMBED_MODE="sync", LOG_LEVEL="WARNING", MEMPROJ_EMBED_QUERY_CACHE="0"
+    )
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -396,6 +425,8 @@ def start_server(db_url: str) -> tuple[subprocess.Popen, str]:
             "--log-level",
             "warning",
             "--no-access-log",
+            "--workers",
+            str(max(1, workers)),
         ],
         cwd=str(_common.BASE_DIR),
         env=env,
@@ -505,11 +536,18 @@ def bench_mcp(url: str, token: str, size: int, caller, repeat: int) -> tuple[lis
 
 
 def bench_ingest(n: int) -> dict:
-    """Bulk ingest through the worker path: store with async embedding (the write
-    commits without a vector and enqueues a job), then the worker's batched
-    memory_embed_batch. Compared with the raw embedder's batch throughput on the
-    same texts, measured in the same process."""
+    """Bulk ingest through the worker path, with the two phases overlapped as they
+    are in production: a writer stores with async embedding (the write commits
+    without a vector and enqueues a job; here the enqueue goes to an in-process
+    queue, the broker is not measured) while a worker thread takes the queued ids
+    in batches of up to 256 and runs the worker's ``memory_embed_batch``. Wall time
+    from the first store to the last vector, against the raw embedder's batch
+    throughput (no guard, no batcher) on the same texts in the same process."""
+    import queue
+    import threading
+
     from django.conf import settings
+    from django.db import connection
 
     from memory.embeddings import get_embedder
     from memory.services.memories import episode_store, memory_embed_batch
@@ -518,73 +556,201 @@ def bench_ingest(n: int) -> dict:
 
     texts = [f"{synthetic.fresh_episode(9_000_000 + i)} (ingest {uuid.uuid4().hex[:6]})" for i in range(n)]
     embedder = get_embedder()
+    raw = getattr(embedder, "inner", embedder)
+    raw.embed(texts[:64])  # warm
     t0 = time.perf_counter()
-    embedder.embed(texts)
+    raw.embed(texts)
     raw_s = time.perf_counter() - t0
 
     issued = token_issue(tenant_slug=f"bench-ingest-{uuid.uuid4().hex[:8]}", principal_name="bench")
     caller = token_authenticate(issued.token)
-    queued: list[str] = []
+    queued: queue.SimpleQueue[str | None] = queue.SimpleQueue()
     original_delay = tasks.embed_memory_task.delay
-    tasks.embed_memory_task.delay = lambda memory_id: queued.append(memory_id)  # the broker is not measured
+    tasks.embed_memory_task.delay = lambda memory_id: queued.put(memory_id)
     previous_mode = settings.MEMPROJ["EMBED_MODE"]
     settings.MEMPROJ["EMBED_MODE"] = "async"
+    done = [0]
+    stored_at = [0.0]
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            finished = False
+            while not finished:
+                first = queued.get()
+                batch = [] if first is None else [first]
+                finished = first is None
+                while not finished and len(batch) < 256:
+                    try:
+                        item = queued.get(timeout=0.05)  # a short wait lets the batch fill while stores run
+                    except Exception:  # queue.Empty
+                        break
+                    if item is None:
+                        finished = True
+                    else:
+                        batch.append(item)
+                if batch:
+                    done[0] += memory_embed_batch(memory_ids=[uuid.UUID(x) for x in batch])
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
     try:
         t0 = time.perf_counter()
+        thread = threading.Thread(target=worker, name="bench-ingest-worker")
+        thread.start()
         for text in texts:
             episode_store(caller=caller, content=text, butler="general")
-        store_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        done = 0
-        batch = 256  # what a worker pulls per batch
-        for lo in range(0, len(queued), batch):
-            done += memory_embed_batch(memory_ids=[uuid.UUID(x) for x in queued[lo : lo + batch]])
-        embed_s = time.perf_counter() - t0
+        stored_at[0] = time.perf_counter() - t0
+        queued.put(None)
+        thread.join()
+        total_s = time.perf_counter() - t0
     finally:
         settings.MEMPROJ["EMBED_MODE"] = previous_mode
         tasks.embed_memory_task.delay = original_delay
-    assert done == n, f"embedded {done} of {n}"
+    if errors:
+        raise errors[0]
+    assert done[0] == n, f"embedded {done[0]} of {n}"
     return {
         "n": n,
         "raw_embedder_per_s": n / raw_s,
-        "store_async_per_s": n / store_s,
-        "embed_batch_per_s": n / embed_s,
-        "ingest_per_s": n / (store_s + embed_s),
+        "store_async_per_s": n / stored_at[0],
+        "ingest_per_s": n / total_s,
+        "backend": getattr(embedder, "backend", "?"),
     }
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+async def _concurrency_step(url: str, token: str, clients: int, seconds: float, store_share: float, seed: int):  # type: ignore[no-untyped-def]
+    """``clients`` HTTP clients, each sending one JSON-RPC tool call after the
+    other (stateless streamable HTTP: one POST per call) for ``seconds``: a mixed
+    workload of memory_store_episode and hybrid memory_search."""
+    import random
+
+    import httpx
+
+    qs = synthetic.queries(512, seed=seed)
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    latencies: dict[str, list[float]] = {"store": [], "search": []}
+    errors: list[str] = []
+    deadline = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+
+    async with httpx.AsyncClient(headers=headers, timeout=60.0, limits=limits) as http:
+
+        async def client(c: int) -> None:
+            rng = random.Random(seed * 1000 + c)
+            k = 0
+            while time.perf_counter() < deadline:
+                k += 1
+                if rng.random() < store_share:
+                    kind, name = "store", "memory_store_episode"
+                    arguments = {"content": synthetic.fresh_episode(seed * 10**6 + c * 10**4 + k), "butler": "general"}
+                else:
+                    kind, name = "search", "memory_search"
+                    arguments = {"query": qs[rng.randrange(len(qs))], "mode": "hybrid"}
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": k,
+                    "method": "tools/call",
+                    "params": {"name": name, "arguments": arguments},
+                }
+                t0 = time.perf_counter()
+                try:
+                    response = await http.post(url, json=body)
+                    payload = response.json()
+                    if response.status_code != 200 or "error" in payload or payload["result"].get("isError"):
+                        errors.append(f"{response.status_code} {str(payload)[:200]}")
+                        continue
+                except Exception as exc:  # noqa: BLE001 - counted as an error of the run
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                latencies[kind].append((time.perf_counter() - t0) * 1000.0)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client(c) for c in range(clients)))
+        elapsed = time.perf_counter() - start
+    every = latencies["store"] + latencies["search"]
+    return {
+        "clients": clients,
+        "seconds": elapsed,
+        "calls": len(every),
+        "per_s": len(every) / elapsed,
+        "p50": _common.percentile(every, 50),
+        "p95": _common.percentile(every, 95),
+        "store_p95": _common.percentile(latencies["store"], 95),
+        "search_p95": _common.percentile(latencies["search"], 95),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else "",
+    }
+
+
+def bench_concurrency(url: str, token: str, levels: list[int], seconds: float, store_share: float) -> list[dict]:
+    out = []
+    for i, clients in enumerate(levels):
+        print(f"  concurrency: {clients} clients for {seconds:.0f}s ...", file=sys.stderr, flush=True)
+        out.append(asyncio.run(_concurrency_step(url, token, clients, seconds, store_share, seed=100 + i)))
+    return out
 
 
 # --------------------------------------------------------------------------- report
 
 
-def goal_cells(group: str, p95: float) -> tuple[str, str]:
-    goal = GOALS_MS.get(group)
-    if goal is None:
+def goal_cells(op: str, path: str, p95: float) -> tuple[str, str]:
+    """Service layer: the issue's p95 goal. MCP over HTTP: within MCP_MARGIN_MS of
+    that goal (the issue's 'within 15 ms of its service-layer figure', read
+    against the goal so an end-to-end row cannot pass on a slow service row)."""
+    target = GOALS_MS.get(op)
+    if target is None:
         return "-", "-"
-    target, floor = goal
-    met = "met" if p95 <= target else ("MISSED (floor ok)" if floor is None or p95 < floor else "MISSED floor")
-    return f"<= {target:.0f}", met
+    if path == "mcp_http":
+        target += MCP_MARGIN_MS
+    return f"<= {target:.0f}", "met" if p95 <= target else "MISSED"
 
 
-def report(args, env: dict, results: list[dict], baselines: dict, ingest: dict | None) -> str:  # type: ignore[no-untyped-def]
+def report(
+    args,
+    env: dict,
+    results: list[dict],
+    baselines: dict,
+    ingest: dict | None,  # type: ignore[no-untyped-def]
+    concurrency: list[dict] | None = None,
+) -> str:
     out = []
     out.append(
         f"memproj perf - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - {os.cpu_count()} cores - "
-        f"Python {platform.python_version()} - {env['server']}"
+        f"Python {platform.python_version()} - {env['server']} - embedder {env.get('backend', '?')}"
     )
     out.append(
         f"table: {env['rows']} memories in {env['tenants']} tenants; repeats: service {args.repeat}, "
-        f"MCP {args.mcp_repeat}"
+        f"MCP {args.mcp_repeat}; load average at start {env.get('load', '?')}"
     )
     out.append("")
     rows = []
+    svc_p95 = {}
     for r in results:
         p50, p95, mx = _common.summary(r["samples"])
-        goal, met = goal_cells(r["group"], p95)
-        if r["path"] == "mcp_http" and r["group"] in GOALS_MS:
-            met = met + " (e2e)"
-        rows.append([r["size"], r["path"], r["op"], len(r["samples"]), p50, p95, mx, goal, met])
+        goal, met = goal_cells(r["op"], r["path"], p95)
+        extra = "-"
+        if r["path"] == "service":
+            svc_p95[(r["size"], r["op"])] = p95
+        elif (r["size"], r["op"]) in svc_p95:
+            extra = f"{p95 - svc_p95[(r['size'], r['op'])]:+.1f}"
+        rows.append([r["size"], r["path"], r["op"], len(r["samples"]), p50, p95, mx, goal, met, extra])
     out.append("Latency (ms)")
-    out.append(_common.table(["size", "path", "op", "n", "p50_ms", "p95_ms", "max_ms", "goal_p95", "met"], rows))
+    out.append(
+        _common.table(
+            ["size", "path", "op", "n", "p50_ms", "p95_ms", "max_ms", "goal_p95", "met", "mcp_minus_service_p95"], rows
+        )
+    )
     out.append("")
     brows = []
     for size, base in baselines.items():
@@ -658,38 +824,91 @@ def report(args, env: dict, results: list[dict], baselines: dict, ingest: dict |
     if ingest:
         out.append("")
         ratio = ingest["ingest_per_s"] / ingest["raw_embedder_per_s"]
-        out.append("Bulk ingest (memories/s)")
+        out.append(f"Bulk ingest, store and embed overlapped (memories/s; embedder {ingest['backend']})")
         out.append(
             _common.table(
-                [
-                    "n",
-                    "raw_embedder_per_s",
-                    "store_async_per_s",
-                    "embed_batch_per_s",
-                    "ingest_per_s",
-                    "ratio",
-                    "goal",
-                    "met",
-                ],
+                ["n", "raw_embedder_per_s", "store_async_per_s", "ingest_per_s", "ratio", "goal", "met"],
                 [
                     [
                         ingest["n"],
                         ingest["raw_embedder_per_s"],
                         ingest["store_async_per_s"],
-                        ingest["embed_batch_per_s"],
                         ingest["ingest_per_s"],
                         f"{ratio:.0%}",
-                        ">= 90%",
-                        "met" if ratio >= 0.9 else "MISSED",
+                        f">= {INGEST_GOAL:.0%}",
+                        "met" if ratio >= INGEST_GOAL else "MISSED",
                     ]
                 ],
             )
         )
+    if concurrency:
+        out.append("")
+        out.append(
+            f"Concurrency: HTTP clients on a mixed workload ({args.store_share:.0%} memory_store_episode, "
+            f"the rest hybrid memory_search), {args.conc_seconds:.0f} s per step, "
+            f"{env.get('web_workers', 1)} web worker process(es)"
+        )
+        crow = []
+        for c in concurrency:
+            crow.append(
+                [c["clients"], c["calls"], c["per_s"], c["p50"], c["p95"], c["store_p95"], c["search_p95"], c["errors"]]
+            )
+        out.append(
+            _common.table(
+                ["clients", "calls", "calls_per_s", "p50_ms", "p95_ms", "store_p95_ms", "search_p95_ms", "errors"], crow
+            )
+        )
+        top = max(concurrency, key=lambda c: c["clients"])
+        goal_rate = CONCURRENCY_GOAL_X * CONCURRENCY_BEFORE_PER_S
+        met = top["per_s"] >= goal_rate and top["p95"] <= CONCURRENCY_P95_MS and top["errors"] == 0
+        out.append(
+            f"goal at {top['clients']} clients: >= {goal_rate:.0f} calls/s (3x the 24/s before) at p95 <= "
+            f"{CONCURRENCY_P95_MS:.0f} ms, 0 errors: {top['per_s']:.1f} calls/s, p95 {top['p95']:.0f} ms, "
+            f"{top['errors']} errors -> {'met' if met else 'MISSED'}"
+        )
+        if top["first_error"]:
+            out.append(f"first error: {top['first_error']}")
+    return "\n".join(out)
+
+
+def bench_embedders(repeat: int) -> str:
+    """The two local backends of the same model, raw (no guard, no batcher): one
+    query, a batch of 64 texts, and how far apart their vectors are."""
+    import numpy as np
+
+    from memory.embeddings import LocalEmbedder
+
+    texts = [synthetic.memory_spec(i)["content"] for i in range(64)]
+    queries = synthetic.queries(repeat + 4, seed=5)
+    rows, vectors = [], {}
+    for backend in ("onnx", "torch"):
+        embedder = LocalEmbedder(backend=backend)
+        t0 = time.perf_counter()
+        embedder.embed(["load"])
+        load_s = time.perf_counter() - t0
+        qi = iter(range(10**9))
+        one = _common.timed(lambda e=embedder, it=qi: e.embed([queries[next(it) % len(queries)]]), repeat)
+        batch = _common.timed(lambda e=embedder: e.embed(texts), 5, warmup=1)
+        vectors[backend] = np.asarray(embedder.embed(texts + queries))
+        p50, p95, _ = _common.summary(one)
+        rows.append([embedder.backend, load_s, p50, p95, 64_000.0 / statistics.median(batch)])
+    a, b = vectors["onnx"], vectors["torch"]
+    cosines = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    out = [
+        f"Embedder backends, all-MiniLM-L6-v2 from the packaged weights - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - "
+        f"{os.cpu_count()} cores - load average {os.getloadavg()[0]:.1f}",
+        _common.table(["backend", "load_s", "one_query_p50_ms", "one_query_p95_ms", "batch64_texts_per_s"], rows),
+        f"cosine(ONNX, PyTorch) over {len(cosines)} texts: min {cosines.min():.6f}, mean {cosines.mean():.6f}",
+    ]
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.embedder:
+        _common.setup_django()
+        print(bench_embedders(args.repeat))
+        return 0
     db_url = _common.setup_django()
     from django.db import connection
 
@@ -700,14 +919,22 @@ def main(argv: list[str] | None = None) -> int:
         version, vector_version = cur.fetchone()
     server = f"{version.split(' on ')[0]} + pgvector {vector_version}"
     embed_one("warm up")  # load the model before anything is timed
+    from django.conf import settings
+
+    from memory.embeddings import get_embedder
+
     env = ensure_tenants(args)
     env["server"] = server
+    env["backend"] = get_embedder().backend
+    env["load"] = f"{os.getloadavg()[0]:.1f}"
+    env["web_workers"] = args.web_workers or settings.MEMPROJ_WEB_WORKERS
+    concurrency: list[dict] = []
     results: list[dict] = []
     baselines: dict[int, dict] = {}
     proc = None
     try:
         if not args.skip_mcp:
-            proc, url = start_server(db_url)
+            proc, url = start_server(db_url, env["web_workers"])
             # The server loads its model in a background thread at start-up; let that
             # finish (one real search waits for it) so it does not steal CPU from what is timed.
             first_caller, first_token = env["callers"][f"{args.prefix}-{args.size_list[0]}"]
@@ -723,6 +950,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows, ping = bench_mcp(url, token, size, caller, args.mcp_repeat)
                 results += rows
                 baselines[size]["mcp_list_tools"] = ping
+        if proc is not None and args.conc_seconds > 0:
+            caller, token = env["callers"][f"{args.prefix}-{args.size_list[-1]}"]
+            concurrency = bench_concurrency(url, token, args.client_list, args.conc_seconds, args.store_share)
     finally:
         if proc is not None:
             proc.terminate()
@@ -732,7 +962,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc.kill()
     print("  measuring bulk ingest ...", file=sys.stderr, flush=True)
     ingest = bench_ingest(args.ingest) if args.ingest > 0 else None
-    text = report(args, env, results, baselines, ingest)
+    text = report(args, env, results, baselines, ingest, concurrency)
     print(text)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -742,6 +972,7 @@ def main(argv: list[str] | None = None) -> int:
                     "results": results,
                     "baselines": {str(k): v for k, v in baselines.items()},
                     "ingest": ingest,
+                    "concurrency": concurrency,
                     "env": {k: v for k, v in env.items() if k != "callers"},
                 },
                 default=str,

@@ -82,10 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     queries = synthetic.queries(args.queries)
     flt = RetrievalFilter(kinds=["episode", "fact", "rule"], now=timezone.now())
     variants = {
-        "bm25, budget 4000": RetrievalParams(keyword_scorer="bm25"),
-        "bm25, budget 1000": RetrievalParams(keyword_scorer="bm25", txt_candidates=1000),
+        "bm25, budget 1000 (default)": RetrievalParams(keyword_scorer="bm25", txt_candidates=1000),
+        "bm25, budget 4000": RetrievalParams(keyword_scorer="bm25", txt_candidates=4000),
+        "bm25, budget 300": RetrievalParams(keyword_scorer="bm25", txt_candidates=300),
         "bm25, unbounded": RetrievalParams(keyword_scorer="bm25", txt_candidates=100_000),
-        "cover density, budget 4000": RetrievalParams(keyword_scorer="cover_density"),
+        "cover density, budget 1000": RetrievalParams(keyword_scorer="cover_density", txt_candidates=1000),
         "cover density, unbounded": RetrievalParams(keyword_scorer="cover_density", txt_candidates=100_000),
     }
     rows = []
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     print(_common.table(["variant", "tenant size", "n", "p50_ms", "p95_ms", "max_ms"], rows))
     if args.explain:
         where, sql_params = retrieval._where(caller, flt)
-        for name in ("bm25, budget 4000", "cover density, budget 4000"):
+        for name in ("bm25, budget 1000 (default)",):
             params = variants[name]
             scorer = retrieval._BM25_SQL if params.keyword_scorer == "bm25" else retrieval._COVER_DENSITY_SQL
             sql = (

@@ -305,6 +305,10 @@ def _text_problem(value: Any, where: str = "") -> str | None:
     return None
 
 
+def _as_sent(data: dict[str, Any]) -> dict[str, Any]:
+    return data
+
+
 class DialectServer(MCPServer[Any]):
     """An MCPServer that applies the dialect's argument contract and error rendering."""
 
@@ -319,6 +323,10 @@ class DialectServer(MCPServer[Any]):
             tool = self._tool_manager.get_tool(spec.name)
             assert tool is not None
             tool.parameters = strict_schema(dict(spec.input_schema or tool.parameters))
+            # The arguments were validated against the schema as sent: the SDK's
+            # lenient pre-parse would turn a string that looks like JSON into an
+            # object after that check (a crash, or a silently different value).
+            object.__setattr__(tool.fn_metadata, "pre_parse_json", _as_sent)
             self.specs[spec.name] = spec
             self.validators[spec.name] = Draft202012Validator(tool.parameters)
 

@@ -137,10 +137,11 @@ _VECTOR_SQL = """
 # Keyword channel, common part: the query's terms analysed as documents are
 # (memproj_query_terms, migration 0010), their document frequencies in this
 # tenant (memory_termstat, migration 0011), and the candidates: memories matching
-# the rarest terms first, as long as their document frequencies fit the
-# candidate budget (the rarest term always counts; LIMIT bounds it). A frequent
-# term alone cannot make the channel rank a large share of a big tenant; it
-# still adds to the score of the candidates it is in.
+# every term first (all-words: what BM25 ranks highest, and a cheap GIN
+# intersection), then those of the rarest terms, as long as their document
+# frequencies fit the candidate budget (the rarest term always counts; LIMIT
+# bounds the whole). A frequent term alone cannot make the channel rank a large
+# share of a big tenant; it still adds to the score of the candidates it is in.
 _TERMS_SQL = """
     terms AS (
         SELECT t.term, coalesce(s.df, 0) AS df
@@ -153,11 +154,20 @@ _TERMS_SQL = """
         ) ordered
         WHERE before = 0 OR before + df <= %(budget)s
     ),
-    cand AS (
-        SELECT m.id, m.search_vector
-        FROM memory_memory m
-        WHERE {where} AND m.search_vector @@ memproj_any_query(ARRAY(SELECT term FROM selective))
+    cand_any AS (
+        (SELECT m.id, m.search_vector
+         FROM memory_memory m
+         WHERE {where} AND m.search_vector @@ memproj_all_query(ARRAY(SELECT term FROM terms WHERE df > 0))
+         LIMIT %(budget)s)
+        UNION ALL
+        (SELECT m.id, m.search_vector
+         FROM memory_memory m
+         WHERE {where} AND m.search_vector @@ memproj_any_query(ARRAY(SELECT term FROM selective))
+         LIMIT %(budget)s)
         LIMIT %(budget)s
+    ),
+    cand AS (
+        SELECT DISTINCT ON (id) id, search_vector FROM cand_any
     )"""
 
 # BM25 over the candidates: IDF from the tenant's statistics, term frequency
@@ -168,13 +178,14 @@ _BM25_SQL = """
         FROM memory_tenantstat WHERE tenant_id = %(tenant)s
     ),
     weighted AS (
-        SELECT t.term, ln(1 + (st.docs - t.df + 0.5) / (t.df + 0.5)) AS idf FROM terms t, stats st WHERE t.df > 0
+        SELECT t.term, ln(1 + (st.docs - t.df + 0.5)::float8 / (t.df + 0.5)) AS idf
+        FROM terms t, stats st WHERE t.df > 0
     ),
     txt AS (
         SELECT c.id, sum(
-            w.idf * (coalesce(array_length(u.positions, 1), 1) * (%(k1)s + 1))
+            w.idf * (coalesce(array_length(u.positions, 1), 1) * (%(k1)s::float8 + 1))
             / (coalesce(array_length(u.positions, 1), 1)
-               + %(k1)s * (1 - %(b)s + %(b)s * length(c.search_vector) / st.avgdl))
+               + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * length(c.search_vector) / st.avgdl))
         ) AS score
         FROM cand c
         CROSS JOIN stats st

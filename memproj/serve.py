@@ -1,6 +1,8 @@
 """`make run`: the web app (admin + MCP HTTP), a Celery worker and beat, as
-child processes of this one; Ctrl-C stops all three. The embedded PostgreSQL
-and Redis keep running (`make stop` stops them)."""
+child processes of this one. A child that dies is started again after a
+backoff (1 s, 2 s, 4 s ... capped), while the others keep serving; Ctrl-C or
+SIGTERM stops all of them. The embedded PostgreSQL and Redis keep running
+(`make stop` stops them)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
 
 PROCESSES = {
     "web": [
@@ -20,8 +25,20 @@ PROCESSES = {
         os.environ.get("MEMPROJ_HOST", "127.0.0.1"),
         "--port",
         os.environ.get("PORT", "8000"),
+        # More than one web process pays off only beyond 2 cores (docs/benchmarks.md).
+        "--workers",
+        os.environ.get("MEMPROJ_WEB_WORKERS", "1"),
     ],
-    "worker": [sys.executable, "-m", "celery", "-A", "memproj", "worker", "--loglevel=INFO", "--concurrency=2"],
+    "worker": [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "memproj",
+        "worker",
+        "--loglevel=INFO",
+        f"--concurrency={os.environ.get('MEMPROJ_WORKER_CONCURRENCY', '2')}",
+    ],
     "beat": [
         sys.executable,
         "-m",
@@ -31,40 +48,126 @@ PROCESSES = {
         "beat",
         "--loglevel=INFO",
         "--schedule",
-        os.path.join("var", "celerybeat-schedule"),
+        os.path.join(os.environ.get("MEMPROJ_VAR_DIR", "var"), "celerybeat-schedule"),
     ],
 }
 
 
-def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
-    children = {name: subprocess.Popen(cmd) for name, cmd in PROCESSES.items()}
-    print(
-        f"memproj: admin at http://127.0.0.1:{os.environ.get('PORT', '8000')}/admin/, "
-        f"MCP at /mcp/<toolset>/ ({', '.join(f'{n} pid {p.pid}' for n, p in children.items())})",
-        flush=True,
-    )
+@dataclass
+class Child:
+    name: str
+    command: Sequence[str]
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    # Consecutive crashes that happened soon after a start; drives the backoff.
+    crashes: int = 0
+    restart_at: float | None = None
+    restarts: int = field(default=0)
 
-    def stop(*_: object) -> None:
-        for proc in children.values():
-            if proc.poll() is None:
-                proc.terminate()
-        deadline = time.monotonic() + 15
-        for proc in children.values():
+
+class Supervisor:
+    """Keeps every child running. A crash is logged and the child alone is
+    restarted after ``min(backoff_base * 2**(n-1), backoff_max)`` seconds, n being
+    its consecutive early crashes; a child that stayed up ``stable_after`` seconds
+    starts again from the base delay. A crash loop therefore costs a process
+    start every ``backoff_max`` seconds at most, and one crashing part never
+    takes the others down (issue 15, item 3)."""
+
+    def __init__(
+        self,
+        processes: Mapping[str, Sequence[str]],
+        *,
+        backoff_base: float = 1.0,
+        backoff_max: float = 30.0,
+        stable_after: float = 60.0,
+        stop_timeout: float = 15.0,
+        poll_interval: float = 0.2,
+    ) -> None:
+        self.children = {name: Child(name, list(cmd)) for name, cmd in processes.items()}
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.stable_after = stable_after
+        self.stop_timeout = stop_timeout
+        self.poll_interval = poll_interval
+        self.stopping = False
+
+    def log(self, message: str) -> None:
+        print(f"memproj: {message}", flush=True)
+
+    def start(self, child: Child) -> None:
+        child.process = subprocess.Popen(child.command)
+        child.started_at = time.monotonic()
+        child.restart_at = None
+
+    def backoff(self, crashes: int) -> float:
+        return float(min(self.backoff_base * 2 ** max(crashes - 1, 0), self.backoff_max))
+
+    def check(self) -> None:
+        """One pass of the loop: notice exits, schedule and perform restarts."""
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.restart_at is not None:
+                if now >= child.restart_at and not self.stopping:
+                    child.restarts += 1
+                    self.start(child)
+                    assert child.process is not None
+                    self.log(f"{child.name} restarted (pid {child.process.pid}, restart {child.restarts})")
+                continue
+            if child.process is None or child.process.poll() is None:
+                continue
+            uptime = now - child.started_at
+            child.crashes = 1 if uptime >= self.stable_after else child.crashes + 1
+            delay = self.backoff(child.crashes)
+            child.restart_at = now + delay
+            self.log(
+                f"{child.name} (pid {child.process.pid}) exited with {child.process.returncode} after "
+                f"{uptime:.1f} s; restarting it in {delay:g} s, the others keep running"
+            )
+
+    def stop(self) -> None:
+        """Terminate every child, then kill what has not exited in time."""
+        self.stopping = True
+        running = [c.process for c in self.children.values() if c.process is not None and c.process.poll() is None]
+        for proc in running:
+            proc.terminate()
+        deadline = time.monotonic() + self.stop_timeout
+        for proc in running:
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
-        sys.exit(0)
+                proc.wait()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while True:
-        for name, proc in children.items():
-            if proc.poll() is not None:
-                print(f"memproj: {name} exited with {proc.returncode}; stopping the others", flush=True)
-                stop()
-        time.sleep(1)
+    def run(self) -> None:
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            # Only a flag: raising here could interrupt a Popen half-way and
+            # orphan the child it was starting. The loop notices within one poll.
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        try:
+            for child in self.children.values():
+                self.start(child)
+            pids = ", ".join(f"{c.name} pid {c.process.pid}" for c in self.children.values() if c.process)
+            self.log(f"started {pids}")
+            while not self.stopping:
+                self.check()
+                time.sleep(self.poll_interval)
+        finally:
+            self.stop()
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
+    print(
+        f"memproj: admin at http://127.0.0.1:{os.environ.get('PORT', '8000')}/admin/, MCP at /mcp/<toolset>/",
+        flush=True,
+    )
+    Supervisor(
+        PROCESSES,
+        backoff_max=float(os.environ.get("MEMPROJ_RESTART_BACKOFF_MAX", "30")),
+    ).run()
 
 
 if __name__ == "__main__":

@@ -1,14 +1,45 @@
+from django.conf import settings
 from django.contrib import admin
-from django.http import HttpRequest, JsonResponse
-from django.urls import path
+from django.http import Http404, HttpRequest, JsonResponse
+from django.urls import path, re_path
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_safe
 
 from mcp_server import hooks
 from mcp_server.rest import tool_call
 from memory.admin.dashboard import dashboard, dashboard_index
+from policy.models import ApiToken
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
+
+
+@csrf_exempt  # no session, no state: a write is answered 405, not a CSRF page
+@require_safe
+def protected_resource_metadata(request: HttpRequest, toolset: str) -> JsonResponse:
+    """OAuth 2.0 Protected Resource Metadata (RFC 9728) for /mcp/<toolset>: the
+    document the ``resource_metadata`` URL of the MCP endpoints' 401
+    ``WWW-Authenticate`` header points to (the SDK builds that URL as
+    /.well-known/oauth-protected-resource + the resource path). memproj's bearer
+    tokens are issued by ``manage.py issue_token`` or the admin, not by an OAuth
+    authorization server, so the document names none."""
+    from mcp_server.toolsets import TOOLSETS
+
+    if toolset not in TOOLSETS:
+        raise Http404("no such MCP toolset")
+    public_url = settings.MEMPROJ_PUBLIC_URL.rstrip("/")
+    response = JsonResponse(
+        {
+            "resource": f"{public_url}/mcp/{toolset}",
+            "resource_name": f"memproj memory service, {toolset} dialect",
+            "bearer_methods_supported": ["header"],
+            "scopes_supported": [*ApiToken.Scope.values, *(f"toolset:{name}" for name in sorted(TOOLSETS))],
+        }
+    )
+    # Public metadata, fetched by browser-based MCP clients too (RFC 9728 section 3).
+    response["Access-Control-Allow-Origin"] = "*"
+    return response
 
 
 urlpatterns = [
@@ -24,4 +55,9 @@ urlpatterns = [
     path("api/search", hooks.search),
     path("api/ingest", hooks.ingest),
     path("api/<slug:toolset>/<str:tool>", tool_call, name="tool_call"),
+    re_path(
+        r"^\.well-known/oauth-protected-resource/mcp/(?P<toolset>[A-Za-z0-9_.-]+)/?$",
+        protected_resource_metadata,
+        name="oauth_protected_resource",
+    ),
 ]

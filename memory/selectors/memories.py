@@ -11,7 +11,7 @@ from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from memory import scoring, validation
-from memory.embeddings import embed_one
+from memory.embeddings import embed_query
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity, retrievable_q
 from memory.read_model import effective_confidence_of
@@ -107,7 +107,7 @@ def query_vector(query: str, mode: str) -> list[float] | None:
     if mode == "keyword":
         return None
     try:
-        return embed_one(query)
+        return embed_query(query)  # short wait, breaker and cache: a slow embedder costs ~nothing
     except EmbeddingUnavailable:
         if mode == "semantic":
             raise

@@ -45,9 +45,11 @@ def _embed_for_store(content: str) -> _Embedding:
         return _Embedding(None, EmbeddingStatus.PENDING, "")
     embedder = get_embedder()
     try:
-        return _Embedding(embedder.embed([content])[0], EmbeddingStatus.READY, embedder.model_name)
+        # Any failure (load error, bad JSON, timeout, open breaker) arrives as
+        # EmbeddingUnavailable with a bounded wait: the write is kept pending.
+        return _Embedding(embedder.embed_document(content), EmbeddingStatus.READY, embedder.model_name)
     except EmbeddingUnavailable as exc:
-        return _Embedding(None, EmbeddingStatus.PENDING, "", str(exc))
+        return _Embedding(None, EmbeddingStatus.PENDING, "", str(exc)[:2000])
 
 
 def _after_commit(memory: Memory) -> None:

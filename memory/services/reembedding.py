@@ -35,8 +35,8 @@ def embeddings_retry(
 ) -> SweepResult:
     """Embed memories still pending: the embedder was down at write time (and the
     write-time task gave up), or async mode. A memory that keeps failing is
-    marked failed after EMBED_MAX_ATTEMPTS, with its last error kept; the
-    ``reembed`` command puts it back in line."""
+    marked failed after EMBED_MAX_ATTEMPTS, with its last error kept, and put
+    back in line once the embedder answers again (or by the ``reembed`` command)."""
     now = now or timezone.now()
     batch_size, per_tenant = sweep_sizes(batch_size, per_tenant)
     max_attempts = pipeline_setting("EMBED_MAX_ATTEMPTS")
@@ -64,8 +64,24 @@ def embeddings_retry(
                 Memory.objects.filter(pk__in=ids, embedding_status=EmbeddingStatus.READY).values_list("pk", flat=True)
             )
             _enqueue_conflict_checks(done_ids)
-        more = due.exclude(pk__in=ids).exists()
+        requeued = _failed_embeddings_requeue(batch_size, embedder_answered=bool(ids))
+        more = requeued > 0 or due.exclude(pk__in=ids).exists()
     return SweepResult(processed=len(done_ids), more=more, ids=done_ids)
+
+
+def _failed_embeddings_requeue(batch_size: int, *, embedder_answered: bool) -> int:
+    """Memories marked failed during an outage get another round once the
+    embedder answers again (this sweep's batch worked, or a one-text probe does):
+    back to pending with a fresh attempt count, a bounded batch per run."""
+    failed = Memory.objects.filter(embedding_status=EmbeddingStatus.FAILED)
+    if not failed.exists():
+        return 0
+    if not embedder_answered:
+        try:
+            get_embedder().embed_document("embedder health probe")
+        except EmbeddingUnavailable:
+            return 0
+    return memories_failed_requeue(limit=batch_size)
 
 
 def memories_reembed(
@@ -117,9 +133,14 @@ def memories_mark_stale(*, tenant_id: uuid.UUID | None = None) -> int:
     return qs.update(embedding_model="")
 
 
-def memories_failed_requeue(*, tenant_id: uuid.UUID | None = None) -> int:
-    """Give memories whose embedding finally failed another round of retries."""
+def memories_failed_requeue(*, tenant_id: uuid.UUID | None = None, limit: int | None = None) -> int:
+    """Give memories whose embedding finally failed another round of retries
+    (all of them, or a bounded batch when ``limit`` is given)."""
     qs = Memory.objects.filter(embedding_status=EmbeddingStatus.FAILED)
     if tenant_id is not None:
         qs = qs.filter(tenant_id=tenant_id)
+    if limit is not None:
+        qs = Memory.objects.filter(
+            pk__in=list(qs.order_by().values_list("pk", flat=True)[:limit]), embedding_status=EmbeddingStatus.FAILED
+        )
     return qs.update(embedding_status=EmbeddingStatus.PENDING, embedding_attempts=0)

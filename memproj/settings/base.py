@@ -137,8 +137,11 @@ MEMPROJ = {
         "rules": env.float("MEMPROJ_CONTEXT_QUOTA_RULES", default=0.3),
         "episodes": env.float("MEMPROJ_CONTEXT_QUOTA_EPISODES", default=0.2),
     },
-    # Hybrid fusion (memory/scoring.py; chosen on MADial-Bench, docs/benchmarks.md).
-    "FUSION": env.str("MEMPROJ_FUSION", default="alpha"),
+    # Hybrid fusion and keyword scorer (memory/scoring.py RetrievalParams; chosen on
+    # MADial-Bench and LongMemEval-S dev, docs/benchmarks.md). A tenant policy's
+    # retrieval.hybrid values (alpha, k_vec, k_txt) override per tenant.
+    "FUSION": env.str("MEMPROJ_FUSION", default="norm"),  # norm | alpha | rrf
+    "KEYWORD_SCORER": env.str("MEMPROJ_KEYWORD_SCORER", default="bm25"),  # bm25 | cover_density
     "FUSION_ALPHA": env.float("MEMPROJ_FUSION_ALPHA", default=0.7),
     "MAX_CONTENT_CHARS": env.int("MEMPROJ_MAX_CONTENT_CHARS", default=16_000),
     "MAX_QUERY_CHARS": env.int("MEMPROJ_MAX_QUERY_CHARS", default=2_000),
@@ -146,6 +149,31 @@ MEMPROJ = {
     "MAX_TAG_CHARS": 64,
     "MAX_LIMIT": 100,
 }
+
+# Embedder runtime (memory/embeddings.py; issue 13 speed, issue 15 item 4 resilience).
+MEMPROJ_EMBEDDER = {
+    # onnx (ONNX Runtime, exported from the packaged weights into var/models) | torch.
+    # Both compute the same model and record the same model name.
+    "BACKEND": env.str("MEMPROJ_EMBEDDING_BACKEND", default="onnx"),
+    "THREADS": env.int("MEMPROJ_EMBEDDING_THREADS", default=0),  # 0 = the runtime's default
+    # Bounded waits on a remote endpoint: a query degrades to keyword, a store is kept pending.
+    "QUERY_TIMEOUT_SECONDS": env.float("MEMPROJ_EMBED_QUERY_TIMEOUT", default=2.0),
+    "STORE_TIMEOUT_SECONDS": env.float("MEMPROJ_EMBED_STORE_TIMEOUT", default=5.0),
+    "HTTP_TIMEOUT_SECONDS": env.float("MEMPROJ_EMBED_HTTP_TIMEOUT", default=10.0),
+    # The in-process model queues under CPU overload rather than hanging: a longer wait.
+    "LOCAL_TIMEOUT_SECONDS": env.float("MEMPROJ_EMBED_LOCAL_TIMEOUT", default=30.0),
+    # The first call loads the model (an ONNX export or importing torch).
+    "LOAD_TIMEOUT_SECONDS": env.float("MEMPROJ_EMBED_LOAD_TIMEOUT", default=300.0),
+    # Circuit breaker: open after this many consecutive failures, probe again after the cooldown.
+    "BREAKER_FAILURES": env.int("MEMPROJ_EMBED_BREAKER_FAILURES", default=3),
+    "BREAKER_COOLDOWN_SECONDS": env.float("MEMPROJ_EMBED_BREAKER_COOLDOWN", default=30.0),
+    # Micro-batching of concurrent requests into one forward pass.
+    "BATCH_WINDOW_MS": env.float("MEMPROJ_EMBED_BATCH_WINDOW_MS", default=2.0),
+    "BATCH_MAX": env.int("MEMPROJ_EMBED_BATCH_MAX", default=64),
+    "QUERY_CACHE_SIZE": env.int("MEMPROJ_EMBED_QUERY_CACHE", default=512),
+}
+# uvicorn worker processes of the web tier (memproj/serve.py passes --workers).
+MEMPROJ_WEB_WORKERS = env.int("MEMPROJ_WEB_WORKERS", default=1)
 
 # Public base URL of the HTTP endpoints (OAuth protected-resource metadata) and
 # the Host headers the MCP endpoints accept (DNS-rebinding protection).

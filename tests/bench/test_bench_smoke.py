@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MADIAL = Path(os.environ.get("MEMPROJ_MADIAL_DIR", ROOT.parent / "shared" / "bench-data" / "madial"))
+LME = Path(os.environ.get("MEMPROJ_LME_DIR", ROOT.parent / "shared" / "bench-data" / "longmemeval-s-dev"))
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,18 @@ def header_cells(output: str, first: str) -> list[str]:
 
 def test_perf_script_prints_its_tables() -> None:
     out = run_script("perf.py")
-    assert header_cells(out, "size") == ["size", "path", "op", "n", "p50_ms", "p95_ms", "max_ms", "goal_p95", "met"]
+    assert header_cells(out, "size") == [
+        "size",
+        "path",
+        "op",
+        "n",
+        "p50_ms",
+        "p95_ms",
+        "max_ms",
+        "goal_p95",
+        "met",
+        "mcp_minus_service_p95",
+    ]
     for op in (
         "store_episode",
         "store_fact_supersede",
@@ -56,6 +68,7 @@ def test_perf_script_prints_its_tables() -> None:
     assert "mcp_http" in out
     assert "embed_one" in out and "pgvector_topk" in out
     assert "raw_embedder_per_s" in out and "ingest_per_s" in out
+    assert header_cells(out, "clients")[:3] == ["clients", "calls", "calls_per_s"]
 
 
 @pytest.mark.skipif(not (MADIAL / "data_en").is_dir(), reason="MADial-Bench data not present")
@@ -75,3 +88,6 @@ def test_quality_script_prints_its_tables() -> None:
     for row in ("keyword-only", "vector-only", "hybrid", "authors: bge-m3", "authors: openai"):
         assert row in out
     assert header_cells(out, "fusion")[0] == "fusion"
+    assert "hybrid nDCG@10" in out and "better single channel" in out
+    if (LME / "s").is_dir():
+        assert "LongMemEval-S dev" in out and "multi-session" in out and "S-R@10" in out

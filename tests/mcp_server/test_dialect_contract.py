@@ -172,3 +172,12 @@ async def test_error_text_is_exactly_the_dialect_rendering(member, mcp_client_fo
     assert text.startswith("[NOT_FOUND] no fact with id")
     with pytest.raises(json.JSONDecodeError):
         json.loads(text)  # the memory dialect renders text, not JSON
+
+
+async def test_json_looking_text_stays_text(member, mcp_client_for):
+    """A string argument that happens to look like JSON is the string it is."""
+    async with mcp_client_for(member) as client:
+        stored = await call(client, "memory_store_episode", content='{"a": 1}', butler="general", session_id="s1")
+        found = await call(client, "memory_search", query='["x", "y"]', scope="global")
+    row = await Memory.objects.aget(pk=stored["id"])
+    assert row.content == '{"a": 1}' and isinstance(found["results"], list)

@@ -1,0 +1,238 @@
+"""The embedder runtime (memory/embeddings.py) without the database: ONNX and
+PyTorch compute the same vectors, the query cache, micro-batching of concurrent
+requests, the circuit breaker, and one error type for every failure."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+import pytest
+
+from memory.embeddings import CircuitBreaker, LocalEmbedder, MicroBatcher, ResilientEmbedder
+from memory.errors import EmbeddingUnavailable
+
+TEXTS = [
+    "what does Maria like to eat",
+    "Yesterday Tom went hiking in the Alps and felt relieved. Follow up with Omar about the budget.",
+    "Always confirm the deployment checklist before deploying to production.",
+    "",
+    "ünïcödé, emoji 🙂 and punctuation!?",
+    "a very long memory " * 300,  # past the 256-token window: both must truncate the same way
+]
+
+
+def fake_vector(text: str) -> list[float]:
+    """A deterministic unit vector per text, so a mixed-up split shows."""
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+    v = np.random.default_rng(seed).standard_normal(384)
+    return (v / np.linalg.norm(v)).tolist()
+
+
+class CountingEmbedder:
+    model_name = "fake-model"
+    dimensions = 384
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        return [fake_vector(t) for t in texts]
+
+
+class RaisingEmbedder:
+    model_name = "fake-model"
+    dimensions = 384
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+        self.calls = 0
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        raise self.exc
+
+
+def resilient(inner, **kwargs) -> ResilientEmbedder:  # type: ignore[no-untyped-def]
+    kwargs.setdefault("breaker", CircuitBreaker(failures=3, cooldown=60.0))
+    kwargs.setdefault("window", 0.0)
+    kwargs.setdefault("max_batch", 64)
+    kwargs.setdefault("cache_size", 4)
+    return ResilientEmbedder(inner, **kwargs)
+
+
+@pytest.mark.slow
+def test_onnx_and_torch_compute_the_same_model():
+    onnx = LocalEmbedder(backend="onnx")
+    torch = LocalEmbedder(backend="torch")
+    a = np.asarray(onnx.embed(TEXTS))
+    b = np.asarray(torch.embed(TEXTS))
+    assert onnx.backend == "onnx" and torch.backend == "torch"
+    assert onnx.model_name == torch.model_name  # one name recorded per memory for both paths
+    assert a.shape == b.shape == (len(TEXTS), 384)
+    cosines = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    assert cosines.min() > 0.999, cosines
+    # The batch order (ONNX sorts by length to limit padding) does not change a text's vector.
+    single = np.asarray(onnx.embed([TEXTS[1]]))[0]
+    assert float(single @ a[1]) > 0.9999
+
+
+def test_onnx_failure_falls_back_to_torch(monkeypatch):
+    from memory import embeddings
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("onnxruntime is not installed")
+
+    monkeypatch.setattr(embeddings, "OnnxBackend", broken)
+    local = LocalEmbedder(backend="onnx")
+    [vector] = local.embed(["fallback"])
+    assert local.backend == "torch" and len(vector) == 384
+
+
+def test_query_cache_answers_repeats_without_the_model():
+    inner = CountingEmbedder()
+    embedder = resilient(inner, cache_size=2)
+    first = embedder.embed_query("alpha")
+    assert embedder.embed_query("alpha") == first
+    assert len(inner.calls) == 1
+    embedder.embed_query("beta")
+    embedder.embed_query("gamma")  # evicts alpha (least recently used)
+    embedder.embed_query("alpha")
+    assert [c[0] for c in inner.calls] == ["alpha", "beta", "gamma", "alpha"]
+    first.append(1.0)  # a caller mutating its list does not poison the cache
+    assert len(embedder.embed_query("alpha")) == 384
+
+
+def test_requests_waiting_together_share_one_forward_pass():
+    release = threading.Event()
+    passes: list[list[str]] = []
+
+    def run(texts: list[str]) -> list[list[float]]:
+        passes.append(list(texts))
+        if len(passes) == 1:
+            release.wait(30)  # the first pass is "running" while the others arrive
+        return [fake_vector(t) for t in texts]
+
+    batcher = MicroBatcher(run, window=0.0, max_batch=64)
+    first = batcher.submit(["t0"])
+    while not passes:  # the dispatcher picked up the first request
+        threading.Event().wait(0.01)
+    waiting = [batcher.submit([f"t{i}", f"u{i}"]) for i in range(1, 8)]
+    release.set()
+    assert first.result(30) == [fake_vector("t0")]
+    for i, future in enumerate(waiting, start=1):
+        assert future.result(30) == [fake_vector(f"t{i}"), fake_vector(f"u{i}")]
+    assert len(passes) == 2 and len(passes[1]) == 14  # seven requests, one pass
+
+
+def test_concurrent_callers_each_get_their_own_vectors():
+    inner = CountingEmbedder()
+    embedder = resilient(inner, window=0.002)
+    results: dict[str, list[float]] = {}
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            for j in range(5):
+                text = f"caller {i} text {j}"
+                results[text] = embedder.embed([text], timeout=30)[0]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert len(results) == 80 and all(v == fake_vector(k) for k, v in results.items())
+    assert sum(len(c) for c in inner.calls) == 80
+    assert embedder.batcher.passes == len(inner.calls) <= 80
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        RuntimeError("CUDA out of memory"),
+        OSError("model.safetensors: no such file"),  # a model-load error
+        ValueError("Expecting value: line 1 column 1 (char 0)"),  # malformed JSON
+        KeyError("data"),
+        EmbeddingUnavailable("endpoint said 503"),
+    ],
+)
+def test_any_failure_is_reported_as_embedding_unavailable(exc):
+    embedder = resilient(RaisingEmbedder(exc))
+    with pytest.raises(EmbeddingUnavailable):
+        embedder.embed(["x"], timeout=5)
+    with pytest.raises(EmbeddingUnavailable):
+        embedder.embed_query("x")
+
+
+def test_wrong_vector_size_is_a_failure():
+    class Short(CountingEmbedder):
+        def embed(self, texts):
+            return [[0.0] * 12 for _ in texts]
+
+    with pytest.raises(EmbeddingUnavailable, match="wrong size"):
+        resilient(Short()).embed(["x"], timeout=5)
+
+
+def test_breaker_opens_after_repeated_failures_and_probes_after_cooldown():
+    now = [0.0]
+    breaker = CircuitBreaker(failures=3, cooldown=30.0, clock=lambda: now[0])
+    inner = RaisingEmbedder(RuntimeError("down"))
+    embedder = resilient(inner, breaker=breaker)
+    for _ in range(3):
+        with pytest.raises(EmbeddingUnavailable):
+            embedder.embed(["x"], timeout=5)
+    assert breaker.state == "open" and inner.calls == 3
+    for _ in range(10):  # open: fail fast, the embedder is not called at all
+        with pytest.raises(EmbeddingUnavailable, match="paused after repeated failures"):
+            embedder.embed(["x"], timeout=5)
+    assert inner.calls == 3
+
+    now[0] = 31.0  # half-open: one probe goes through; it fails, so the breaker re-opens
+    with pytest.raises(EmbeddingUnavailable, match="down"):
+        embedder.embed(["x"], timeout=5)
+    assert inner.calls == 4 and breaker.state == "open"
+
+    now[0] = 62.0  # the embedder has recovered: the probe succeeds and closes the breaker
+    embedder.inner = CountingEmbedder()
+    embedder.batcher._run = embedder.inner.embed
+    assert len(embedder.embed(["x"], timeout=5)[0]) == 384
+    assert breaker.state == "closed"
+
+
+def test_a_hanging_embedder_costs_a_bounded_wait_then_nothing(settings):
+    settings.MEMPROJ_EMBEDDER = {**settings.MEMPROJ_EMBEDDER, "QUERY_TIMEOUT_SECONDS": 0.2}
+    stop = threading.Event()
+    calls = []
+
+    class Hanging(CountingEmbedder):
+        def embed(self, texts):
+            calls.append(texts)
+            stop.wait(60)
+            return [fake_vector(t) for t in texts]
+
+    embedder = resilient(Hanging(), breaker=CircuitBreaker(failures=2, cooldown=600.0))
+    try:
+        for _ in range(2):
+            with pytest.raises(EmbeddingUnavailable, match="did not answer"):
+                embedder.embed_query("hello")  # waits QUERY_TIMEOUT_SECONDS
+        for _ in range(20):
+            with pytest.raises(EmbeddingUnavailable, match="paused after repeated failures"):
+                embedder.embed_query("hello")
+        assert len(calls) == 1  # the second request was still queued behind the hung pass
+    finally:
+        stop.set()
+
+
+def test_an_idle_dispatcher_exits_and_the_next_request_restarts_it(monkeypatch):
+    monkeypatch.setattr(MicroBatcher, "IDLE_EXIT_SECONDS", 0.05)
+    batcher = MicroBatcher(lambda texts: [fake_vector(t) for t in texts], window=0.0)
+    assert batcher.submit(["one"]).result(30) == [fake_vector("one")]
+    while batcher._pid != -1:  # the dispatcher notices it is idle and leaves
+        threading.Event().wait(0.02)
+    assert batcher.submit(["two"]).result(30) == [fake_vector("two")]

@@ -1,0 +1,26 @@
+"""The reliability suite at CI size: the pieces of bench/reliability.py (which
+runs them at full size, `make reliability`) against the test database."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bench.reliability import InProcessClients, identities
+from mcp_server.toolsets import TOOLSETS
+
+
+@pytest.fixture
+def people(transactional_db: None) -> dict[str, tuple[int, str, Any]]:
+    """Three tenants, each with a member and an admin (no elevation scope)."""
+    return identities("rel")
+
+
+@pytest.fixture
+def clients(people: dict[str, tuple[int, str, Any]]) -> Iterator[InProcessClients]:
+    """In-process MCP sessions for every identity on every registered toolset."""
+    callers = {who: caller for who, (_, _, caller) in people.items()}
+    with InProcessClients(callers, sorted(TOOLSETS)) as opened:
+        yield opened
