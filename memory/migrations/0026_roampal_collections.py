@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0024_linkkind_without_duplicate_of'),
+        ('memory', '0025_all_terms_query'),
         ('policy', '0001_initial'),
     ]
 
