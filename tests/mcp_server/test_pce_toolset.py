@@ -18,6 +18,7 @@ from mcp_server.toolsets.pce import HTTP_STATUS
 from memory.models import Entity, Memory, MemoryEvent, OutcomeReport
 from memory.validation import content_hash
 from policy.document import SEED_EXAMPLE_YAML as SEED_POLICY
+from tests.conftest import make_identity
 from tests.mcp_server import test_transports
 
 pytestmark = pytest.mark.django_db(transaction=True)
