@@ -39,6 +39,7 @@ from memory.models import (
 )
 from memory.selectors.memories import effective_confidence_of, memory_search
 from memory.services.conflicts import conflict_accept, conflict_dismiss
+from memory.services.events import EventType
 from memory.services.memories import memory_confirm, memory_forget, memory_restore, memory_supersede
 from memory.services.review import admin_review_record, memory_reembed, rule_set_maturity
 from policy.admin_access import TenantScopedAdminMixin, admin_access, read_caller, require_tenant, review_caller
@@ -148,27 +149,7 @@ class FactStateFilter(admin.SimpleListFilter):
         return cast(MemoryQuerySet, queryset).in_fact_state(value, timezone.now())
 
 
-KNOWN_EVENT_TYPES = (
-    "stored",
-    "superseded",
-    "confirmed",
-    "retracted",
-    "restored",
-    "marked_helpful",
-    "marked_harmful",
-    "maturity_changed",
-    "reembed_requested",
-    "admin_review",
-    "tenant_elevation",
-    "conflict_accepted",
-    "conflict_dismissed",
-    "consolidated",
-    "conflict_detected",
-    "fact_state_changed",
-    "expired_deleted",
-    "tenant_purged",
-    "principal_purged",
-)
+KNOWN_EVENT_TYPES = tuple(EventType.values)  # the one list (memory/services/events.py)
 
 
 class EventTypeFilter(admin.SimpleListFilter):

@@ -13,6 +13,10 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
 django.setup()
 
+from memproj.embedded import ensure_for_settings  # noqa: E402
+
+ensure_for_settings()  # the web process needs the database and the broker
+
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402

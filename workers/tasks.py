@@ -16,10 +16,7 @@ from django.db import InterfaceError, OperationalError
 
 from memory.consolidators import ConsolidatorUnavailable
 from memory.errors import EmbeddingUnavailable
-from memory.models import Memory
-from memory.services import consolidation, maintenance
-from memory.services.conflicts import memory_conflict_check
-from memory.services.memories import memory_embed
+from memory.services import consolidation, followups, maintenance
 
 logger = logging.getLogger(__name__)
 
@@ -43,20 +40,21 @@ def _again(task: Any, result: Any) -> None:
 
 @shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **_retrying)
 def embed_memory_task(self, memory_id: str) -> bool:  # type: ignore[no-untyped-def]
-    pk = uuid.UUID(memory_id)
-    if not Memory.objects.filter(pk=pk).exists():
-        logger.info("embed: memory %s is gone", memory_id)
-        return False
-    done = memory_embed(memory_id=pk)
-    if done:
-        memory_conflict_check_task.delay(memory_id)
-    return done
+    # Records the conflict check (outbox) once the vector is there; False if the memory is gone.
+    return followups.followup_embed_run(memory_id=uuid.UUID(memory_id))
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)
 def memory_conflict_check_task(self, memory_id: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    result = memory_conflict_check(memory_id=uuid.UUID(memory_id))
+    result = followups.followup_conflict_check_run(memory_id=uuid.UUID(memory_id))
     return {"merged": len(result.merged), "candidates": len(result.candidates), "skipped": result.skipped}
+
+
+@shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)
+def followups_drain_task(self) -> int:  # type: ignore[no-untyped-def]
+    result = followups.followups_drain()
+    _again(self, result)
+    return result.processed
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)

@@ -32,6 +32,7 @@ from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound
 from memory.models import (
     ConflictCandidate,
     EmbeddingStatus,
+    FollowUp,
     Kind,
     Maturity,
     Memory,
@@ -39,6 +40,8 @@ from memory.models import (
     MemoryLink,
     Validity,
 )
+from memory.services.events import EventType, NewEvent, events_append
+from memory.services.followups import followups_embedded
 from memory.services.memories import memory_embed_batch
 from policy.caller import Caller
 from policy.models import Principal, Tenant
@@ -92,11 +95,13 @@ def _sizes(batch_size: int | None, per_tenant: int | None) -> tuple[int, int]:
     return (batch_size or pipeline_setting("SWEEP_BATCH"), per_tenant or pipeline_setting("SWEEP_PER_TENANT"))
 
 
-def _audit_rows(rows: Iterable[tuple[uuid.UUID, uuid.UUID, str]], event_type: str, payloads: Iterable[dict]) -> None:
-    """Many audit events in one INSERT (sweeps act as the system: no actor)."""
-    MemoryEvent.objects.bulk_create(
+def _audit_rows(
+    rows: Iterable[tuple[uuid.UUID, uuid.UUID, str]], event_type: EventType, payloads: Iterable[dict]
+) -> None:
+    """Many audit events in one call of the writer (sweeps act as the system: no actor)."""
+    events_append(
         [
-            MemoryEvent(tenant_id=tenant_id, memory_id=pk, memory_kind=kind, event_type=event_type, payload=payload)
+            NewEvent(tenant_id=tenant_id, memory_id=pk, memory_kind=kind, event_type=event_type, payload=payload)
             for (pk, tenant_id, kind), payload in zip(rows, payloads, strict=True)
         ]
     )
@@ -127,7 +132,7 @@ def episodes_expire(
         )
         _audit_rows(
             [(pk, tenant_id, kind) for pk, tenant_id, kind, *_ in rows],
-            "expired_deleted",
+            EventType.EXPIRED_DELETED,
             [
                 {
                     "expires_at": expires_at.isoformat() if expires_at else None,
@@ -144,7 +149,7 @@ def episodes_expire(
 
 # --- Confidence decay ----------------------------------------------------------------------
 
-FACT_STATE_EVENT = "fact_state_changed"
+FACT_STATE_EVENT = EventType.FACT_STATE_CHANGED
 
 
 def facts_decay(
@@ -254,7 +259,7 @@ def rules_maturity(
             rule.save(update_fields=update)
             _audit_rows(
                 [(rule.pk, rule.tenant_id, Kind.RULE)],
-                "maturity_changed",
+                EventType.MATURITY_CHANGED,
                 [{"from": before, "to": after, "reason": "maturity sweep (age)"}],
             )
             changed.append(rule.pk)
@@ -262,13 +267,6 @@ def rules_maturity(
 
 
 # --- Embeddings ------------------------------------------------------------------------------
-
-
-def _enqueue_conflict_checks(memory_ids: Sequence[uuid.UUID]) -> None:
-    from workers import tasks  # late import: workers depends on services, not the other way
-
-    ids = [str(pk) for pk in memory_ids]
-    transaction.on_commit(lambda: [tasks.memory_conflict_check_task.delay(pk) for pk in ids])
 
 
 def embeddings_retry(
@@ -304,7 +302,7 @@ def embeddings_retry(
             done_ids = list(
                 Memory.objects.filter(pk__in=ids, embedding_status=EmbeddingStatus.READY).values_list("pk", flat=True)
             )
-            _enqueue_conflict_checks(done_ids)
+            followups_embedded(memory_ids=done_ids)
         more = due.exclude(pk__in=ids).exists()
     return SweepResult(processed=len(done_ids), more=more, ids=done_ids)
 
@@ -336,7 +334,9 @@ def memories_reembed(
             embedding=None, embedding_status=EmbeddingStatus.PENDING, embedding_error="", embedding_attempts=0
         )
         _audit_rows(
-            [r[:3] for r in rows], "reembed_requested", [{"from_model": r[3], "to_model": current} for r in rows]
+            [r[:3] for r in rows],
+            EventType.REEMBED_REQUESTED,
+            [{"from_model": r[3], "to_model": current} for r in rows],
         )
     if not rows:
         return SweepResult()
@@ -377,11 +377,24 @@ class PurgeResult:
     links: int
 
 
-def _allow_event_purge() -> None:
-    """The audit log's trigger (migration 0002) refuses UPDATE/DELETE unless this
-    transaction says otherwise; SET LOCAL ends with the transaction."""
+def _purge_events(
+    *,
+    tenant_id: uuid.UUID,
+    event_type: EventType,
+    actor_principal_id: uuid.UUID | None,
+    payload: dict[str, Any],
+    memory_ids: list[uuid.UUID] | None = None,
+    principal_id: uuid.UUID | None = None,
+) -> int:
+    """The audit log refuses every UPDATE, DELETE and TRUNCATE (migration 0008)
+    except inside ``memproj_purge_events``, a function that runs as the table's
+    owner, re-chains what remains and appends the purge event itself."""
     with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL memproj.allow_event_purge = 'on'")
+        cursor.execute(
+            "SELECT memproj_purge_events(%s, %s, %s, %s::jsonb, %s::uuid[], %s)",
+            [tenant_id, event_type.value, actor_principal_id, json.dumps(payload), memory_ids or [], principal_id],
+        )
+        return int(cursor.fetchone()[0])
 
 
 def _delete_memories(memory_ids: list[uuid.UUID]) -> tuple[int, int, int]:
@@ -392,6 +405,7 @@ def _delete_memories(memory_ids: list[uuid.UUID]) -> tuple[int, int, int]:
         models.Q(from_memory_id__in=memory_ids) | models.Q(to_memory_id__in=memory_ids)
     ).delete()[0]
     Memory.objects.filter(superseded_by_id__in=memory_ids).update(superseded_by=None)
+    FollowUp.objects.filter(memory_id__in=memory_ids).delete()
     deleted = 0
     for start in range(0, len(memory_ids), 1000):
         deleted += Memory.objects.filter(pk__in=memory_ids[start : start + 1000]).delete()[0]
@@ -405,19 +419,19 @@ def tenant_purge(*, tenant_id: uuid.UUID, reason: str = "", actor_principal_id: 
     if not Tenant.objects.filter(pk=tenant_id).exists():
         raise NotFound(f"no tenant with id {tenant_id}.")
     with transaction.atomic():
-        _allow_event_purge()
         memory_ids = list(Memory.objects.filter(tenant_id=tenant_id).values_list("pk", flat=True))
         memories, conflicts, links = _delete_memories(memory_ids)
         conflicts += ConflictCandidate.objects.filter(tenant_id=tenant_id).delete()[0]
         links += MemoryLink.objects.filter(tenant_id=tenant_id).delete()[0]
-        events = MemoryEvent.objects.filter(tenant_id=tenant_id).delete()[0]
-        result = PurgeResult(memories=memories, events=events, conflicts=conflicts, links=links)
-        MemoryEvent.objects.create(
+        FollowUp.objects.filter(tenant_id=tenant_id).delete()
+        counts = {"memories": memories, "conflicts": conflicts, "links": links}
+        events = _purge_events(
             tenant_id=tenant_id,
-            event_type="tenant_purged",
+            event_type=EventType.TENANT_PURGED,
             actor_principal_id=actor_principal_id,
-            payload={"reason": reason, **result.__dict__},
+            payload={"reason": reason, **counts},
         )
+        result = PurgeResult(events=events, **counts)
     logger.warning("purged tenant %s: %s", tenant_id, result)
     return result
 
@@ -434,20 +448,19 @@ def principal_purge(
         raise NotFound(f"no principal with id {principal_id}.")
     tenant_id = principal.tenant_id
     with transaction.atomic():
-        _allow_event_purge()
         memory_ids = list(Memory.objects.filter(principal_id=principal_id).values_list("pk", flat=True))
-        events = MemoryEvent.objects.filter(
-            models.Q(memory_id__in=memory_ids) | models.Q(actor_principal_id=principal_id), tenant_id=tenant_id
-        ).delete()[0]
         memories, conflicts, links = _delete_memories(memory_ids)
         principal.delete()
-        result = PurgeResult(memories=memories, events=events, conflicts=conflicts, links=links)
-        MemoryEvent.objects.create(
+        counts = {"memories": memories, "conflicts": conflicts, "links": links}
+        events = _purge_events(
             tenant_id=tenant_id,
-            event_type="principal_purged",
+            event_type=EventType.PRINCIPAL_PURGED,
             actor_principal_id=actor_principal_id,
-            payload={"principal_id": str(principal_id), "reason": reason, **result.__dict__},
+            payload={"principal_id": str(principal_id), "reason": reason, **counts},
+            memory_ids=memory_ids,
+            principal_id=principal_id,
         )
+        result = PurgeResult(events=events, **counts)
     logger.warning("purged principal %s of tenant %s: %s", principal_id, tenant_id, result)
     return result
 
@@ -455,7 +468,9 @@ def principal_purge(
 # --- Export / import (JSONL) -------------------------------------------------------------------
 
 EXPORT_FORMAT = "memproj-export/1"
-_SKIP_FIELDS = {"search_vector"}  # generated by PostgreSQL from content
+# search_vector is generated by PostgreSQL from content; an event's chain hashes
+# are recomputed when it is imported (it joins the importing tenant's chain).
+_SKIP_FIELDS = {"search_vector", "prev_hash", "hash"}
 
 
 def _fields(model: type[models.Model]) -> list[models.Field]:
@@ -577,11 +592,23 @@ def tenant_import(*, tenant_slug: str, lines: Iterable[str]) -> dict[str, int]:
         ConflictCandidate.objects.bulk_create(
             [_build(ConflictCandidate, r, tenant_id=tenant.pk) for r in by_type.get("conflict", [])]
         )
-        MemoryEvent.objects.bulk_create(
-            [
-                _build(MemoryEvent, {k: v for k, v in r.items() if k != "id"}, tenant_id=tenant.pk)
-                for r in by_type.get("event", [])
-            ],
-            batch_size=1000,
-        )
+        events = [
+            _build(MemoryEvent, {k: v for k, v in r.items() if k != "id"}, tenant_id=tenant.pk)
+            for r in by_type.get("event", [])
+        ]
+        for start in range(0, len(events), 1000):
+            events_append(
+                [
+                    NewEvent(
+                        tenant_id=tenant.pk,
+                        event_type=e.event_type,  # kept as recorded, even a legacy type
+                        memory_id=e.memory_id,
+                        memory_kind=e.memory_kind,
+                        actor_principal_id=e.actor_principal_id,
+                        payload=e.payload,
+                        created_at=e.created_at,
+                    )
+                    for e in events[start : start + 1000]
+                ]
+            )
     return counts

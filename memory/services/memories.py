@@ -19,7 +19,8 @@ from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
 from memory.retrieval import vector_literal
-from memory.services.events import event_append
+from memory.services.events import EventType, event_append
+from memory.services.followups import followups_for_write
 from policy.caller import Caller
 
 
@@ -49,14 +50,9 @@ def _embed_for_store(content: str) -> _Embedding:
 
 
 def _after_commit(memory: Memory) -> None:
-    from workers import tasks  # late import: workers depends on services, not the other way
-
-    memory_id = str(memory.id)
-    if memory.embedding_status != EmbeddingStatus.READY:
-        # The embed task runs the conflict check once the vector exists.
-        transaction.on_commit(lambda: tasks.embed_memory_task.delay(memory_id))
-    elif memory.kind != Kind.EPISODE:
-        transaction.on_commit(lambda: tasks.memory_conflict_check_task.delay(memory_id))
+    """Record the write's follow-up in its own transaction (the outbox): the
+    write answers success once committed, even with the broker down."""
+    followups_for_write(memory)
 
 
 def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
@@ -113,7 +109,7 @@ def episode_store(
             metadata=metadata or {},
             expires_at=now + ttl,
         )
-        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="stored")
+        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=EventType.STORED)
         _after_commit(memory)
     return memory
 
@@ -145,7 +141,7 @@ def _supersede(*, caller: Caller, old: Sequence[Memory], new_id: uuid.UUID, reas
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=memory,
-            event_type="superseded",
+            event_type=EventType.SUPERSEDED,
             payload={"superseded_by": str(new_id), "reason": reason},
         )
 
@@ -217,7 +213,7 @@ def fact_store(
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=memory,
-            event_type="stored",
+            event_type=EventType.STORED,
             payload={"supersedes": [str(p.id) for p in previous]},
         )
         _after_commit(memory)
@@ -254,7 +250,7 @@ def rule_store(
             source=source,
             metadata=metadata or {},
         )
-        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="stored")
+        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=EventType.STORED)
         _after_commit(memory)
     return memory
 
@@ -285,7 +281,7 @@ def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
             memory.fact_state_changes_at = memory.last_confirmed_at
             fields.append("fact_state_changes_at")
         memory.save(update_fields=fields)
-        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="confirmed")
+        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=EventType.CONFIRMED)
     return memory
 
 
@@ -322,7 +318,7 @@ def rule_record_outcome(*, caller: Caller, rule_id: object, helpful: bool, reaso
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=rule,
-            event_type="marked_helpful" if helpful else "marked_harmful",
+            event_type=EventType.MARKED_HELPFUL if helpful else "marked_harmful",
             payload=payload,
         )
         if rule.maturity != before:
@@ -330,7 +326,7 @@ def rule_record_outcome(*, caller: Caller, rule_id: object, helpful: bool, reaso
                 caller=caller,
                 tenant_id=caller.tenant_id,
                 memory=rule,
-                event_type="maturity_changed",
+                event_type=EventType.MATURITY_CHANGED,
                 payload={"from": before, "to": rule.maturity},
             )
     return rule
@@ -350,7 +346,7 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=memory,
-            event_type="retracted",
+            event_type=EventType.RETRACTED,
             payload={"previous_validity": previous},
         )
     return memory
@@ -434,7 +430,7 @@ def memory_restore(*, caller: Caller, memory_id: object) -> Memory:
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=memory,
-            event_type="restored",
+            event_type=EventType.RESTORED,
             payload={"previous_validity": previous},
         )
     return memory

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from memory.errors import PermissionDenied
-from memory.services.events import event_append
+from memory.services.events import EventType, event_append
 from policy.caller import Caller
 from policy.models import ApiToken, Principal, Tenant
 
@@ -113,7 +113,7 @@ def caller_for_target_tenant(*, caller: Caller, tenant: str | None, elevate: boo
     event_append(
         caller=elevated,
         tenant_id=target.id,
-        event_type="tenant_elevation",
+        event_type=EventType.TENANT_ELEVATION,
         payload={"from_tenant": str(caller.tenant_id), "principal": str(caller.principal_id)},
     )
     return elevated
