@@ -8,14 +8,14 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import AnyHttpUrl
 
 from mcp_server.auth import MemprojTokenVerifier, current_caller
-from memory.errors import MemoryError_
+from memory.errors import MemoryError_, StorageUnavailable
 from policy.caller import Caller
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,10 @@ def guarded(error_code: Callable[[MemoryError_], str]) -> Callable[[Callable[P, 
                 return fn(*args, **kwargs)
             except MemoryError_ as exc:
                 raise ToolError(f"[{error_code(exc)}] {exc}") from exc
+            except (OperationalError, InterfaceError) as exc:
+                # A database outage mid-call: the dialect's storage error, no driver detail.
+                unavailable = StorageUnavailable("the database is unavailable; retry in a few seconds.")
+                raise ToolError(f"[{error_code(unavailable)}] {unavailable}") from exc
             finally:
                 close_old_connections()
 

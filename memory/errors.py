@@ -28,3 +28,9 @@ class Conflict(MemoryError_):
 
 class EmbeddingUnavailable(MemoryError_):
     code = "EMBEDDING_ERROR"
+
+
+class StorageUnavailable(MemoryError_):
+    """The database cannot be reached (an outage, a restart): retry later."""
+
+    code = "STORAGE_ERROR"
