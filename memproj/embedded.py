@@ -64,6 +64,7 @@ def redis_url() -> str:
 # databases the owner creates have it), and ownership of objects a superuser
 # created before the roles existed (a var/ from an older checkout).
 _BOOTSTRAP_SQL = f"""
+SET client_min_messages = warning;
 DO $$ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{OWNER_ROLE}') THEN
     CREATE ROLE {OWNER_ROLE} LOGIN CREATEDB NOSUPERUSER NOCREATEROLE;
@@ -74,8 +75,10 @@ DO $$ BEGIN
 END $$;
 ALTER DATABASE {DATABASE_NAME} OWNER TO {OWNER_ROLE};
 \\connect template1
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS vector;
 \\connect {DATABASE_NAME}
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS vector;
 DO $$ DECLARE r record; BEGIN
   FOR r IN SELECT c.oid::regclass AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
