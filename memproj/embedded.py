@@ -91,7 +91,7 @@ DO $$ DECLARE r record; BEGIN
              AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')
   LOOP EXECUTE format('ALTER FUNCTION %s OWNER TO {OWNER_ROLE}', r.name); END LOOP;
 END $$;
-"""
+"""  # noqa: S608 - constants of this module, not input
 
 
 def ensure_postgres() -> str:

@@ -5,51 +5,59 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('memory', '0006_fact_state_db_default'),
-        ('policy', '0001_initial'),
+        ("memory", "0006_fact_state_db_default"),
+        ("policy", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='FollowUp',
+            name="FollowUp",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('memory_id', models.UUIDField()),
-                ('kind', models.CharField(choices=[('embed', 'Embed'), ('conflict_check', 'Conflict check')], max_length=32)),
-                ('payload', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('done_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True, default='')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("memory_id", models.UUIDField()),
+                (
+                    "kind",
+                    models.CharField(choices=[("embed", "Embed"), ("conflict_check", "Conflict check")], max_length=32),
+                ),
+                ("payload", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("done_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True, default="")),
             ],
         ),
         migrations.AddField(
-            model_name='memoryevent',
-            name='hash',
-            field=models.CharField(blank=True, default='', editable=False, max_length=64),
+            model_name="memoryevent",
+            name="hash",
+            field=models.CharField(blank=True, default="", editable=False, max_length=64),
         ),
         migrations.AddField(
-            model_name='memoryevent',
-            name='prev_hash',
-            field=models.CharField(blank=True, default='', editable=False, max_length=64),
+            model_name="memoryevent",
+            name="prev_hash",
+            field=models.CharField(blank=True, default="", editable=False, max_length=64),
         ),
         migrations.AddIndex(
-            model_name='memoryevent',
-            index=models.Index(fields=['tenant', '-id'], name='memory_event_chain_idx'),
+            model_name="memoryevent",
+            index=models.Index(fields=["tenant", "-id"], name="memory_event_chain_idx"),
         ),
         migrations.AddField(
-            model_name='followup',
-            name='tenant',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='followups', to='policy.tenant'),
+            model_name="followup",
+            name="tenant",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="followups", to="policy.tenant"
+            ),
         ),
         migrations.AddIndex(
-            model_name='followup',
-            index=models.Index(condition=models.Q(('done_at__isnull', True)), fields=['created_at'], name='followup_open_idx'),
+            model_name="followup",
+            index=models.Index(
+                condition=models.Q(("done_at__isnull", True)), fields=["created_at"], name="followup_open_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='followup',
-            constraint=models.UniqueConstraint(condition=models.Q(('done_at__isnull', True)), fields=('memory_id', 'kind'), name='followup_one_open'),
+            model_name="followup",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("done_at__isnull", True)), fields=("memory_id", "kind"), name="followup_one_open"
+            ),
         ),
     ]

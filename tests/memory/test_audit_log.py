@@ -85,7 +85,8 @@ def test_every_tampering_attempt_is_refused(member):
     refused("SET session_replication_role = replica")
     refused("DROP TABLE memory_memoryevent")
     refused(
-        "CREATE OR REPLACE FUNCTION memproj_memory_event_append_only() RETURNS trigger AS $$ BEGIN RETURN OLD; END; $$ LANGUAGE plpgsql"
+        "CREATE OR REPLACE FUNCTION memproj_memory_event_append_only() RETURNS trigger"
+        " AS $$ BEGIN RETURN OLD; END; $$ LANGUAGE plpgsql"
     )
     assert MemoryEvent.objects.get(pk=event.pk).event_type == EventType.STORED
     assert "chain intact" in verify()

@@ -21,19 +21,17 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", help="tenant slug (default: every tenant)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["tenant"]:
-            tenants = [tenant_by_slug(options["tenant"])]
-        else:
-            tenants = list(Tenant.objects.order_by("slug"))
+        slug = options["tenant"]
+        tenants = [tenant_by_slug(slug)] if slug else list(Tenant.objects.order_by("slug"))
         slugs = {t.pk: t.slug for t in tenants}
         broken = 0
         for report in chain_verify(tenant_ids=[t.pk for t in tenants]):
-            slug = slugs[report.tenant_id]
+            name = slugs[report.tenant_id]
             if report.ok:
-                self.stdout.write(f"{slug}: {report.events} events, chain intact")
+                self.stdout.write(f"{name}: {report.events} events, chain intact")
                 continue
             broken += 1
-            self.stdout.write(f"{slug}: {report.events} events, {len(report.problems)} problems")
+            self.stdout.write(f"{name}: {report.events} events, {len(report.problems)} problems")
             for problem in report.problems[:MAX_PROBLEMS_SHOWN]:
                 self.stdout.write(f"  {problem}")
         if broken:
