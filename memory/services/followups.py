@@ -67,7 +67,12 @@ def _record(memories: Sequence[tuple[uuid.UUID, uuid.UUID]], kind: FollowUpKind)
         ignore_conflicts=True,
     )
     ids = [str(memory_id) for memory_id, _ in memories]
-    transaction.on_commit(lambda: [_enqueue(kind.value, pk) for pk in ids])
+
+    def enqueue_all() -> None:
+        for pk in ids:
+            _enqueue(kind.value, pk)
+
+    transaction.on_commit(enqueue_all)
 
 
 def followups_for_write(memory: Memory) -> None:

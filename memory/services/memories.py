@@ -318,7 +318,7 @@ def rule_record_outcome(*, caller: Caller, rule_id: object, helpful: bool, reaso
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=rule,
-            event_type=EventType.MARKED_HELPFUL if helpful else "marked_harmful",
+            event_type=EventType.MARKED_HELPFUL if helpful else EventType.MARKED_HARMFUL,
             payload=payload,
         )
         if rule.maturity != before:
