@@ -109,12 +109,45 @@ def _pg_text(value: object) -> str:
 
 
 COPY_COLUMNS = [
-    "id", "tenant_id", "principal_id", "kind", "content", "content_hash", "butler", "session_id", "scope",
-    "namespace", "tags", "metadata", "source", "importance", "confidence", "permanence", "decay_rate",
-    "last_confirmed_at", "expires_at", "subject", "predicate", "validity", "superseded_by_id", "maturity",
-    "success_count", "harmful_count", "applied_count", "effectiveness_score", "last_applied_at",
-    "reference_count", "last_referenced_at", "consolidated_at", "embedding", "embedding_model",
-    "embedding_status", "embedding_attempts", "embedding_error", "created_at", "updated_at",
+    "id",
+    "tenant_id",
+    "principal_id",
+    "kind",
+    "content",
+    "content_hash",
+    "butler",
+    "session_id",
+    "scope",
+    "namespace",
+    "tags",
+    "metadata",
+    "source",
+    "importance",
+    "confidence",
+    "permanence",
+    "decay_rate",
+    "last_confirmed_at",
+    "expires_at",
+    "subject",
+    "predicate",
+    "validity",
+    "superseded_by_id",
+    "maturity",
+    "success_count",
+    "harmful_count",
+    "applied_count",
+    "effectiveness_score",
+    "last_applied_at",
+    "reference_count",
+    "last_referenced_at",
+    "consolidated_at",
+    "embedding",
+    "embedding_model",
+    "embedding_status",
+    "embedding_attempts",
+    "embedding_error",
+    "created_at",
+    "updated_at",
 ]
 
 
@@ -134,22 +167,45 @@ def bulk_load(tenant_id: uuid.UUID, vectors, offset: int, n: int) -> None:  # ty
         kind = spec["kind"]
         permanence = "standard" if kind != "episode" else ""
         row = {
-            "id": uuid.uuid4(), "tenant_id": tenant_id, "principal_id": None, "kind": kind,
-            "content": spec["content"], "content_hash": validation.content_hash(spec["content"]),
-            "butler": spec["butler"] if kind == "episode" else "", "session_id": "",
-            "scope": "global" if (i % 5) < 3 else spec["butler"], "namespace": "{}", "tags": "{}",
-            "metadata": "{}", "source": "bench", "importance": spec["importance"],
-            "confidence": 0.5 if kind == "rule" else 1.0, "permanence": permanence,
+            "id": uuid.uuid4(),
+            "tenant_id": tenant_id,
+            "principal_id": None,
+            "kind": kind,
+            "content": spec["content"],
+            "content_hash": validation.content_hash(spec["content"]),
+            "butler": spec["butler"] if kind == "episode" else "",
+            "session_id": "",
+            "scope": "global" if (i % 5) < 3 else spec["butler"],
+            "namespace": "{}",
+            "tags": "{}",
+            "metadata": "{}",
+            "source": "bench",
+            "importance": spec["importance"],
+            "confidence": 0.5 if kind == "rule" else 1.0,
+            "permanence": permanence,
             "decay_rate": scoring.DECAY_RATES["standard"] if kind != "episode" else 0.0,
             "last_confirmed_at": created if kind != "episode" else None,
             "expires_at": now + timedelta(days=365) if kind == "episode" else None,
-            "subject": spec.get("subject", ""), "predicate": spec.get("predicate", ""), "validity": "active",
-            "superseded_by_id": None, "maturity": spec.get("maturity", ""), "success_count": 0,
-            "harmful_count": 0, "applied_count": 0, "effectiveness_score": 0.0, "last_applied_at": None,
-            "reference_count": 0, "last_referenced_at": None, "consolidated_at": None,
+            "subject": spec.get("subject", ""),
+            "predicate": spec.get("predicate", ""),
+            "validity": "active",
+            "superseded_by_id": None,
+            "maturity": spec.get("maturity", ""),
+            "success_count": 0,
+            "harmful_count": 0,
+            "applied_count": 0,
+            "effectiveness_score": 0.0,
+            "last_applied_at": None,
+            "reference_count": 0,
+            "last_referenced_at": None,
+            "consolidated_at": None,
             "embedding": "[" + ",".join(f"{x:.6g}" for x in vectors[i]) + "]",
-            "embedding_model": "all-MiniLM-L6-v2", "embedding_status": "ready", "embedding_attempts": 0,
-            "embedding_error": "", "created_at": created, "updated_at": created,
+            "embedding_model": "all-MiniLM-L6-v2",
+            "embedding_status": "ready",
+            "embedding_attempts": 0,
+            "embedding_error": "",
+            "created_at": created,
+            "updated_at": created,
         }
         buf.write("\t".join(_pg_text(row[c]) for c in COPY_COLUMNS) + "\n")
     buf.seek(0)
@@ -281,12 +337,24 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
         return memory_get(caller=caller, kind=kind, memory_id=pk)
 
     ops = [
-        ("store_episode", "store", lambda: episode_store(
-            caller=caller, content=synthetic.fresh_episode(size * 1000 + next(counter)), butler="general")),
+        (
+            "store_episode",
+            "store",
+            lambda: episode_store(
+                caller=caller, content=synthetic.fresh_episode(size * 1000 + next(counter)), butler="general"
+            ),
+        ),
         # Five keys in rotation: every call after the first five supersedes an active fact.
-        ("store_fact_supersede", "store", lambda: fact_store(
-            caller=caller, subject="bench-user", predicate=f"pref-{next(counter) % 5}",
-            content=synthetic.fresh_episode(size * 1000 + next(counter)))),
+        (
+            "store_fact_supersede",
+            "store",
+            lambda: fact_store(
+                caller=caller,
+                subject="bench-user",
+                predicate=f"pref-{next(counter) % 5}",
+                content=synthetic.fresh_episode(size * 1000 + next(counter)),
+            ),
+        ),
         ("search_hybrid", "search", lambda: memory_search(caller=caller, query=next_query(), mode="hybrid")),
         ("search_semantic", "search", lambda: memory_search(caller=caller, query=next_query(), mode="semantic")),
         ("search_keyword", "search", lambda: memory_search(caller=caller, query=next_query(), mode="keyword")),
@@ -314,9 +382,25 @@ def start_server(db_url: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = dict(os.environ, DATABASE_URL=db_url, MEMPROJ_EMBED_MODE="sync", LOG_LEVEL="WARNING")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "memproj.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "on", "--log-level", "warning", "--no-access-log"],
-        cwd=str(_common.BASE_DIR), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "memproj.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--lifespan",
+            "on",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        cwd=str(_common.BASE_DIR),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -373,11 +457,29 @@ async def _bench_mcp_async(url: str, token: str, size: int, repeat: int, ids: li
                 return {"type": kind, "id": str(pk)}
 
             ops = [
-                ("store_episode", "store", lambda: call("memory_store_episode", {
-                    "content": synthetic.fresh_episode(size * 1000 + 500_000 + next(counter)), "butler": "general"})),
-                ("store_fact_supersede", "store", lambda: call("memory_store_fact", {
-                    "subject": "bench-user-mcp", "predicate": f"pref-{next(counter) % 5}",
-                    "content": synthetic.fresh_episode(size * 1000 + 700_000 + next(counter))})),
+                (
+                    "store_episode",
+                    "store",
+                    lambda: call(
+                        "memory_store_episode",
+                        {
+                            "content": synthetic.fresh_episode(size * 1000 + 500_000 + next(counter)),
+                            "butler": "general",
+                        },
+                    ),
+                ),
+                (
+                    "store_fact_supersede",
+                    "store",
+                    lambda: call(
+                        "memory_store_fact",
+                        {
+                            "subject": "bench-user-mcp",
+                            "predicate": f"pref-{next(counter) % 5}",
+                            "content": synthetic.fresh_episode(size * 1000 + 700_000 + next(counter)),
+                        },
+                    ),
+                ),
                 ("search_hybrid", "search", lambda: call("memory_search", {"query": q(), "mode": "hybrid"})),
                 ("search_semantic", "search", lambda: call("memory_search", {"query": q(), "mode": "semantic"})),
                 ("search_keyword", "search", lambda: call("memory_search", {"query": q(), "mode": "keyword"})),
@@ -469,8 +571,10 @@ def report(args, env: dict, results: list[dict], baselines: dict, ingest: dict |
         f"memproj perf - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - {os.cpu_count()} cores - "
         f"Python {platform.python_version()} - {env['server']}"
     )
-    out.append(f"table: {env['rows']} memories in {env['tenants']} tenants; repeats: service {args.repeat}, "
-               f"MCP {args.mcp_repeat}")
+    out.append(
+        f"table: {env['rows']} memories in {env['tenants']} tenants; repeats: service {args.repeat}, "
+        f"MCP {args.mcp_repeat}"
+    )
     out.append("")
     rows = []
     for r in results:
@@ -493,8 +597,12 @@ def report(args, env: dict, results: list[dict], baselines: dict, ingest: dict |
     out.append(_common.table(["size", "baseline", "n", "p50_ms", "p95_ms", "max_ms"], brows))
     out.append("")
     out.append("HNSW top-20 vs exact top-20 of the tenant (mean overlap over 16 queries)")
-    out.append(_common.table(["size", "hnsw_recall_at_20"],
-                             [[size, f"{base['hnsw_recall_at_20'][0]:.3f}"] for size, base in baselines.items()]))
+    out.append(
+        _common.table(
+            ["size", "hnsw_recall_at_20"],
+            [[size, f"{base['hnsw_recall_at_20'][0]:.3f}"] for size, base in baselines.items()],
+        )
+    )
     out.append("")
     # Overhead ratios: what our call costs over the irreducible work it contains.
     orows = []
@@ -515,29 +623,68 @@ def report(args, env: dict, results: list[dict], baselines: dict, ingest: dict |
         for op, (label, floor_ms) in floors.items():
             svc = by_key.get((size, "service", op))
             mcp = by_key.get((size, "mcp_http", op))
-            orows.append([
-                size, op, label, floor_ms,
-                svc if svc is not None else "-", f"{svc / floor_ms:.2f}x" if svc else "-",
-                mcp if mcp is not None else "-", f"{mcp / floor_ms:.2f}x" if mcp else "-",
-                f"{mcp - svc:.1f}" if (mcp and svc) else "-",
-            ])
+            orows.append(
+                [
+                    size,
+                    op,
+                    label,
+                    floor_ms,
+                    svc if svc is not None else "-",
+                    f"{svc / floor_ms:.2f}x" if svc else "-",
+                    mcp if mcp is not None else "-",
+                    f"{mcp / floor_ms:.2f}x" if mcp else "-",
+                    f"{mcp - svc:.1f}" if (mcp and svc) else "-",
+                ]
+            )
         if ping is not None:
             orows.append([size, "mcp_list_tools", "-", "-", "-", "-", ping, "-", "-"])
     out.append("Overhead over baselines (p50)")
-    out.append(_common.table(
-        ["size", "op", "baseline", "baseline_ms", "service_ms", "service_x", "mcp_ms", "mcp_x", "mcp_minus_service_ms"],
-        orows,
-    ))
+    out.append(
+        _common.table(
+            [
+                "size",
+                "op",
+                "baseline",
+                "baseline_ms",
+                "service_ms",
+                "service_x",
+                "mcp_ms",
+                "mcp_x",
+                "mcp_minus_service_ms",
+            ],
+            orows,
+        )
+    )
     if ingest:
         out.append("")
         ratio = ingest["ingest_per_s"] / ingest["raw_embedder_per_s"]
         out.append("Bulk ingest (memories/s)")
-        out.append(_common.table(
-            ["n", "raw_embedder_per_s", "store_async_per_s", "embed_batch_per_s", "ingest_per_s", "ratio", "goal",
-             "met"],
-            [[ingest["n"], ingest["raw_embedder_per_s"], ingest["store_async_per_s"], ingest["embed_batch_per_s"],
-              ingest["ingest_per_s"], f"{ratio:.0%}", ">= 90%", "met" if ratio >= 0.9 else "MISSED"]],
-        ))
+        out.append(
+            _common.table(
+                [
+                    "n",
+                    "raw_embedder_per_s",
+                    "store_async_per_s",
+                    "embed_batch_per_s",
+                    "ingest_per_s",
+                    "ratio",
+                    "goal",
+                    "met",
+                ],
+                [
+                    [
+                        ingest["n"],
+                        ingest["raw_embedder_per_s"],
+                        ingest["store_async_per_s"],
+                        ingest["embed_batch_per_s"],
+                        ingest["ingest_per_s"],
+                        f"{ratio:.0%}",
+                        ">= 90%",
+                        "met" if ratio >= 0.9 else "MISSED",
+                    ]
+                ],
+            )
+        )
     return "\n".join(out)
 
 
@@ -589,9 +736,18 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(
-            {"results": results, "baselines": {str(k): v for k, v in baselines.items()}, "ingest": ingest,
-             "env": {k: v for k, v in env.items() if k != "callers"}}, default=str, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "results": results,
+                    "baselines": {str(k): v for k, v in baselines.items()},
+                    "ingest": ingest,
+                    "env": {k: v for k, v in env.items() if k != "callers"},
+                },
+                default=str,
+                indent=1,
+            )
+        )
     return 0
 
 

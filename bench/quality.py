@@ -1,20 +1,31 @@
-"""Retrieval quality on MADial-Bench (memory recall, English): Recall@k and
-nDCG@k of keyword-only, vector-only and hybrid retrieval through the real
-``memory_search``, the authors' published top-20 lists scored the same way,
-and sweeps of the fusion and composite-weight constants.
+"""Retrieval quality on two conversational-memory sets, through the real
+``memory_search``: Recall@k and nDCG@k of keyword-only, vector-only and hybrid
+retrieval, per question type where the data has them, plus sweeps of the
+keyword scorer, the fusion and the channel depths over the same candidates.
 
-    .venv/bin/python bench/quality.py            # full run (160 dialogues)
-    .venv/bin/python bench/quality.py --tiny     # smoke test (20 dialogues, short sweeps)
+    .venv/bin/python bench/quality.py                  # both sets, full (MADial 160 dialogues, LongMemEval 120 q.)
+    .venv/bin/python bench/quality.py --dataset lme --lme-per-type 5
+    .venv/bin/python bench/quality.py --params fusion=alpha keyword_scorer=cover_density   # another setting
+    .venv/bin/python bench/quality.py --tiny           # smoke test (20 dialogues, 1 question per type)
 
-Data: ../shared/bench-data/madial (MIT), or MEMPROJ_MADIAL_DIR. Each of the two
-users' memory archives (76 and 84 memories) goes into its own tenant through
-``episode_store``; the query for a dialogue is the dialogue up to its test turn
-(the authors' formulation), answered inside that user's tenant only, as the
-authors restricted candidates to the user's own archive.
+MADial-Bench (../shared/bench-data/madial, MIT, or MEMPROJ_MADIAL_DIR): each of
+the two users' archives (76 and 84 memories) in its own tenant through
+``episode_store``; the query is the dialogue up to its test turn (the authors'
+formulation). The authors' published top-20 lists are scored the same way.
+
+LongMemEval-S dev (../shared/bench-data/longmemeval-s-dev, MIT, or
+MEMPROJ_LME_DIR; bench/_longmemeval.py): 120 questions, 20 per type, each with
+its own haystack stored turn by turn (one episode per turn, session id and
+session date kept) in a tenant of its own; the question is sent verbatim.
+Turn-level evidence is ``has_answer``; session-level evidence is
+``answer_session_ids``, with the ranked turns mapped to their sessions (first
+occurrence). Abstention questions without turn evidence count only at session level.
 
 Metrics: Recall@k = |top-k & gold| / |gold|; nDCG@k with binary gains and the
-ideal DCG of min(|gold|, k) hits (the standard definition; the authors' script
-normalises by the hits it retrieved, which reads higher).
+ideal DCG of min(|gold|, k) hits.
+
+Embeddings of both corpora are cached on disk (bench/_embcache.py, keyed by
+model + text) so repeated runs only embed what is new.
 """
 
 from __future__ import annotations
@@ -23,19 +34,25 @@ import argparse
 import json
 import math
 import os
+import random
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
+import _embcache  # noqa: E402
+import _longmemeval  # noqa: E402
 
 KS = (1, 5, 10, 20)
+LME_KS = (5, 10, 20, 50)
 DATA_VERSION = "v1"
+LME_VERSION = "v1"
 DEFAULT_DATA = _common.BASE_DIR.parent / "shared" / "bench-data" / "madial"
 AUTHORS = {
     "bge-m3": "bge_m3_top_20.json",
@@ -44,19 +61,44 @@ AUTHORS = {
     "openai": "openai_top_20_bottom.json",
 }
 DIALOGUE_TIME = datetime(2024, 6, 16, tzinfo=UTC)  # the '<Time>' the authors put on every dialogue
+MODES = ("keyword", "semantic", "hybrid")
+MODE_LABEL = {"keyword": "keyword-only", "semantic": "vector-only", "hybrid": "hybrid"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=Path(os.environ.get("MEMPROJ_MADIAL_DIR", DEFAULT_DATA)))
-    p.add_argument("--limit", type=int, default=0, help="only the first N dialogues (0 = all)")
-    p.add_argument("--no-sweep", action="store_true", help="skip the fusion and weight sweeps")
+    p.add_argument("--lme-data", type=Path, default=Path(os.environ.get("MEMPROJ_LME_DIR", _longmemeval.DEFAULT_DATA)))
+    p.add_argument("--dataset", choices=("both", "madial", "lme"), default="both")
+    p.add_argument("--limit", type=int, default=0, help="MADial: only the first N dialogues (0 = all)")
+    p.add_argument("--lme-per-type", type=int, default=0, help="LongMemEval: first N questions of each type (0 = all)")
+    p.add_argument("--params", nargs="*", default=[], help="RetrievalParams overrides, name=value")
+    p.add_argument("--no-sweep", action="store_true", help="skip the scorer, fusion and depth sweeps")
+    p.add_argument(
+        "--warm-only", action="store_true", help="only fill the embedding cache (LongMemEval's 55k turns: hours here)"
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.add_argument("--tiny", action="store_true", help="smoke-test size")
     args = p.parse_args(argv)
     if args.tiny:
         args.limit = args.limit or 20
+        args.lme_per_type = args.lme_per_type or 1
     return args
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for item in items:
+        name, _, raw = item.partition("=")
+        value: object = raw
+        for cast in (int, float):
+            try:
+                value = cast(raw)
+                break
+            except ValueError:
+                continue
+        out[name] = value
+    return out
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -67,29 +109,28 @@ def read_jsonl(path: Path) -> list[dict]:
 # --------------------------------------------------------------------------- metrics
 
 
-def recall_at(gold: set[int], ranked: Sequence[int], k: int) -> float:
+def recall_at(gold: set, ranked: Sequence, k: int) -> float:
     return len(gold & set(ranked[:k])) / len(gold) if gold else 0.0
 
 
-def ndcg_at(gold: set[int], ranked: Sequence[int], k: int) -> float:
+def ndcg_at(gold: set, ranked: Sequence, k: int) -> float:
     dcg = sum(1.0 / math.log2(i + 2) for i, item in enumerate(ranked[:k]) if item in gold)
     ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(gold), k)))
     return dcg / ideal if ideal else 0.0
 
 
-def score_run(golds: Sequence[set[int]], runs: Sequence[Sequence[int]]) -> dict[str, float]:
+def score_run(golds: Sequence[set], runs: Sequence[Sequence], ks: Sequence[int] = KS) -> dict[str, float]:
+    pairs = [(g, r) for g, r in zip(golds, runs, strict=True) if g]
     out = {}
-    for k in KS:
-        out[f"R@{k}"] = sum(recall_at(g, r, k) for g, r in zip(golds, runs, strict=True)) / len(golds)
-    for k in KS:
-        out[f"nDCG@{k}"] = sum(ndcg_at(g, r, k) for g, r in zip(golds, runs, strict=True)) / len(golds)
+    for k in ks:
+        out[f"R@{k}"] = sum(recall_at(g, r, k) for g, r in pairs) / max(1, len(pairs))
+    for k in ks:
+        out[f"nDCG@{k}"] = sum(ndcg_at(g, r, k) for g, r in pairs) / max(1, len(pairs))
     return out
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], rounds: int = 2000) -> tuple[float, float, float]:
     """2.5th percentile, mean and 97.5th percentile of mean(a - b) over resampled queries."""
-    import random
-
     rng = random.Random(5)
     diffs = [x - y for x, y in zip(a, b, strict=True)]
     n = len(diffs)
@@ -97,14 +138,74 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], rounds: int = 2000)
     return means[int(0.025 * rounds)], sum(diffs) / n, means[int(0.975 * rounds) - 1]
 
 
-METRIC_COLS = [f"R@{k}" for k in KS] + [f"nDCG@{k}" for k in KS]
+def metric_cols(ks: Sequence[int]) -> list[str]:
+    return [f"R@{k}" for k in ks] + [f"nDCG@{k}" for k in ks]
 
 
-def metric_table(rows: list[tuple[str, dict[str, float]]], first: str = "system") -> str:
-    return _common.table([first] + METRIC_COLS, [[name] + [f"{m[c]:.3f}" for c in METRIC_COLS] for name, m in rows])
+def metric_table(rows: list[tuple[str, dict[str, float]]], first: str = "system", ks: Sequence[int] = KS) -> str:
+    cols = metric_cols(ks)
+    return _common.table([first] + cols, [[name] + [f"{m[c]:.3f}" for c in cols] for name, m in rows])
 
 
-# --------------------------------------------------------------------------- data
+# --------------------------------------------------------------------------- data sets
+
+
+@dataclass
+class Query:
+    caller: object
+    text: str
+    gold: set  # item ids (MADial memory ids; LongMemEval turn indexes)
+    category: str = "all"
+    id_map: dict = field(default_factory=dict)  # memory uuid -> item id
+    session_of: dict = field(default_factory=dict)  # item id -> session (LongMemEval)
+    gold_sessions: set = field(default_factory=set)
+
+
+@dataclass
+class DataSet:
+    name: str
+    queries: list[Query]
+    ks: Sequence[int]
+    depth: int  # results asked of memory_search
+    sessions: bool = False  # also score at session level
+    modes: Sequence[str] = ("keyword", "semantic", "hybrid")
+
+
+def tenant_caller(slug: str):  # type: ignore[no-untyped-def]
+    from policy.services.tokens import token_authenticate, token_issue
+
+    caller = token_authenticate(token_issue(tenant_slug=slug, principal_name="bench").token)
+    assert caller is not None
+    return caller
+
+
+def fill_tenant(caller, items: list[tuple[str, dict, datetime, str]]) -> None:  # type: ignore[no-untyped-def]
+    """Store (content, metadata, when, session) episodes through the real store
+    service, created_at set to the item's own date so recency means something.
+    Reused across runs when already complete."""
+    from memory.models import Memory
+    from memory.services.memories import episode_store
+
+    if Memory.objects.filter(tenant_id=caller.tenant_id, validity="active").count() == len(items):
+        return
+    Memory.objects.filter(tenant_id=caller.tenant_id).delete()
+    for content, metadata, when, session in items:
+        memory = episode_store(
+            caller=caller,
+            content=content,
+            butler="bench",
+            session_id=session or None,
+            ttl=timedelta(days=36500),
+            metadata=metadata,
+        )
+        Memory.objects.filter(pk=memory.pk).update(created_at=when, updated_at=when)
+
+
+def item_ids(caller, key: str) -> dict[uuid.UUID, int]:  # type: ignore[no-untyped-def]
+    from memory.models import Memory
+
+    rows = Memory.objects.filter(tenant_id=caller.tenant_id, validity="active").values_list("id", "metadata")
+    return {pk: int(meta[key]) for pk, meta in rows}
 
 
 def load_madial(data_dir: Path) -> tuple[dict[int, list[dict]], list[dict]]:
@@ -118,52 +219,213 @@ def load_madial(data_dir: Path) -> tuple[dict[int, list[dict]], list[dict]]:
     return memories, dialogues
 
 
-def ensure_tenants(memories: dict[int, list[dict]]) -> dict[int, object]:
-    """One tenant per MADial user, filled through the real store service (sync
-    embedding). created_at is set to the memory's own date so recency means
-    something. Reused across runs when already complete."""
-    from memory.models import Memory
-    from memory.services.memories import episode_store
-    from policy.services.tokens import token_authenticate, token_issue
+def madial_texts(data_dir: Path) -> list[str]:
+    memories, dialogues = load_madial(data_dir)
+    return [m["event"].strip() for ms in memories.values() for m in ms] + [
+        "".join(d["dialogue"][: d["test-turn"][0]]).strip() for d in dialogues
+    ]
 
+
+def madial_dataset(data_dir: Path, limit: int) -> tuple[DataSet, list[dict]]:
+    memories, dialogues = load_madial(data_dir)
+    if limit:
+        dialogues = dialogues[:limit]
     callers = {}
     for user, items in memories.items():
-        issued = token_issue(tenant_slug=f"bench-madial-{DATA_VERSION}-user{user}", principal_name="bench")
-        caller = token_authenticate(issued.token)
-        assert caller is not None
-        have = Memory.objects.filter(tenant_id=caller.tenant_id, validity="active").count()
-        if have != len(items):
-            Memory.objects.filter(tenant_id=caller.tenant_id).update(validity="retracted")
-            for item in items:
-                memory = episode_store(
-                    caller=caller,
-                    content=item["event"],
-                    butler="madial",
-                    ttl=timedelta(days=36500),
-                    metadata={"madial_id": item["id"], "scene": item["scene"], "emotion": item["emotion"]},
+        caller = tenant_caller(f"bench-madial-{DATA_VERSION}-user{user}")
+        fill_tenant(
+            caller,
+            [
+                (
+                    item["event"],
+                    {"madial_id": item["id"], "scene": item["scene"], "emotion": item["emotion"]},
+                    datetime.fromisoformat(item["time"]).replace(tzinfo=UTC),
+                    "",
                 )
-                when = datetime.fromisoformat(item["time"]).replace(tzinfo=UTC)
-                Memory.objects.filter(pk=memory.pk).update(created_at=when, updated_at=when)
-        callers[user] = caller
-    return callers
+                for item in items
+            ],
+        )
+        callers[user] = (caller, item_ids(caller, "madial_id"))
+    queries = [
+        Query(
+            caller=callers[d["user-id"]][0],
+            text="".join(d["dialogue"][: d["test-turn"][0]]),
+            gold=set(d["relevant-id"]),
+            id_map=callers[d["user-id"]][1],
+        )
+        for d in dialogues
+    ]
+    return DataSet("MADial-Bench (en)", queries, KS, 20), dialogues
 
 
-def madial_ids(caller) -> dict[uuid.UUID, int]:  # type: ignore[no-untyped-def]
-    from memory.models import Memory
+def fill_lme_tenant(caller, q: _longmemeval.Question, embedder: _embcache.CachedEmbedder) -> bool:  # type: ignore[no-untyped-def]
+    """One episode per turn, written as ``episode_store`` writes it (same
+    fields, hash, search vector, term statistics) but in one bulk INSERT: 59k
+    single store calls would cost more than the benchmark itself. Vectors come
+    from the embedding cache only; turns not embedded yet stay pending (NULL)
+    and are filled on a later run. Returns whether every turn has its vector."""
+    from django.db import connection
 
-    rows = Memory.objects.filter(tenant_id=caller.tenant_id, validity="active").values_list("id", "metadata")
-    return {pk: int(meta["madial_id"]) for pk, meta in rows}
+    from memory import validation
+    from memory.models import EmbeddingStatus, Kind, Memory
+
+    rows = Memory.objects.filter(tenant_id=caller.tenant_id)
+    if rows.filter(validity="active").count() != len(q.turns):
+        rows.delete()
+        far = datetime(2100, 1, 1, tzinfo=UTC)
+        Memory.objects.bulk_create(
+            [
+                Memory(
+                    tenant_id=caller.tenant_id,
+                    principal_id=caller.principal_id,
+                    kind=Kind.EPISODE,
+                    content=t.content,
+                    content_hash=validation.content_hash(t.content),
+                    butler="bench",
+                    session_id=t.session_id[:200],
+                    metadata={"turn": t.index, "role": t.role},
+                    expires_at=far,
+                    created_at=t.when,
+                    updated_at=t.when,
+                    embedding_status=EmbeddingStatus.PENDING,
+                )
+                for t in q.turns
+            ],
+            batch_size=1000,
+        )
+    # auto_now_add overrides created_at on insert: set the session dates after,
+    # in one statement (and again on every run: cheap, and repairs an interrupted fill).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE memory_memory m SET created_at = x.at, updated_at = x.at
+            FROM unnest(%s::int[], %s::timestamptz[]) AS x(turn, at)
+            WHERE m.tenant_id = %s AND (m.metadata ->> 'turn')::int = x.turn AND m.created_at <> x.at
+            """,
+            [[t.index for t in q.turns], [t.when for t in q.turns], caller.tenant_id],
+        )
+    pending = list(rows.filter(embedding__isnull=True).values_list("id", "content"))
+    if not pending:
+        return True
+    from memory.retrieval import vector_literal
+
+    cached = embedder.cache.get_many([c for _, c in pending])
+    ready = [(pk, vector_literal(cached[c])) for pk, c in pending if c in cached]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE memory_memory m SET embedding = x.v::vector, embedding_status = 'ready', embedding_model = %s
+            FROM unnest(%s::uuid[], %s::text[]) AS x(id, v) WHERE m.id = x.id
+            """,
+            [embedder.model_name, [pk for pk, _ in ready], [v for _, v in ready]],
+        )
+    return len(ready) == len(pending)
+
+
+def lme_dataset(data_dir: Path, per_type: int, embedder: _embcache.CachedEmbedder) -> tuple[DataSet, DataSet]:
+    """All questions (for the keyword channel) and those whose haystack is fully embedded."""
+    queries, embedded = [], []
+    for q in _longmemeval.load(data_dir, per_type):
+        caller = tenant_caller(f"bench-lme-{LME_VERSION}-{q.question_id}")
+        complete = fill_lme_tenant(caller, q, embedder)
+        query = Query(
+            caller=caller,
+            text=q.question,
+            gold=set(q.answer_turns),
+            category=q.question_type,
+            id_map=item_ids(caller, "turn"),
+            session_of={t.index: t.session_id for t in q.turns},
+            gold_sessions=set(q.answer_sessions),
+        )
+        queries.append(query)
+        if complete and embedder.cache.get_many([q.question]):
+            embedded.append(query)
+    return (
+        DataSet("LongMemEval-S dev (all haystacks, keyword)", queries, LME_KS, 50, sessions=True, modes=("keyword",)),
+        DataSet("LongMemEval-S dev (embedded haystacks)", embedded, LME_KS, max(LME_KS), sessions=True),
+    )
+
+
+def lme_texts(data_dir: Path, per_type: int) -> list[str]:
+    qs = _longmemeval.load(data_dir, per_type)
+    return [q.question for q in qs] + [t.content for q in qs for t in q.turns]
+
+
+def sessions_ranked(query: Query, ranked: Sequence[int]) -> list[str]:
+    return list(dict.fromkeys(query.session_of[i] for i in ranked))
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def search_runs(ds: DataSet, mode: str, params) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    from memory.selectors import memories as selectors
+
+    runs = []
+    for q in ds.queries:
+        found = selectors.memory_search(
+            caller=q.caller, query=q.text, mode=mode, limit=ds.depth, types=["episode"], params=params
+        )
+        runs.append([q.id_map[item.memory.id] for item in found])
+    return runs
+
+
+def score_ds(ds: DataSet, runs: Sequence[Sequence[int]], queries: Sequence[Query] | None = None) -> dict[str, float]:
+    queries = ds.queries if queries is None else queries
+    out = score_run([q.gold for q in queries], runs, ds.ks)
+    if ds.sessions:
+        sess = score_run(
+            [q.gold_sessions for q in queries],
+            [sessions_ranked(q, r) for q, r in zip(queries, runs, strict=True)],
+            ds.ks,
+        )
+        out.update({f"S-{k}": v for k, v in sess.items()})
+    return out
+
+
+def ds_table(ds: DataSet, rows: list[tuple[str, dict[str, float]]], first: str = "system") -> str:
+    """Turn-level (or memory-level) figures, then session-level for LongMemEval."""
+    cols = metric_cols(ds.ks)
+    if ds.sessions:
+        cols = [c for c in cols if c in ("R@5", "R@10", "R@50", "nDCG@10")] + ["S-R@5", "S-R@10", "S-nDCG@10"]
+    return _common.table([first] + cols, [[name] + [f"{m[c]:.3f}" for c in cols] for name, m in rows])
+
+
+def category_table(ds: DataSet, runs: dict[str, list[list[int]]]) -> str:
+    cats = sorted({q.category for q in ds.queries})
+    cols = ["R@5", "R@10", "nDCG@10"] + (["S-R@10"] if ds.sessions else [])
+    rows = []
+    for cat in cats:
+        idx = [i for i, q in enumerate(ds.queries) if q.category == cat]
+        for mode in ds.modes:
+            m = score_ds(ds, [runs[mode][i] for i in idx], [ds.queries[i] for i in idx])
+            rows.append([cat, MODE_LABEL[mode], len(idx)] + [f"{m[c]:.3f}" for c in cols])
+    return _common.table(["type", "channel", "n"] + cols, rows)
 
 
 # --------------------------------------------------------------------------- sweeps
 
 
-def ranked_by(
-    candidates: list[tuple[uuid.UUID, object, datetime]], key: Callable[[object], float], id_map: dict[uuid.UUID, int]
-) -> list[int]:
-    """Order as memory_search does: score DESC, created_at DESC, id ASC."""
-    ordered = sorted(candidates, key=lambda c: (-round(key(c[1]), 12), -c[2].timestamp(), str(c[0])))
-    return [id_map[pk] for pk, _, _ in ordered][:20]
+Wide = list[tuple[list[tuple[uuid.UUID, object, datetime]], Query]]
+
+
+def wide_candidates(ds: DataSet, params) -> Wide:  # type: ignore[no-untyped-def]
+    """Every candidate of both channels (depth 500), once per query, to re-rank offline."""
+    from django.utils import timezone
+
+    from memory.embeddings import embed_one
+    from memory.models import Memory
+    from memory.retrieval import RetrievalFilter, channel_hits
+
+    wide: Wide = []
+    deep = params.with_(k_vec=500, k_txt=500)
+    for q in ds.queries:
+        flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
+        vector = embed_one(q.text) if "semantic" in ds.modes else None
+        hits = channel_hits(caller=q.caller, flt=flt, query_text=q.text, query_vector=vector, params=deep)
+        created = dict(Memory.objects.filter(pk__in=list(hits)).values_list("id", "created_at"))
+        wide.append(([(pk, hit, created[pk]) for pk, hit in hits.items()], q))
+    return wide
 
 
 def capped(hit, k_vec: int, k_txt: int):  # type: ignore[no-untyped-def]
@@ -180,196 +442,175 @@ def capped(hit, k_vec: int, k_txt: int):  # type: ignore[no-untyped-def]
     )
 
 
+def rerank(ds: DataSet, wide: Wide, params, mode: str = "hybrid") -> list[list[int]]:  # type: ignore[no-untyped-def]
+    """Order as memory_search does (score DESC, created_at DESC, id ASC), with the
+    channel depths of ``params`` applied to the wide candidates."""
+    from memory.scoring import channel_relevance
+
+    runs = []
+    for cands, q in wide:
+        hits = {pk: capped(h, params.k_vec, params.k_txt) for pk, h, _ in cands}
+        if mode == "keyword":
+            hits = {pk: h for pk, h in hits.items() if h.text_rank is not None}
+        elif mode == "semantic":
+            hits = {pk: h for pk, h in hits.items() if h.vector_rank is not None}
+        else:
+            hits = {pk: h for pk, h in hits.items() if h.vector_rank is not None or h.text_rank is not None}
+        rel = channel_relevance(hits, mode, params)
+        created = {pk: c for pk, _, c in cands}
+        ordered = sorted(hits, key=lambda pk: (-round(rel[pk], 12), -created[pk].timestamp(), str(pk)))
+        runs.append([q.id_map[pk] for pk in ordered][: ds.depth])
+    return runs
+
+
+# --------------------------------------------------------------------------- main
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not (args.data / "data_en").is_dir():
+    want_madial = args.dataset in ("both", "madial")
+    want_lme = args.dataset in ("both", "lme")
+    if want_madial and not (args.data / "data_en").is_dir():
         print(f"MADial-Bench data not found in {args.data} (set --data or MEMPROJ_MADIAL_DIR)", file=sys.stderr)
         return 2
+    if want_lme and not (args.lme_data / "s").is_dir():
+        print(f"LongMemEval data not found in {args.lme_data}; skipping it", file=sys.stderr)
+        want_lme = False
     _common.setup_django(db_name="memproj_bench_quality")
-    from django.conf import settings
-    from django.utils import timezone
-
     from memory import scoring
-    from memory.embeddings import embed_one
-    from memory.models import Memory
-    from memory.retrieval import RetrievalFilter, channel_hits
-    from memory.selectors import memories as selectors
+    from memory.scoring import RetrievalParams
 
-    FUSION_LABEL = (  # noqa: N806 - a label, computed once scoring is importable
-        f"alpha={settings.MEMPROJ['FUSION_ALPHA']}"
-        if settings.MEMPROJ["FUSION"] == "alpha"
-        else f"RRF k={scoring.RRF_K}"
-    )
+    embedder = _embcache.install()
+    # MADial is small: embed what is missing now. LongMemEval's haystacks are
+    # embedded by --warm-only (slow); until then its vector rows cover the
+    # questions whose haystack is in the cache, and keyword rows cover all.
+    _embcache.warm(embedder, madial_texts(args.data) if want_madial else [])
+    if args.warm_only:
+        if want_lme:
+            for per_type in sorted({3, 6, 10, args.lme_per_type or 20}):
+                _embcache.warm(embedder, lme_texts(args.lme_data, per_type))
+        return 0
+    params = RetrievalParams.resolve(parse_overrides(args.params))
 
-    embed_one("warm up")
-    memories, dialogues = load_madial(args.data)
-    if args.limit:
-        dialogues = dialogues[: args.limit]
     t0 = time.perf_counter()
-    callers = ensure_tenants(memories)
-    id_maps = {user: madial_ids(c) for user, c in callers.items()}
+    datasets: list[DataSet] = []
+    dialogues: list[dict] = []
+    if want_madial:
+        madial, dialogues = madial_dataset(args.data, args.limit)
+        datasets.append(madial)
+    if want_lme:
+        datasets.extend(d for d in lme_dataset(args.lme_data, args.lme_per_type, embedder) if d.queries)
     print(f"  tenants ready in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
 
-    queries = [("".join(d["dialogue"][: d["test-turn"][0]]), d["user-id"], set(d["relevant-id"])) for d in dialogues]
-    golds = [g for _, _, g in queries]
-
-    # 1. The real read path: memory_search in each mode.
-    main_rows: list[tuple[str, dict[str, float]]] = []
-    runs: dict[str, list[list[int]]] = {}
-    for mode in ("keyword", "semantic", "hybrid"):
-        run = []
-        for text, user, _ in queries:
-            found = selectors.memory_search(caller=callers[user], query=text, mode=mode, limit=20, types=["episode"])
-            run.append([id_maps[user][item.memory.id] for item in found])
-        runs[mode] = run
-        label = {
-            "keyword": "memproj keyword-only (tsvector)",
-            "semantic": "memproj vector-only (MiniLM-L6)",
-            "hybrid": f"memproj hybrid ({FUSION_LABEL})",
-        }[mode]
-        main_rows.append((label, score_run(golds, run)))
-    # Recall path (composite score), episodes only since MADial memories are episodes.
-    run = []
-    for text, user, _ in queries:
-        found = selectors.memory_recall_candidates(caller=callers[user], topic=text, limit=20, kinds=("episode",))
-        run.append([id_maps[user][item.memory.id] for item in found])
-    main_rows.append(("memproj recall (composite)", score_run(golds, run)))
-
-    # 2. The authors' top-20 lists, scored identically (same dialogues, same gold).
-    ref_rows = []
-    for name, filename in AUTHORS.items():
-        path = args.data / "authors_retrieval_outputs_en" / filename
-        if not path.exists():
-            continue
-        lists = read_jsonl(path)[: len(dialogues)]
-        for d, entry in zip(dialogues, lists, strict=True):
-            if sorted(entry["relevant-id"]) != sorted(d["relevant-id"]):
-                raise SystemExit(f"{filename}: line order differs from the dialogue file")
-        ref_rows.append((f"authors: {name}", score_run(golds, [e["top-20-ids"] for e in lists])))
-
+    label = {"alpha": f"alpha={params.alpha}", "norm": f"norm alpha={params.alpha}", "rrf": f"RRF k={params.rrf_k}"}[
+        params.fusion
+    ]
     out = [
-        f"memproj retrieval quality - MADial-Bench (en) memory recall - {len(queries)} dialogues - "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        "",
+        f"memproj retrieval quality - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        f"parameters: fusion {label}, keyword scorer {params.keyword_scorer}"
+        + (f" (k1={params.bm25_k1}, b={params.bm25_b})" if params.keyword_scorer == "bm25" else "")
+        + f", k_vec={params.k_vec}, k_txt={params.k_txt}",
     ]
-    out.append("Recall@k and nDCG@k")
-    out.append(metric_table(main_rows + ref_rows))
-
-    figures: dict[str, object] = {"main": dict(main_rows + ref_rows)}
-    if not args.no_sweep:
-        # 3. Sweeps over the same candidates: one wide query per channel, then
-        # each fusion variant re-ranks offline with memory.scoring's formulas.
-        wide = []
-        for text, user, _ in queries:
-            caller = callers[user]
-            flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
-            hits = channel_hits(
-                caller=caller, flt=flt, query_text=text, query_vector=embed_one(text), k_vec=500, k_txt=500
-            )
-            created = dict(Memory.objects.filter(pk__in=list(hits)).values_list("id", "created_at"))
-            wide.append(([(pk, hit, created[pk]) for pk, hit in hits.items()], id_maps[user]))
-
-        def sweep(key_for: Callable[[object], float], cap: tuple[int, int] | None = None) -> dict[str, float]:
-            run = []
-            for cands, id_map in wide:
-                if cap:
-                    cands = [(pk, capped(h, *cap), c) for pk, h, c in cands]
-                    cands = [x for x in cands if x[1].vector_rank is not None or x[1].text_rank is not None]
-                run.append(ranked_by(cands, key_for, id_map))
-            last_run[:] = run
-            return score_run(golds, run)
-
-        last_run: list[list[int]] = []
-
-        fusion_rows = []
-        check = sweep(scoring.fuse, (selectors.DEFAULT_K_VEC, selectors.DEFAULT_K_TXT))
-        if abs(check["nDCG@10"] - dict(main_rows)[f"memproj hybrid ({FUSION_LABEL})"]["nDCG@10"]) > 1e-9:
-            print("  note: offline RRF does not reproduce memory_search exactly", file=sys.stderr)
-        for k in (1, 10, 30, 60, 100):
-            fusion_rows.append((f"RRF k={k}", sweep(lambda h, k=k: scoring.fuse_rrf(h, k))))
-        for alpha in (0.3, 0.5, 0.7, 0.8, 0.9, 1.0):
-            fusion_rows.append((f"alpha={alpha}", sweep(lambda h, a=alpha: scoring.fuse_alpha(h, a))))
-        out += ["", "Fusion (same candidates, k_vec=k_txt=all)", metric_table(fusion_rows, "fusion")]
-        # Is the best alpha blend's gain over RRF more than noise? Paired bootstrap over dialogues.
-        best = max((r for r in fusion_rows if r[0].startswith("alpha")), key=lambda r: r[1]["nDCG@10"])
-        alpha_best = float(best[0].split("=")[1])
-        sweep(lambda h: scoring.fuse_alpha(h, alpha_best))
-        per_alpha = [ndcg_at(g, r, 10) for g, r in zip(golds, last_run, strict=True)]
-        sweep(lambda h: scoring.fuse_rrf(h, scoring.RRF_K))
-        per_rrf = [ndcg_at(g, r, 10) for g, r in zip(golds, last_run, strict=True)]
-        low, mean, high = paired_bootstrap(per_alpha, per_rrf)
-        out.append(
-            f"{best[0]} minus RRF k={scoring.RRF_K}, nDCG@10: {mean:+.3f} "
-            f"(95% paired-bootstrap interval {low:+.3f} .. {high:+.3f}, {len(golds)} dialogues)"
-        )
-
-        cap_rows = []
-        for cap in (
-            (selectors.DEFAULT_K_VEC, selectors.DEFAULT_K_TXT),
-            (96, 48),
-            (10, 10),
-            (20, 20),
-            (40, 20),
-            (20, 40),
-            (40, 40),
-            (20, 5),
-            (5, 20),
-        ):
-            cap_rows.append((f"k_vec={cap[0]} k_txt={cap[1]}", sweep(scoring.fuse, cap)))
-        out += [
-            "",
-            f"Channel depth ({FUSION_LABEL}; a tenant here holds 76 or 84 memories)",
-            metric_table(cap_rows, "k_vec/k_txt"),
+    figures: dict[str, object] = {"params": {k: str(v) for k, v in vars(params).items()}}
+    for ds in datasets:
+        runs = {mode: search_runs(ds, mode, params) for mode in ds.modes}
+        rows = [
+            (f"memproj {MODE_LABEL[m]}" + (f" ({label})" if m == "hybrid" else ""), score_ds(ds, runs[m]))
+            for m in ds.modes
         ]
+        if ds.name.startswith("MADial"):
+            from memory.selectors import memories as selectors
 
-        # Composite weights (recall). MADial memories carry no importance or
-        # confidence signal (all equal), so only relevance vs recency moves the
-        # order; "now" is the dialogues' own date so recency is meaningful.
-        weight_rows = []
-        weight_sets = {
-            "default " + "/".join(f"{v:g}" for v in scoring.RECALL_WEIGHTS.values()): dict(scoring.RECALL_WEIGHTS),
-            "relevance only 1/0/0/0": {"relevance": 1.0, "importance": 0.0, "recency": 0.0, "confidence": 0.0},
-            "before issue 5 0.5/0.15/0.15/0.2": {
-                "relevance": 0.5,
-                "importance": 0.15,
-                "recency": 0.15,
-                "confidence": 0.2,
-            },
-            "0.7/0.1/0.05/0.15": {"relevance": 0.7, "importance": 0.1, "recency": 0.05, "confidence": 0.15},
-            "0.4/0.15/0.25/0.2": {"relevance": 0.4, "importance": 0.15, "recency": 0.25, "confidence": 0.2},
-        }
-        for label, weights in weight_sets.items():
-
-            def composite(h, when, w=weights) -> float:  # type: ignore[no-untyped-def]
-                return (
-                    w["relevance"] * scoring.fuse(h)
-                    + w["importance"] * 0.5
-                    + w["recency"] * scoring.recency(when, DIALOGUE_TIME)
-                    + w["confidence"] * 1.0
+            recall_run = []
+            for q in ds.queries:
+                found = selectors.memory_recall_candidates(
+                    caller=q.caller, topic=q.text, limit=20, kinds=("episode",), params=params
                 )
+                recall_run.append([q.id_map[item.memory.id] for item in found])
+            rows.append(("memproj recall (composite)", score_ds(ds, recall_run)))
+            for name, filename in AUTHORS.items():
+                path = args.data / "authors_retrieval_outputs_en" / filename
+                if not path.exists():
+                    continue
+                lists = read_jsonl(path)[: len(dialogues)]
+                for d, entry in zip(dialogues, lists, strict=True):
+                    if sorted(entry["relevant-id"]) != sorted(d["relevant-id"]):
+                        raise SystemExit(f"{filename}: line order differs from the dialogue file")
+                rows.append((f"authors: {name}", score_ds(ds, [e["top-20-ids"] for e in lists])))
+        out += ["", f"{ds.name} - {len(ds.queries)} queries - Recall@k and nDCG@k", ds_table(ds, rows)]
+        if ds.sessions:
+            out.append("(R/nDCG: turn level; S-: session level, ranked turns mapped to their sessions)")
+        if len({q.category for q in ds.queries}) > 1:
+            out += ["", f"{ds.name} per question type", category_table(ds, runs)]
+        figures[ds.name] = {"main": dict(rows)}
+        if args.no_sweep:
+            continue
+        out += sweeps(ds, params, scoring, figures, tiny=args.tiny)
 
-            run = []
-            for cands, id_map in wide:
-                scored = [(pk, composite(h, c), c) for pk, h, c in cands]
-                run.append(ranked_by([(pk, s, c) for pk, s, c in scored], lambda s: s, id_map))
-            weight_rows.append((label, score_run(golds, run)))
-        out += [
-            "",
-            "Recall composite weights relevance/importance/recency/confidence (now = dialogue date)",
-            metric_table(weight_rows, "weights"),
-        ]
-        figures.update(fusion=dict(fusion_rows), depth=dict(cap_rows), weights=dict(weight_rows))
-
-    out += [
-        "",
-        "Other public conversational-memory retrieval sets: none available offline with a permissive "
-        "license (LoCoMo is CC BY-NC; LongMemEval is MIT but only downloadable from a hub at run time).",
-    ]
     print("\n".join(out))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=1))
     return 0
+
+
+def sweeps(ds: DataSet, params, scoring, figures: dict, tiny: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
+    out: list[str] = []
+    scorers = [("cover_density", params.with_(keyword_scorer="cover_density"))]
+    for k1, b in ((1.2, 0.75),) if tiny else ((0.9, 0.4), (1.2, 0.75), (1.5, 0.75), (1.2, 0.3), (2.0, 0.75)):
+        scorers.append((f"bm25 k1={k1} b={b}", params.with_(keyword_scorer="bm25", bm25_k1=k1, bm25_b=b)))
+    scorer_rows = []
+    wides: dict[str, Wide] = {}
+    for name, p in scorers:
+        wide = wide_candidates(ds, p)
+        wides[name] = wide
+        scorer_rows.append((f"keyword {name}", score_ds(ds, rerank(ds, wide, p, "keyword"))))
+    any_wide = next(iter(wides.values()))
+    if "semantic" in ds.modes:
+        scorer_rows.append(("vector", score_ds(ds, rerank(ds, any_wide, params, "semantic"))))
+    out += ["", f"{ds.name}: keyword scorer (k_txt={params.k_txt})", ds_table(ds, scorer_rows, "channel")]
+    figures[ds.name].update(scorer=dict(scorer_rows))
+    if "hybrid" not in ds.modes:
+        return out
+
+    fusions: list[tuple[str, object]] = []
+    for a in (0.5, 0.7):
+        fusions.append((f"alpha={a}", params.with_(fusion="alpha", alpha=a)))
+    for a in (0.3, 0.4, 0.5, 0.6, 0.7):
+        fusions.append((f"norm alpha={a}", params.with_(fusion="norm", alpha=a)))
+    for k in (10, 30, 60):
+        fusions.append((f"RRF k={k}", params.with_(fusion="rrf", rrf_k=k)))
+    fusion_rows = []
+    per_query: dict[str, list[float]] = {}
+    for scorer_name in ("cover_density", "bm25 k1=1.2 b=0.75"):
+        wide = wides[scorer_name]
+        base = dict(scorers)[scorer_name]
+        for name, p in fusions:
+            fp = p.with_(keyword_scorer=base.keyword_scorer, bm25_k1=base.bm25_k1, bm25_b=base.bm25_b)
+            run = rerank(ds, wide, fp)
+            key = f"{scorer_name} + {name}"
+            fusion_rows.append((key, score_ds(ds, run)))
+            per_query[key] = [ndcg_at(q.gold, r, 10) for q, r in zip(ds.queries, run, strict=True) if q.gold]
+    out += ["", f"{ds.name}: fusion x keyword scorer (k_vec={params.k_vec}, k_txt={params.k_txt})"]
+    out.append(ds_table(ds, fusion_rows, "fusion"))
+    today = "cover_density + alpha=0.7"
+    best = max(fusion_rows, key=lambda r: r[1]["nDCG@10"])[0]
+    if best != today:
+        low, mean, high = paired_bootstrap(per_query[best], per_query[today])
+        out.append(
+            f"best ({best}) minus today's ({today}), nDCG@10: {mean:+.3f} "
+            f"(95% paired-bootstrap interval {low:+.3f} .. {high:+.3f}, {len(per_query[today])} queries)"
+        )
+
+    cap_rows = []
+    wide = wides["bm25 k1=1.2 b=0.75" if params.keyword_scorer == "bm25" else "cover_density"]
+    for k_vec, k_txt in ((48, 48), (96, 48), (20, 20), (48, 96), (96, 96)):
+        cap_rows.append(
+            (f"k_vec={k_vec} k_txt={k_txt}", score_ds(ds, rerank(ds, wide, params.with_(k_vec=k_vec, k_txt=k_txt))))
+        )
+    out += ["", f"{ds.name}: channel depth ({params.fusion})", ds_table(ds, cap_rows, "k_vec/k_txt")]
+    figures[ds.name].update(scorer=dict(scorer_rows), fusion=dict(fusion_rows), depth=dict(cap_rows))
+    return out
 
 
 if __name__ == "__main__":

@@ -9,30 +9,124 @@ from __future__ import annotations
 import random
 
 PEOPLE = [
-    "the user", "Maria", "Tom", "Priya", "Kenji", "Amara", "Lukas", "Sofia", "Diego", "Hannah", "Omar",
-    "Chen", "Fatima", "Noah", "Elena", "Ravi", "Grace", "Mateo", "Yuki", "Ingrid", "Kwame", "Zoe",
+    "the user",
+    "Maria",
+    "Tom",
+    "Priya",
+    "Kenji",
+    "Amara",
+    "Lukas",
+    "Sofia",
+    "Diego",
+    "Hannah",
+    "Omar",
+    "Chen",
+    "Fatima",
+    "Noah",
+    "Elena",
+    "Ravi",
+    "Grace",
+    "Mateo",
+    "Yuki",
+    "Ingrid",
+    "Kwame",
+    "Zoe",
 ]
-RELATIONS = ["sister", "manager", "dentist", "neighbour", "landlord", "coach", "teammate", "son", "daughter",
-             "partner", "accountant", "mentor", "colleague", "friend from university", "piano teacher"]
+RELATIONS = [
+    "sister",
+    "manager",
+    "dentist",
+    "neighbour",
+    "landlord",
+    "coach",
+    "teammate",
+    "son",
+    "daughter",
+    "partner",
+    "accountant",
+    "mentor",
+    "colleague",
+    "friend from university",
+    "piano teacher",
+]
 ACTIVITIES = [
-    "went hiking in the Alps", "baked sourdough bread", "debugged a flaky integration test", "ran a half marathon",
-    "planned a trip to Lisbon", "repaired the kitchen sink", "reviewed the quarterly budget", "adopted a rescue cat",
-    "started learning Japanese", "migrated the database to PostgreSQL 18", "painted the spare bedroom",
-    "watched a documentary about octopuses", "booked a flight to Nairobi", "cooked a vegetarian lasagne",
-    "switched to a standing desk", "wrote a grant proposal", "visited the dermatologist", "bought a used road bike",
-    "presented the roadmap to the board", "fixed a memory leak in the ingestion worker", "planted tomatoes",
-    "renewed the passport", "joined a climbing gym", "refactored the billing service", "tried intermittent fasting",
-    "organised a surprise birthday party", "set up a home NAS", "read a novel by Chimamanda Ngozi Adichie",
-    "negotiated a lower internet bill", "learned to make ramen from scratch", "moved the standup to 9:30",
-    "configured two-factor authentication", "lost the car keys again", "volunteered at the food bank",
+    "went hiking in the Alps",
+    "baked sourdough bread",
+    "debugged a flaky integration test",
+    "ran a half marathon",
+    "planned a trip to Lisbon",
+    "repaired the kitchen sink",
+    "reviewed the quarterly budget",
+    "adopted a rescue cat",
+    "started learning Japanese",
+    "migrated the database to PostgreSQL 18",
+    "painted the spare bedroom",
+    "watched a documentary about octopuses",
+    "booked a flight to Nairobi",
+    "cooked a vegetarian lasagne",
+    "switched to a standing desk",
+    "wrote a grant proposal",
+    "visited the dermatologist",
+    "bought a used road bike",
+    "presented the roadmap to the board",
+    "fixed a memory leak in the ingestion worker",
+    "planted tomatoes",
+    "renewed the passport",
+    "joined a climbing gym",
+    "refactored the billing service",
+    "tried intermittent fasting",
+    "organised a surprise birthday party",
+    "set up a home NAS",
+    "read a novel by Chimamanda Ngozi Adichie",
+    "negotiated a lower internet bill",
+    "learned to make ramen from scratch",
+    "moved the standup to 9:30",
+    "configured two-factor authentication",
+    "lost the car keys again",
+    "volunteered at the food bank",
 ]
-PLACES = ["in Berlin", "at the office", "at home", "in the garden", "near the lake", "at the library",
-          "in Kyoto", "at the coworking space", "on the train", "at the clinic", "in Toronto", "at the gym",
-          "during the offsite", "at grandma's house", "in the mountains", "on a video call"]
-FEELINGS = ["felt relieved", "was frustrated", "was thrilled", "felt exhausted but proud", "was anxious",
-            "found it surprisingly easy", "wants to do it again", "regretted it", "felt calm", "was bored"]
-TIMES = ["yesterday", "last weekend", "on Monday", "this morning", "two weeks ago", "in March", "last night",
-         "over the holidays", "after lunch", "before the deadline"]
+PLACES = [
+    "in Berlin",
+    "at the office",
+    "at home",
+    "in the garden",
+    "near the lake",
+    "at the library",
+    "in Kyoto",
+    "at the coworking space",
+    "on the train",
+    "at the clinic",
+    "in Toronto",
+    "at the gym",
+    "during the offsite",
+    "at grandma's house",
+    "in the mountains",
+    "on a video call",
+]
+FEELINGS = [
+    "felt relieved",
+    "was frustrated",
+    "was thrilled",
+    "felt exhausted but proud",
+    "was anxious",
+    "found it surprisingly easy",
+    "wants to do it again",
+    "regretted it",
+    "felt calm",
+    "was bored",
+]
+TIMES = [
+    "yesterday",
+    "last weekend",
+    "on Monday",
+    "this morning",
+    "two weeks ago",
+    "in March",
+    "last night",
+    "over the holidays",
+    "after lunch",
+    "before the deadline",
+]
 ATTRIBUTES = {
     "favorite_food": ["spicy Thai curry", "pho", "margherita pizza", "falafel wraps", "sushi", "dal makhani"],
     "diet": ["vegetarian", "vegan", "lactose intolerant", "gluten free", "pescatarian", "no restrictions"],
@@ -46,15 +140,37 @@ ATTRIBUTES = {
     "coffee": ["oat flat white", "black filter coffee", "espresso", "decaf", "green tea instead", "cold brew"],
 }
 RULE_TEMPLATES = [
-    "Always confirm {thing} before {action}.", "Never {action} without checking {thing}.",
+    "Always confirm {thing} before {action}.",
+    "Never {action} without checking {thing}.",
     "When {person} asks about {thing}, answer briefly and link the docs.",
-    "Prefer {thing} over ad-hoc scripts when {action}.", "Ask before {action} on weekends.",
+    "Prefer {thing} over ad-hoc scripts when {action}.",
+    "Ask before {action} on weekends.",
     "Summarise {thing} in three bullet points before {action}.",
 ]
-THINGS = ["the deployment checklist", "the user's calendar", "the allergy list", "the budget", "the test results",
-          "the travel itinerary", "the migration plan", "the on-call rota", "the grocery list", "the contract terms"]
-ACTIONS = ["deploying to production", "booking travel", "ordering food", "sending invoices", "merging pull requests",
-           "scheduling meetings", "changing passwords", "deleting files", "sharing documents", "renewing subscriptions"]
+THINGS = [
+    "the deployment checklist",
+    "the user's calendar",
+    "the allergy list",
+    "the budget",
+    "the test results",
+    "the travel itinerary",
+    "the migration plan",
+    "the on-call rota",
+    "the grocery list",
+    "the contract terms",
+]
+ACTIONS = [
+    "deploying to production",
+    "booking travel",
+    "ordering food",
+    "sending invoices",
+    "merging pull requests",
+    "scheduling meetings",
+    "changing passwords",
+    "deleting files",
+    "sharing documents",
+    "renewing subscriptions",
+]
 BUTLERS = ["general", "health", "work", "home", "travel"]
 
 
@@ -96,8 +212,13 @@ def memory_spec(i: int) -> dict:
     content = _pick(rng, RULE_TEMPLATES).format(
         thing=_pick(rng, THINGS), action=_pick(rng, ACTIONS), person=_pick(rng, PEOPLE)
     )
-    return {"kind": "rule", "content": content, "butler": butler, "importance": 5.0,
-            "maturity": _pick(rng, ["candidate", "candidate", "established", "proven"])}
+    return {
+        "kind": "rule",
+        "content": content,
+        "butler": butler,
+        "importance": 5.0,
+        "maturity": _pick(rng, ["candidate", "candidate", "established", "proven"]),
+    }
 
 
 def queries(n: int, seed: int = 11) -> list[str]:

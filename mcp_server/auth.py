@@ -4,14 +4,15 @@ every transport. The tenant always comes from the token, never from arguments.""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 
-from memory.errors import PermissionDenied
 from policy.caller import Caller
+from policy.errors import PermissionDenied
 from policy.services.tokens import token_authenticate
 
 
@@ -54,7 +55,9 @@ def current_caller(*, static_caller: Caller | None, toolset: str) -> Caller:
     """HTTP: the caller behind this request's bearer token. stdio / in-process:
     the caller of the token the server was started with."""
     access = get_access_token()
-    caller = _caller_from_access_token(access) if access is not None else static_caller
+    # A copy of the static caller per call: its tenant policy (Caller.policy) is
+    # then resolved per request, so a long-lived stdio server sees a new policy.
+    caller = _caller_from_access_token(access) if access is not None else (static_caller and replace(static_caller))
     if caller is None:
         raise PermissionDenied("no credentials: send Authorization: Bearer <token> (or set MEMPROJ_TOKEN for stdio).")
     if not caller.may_use_toolset(toolset):

@@ -24,7 +24,6 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from memory import scoring
 from memory.errors import MemoryError_
 from memory.models import (
     ConflictCandidate,
@@ -37,7 +36,8 @@ from memory.models import (
     MemoryQuerySet,
     Validity,
 )
-from memory.selectors.memories import effective_confidence_of, memory_search
+from memory.read_model import memory_view
+from memory.selectors.memories import memory_search
 from memory.services.conflicts import conflict_accept, conflict_dismiss
 from memory.services.events import EventType
 from memory.services.memories import memory_confirm, memory_forget, memory_restore, memory_supersede
@@ -377,8 +377,7 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
         return forward, backward
 
     def _detail_context(self, request: HttpRequest, obj: Memory) -> dict[str, Any]:
-        now = timezone.now()
-        effective = effective_confidence_of(obj, now)
+        view = memory_view(obj)
         forward, backward = self._chain(obj)
         links = MemoryLink.objects.filter(tenant_id=obj.tenant_id)
         sources = [
@@ -405,13 +404,9 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
         return {
             "memory": obj,
             "scores": {
-                "effective_confidence": effective,
-                "fact_state": scoring.fact_state(effective)
-                if effective is not None and obj.kind == Kind.FACT
-                else None,
-                "effectiveness": scoring.rule_effectiveness(obj.success_count, obj.harmful_count)
-                if obj.kind == Kind.RULE
-                else None,
+                "effective_confidence": view.effective_confidence,
+                "fact_state": view.fact_state,
+                "effectiveness": view.effectiveness,
                 "reference_count": obj.reference_count,
                 "importance": obj.importance,
                 "confidence": obj.confidence,

@@ -11,17 +11,18 @@ from django.conf import settings
 from django.utils import timezone
 
 from memory import validation
-from memory.models import Kind, Memory
+from memory.models import Kind
 from memory.retrieval import RetrievalFilter, channel_hits
-from memory.scoring import ChannelHit
+from memory.scoring import ChannelHit, RetrievalParams
 from memory.selectors.memories import (
-    DEFAULT_K_TXT,
-    DEFAULT_K_VEC,
     ScoredMemory,
     composite_rank,
+    memories_for_hits,
     query_vector,
+    read_boundary,
     recent_episodes,
     require_read,
+    retrieval_params,
 )
 from memory.tokenizer import count_tokens
 from policy.caller import Caller
@@ -81,30 +82,39 @@ def build_context(
     butler: str,
     token_budget: int | None = None,
     quotas: Mapping[str, float] | None = None,
-    per_section_candidates: int = 50,
+    per_section_candidates: int | None = None,
+    params: RetrievalParams | None = None,
 ) -> ContextBlock:
     require_read(caller)
+    params = retrieval_params(caller, params)
+    per_section = params.k_final if per_section_candidates is None else per_section_candidates
     prompt = validation.query(trigger_prompt, field="trigger_prompt")
     butler = validation.label(butler, field="butler")
     budget = settings.MEMPROJ["CONTEXT_TOKEN_BUDGET"] if token_budget is None else token_budget
+    # The tenant policy bounds a context answer (seed 004 scopes.*.max_tokens).
+    policy_cap = caller.policy.max_tokens_for(butler)
+    if isinstance(budget, int | float) and not isinstance(budget, bool) and MAX_BUDGET >= budget > policy_cap:
+        raise validation.InvalidArgument(
+            f"token_budget {budget} is above the tenant policy's max_tokens ({policy_cap}) for this scope."
+        )
     budget = int(validation.number(budget, field="token_budget", low=MIN_BUDGET, high=MAX_BUDGET))
+    decision = read_boundary(caller)
     shares = _quotas(quotas)
     now = timezone.now()
 
     # Facts and rules scoped to the butler (plus global), one hybrid pass.
     vector = query_vector(prompt, "hybrid")
-    flt = RetrievalFilter(kinds=[Kind.FACT, Kind.RULE], now=now, scopes=sorted({"global", butler}))
-    hits = channel_hits(
-        caller=caller, flt=flt, query_text=prompt, query_vector=vector, k_vec=DEFAULT_K_VEC, k_txt=DEFAULT_K_TXT
+    flt = RetrievalFilter(
+        kinds=[Kind.FACT, Kind.RULE], now=now, scopes=sorted({"global", butler}), use_tags=decision.use_tags
     )
-    rows = Memory.objects.for_caller(caller).without_vectors().in_bulk(list(hits))
-    ranked = composite_rank([(rows[pk], hit) for pk, hit in hits.items() if pk in rows], now)
-    episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section_candidates)
+    hits = channel_hits(caller=caller, flt=flt, query_text=prompt, query_vector=vector, params=params)
+    ranked = composite_rank(memories_for_hits(caller=caller, hits=hits, decision=decision), now, params)
+    episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section)
     episode_hits = {e.id: hits.get(e.id, ChannelHit()) for e in episodes}
     candidates = {
-        "facts": [s for s in ranked if s.memory.kind == Kind.FACT][:per_section_candidates],
-        "rules": [s for s in ranked if s.memory.kind == Kind.RULE][:per_section_candidates],
-        "episodes": composite_rank([(e, episode_hits[e.id]) for e in episodes], now),
+        "facts": [s for s in ranked if s.memory.kind == Kind.FACT][:per_section],
+        "rules": [s for s in ranked if s.memory.kind == Kind.RULE][:per_section],
+        "episodes": composite_rank([(e, episode_hits[e.id]) for e in episodes], now, params),
     }
 
     # Greedy fill per section within its share; what a section leaves unused

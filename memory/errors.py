@@ -1,32 +1,30 @@
 """Domain errors raised by services and selectors. Each dialect maps them to
-its own error vocabulary; the message always says what to do next."""
+its own error vocabulary; the message always says what to do next. The base
+class and the errors ``policy`` raises too live in ``policy.errors``."""
 
 from __future__ import annotations
 
+from policy.errors import DomainError, InvalidArgument, PermissionDenied, StorageUnavailable
 
-class MemoryError_(Exception):
-    """Base class (named with a trailing underscore: ``MemoryError`` is a builtin)."""
+# Named with a trailing underscore: ``MemoryError`` is a builtin.
+MemoryError_ = DomainError
 
-    code = "INTERNAL"
+__all__ = [
+    "DomainError",
+    "EmbeddingUnavailable",
+    "InvalidArgument",
+    "MemoryError_",
+    "NotFound",
+    "PermissionDenied",
+    "StorageUnavailable",
+]
 
 
-class InvalidArgument(MemoryError_):
-    code = "INVALID_ARGUMENT"
-
-
-class NotFound(MemoryError_):
+class NotFound(DomainError):
     code = "NOT_FOUND"
 
 
-class PermissionDenied(MemoryError_):
-    code = "PERMISSION_DENIED"
-
-
-class Conflict(MemoryError_):
-    code = "CONFLICT"
-
-
-class EmbeddingUnavailable(MemoryError_):
+class EmbeddingUnavailable(DomainError):
     code = "EMBEDDING_ERROR"
 
 

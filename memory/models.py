@@ -5,16 +5,19 @@ that only one kind uses stay empty for the others."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from pgvector.django import HnswIndex, VectorField
+
+from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
 if TYPE_CHECKING:
     from policy.caller import Caller
@@ -71,6 +74,11 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
             return self
         return self.filter(scope__in=sorted({"global", scope}))
 
+    def visible_in(self, boundary_classes: frozenset[str] | Sequence[str]) -> MemoryQuerySet:
+        """Boundary-first (issue 11): only memories of these boundary classes
+        (``policy.boundary.boundary_for(...).visible``)."""
+        return self.filter(boundary_class__in=sorted(boundary_classes))
+
     def without_vectors(self) -> MemoryQuerySet:
         return self.defer("embedding", "search_vector")
 
@@ -114,6 +122,15 @@ class Memory(models.Model):
     tags = ArrayField(models.CharField(max_length=64), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     source = models.CharField(max_length=32, blank=True)
+    # Seed 004 boundary class (public / internal / pii / secret). The tenant
+    # policy decides which classes a read may see and which come back redacted;
+    # retrieval filters on it in SQL (boundary-first, issue 11).
+    boundary_class = models.CharField(
+        max_length=16,
+        choices=[(c, c) for c in BOUNDARY_CLASSES],
+        default=DEFAULT_BOUNDARY_CLASS,
+        db_default=DEFAULT_BOUNDARY_CLASS,
+    )
 
     importance = models.FloatField(default=5.0)
     confidence = models.FloatField(default=1.0)
@@ -135,13 +152,17 @@ class Memory(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="supersedes"
     )
 
-    # Rules: outcome counters and maturity.
+    # Outcome counters, one set for every dialect's feedback (memory.outcomes):
+    # successes are fractional (roampal's partial = 0.5), applied_count is
+    # roampal's `uses`, outcome_score its learned score, utility pce's critic.
     maturity = models.CharField(max_length=16, choices=Maturity.choices, blank=True)
-    success_count = models.IntegerField(default=0)
+    success_count = models.FloatField(default=0.0)
     harmful_count = models.IntegerField(default=0)
     applied_count = models.IntegerField(default=0)
     effectiveness_score = models.FloatField(default=0.0)
     last_applied_at = models.DateTimeField(null=True, blank=True)
+    outcome_score = models.FloatField(default=0.5, db_default=0.5)
+    utility = models.FloatField(default=0.0, db_default=0.0)
 
     reference_count = models.IntegerField(default=0)
     last_referenced_at = models.DateTimeField(null=True, blank=True)
@@ -152,9 +173,10 @@ class Memory(models.Model):
     embedding_status = models.CharField(max_length=16, choices=EmbeddingStatus.choices, default=EmbeddingStatus.PENDING)
     embedding_attempts = models.IntegerField(default=0)
     embedding_error = models.TextField(blank=True)
-    # Populated by PostgreSQL itself, so no write path can forget it.
+    # Populated by PostgreSQL itself, so no write path can forget it; the SQL
+    # function (migration 0010) is ``english`` plus character bigrams for CJK runs.
     search_vector = models.GeneratedField(
-        expression=SearchVector("content", config="english"),
+        expression=models.Func(models.F("content"), function="memproj_search_vector"),
         output_field=SearchVectorField(),
         db_persist=True,
     )
@@ -205,6 +227,9 @@ class Memory(models.Model):
             models.CheckConstraint(condition=Q(kind__in=Kind.values), name="memory_kind_valid"),
             models.CheckConstraint(condition=Q(validity__in=Validity.values), name="memory_validity_valid"),
             models.CheckConstraint(
+                condition=Q(boundary_class__in=BOUNDARY_CLASSES), name="memory_boundary_class_valid"
+            ),
+            models.CheckConstraint(
                 condition=Q(importance__gte=0) & Q(importance__lte=10), name="memory_importance_range"
             ),
             models.CheckConstraint(
@@ -220,10 +245,17 @@ class Memory(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.id}: {self.content[:60]}"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # Reads return redacted copies of pii-like classes (memory.selectors.memories.
+        # boundary_apply); writing one back would replace the stored text for good.
+        if getattr(self, "_memproj_redacted", False):
+            raise RuntimeError(f"memory {self.id} was redacted for a read and cannot be saved; reload it first.")
+        super().save(*args, **kwargs)
+
 
 class MemoryEvent(models.Model):
     """Append-only, tamper-evident audit log. The service's database role may
-    only read and insert (memproj/dbroles.py); triggers (migrations 0002, 0008)
+    only read and insert (memproj/dbroles.py); triggers (migrations 0002, 0025)
     refuse UPDATE, DELETE and TRUNCATE except inside the purge function; each
     row carries a hash chained to its tenant's previous row, written by the one
     writer (memory/services/events.py) and checked by ``manage.py audit_verify``."""
@@ -341,6 +373,33 @@ class ConflictCandidate(models.Model):
         return f"{self.kind} {self.memory_id} ~ {self.other_id} ({self.status})"
 
 
+class OutcomeReport(models.Model):
+    """One outcome signal as received, so that a client's retry (pce's
+    (claim_id, time bucket) idempotency, or any dialect's idempotency key) is
+    applied once: the unique key makes a second report a no-op."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="outcome_reports")
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="outcome_reports")
+    signal = models.CharField(max_length=16)
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    actor_principal_id = models.UUIDField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["memory", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="outcome_report_idempotent",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.signal} {self.memory_id}"
+
+
 class LinkKind(models.TextChoices):
     DERIVED_FROM = "derived_from", "Derived from"
     DUPLICATE_OF = "duplicate_of", "Duplicate of"
@@ -373,3 +432,88 @@ class MemoryLink(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_memory_id} -{self.kind}-> {self.to_memory_id}"
+
+
+class EntityType(models.TextChoices):
+    """Seed 004's entity types."""
+
+    ACTOR = "Actor", "Actor"
+    ARTIFACT = "Artifact", "Artifact"
+    EVENT = "Event", "Event"
+    CONCEPT = "Concept", "Concept"
+
+
+class EntityQuerySet(models.QuerySet["Entity"]):
+    def for_caller(self, caller: Caller) -> EntityQuerySet:
+        return self.filter(tenant_id=caller.tenant_id)
+
+
+class Entity(models.Model):
+    """A node of the tenant's knowledge graph (seed 004). Entities with the same
+    canonical key are one entity: a second mention merges its attributes."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="entities")
+    type = models.CharField(max_length=16, choices=EntityType.choices)
+    name = models.CharField(max_length=500)
+    canonical_key = models.CharField(max_length=500)
+    attrs = models.JSONField(default=dict, blank=True)
+    claims = models.ManyToManyField(Memory, related_name="entities", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = EntityQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name", "id"]
+        verbose_name_plural = "entities"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "canonical_key"], name="entity_one_per_canonical_key"),
+            models.CheckConstraint(condition=Q(type__in=EntityType.values), name="entity_type_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.name}"
+
+
+class Relation(models.Model):
+    """A typed edge between two entities, with the claim that evidences it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="relations")
+    src = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="relations_out")
+    dst = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="relations_in")
+    type = models.CharField(max_length=200)
+    props = models.JSONField(default=dict, blank=True)
+    evidence = models.ForeignKey(Memory, null=True, blank=True, on_delete=models.SET_NULL, related_name="relations")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["src", "dst", "type"], name="relation_one_per_typed_pair"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.src_id} -{self.type}-> {self.dst_id}"
+
+
+class ActiveContext(models.Model):
+    """A ranked snapshot of claims for one query (seed 004 activate), paged by
+    cursor until it expires; an expired context's cursor answers 410."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="active_contexts")
+    principal_id = models.UUIDField(null=True, blank=True)
+    query = models.TextField()
+    items = models.JSONField(default=list, help_text="[[memory id, score, breakdown], ...] best first")
+    params = models.JSONField(default=dict, blank=True)
+    policy_version = models.CharField(max_length=32, blank=True)
+    expires_at = models.DateTimeField(db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"ac {self.id}"

@@ -1,6 +1,7 @@
-"""Hybrid retrieval in PostgreSQL: one query per channel (pgvector HNSW cosine
-and tsvector GIN), both restricted by tenant, kind, scope, validity, expiry and
-effective confidence in SQL, fused with the formulas of ``memory.scoring``."""
+"""Hybrid retrieval in PostgreSQL: both channels (pgvector HNSW cosine and
+tsvector GIN with BM25) in one statement, both restricted by tenant, kind,
+scope, validity, expiry and effective confidence in SQL, fused with the
+formulas of ``memory.scoring`` under the call's ``RetrievalParams``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from memory.models import effective_confidence_sql
-from memory.scoring import ChannelHit
+from memory.scoring import ChannelHit, RetrievalParams
+from policy.boundary import DEFAULT_USE_TAGS, boundary_for
 from policy.caller import Caller
 
 # Effective confidence in SQL, the same formula as scoring.effective_confidence.
@@ -29,6 +31,15 @@ class RetrievalFilter:
     tags_all: Sequence[str] | None = None
     min_confidence: float | None = None
     exclude_maturity: Sequence[str] | None = None
+    # Seed 004 use tags of this read (boundary-first, issue 11); the default is answer:task.
+    use_tags: Sequence[str] = DEFAULT_USE_TAGS
+
+
+def boundary_where(caller: Caller, use_tags: Sequence[str]) -> tuple[str, dict]:
+    """Boundary-first (issue 11): only the classes the caller's tenant policy lets
+    these use tags see. Always applied, so no read path can forget it."""
+    visible = boundary_for(caller.policy, use_tags).visible_sorted
+    return "m.boundary_class = ANY(%(boundary_classes)s)", {"boundary_classes": visible}
 
 
 def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
@@ -39,6 +50,9 @@ def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
         "(m.expires_at IS NULL OR m.expires_at > %(now)s)",
     ]
     params: dict = {"tenant": caller.tenant_id, "kinds": list(flt.kinds), "now": flt.now}
+    boundary_clause, boundary_params = boundary_where(caller, flt.use_tags)
+    clauses.append(boundary_clause)
+    params.update(boundary_params)
     if flt.scopes:
         clauses.append("m.scope = ANY(%(scopes)s)")
         params["scopes"] = list(flt.scopes)
@@ -67,9 +81,10 @@ def vector_literal(vector: Sequence[float]) -> str:
 _iterative_scan_supported: bool | None = None
 
 
-def _enable_iterative_scan(cursor) -> None:  # type: ignore[no-untyped-def]
+def _vector_scan_settings(cursor) -> None:  # type: ignore[no-untyped-def]
     """pgvector >= 0.8 keeps scanning the HNSW graph until enough rows pass the
-    tenant filter; older servers (a user's PostgreSQL) simply skip this."""
+    tenant filter; older servers (a user's PostgreSQL) simply skip this. One
+    round trip for both settings."""
     global _iterative_scan_supported
     if _iterative_scan_supported is None:
         cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
@@ -77,8 +92,9 @@ def _enable_iterative_scan(cursor) -> None:  # type: ignore[no-untyped-def]
         major_minor = tuple(int(p) for p in (row[0] if row else "0.0").split(".")[:2])
         _iterative_scan_supported = major_minor >= (0, 8)
     if _iterative_scan_supported:
-        cursor.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
-    cursor.execute("SET LOCAL hnsw.ef_search = 100")
+        cursor.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'; SET LOCAL hnsw.ef_search = 100")
+    else:
+        cursor.execute("SET LOCAL hnsw.ef_search = 100")
 
 
 def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
@@ -96,60 +112,132 @@ def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
     return ranked
 
 
+# Vector channel: the tenant-filtered HNSW walk, top k_vec by cosine distance.
+_VECTOR_SQL = """
+    vec AS (
+        SELECT id, 1 - distance AS score FROM (
+            SELECT m.id, m.embedding <=> %(qvec)s::vector AS distance
+            FROM memory_memory m
+            WHERE {where} AND m.embedding IS NOT NULL
+            ORDER BY distance
+            LIMIT %(k_vec)s
+        ) nearest
+    )"""
+
+# Keyword channel, common part: the query's terms analysed as documents are
+# (memproj_query_terms, migration 0010), their document frequencies in this
+# tenant (memory_termstat, migration 0011), and the candidates: memories matching
+# the rarest terms first, as long as their document frequencies fit the
+# candidate budget (the rarest term always counts; LIMIT bounds it). A frequent
+# term alone cannot make the channel rank a large share of a big tenant; it
+# still adds to the score of the candidates it is in.
+_TERMS_SQL = """
+    terms AS (
+        SELECT t.term, coalesce(s.df, 0) AS df
+        FROM unnest(memproj_query_terms(%(q)s)) AS t(term)
+        LEFT JOIN memory_termstat s ON s.tenant_id = %(tenant)s AND s.term = t.term
+    ),
+    selective AS (
+        SELECT term FROM (
+            SELECT term, df, sum(df) OVER (ORDER BY df, term) - df AS before FROM terms WHERE df > 0
+        ) ordered
+        WHERE before = 0 OR before + df <= %(budget)s
+    ),
+    cand AS (
+        SELECT m.id, m.search_vector
+        FROM memory_memory m
+        WHERE {where} AND m.search_vector @@ memproj_any_query(ARRAY(SELECT term FROM selective))
+        LIMIT %(budget)s
+    )"""
+
+# BM25 over the candidates: IDF from the tenant's statistics, term frequency
+# from the lexeme's positions, document length in distinct lexemes.
+_BM25_SQL = """
+    stats AS (
+        SELECT greatest(docs, 1) AS docs, greatest(lexemes::float8 / greatest(docs, 1), 1) AS avgdl
+        FROM memory_tenantstat WHERE tenant_id = %(tenant)s
+    ),
+    weighted AS (
+        SELECT t.term, ln(1 + (st.docs - t.df + 0.5) / (t.df + 0.5)) AS idf FROM terms t, stats st WHERE t.df > 0
+    ),
+    txt AS (
+        SELECT c.id, sum(
+            w.idf * (coalesce(array_length(u.positions, 1), 1) * (%(k1)s + 1))
+            / (coalesce(array_length(u.positions, 1), 1)
+               + %(k1)s * (1 - %(b)s + %(b)s * length(c.search_vector) / st.avgdl))
+        ) AS score
+        FROM cand c
+        CROSS JOIN stats st
+        CROSS JOIN LATERAL unnest(
+            ts_filter(setweight(c.search_vector, 'A', ARRAY(SELECT term FROM weighted)), '{{a}}')
+        ) AS u(lexeme, positions, weights)
+        JOIN weighted w ON w.term = u.lexeme
+        GROUP BY c.id
+        ORDER BY score DESC, c.id
+        LIMIT %(k_txt)s
+    )"""
+
+# Cover density (the scorer before BM25): no IDF, kept for comparison and policies.
+_COVER_DENSITY_SQL = """
+    txt AS (
+        SELECT c.id, ts_rank_cd(c.search_vector, memproj_any_query(ARRAY(SELECT term FROM terms)), 32) AS score
+        FROM cand c
+        ORDER BY score DESC, c.id
+        LIMIT %(k_txt)s
+    )"""
+
+
 def channel_hits(
     *,
     caller: Caller,
     flt: RetrievalFilter,
     query_text: str | None,
     query_vector: Sequence[float] | None,
-    k_vec: int,
-    k_txt: int,
+    params: RetrievalParams,
 ) -> dict[uuid.UUID, ChannelHit]:
-    """Top k_vec by cosine similarity and top k_txt by keyword rank, merged by id."""
-    where, params = _where(caller, flt)
-    hits: dict[uuid.UUID, ChannelHit] = {}
+    """Top ``params.k_vec`` by cosine similarity and top ``params.k_txt`` by
+    keyword score (BM25 or cover density), merged by id. Both channels run in
+    one statement: one round trip, one snapshot, one tenant filter."""
+    where, params_sql = _where(caller, flt)
+    run_vec = query_vector is not None and params.k_vec > 0
+    run_txt = bool(query_text) and params.k_txt > 0
+    if not (run_vec or run_txt):
+        return {}
+    ctes: list[str] = []
+    selects: list[str] = []
+    if run_vec:
+        assert query_vector is not None
+        ctes.append(_VECTOR_SQL.format(where=where))
+        selects.append("SELECT 'v', id, score FROM vec")
+        params_sql.update(qvec=vector_literal(query_vector), k_vec=params.k_vec)
+    if run_txt:
+        ctes.append(_TERMS_SQL.format(where=where))
+        scorer = _BM25_SQL if params.keyword_scorer == "bm25" else _COVER_DENSITY_SQL
+        ctes.append(scorer.format())
+        selects.append("SELECT 't', id, score FROM txt")
+        params_sql.update(
+            q=query_text, k_txt=params.k_txt, budget=params.txt_candidates, k1=params.bm25_k1, b=params.bm25_b
+        )
+    # {where} and the fragments are fixed text; every value is a bound parameter.
+    sql = "WITH" + ",".join(ctes) + "\n" + "\nUNION ALL\n".join(selects)
     with transaction.atomic(), connection.cursor() as cursor:
-        if query_vector is not None and k_vec > 0:
-            _enable_iterative_scan(cursor)
-            params_v = dict(params, qvec=vector_literal(query_vector), k=k_vec)
-            # {where} is built from fixed fragments; every value is a bound parameter.
-            cursor.execute(
-                f"""
-                SELECT id, 1 - distance AS similarity FROM (
-                    SELECT m.id, m.embedding <=> %(qvec)s::vector AS distance
-                    FROM memory_memory m
-                    WHERE {where} AND m.embedding IS NOT NULL
-                    ORDER BY distance
-                    LIMIT %(k)s
-                ) ranked ORDER BY distance, id
-                """,
-                params_v,
-            )
-            for (memory_id, similarity), rank in _competition_ranks(cursor.fetchall()):
-                hits[memory_id] = ChannelHit(vector_similarity=float(similarity), vector_rank=rank)
-        if query_text and k_txt > 0:
-            # Any query word may match (OR), ranked by cover density: plainto_tsquery
-            # alone would demand every word, which drops most natural-language queries.
-            params_t = dict(params, q=query_text, k=k_txt)
-            cursor.execute(
-                f"""
-                WITH q AS (
-                    SELECT nullif(replace(plainto_tsquery('english', %(q)s)::text, '&', '|'), '')::tsquery AS tsq
-                )
-                SELECT m.id, ts_rank_cd(m.search_vector, q.tsq, 32) AS rank
-                FROM memory_memory m, q
-                WHERE {where} AND q.tsq IS NOT NULL AND m.search_vector @@ q.tsq
-                ORDER BY rank DESC, m.id
-                LIMIT %(k)s
-                """,
-                params_t,
-            )
-            for (memory_id, value), rank in _competition_ranks(cursor.fetchall()):
-                previous = hits.get(memory_id, ChannelHit())
-                hits[memory_id] = ChannelHit(
-                    vector_similarity=previous.vector_similarity,
-                    vector_rank=previous.vector_rank,
-                    text_rank_value=float(value),
-                    text_rank=rank,
-                )
+        if run_vec:
+            _vector_scan_settings(cursor)
+        cursor.execute(sql, params_sql)
+        rows = cursor.fetchall()
+    by_channel: dict[str, list[tuple]] = {"v": [], "t": []}
+    for channel, memory_id, score in rows:
+        by_channel[channel].append((memory_id, float(score)))
+    hits: dict[uuid.UUID, ChannelHit] = {}
+    # Best first, ties by id, as each channel's ORDER BY had them.
+    for (memory_id, similarity), rank in _competition_ranks(sorted(by_channel["v"], key=lambda r: (-r[1], r[0]))):
+        hits[memory_id] = ChannelHit(vector_similarity=similarity, vector_rank=rank)
+    for (memory_id, value), rank in _competition_ranks(sorted(by_channel["t"], key=lambda r: (-r[1], r[0]))):
+        previous = hits.get(memory_id, ChannelHit())
+        hits[memory_id] = ChannelHit(
+            vector_similarity=previous.vector_similarity,
+            vector_rank=previous.vector_rank,
+            text_rank_value=value,
+            text_rank=rank,
+        )
     return hits

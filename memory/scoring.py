@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+K = TypeVar("K")
 
 # Seed 000: permanence labels map to decay rates (per day); permanent never decays.
 DECAY_RATES: dict[str, float] = {
@@ -35,12 +40,11 @@ MATURITY_CONFIDENCE = {"candidate": 0.5, "established": 0.75, "proven": 0.9}
 RECALL_WEIGHTS = {"relevance": 0.6, "importance": 0.15, "recency": 0.05, "confidence": 0.2}
 RECENCY_HALF_LIFE_DAYS = 30.0
 
-# Hybrid fusion. The alpha blend beat reciprocal-rank fusion at every k on
-# MADial-Bench (nDCG@10 0.654 vs 0.602, paired-bootstrap 95% interval of the
-# gain +0.025..+0.082; docs/benchmarks.md), so it is the default; RRF stays
-# available (MEMPROJ_FUSION=rrf) and for tenant policies that ask for it. The
-# choice and alpha are settings (MEMPROJ["FUSION"], MEMPROJ["FUSION_ALPHA"]).
+# Hybrid fusion defaults (see RetrievalParams; the deployment's settings
+# MEMPROJ["FUSION"], MEMPROJ["FUSION_ALPHA"] override them, a tenant policy may
+# override per call). RRF stays available for tenant policies that ask for it.
 RRF_K = 60
+FUSIONS = ("alpha", "rrf", "norm")
 
 
 def days_between(earlier: datetime, later: datetime) -> float:
@@ -133,6 +137,76 @@ class ChannelHit:
     text_rank: int | None = None
 
 
+KEYWORD_SCORERS = ("bm25", "cover_density")
+
+
+@dataclass(frozen=True)
+class RetrievalParams:
+    """Everything that tunes one retrieval call, resolved once per call
+    (``RetrievalParams.resolve``): the deployment's settings, then whatever a
+    caller (a tenant policy) overrides. Frozen, so no step of a call can change
+    what another step uses."""
+
+    fusion: str = "alpha"  # alpha | rrf | norm (FUSIONS)
+    alpha: float = 0.7  # weight of the vector channel in alpha / norm fusion
+    rrf_k: int = RRF_K
+    k_vec: int = 48  # vector channel depth
+    k_txt: int = 48  # keyword channel depth
+    k_final: int = 50  # fused candidates a section of memory_context ranks
+    keyword_scorer: str = "cover_density"  # bm25 | cover_density
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    # The keyword channel ranks at most this many matching memories, taken from
+    # the rarest query terms first (bounds its work in a large tenant).
+    txt_candidates: int = 4000
+    # Recency half-life by kind (days); kinds not listed use the default.
+    recency_half_life_days: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    default_half_life_days: float = RECENCY_HALF_LIFE_DAYS
+
+    def __post_init__(self) -> None:
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {', '.join(FUSIONS)} (got {self.fusion!r})")
+        if self.keyword_scorer not in KEYWORD_SCORERS:
+            raise ValueError(f"keyword_scorer must be one of {', '.join(KEYWORD_SCORERS)}")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"alpha must be between 0 and 1 (got {self.alpha})")
+        for name in ("rrf_k", "k_vec", "k_txt", "k_final", "txt_candidates"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+                raise ValueError(f"{name} must be an integer between 1 and 100000 (got {value!r})")
+        if self.bm25_k1 < 0 or not 0.0 <= self.bm25_b <= 1.0:
+            raise ValueError("bm25_k1 must be >= 0 and bm25_b between 0 and 1")
+        half_lives = dict(self.recency_half_life_days)
+        if any(v <= 0 for v in [*half_lives.values(), self.default_half_life_days]):
+            raise ValueError("recency half-lives must be above 0 days")
+        object.__setattr__(self, "recency_half_life_days", MappingProxyType(half_lives))
+
+    @classmethod
+    def resolve(cls, overrides: Mapping[str, Any] | RetrievalParams | None = None) -> RetrievalParams:
+        """The deployment's settings (MEMPROJ["FUSION"], ["FUSION_ALPHA"], ...),
+        then ``overrides`` (a tenant policy's values). An unknown name is refused."""
+        if isinstance(overrides, RetrievalParams):
+            return overrides
+        from django.conf import settings
+
+        conf = settings.MEMPROJ
+        base: dict[str, Any] = {}
+        for name, key in (("fusion", "FUSION"), ("alpha", "FUSION_ALPHA"), ("keyword_scorer", "KEYWORD_SCORER")):
+            if key in conf:
+                base[name] = conf[key]
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides or {}) - known)
+        if unknown:
+            raise ValueError(f"unknown retrieval parameter(s): {', '.join(unknown)}")
+        return cls(**{**base, **dict(overrides or {})})
+
+    def with_(self, **changes: Any) -> RetrievalParams:
+        return replace(self, **changes)
+
+    def half_life(self, kind: str) -> float:
+        return self.recency_half_life_days.get(kind, self.default_half_life_days)
+
+
 def fuse_rrf(hit: ChannelHit, k: int = RRF_K) -> float:
     """Reciprocal rank fusion, normalised to [0, 1] (1 = first in both channels)."""
     total = 0.0
@@ -143,17 +217,129 @@ def fuse_rrf(hit: ChannelHit, k: int = RRF_K) -> float:
     return total / (2.0 / (k + 1))
 
 
-def fuse(hit: ChannelHit) -> float:
-    """Hybrid relevance in [0, 1] with the configured fusion (settings.MEMPROJ)."""
-    from django.conf import settings
-
-    conf = settings.MEMPROJ
-    return fuse_rrf(hit) if conf["FUSION"] == "rrf" else fuse_alpha(hit, conf["FUSION_ALPHA"])
+def squash_text(value: float | None) -> float:
+    """Keyword scores (cover density, BM25) are unbounded; map to [0, 1)."""
+    v = max(0.0, value or 0.0)
+    return v / (1.0 + v)
 
 
 def fuse_alpha(hit: ChannelHit, alpha: float) -> float:
-    """S = alpha * S_vec + (1 - alpha) * S_text, both in [0, 1]."""
+    """S = alpha * S_vec + (1 - alpha) * S_text, both in [0, 1] (raw cosine, squashed keyword score)."""
     s_vec = max(0.0, hit.vector_similarity or 0.0)
-    s_txt = hit.text_rank_value or 0.0
-    s_txt = s_txt / (1.0 + s_txt)  # ts_rank_cd is unbounded; squash to [0, 1)
+    return alpha * s_vec + (1.0 - alpha) * squash_text(hit.text_rank_value)
+
+
+def fuse_norm(hit: ChannelHit, alpha: float, vec_max: float, txt_max: float) -> float:
+    """S = alpha * S_vec / max S_vec + (1 - alpha) * S_text / max S_text over the
+    query's candidates: each channel's best hit scores 1 in its channel, so a
+    channel whose raw scale is small (keyword ranks) is not drowned by one
+    whose scale is large (cosine similarities), whatever the query."""
+    s_vec = max(0.0, hit.vector_similarity or 0.0) / vec_max if vec_max > 0 else 0.0
+    s_txt = max(0.0, hit.text_rank_value or 0.0) / txt_max if txt_max > 0 else 0.0
     return alpha * s_vec + (1.0 - alpha) * s_txt
+
+
+def fuse_all(hits: Mapping[K, ChannelHit], params: RetrievalParams) -> dict[K, float]:
+    """Hybrid relevance in [0, 1] of every candidate of one query, with the
+    call's fusion. Fusion is a property of the candidate set (normalisation
+    needs each channel's best), so it is computed for all of them at once."""
+    if params.fusion == "rrf":
+        return {key: fuse_rrf(hit, params.rrf_k) for key, hit in hits.items()}
+    if params.fusion == "alpha":
+        return {key: fuse_alpha(hit, params.alpha) for key, hit in hits.items()}
+    vec_max = max((h.vector_similarity or 0.0 for h in hits.values()), default=0.0)
+    txt_max = max((h.text_rank_value or 0.0 for h in hits.values()), default=0.0)
+    return {key: fuse_norm(hit, params.alpha, vec_max, txt_max) for key, hit in hits.items()}
+
+
+def channel_relevance(hits: Mapping[K, ChannelHit], mode: str, params: RetrievalParams) -> dict[K, float]:
+    """Relevance in [0, 1] per search mode: one channel's own score, or the fusion."""
+    if mode == "semantic":
+        return {key: max(0.0, hit.vector_similarity or 0.0) for key, hit in hits.items()}
+    if mode == "keyword":
+        return {key: squash_text(hit.text_rank_value) for key, hit in hits.items()}
+    return fuse_all(hits, params)
+
+
+# Outcome learning (seed 003 roampal v0.3.5, shared by every dialect's feedback).
+UNSCORED_OUTCOME_SCORE = 0.5  # roampal: an unscored memory starts at 0.5
+OUTCOME_SCALE_DAYS = 30.0
+WILSON_Z = 1.96
+
+
+def outcome_score_after(score: float, delta: float, days_since_used: float) -> float:
+    """roampal: score += delta / (1 + days since last use / 30), clamped to [0, 1]."""
+    return min(1.0, max(0.0, score + delta / (1.0 + days_since_used / OUTCOME_SCALE_DAYS)))
+
+
+def wilson_lower_bound(successes: float, uses: int, z: float = WILSON_Z) -> float:
+    """Lower bound of the Wilson score interval; 0.5 for an unused memory (seed 003).
+    Reference values: (1, 1) 0.2065, (90, 100) 0.8256, (50, 100) 0.4038."""
+    if uses <= 0:
+        return 0.5
+    p = min(1.0, max(0.0, successes / uses))
+    denominator = 1 + z * z / uses
+    centre = p + z * z / (2 * uses)
+    margin = z * math.sqrt((p * (1 - p) + z * z / (4 * uses)) / uses)
+    return (centre - margin) / denominator
+
+
+# Seed 004 (pce) activation ranking: S = alpha * S_vec + (1 - alpha) * S_text,
+# then g = (0.6 + 0.4 sigma(utility)) * (0.5 + 0.5 confidence) * (0.3 + 0.7 recency)
+# * quality, recency = exp(-ln 2 * age / half-life of the claim's kind). The seed's
+# `quality` term (documented, never implemented upstream) is how well the claim
+# has proved itself, 0.5 + 0.5 * Wilson lower bound of its successes over uses,
+# applied when the policy's rerank.use_quality is on (1.0 when off).
+PCE_HALF_LIFE_DAYS = {"fact": 120.0, "task": 14.0, "preference": 90.0, "policy_hint": 365.0}
+PCE_DEFAULT_HALF_LIFE_DAYS = 30.0
+
+
+@dataclass(frozen=True)
+class ActivationScore:
+    text: float
+    vector: float
+    combined: float
+    utility: float
+    confidence: float
+    quality: float
+    recency: float
+    g: float
+
+    @property
+    def score(self) -> float:
+        return self.combined * self.g
+
+
+def sigmoid(value: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, value))))
+
+
+def activation_score(
+    *,
+    s_vec: float,
+    s_text: float,
+    alpha: float,
+    utility: float,
+    confidence: float,
+    age_days: float,
+    half_life_days: float,
+    use_quality: bool,
+    wilson: float = 0.5,
+) -> ActivationScore:
+    """Every term in [0, 1] (utility is reported raw); ``score`` = combined * g."""
+    s_vec, s_text = min(1.0, max(0.0, s_vec)), min(1.0, max(0.0, s_text))
+    combined = alpha * s_vec + (1.0 - alpha) * s_text
+    confidence = min(1.0, max(0.0, confidence))
+    quality = 0.5 + 0.5 * min(1.0, max(0.0, wilson)) if use_quality else 1.0
+    recency_value = math.exp(-math.log(2) * max(0.0, age_days) / max(half_life_days, 1e-9))
+    g = (0.6 + 0.4 * sigmoid(utility)) * (0.5 + 0.5 * confidence) * (0.3 + 0.7 * recency_value) * quality
+    return ActivationScore(
+        text=s_text,
+        vector=s_vec,
+        combined=combined,
+        utility=utility,
+        confidence=confidence,
+        quality=quality,
+        recency=recency_value,
+        g=g,
+    )

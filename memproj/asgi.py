@@ -9,6 +9,7 @@ import logging
 import os
 from contextlib import AsyncExitStack
 from typing import Any
+from urllib.parse import parse_qsl
 
 import django
 
@@ -25,6 +26,7 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 from django.db import InterfaceError, OperationalError  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
+from mcp_server.dialect import connection_options  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from mcp_server.toolsets import TOOLSETS  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
@@ -113,7 +115,13 @@ class Router:
             name = path[len("/mcp/") :].strip("/")
             app = self.mcp_apps.get(name)
             if app is not None:
-                await self._mcp(name, app, scope, receive, send)
+                # Per-connection dialect options travel as the endpoint's query parameters.
+                options = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+                token = connection_options.set(options)
+                try:
+                    await self._mcp(name, app, scope, receive, send)
+                finally:
+                    connection_options.reset(token)
                 return
         await self.django(scope, receive, send)
 

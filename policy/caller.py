@@ -1,10 +1,16 @@
 """The authenticated caller, resolved once per request and passed to every
-service and selector. Tenant scoping reads ``tenant_id`` from here only."""
+service and selector. Tenant scoping reads ``tenant_id`` from here only, and
+the tenant's policy (``caller.policy``) travels with it."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from policy.document import PolicyDocument
 
 
 @dataclass(frozen=True)
@@ -21,6 +27,11 @@ class Caller:
     def is_admin(self) -> bool:
         return self.role == "admin"
 
+    @property
+    def may_elevate(self) -> bool:
+        """Seed 000: only an admin token carrying the 'elevate' scope may reach another tenant."""
+        return self.is_admin and "elevate" in self.scopes
+
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
 
@@ -29,4 +40,22 @@ class Caller:
         return not restricted or toolset in restricted
 
     def acting_on(self, tenant_id: uuid.UUID) -> Caller:
+        # A new Caller: its policy is the target tenant's, resolved on first use.
         return replace(self, tenant_id=tenant_id, elevated_from=self.tenant_id)
+
+    @cached_property
+    def policy(self) -> PolicyDocument:
+        """The tenant's current policy, resolved on first use and then fixed for
+        this Caller (one request), so every read of the request sees one version.
+        cached_property writes the instance __dict__ directly, which a frozen
+        dataclass allows; the lookup is one indexed query, the parse is cached
+        per (tenant, version) in ``policy.selectors.policies``."""
+        from policy.selectors.policies import policy_current  # models load after this module
+
+        return policy_current(tenant_id=self.tenant_id)
+
+    def with_policy(self, policy: PolicyDocument) -> Caller:
+        """This caller with a given policy (tests, dry runs, a policy resolved elsewhere)."""
+        clone = replace(self)
+        clone.__dict__["policy"] = policy
+        return clone

@@ -75,3 +75,76 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.principal})"
+
+
+class PolicyVersion(models.Model):
+    """One version of a tenant's policy document (seed 004 §2.6). Every version
+    is kept; exactly one per tenant is current (partial unique index). A row's
+    document never changes after it is written: a new policy is a new row."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="policy_versions")
+    version = models.CharField(max_length=64, help_text="Semver, normalised (0.1 -> 0.1.0).")
+    # Sort key for semver precedence: (major, minor, patch, release_rank).
+    major = models.IntegerField()
+    minor = models.IntegerField()
+    patch = models.IntegerField()
+    release_rank = models.SmallIntegerField(default=1, help_text="0 for a pre-release, 1 for a release.")
+    source_yaml = models.TextField(help_text="The YAML as applied (what the signature covers).")
+    source_sha256 = models.CharField(max_length=64)
+    document = models.JSONField(help_text="The normalised policy (policy.document.PolicyDocument.to_dict()).")
+    is_current = models.BooleanField(default=False)
+    signed = models.BooleanField(default=False, help_text="Applied with a signature verified against the tenant key.")
+    applied_by = models.UUIDField(null=True, blank=True, help_text="Principal id of whoever applied it.")
+    applied_by_name = models.CharField(max_length=200, blank=True)
+    approver = models.CharField(max_length=200, blank=True)
+    applied_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant__slug", "-major", "-minor", "-patch", "-release_rank", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "version"], name="policy_version_unique_per_tenant"),
+            models.UniqueConstraint(
+                fields=["tenant"], condition=models.Q(is_current=True), name="policy_one_current_per_tenant"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug} policy {self.version}{' (current)' if self.is_current else ''}"
+
+
+class PolicyEvent(models.Model):
+    """Append-only audit of policy applies (and refused applies), with the
+    approver. ``policy`` may not import memory's event log, so it keeps its own;
+    a database trigger (policy migration 0002) refuses UPDATE and DELETE."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="policy_events")
+    event_type = models.CharField(max_length=32)  # applied | refused | signing_key_set | signing_key_cleared
+    version = models.CharField(max_length=64, blank=True)
+    previous_version = models.CharField(max_length=64, blank=True)
+    actor_principal_id = models.UUIDField(null=True, blank=True)
+    actor_name = models.CharField(max_length=200, blank=True)
+    approver = models.CharField(max_length=200, blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="policy_event_tenant_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.version}"
+
+
+class PolicySigningKey(models.Model):
+    """A tenant's policy signing key. With a key configured, a policy is applied
+    only with ``signature`` = hex HMAC-SHA256(key, the YAML's UTF-8 bytes)
+    (fail-closed, seed 004 §4); without one, signatures are not required."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, primary_key=True, related_name="policy_key")
+    secret = models.CharField(max_length=128)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"signing key of {self.tenant.slug}"

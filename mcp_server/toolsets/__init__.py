@@ -1,6 +1,7 @@
-from types import ModuleType
+"""The registry of served dialects: toolset name -> Dialect. A new dialect is a
+module in this package with a module-level ``dialect``; add it here."""
 
+from mcp_server.dialect import Dialect
 from mcp_server.toolsets import memory
 
-# toolset name -> module with INSTRUCTIONS and register(server, ctx)
-TOOLSETS: dict[str, ModuleType] = {"memory": memory}
+TOOLSETS: dict[str, Dialect] = {d.name: d for d in (memory.dialect,)}

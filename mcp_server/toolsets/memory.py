@@ -5,22 +5,11 @@ Glue only: resolve the caller, call one service or selector, shape the answer.""
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from django.utils import timezone
-from mcp.server.mcpserver import MCPServer
+from django.conf import settings
 from pydantic import BaseModel, Field
 
-from mcp_server.server import ToolContext, guarded
-from memory import scoring
-from memory.context import build_context
-from memory.errors import MemoryError_
-from memory.models import Memory
-from memory.selectors import memories as reads
-from memory.selectors.conflicts import OpenConflict, conflicts_open_for
-from memory.selectors.memories import ScoredMemory, effective_confidence_of
-from memory.services import memories as writes
-from memory.services import retrieval as reads_with_effects
-from policy.caller import Caller
-from policy.services.tokens import caller_for_target_tenant
+from mcp_server.dialect import Dialect, bracketed
+from memory import api
 
 INSTRUCTIONS = """\
 Long-term memory with three kinds of record:
@@ -32,16 +21,23 @@ Start a task with memory_context or memory_recall; store what you learn as you g
 helpful or harmful after applying them.
 """
 
+# Errors read `[CODE] message` (CODE: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED,
+# EMBEDDING_ERROR, STORAGE_ERROR, INTERNAL).
+dialect = Dialect("memory", INSTRUCTIONS, render_error=bracketed)
+# The butlers memory module (UPSTREAM.md) names these arguments memory_type / memory_id.
+BUTLERS_ALIASES = {"memory_type": "type", "memory_id": "id"}
+
+LIMITS = settings.MEMPROJ
 MemoryType = Literal["episode", "fact", "rule"]
-Tenant = Annotated[
-    str | None,
-    Field(description="Admins only, with elevate=true: act on another tenant. Everyone else: leave unset."),
+Content = Annotated[str, Field(max_length=LIMITS["MAX_CONTENT_CHARS"])]
+Query = Annotated[str, Field(max_length=LIMITS["MAX_QUERY_CHARS"])]
+Label = Annotated[str, Field(max_length=100)]
+Key = Annotated[str, Field(max_length=200)]
+Tags = Annotated[
+    list[Annotated[str, Field(max_length=LIMITS["MAX_TAG_CHARS"])]] | None,
+    Field(description="Optional labels.", max_length=LIMITS["MAX_TAGS"]),
 ]
-Elevate = Annotated[bool, Field(description="Admins only: confirm explicit cross-tenant elevation.")]
-
-
-def error_code(exc: MemoryError_) -> str:
-    return exc.code
+MemoryId = Annotated[str, Field(description="The memory's UUID.", max_length=100)]
 
 
 class ConflictRef(BaseModel):
@@ -88,7 +84,8 @@ class MemoryRecord(BaseModel):
     )
 
 
-def record(memory: Memory, conflicts: list[OpenConflict] | None = None) -> MemoryRecord:
+def record(memory: Any, conflicts: list[api.OpenConflict] | None = None) -> MemoryRecord:
+    view = api.memory_view(memory)
     base: dict[str, Any] = dict(
         type=memory.kind,
         id=str(memory.id),
@@ -107,7 +104,7 @@ def record(memory: Memory, conflicts: list[OpenConflict] | None = None) -> Memor
     else:
         base.update(
             confidence=memory.confidence,
-            effective_confidence=effective_confidence_of(memory, timezone.now()),
+            effective_confidence=view.effective_confidence,
             permanence=memory.permanence,
             decay_rate=memory.decay_rate,
             last_confirmed_at=memory.last_confirmed_at,
@@ -117,7 +114,7 @@ def record(memory: Memory, conflicts: list[OpenConflict] | None = None) -> Memor
             subject=memory.subject,
             predicate=memory.predicate,
             superseded_by=str(memory.superseded_by_id) if memory.superseded_by_id else None,
-            fact_state=scoring.fact_state(base["effective_confidence"]),
+            fact_state=view.fact_state,
         )
     if memory.kind == "rule":
         base.update(
@@ -125,7 +122,7 @@ def record(memory: Memory, conflicts: list[OpenConflict] | None = None) -> Memor
             success_count=memory.success_count,
             harmful_count=memory.harmful_count,
             applied_count=memory.applied_count,
-            effectiveness_score=memory.effectiveness_score,
+            effectiveness_score=view.effectiveness,
             last_applied_at=memory.last_applied_at,
         )
     base["open_conflicts"] = [
@@ -183,7 +180,7 @@ class ResultList(BaseModel):
     count: int
 
 
-def scored(item: ScoredMemory) -> ScoredResult:
+def scored(item: api.ScoredMemory) -> ScoredResult:
     memory = item.memory
     return ScoredResult(
         type=memory.kind,
@@ -199,7 +196,7 @@ def scored(item: ScoredMemory) -> ScoredResult:
     )
 
 
-def results(items: list[ScoredMemory]) -> ResultList:
+def results(items: list[api.ScoredMemory]) -> ResultList:
     return ResultList(results=[scored(i) for i in items], count=len(items))
 
 
@@ -226,238 +223,212 @@ class Stats(BaseModel):
     open_conflicts: int = Field(description="Conflict candidates waiting for review (memory_get shows each pair).")
 
 
-def register(server: MCPServer[Any], ctx: ToolContext) -> None:
-    guard = guarded(error_code)
+@dialect.tool()
+def memory_store_episode(
+    content: Annotated[Content, Field(description="What happened, as a self-contained sentence or short paragraph.")],
+    butler: Annotated[Label, Field(description="The agent/butler recording it, e.g. 'general' or 'health'.")],
+    session_id: Annotated[Key | None, Field(description="Conversation or session id, if any.")] = None,
+    importance: Annotated[
+        float, Field(ge=0, le=10, description="0-10; 5 is ordinary, 9+ is critical (e.g. an allergy).")
+    ] = 5.0,
+) -> StoredEpisode:
+    """Record an episode: an observation from the current session. Episodes expire after the
+    configured TTL (7 days by default) unless consolidation turns them into facts or rules.
+    Use memory_store_fact instead for durable knowledge about a subject."""
+    memory = api.episode_store(
+        caller=dialect.caller(), content=content, butler=butler, session_id=session_id, importance=importance
+    )
+    assert memory.expires_at is not None
+    return StoredEpisode(
+        id=str(memory.id),
+        importance=memory.importance,
+        expires_at=memory.expires_at,
+        embedding_status=memory.embedding_status,
+    )
 
-    def caller(tenant: str | None, elevate: bool) -> Caller:
-        return caller_for_target_tenant(caller=ctx.caller(), tenant=tenant, elevate=elevate)
 
-    @server.tool()
-    @guard
-    def memory_store_episode(
-        content: Annotated[str, Field(description="What happened, as a self-contained sentence or short paragraph.")],
-        butler: Annotated[str, Field(description="The agent/butler recording it, e.g. 'general' or 'health'.")],
-        session_id: Annotated[str | None, Field(description="Conversation or session id, if any.")] = None,
-        importance: Annotated[float, Field(description="0-10; 5 is ordinary, 9+ is critical (e.g. an allergy).")] = 5.0,
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> StoredEpisode:
-        """Record an episode: an observation from the current session. Episodes expire after the
-        configured TTL (7 days by default) unless consolidation turns them into facts or rules.
-        Use memory_store_fact instead for durable knowledge about a subject."""
-        memory = writes.episode_store(
-            caller=caller(tenant, elevate), content=content, butler=butler, session_id=session_id, importance=importance
-        )
-        assert memory.expires_at is not None
-        return StoredEpisode(
-            id=str(memory.id),
-            importance=memory.importance,
-            expires_at=memory.expires_at,
-            embedding_status=memory.embedding_status,
-        )
+@dialect.tool()
+def memory_store_fact(
+    subject: Annotated[Key, Field(description="Who or what the fact is about, e.g. 'user'.")],
+    predicate: Annotated[Key, Field(description="The attribute, e.g. 'favorite_color'.")],
+    content: Annotated[Content, Field(description="The fact itself, e.g. 'blue' or a full sentence.")],
+    importance: Annotated[float, Field(ge=0, le=10, description="0-10, default 5.")] = 5.0,
+    permanence: Annotated[
+        Literal["permanent", "stable", "standard", "volatile", "ephemeral"],
+        Field(description="How fast confidence decays: permanent never decays; ephemeral fades in days."),
+    ] = "standard",
+    scope: Annotated[Label, Field(description="'global' or a butler scope such as 'health'.")] = "global",
+    tags: Tags = None,
+) -> StoredFact:
+    """Store a durable fact. If an active fact with the same subject and predicate exists it is
+    superseded (kept for audit, no longer retrieved) and its id is returned in superseded_ids."""
+    result = api.fact_store(
+        caller=dialect.caller(),
+        subject=subject,
+        predicate=predicate,
+        content=content,
+        importance=importance,
+        permanence=permanence,
+        scope=scope,
+        tags=tags,
+    )
+    return StoredFact(
+        id=str(result.memory.id),
+        superseded_ids=[str(i) for i in result.superseded_ids],
+        decay_rate=result.memory.decay_rate,
+        embedding_status=result.memory.embedding_status,
+    )
 
-    @server.tool()
-    @guard
-    def memory_store_fact(
-        subject: Annotated[str, Field(description="Who or what the fact is about, e.g. 'user'.")],
-        predicate: Annotated[str, Field(description="The attribute, e.g. 'favorite_color'.")],
-        content: Annotated[str, Field(description="The fact itself, e.g. 'blue' or a full sentence.")],
-        importance: Annotated[float, Field(description="0-10, default 5.")] = 5.0,
-        permanence: Annotated[
-            Literal["permanent", "stable", "standard", "volatile", "ephemeral"],
-            Field(description="How fast confidence decays: permanent never decays; ephemeral fades in days."),
-        ] = "standard",
-        scope: Annotated[str, Field(description="'global' or a butler scope such as 'health'.")] = "global",
-        tags: Annotated[list[str] | None, Field(description="Optional labels.")] = None,
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> StoredFact:
-        """Store a durable fact. If an active fact with the same subject and predicate exists it is
-        superseded (kept for audit, no longer retrieved) and its id is returned in superseded_ids."""
-        result = writes.fact_store(
-            caller=caller(tenant, elevate),
-            subject=subject,
-            predicate=predicate,
-            content=content,
-            importance=importance,
-            permanence=permanence,
+
+@dialect.tool()
+def memory_store_rule(
+    content: Annotated[Content, Field(description="The guideline, phrased as an instruction.")],
+    scope: Annotated[Label, Field(description="'global' or a butler scope.")] = "global",
+    tags: Tags = None,
+) -> StoredRule:
+    """Store a behavioural rule. New rules are candidates (confidence 0.5); they become
+    established and proven as memory_mark_helpful accumulates, and are demoted or turned into
+    anti-patterns by memory_mark_harmful."""
+    memory = api.rule_store(caller=dialect.caller(), content=content, scope=scope, tags=tags)
+    return StoredRule(
+        id=str(memory.id),
+        maturity=memory.maturity,
+        confidence=memory.confidence,
+        embedding_status=memory.embedding_status,
+    )
+
+
+@dialect.tool()
+def memory_search(
+    query: Annotated[Query, Field(description="Natural-language query.")],
+    types: Annotated[list[MemoryType] | None, Field(description="Kinds to search; default all three.")] = None,
+    scope: Annotated[Label | None, Field(description="Restrict to this scope plus 'global'.")] = None,
+    mode: Annotated[
+        Literal["hybrid", "semantic", "keyword"],
+        Field(description="hybrid (vector + keyword, default), semantic (vector) or keyword."),
+    ] = "hybrid",
+    limit: Annotated[int, Field(ge=1, le=LIMITS["MAX_LIMIT"], description="1-100, default 20.")] = 20,
+    min_confidence: Annotated[
+        float | None, Field(ge=0, le=1, description="Drop facts/rules whose effective confidence is below this (0-1).")
+    ] = None,
+) -> ResultList:
+    """Search episodes, facts and rules. Returns scored results (type, id, content, score,
+    confidence) best first. Superseded, retracted and expired memories are never returned."""
+    return results(
+        api.memory_search(
+            caller=dialect.caller(),
+            query=query,
+            types=types,
             scope=scope,
-            tags=tags,
+            mode=mode,
+            limit=limit,
+            min_confidence=min_confidence,
         )
-        return StoredFact(
-            id=str(result.memory.id),
-            superseded_ids=[str(i) for i in result.superseded_ids],
-            decay_rate=result.memory.decay_rate,
-            embedding_status=result.memory.embedding_status,
-        )
+    )
 
-    @server.tool()
-    @guard
-    def memory_store_rule(
-        content: Annotated[str, Field(description="The guideline, phrased as an instruction.")],
-        scope: Annotated[str, Field(description="'global' or a butler scope.")] = "global",
-        tags: Annotated[list[str] | None, Field(description="Optional labels.")] = None,
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> StoredRule:
-        """Store a behavioural rule. New rules are candidates (confidence 0.5); they become
-        established and proven as memory_mark_helpful accumulates, and are demoted or turned into
-        anti-patterns by memory_mark_harmful."""
-        memory = writes.rule_store(caller=caller(tenant, elevate), content=content, scope=scope, tags=tags)
-        return StoredRule(
-            id=str(memory.id),
-            maturity=memory.maturity,
-            confidence=memory.confidence,
-            embedding_status=memory.embedding_status,
-        )
 
-    @server.tool()
-    @guard
-    def memory_search(
-        query: Annotated[str, Field(description="Natural-language query.")],
-        types: Annotated[list[MemoryType] | None, Field(description="Kinds to search; default all three.")] = None,
-        scope: Annotated[str | None, Field(description="Restrict to this scope plus 'global'.")] = None,
-        mode: Annotated[
-            Literal["hybrid", "semantic", "keyword"],
-            Field(description="hybrid (vector + keyword, default), semantic (vector) or keyword."),
-        ] = "hybrid",
-        limit: Annotated[int, Field(description="1-100, default 20.")] = 20,
-        min_confidence: Annotated[
-            float | None, Field(description="Drop facts/rules whose effective confidence is below this (0-1).")
-        ] = None,
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> ResultList:
-        """Search episodes, facts and rules. Returns scored results (type, id, content, score,
-        confidence) best first. Superseded, retracted and expired memories are never returned."""
-        return results(
-            reads.memory_search(
-                caller=caller(tenant, elevate),
-                query=query,
-                types=types,
-                scope=scope,
-                mode=mode,
-                limit=limit,
-                min_confidence=min_confidence,
-            )
-        )
+@dialect.tool()
+def memory_recall(
+    topic: Annotated[Query, Field(description="What you need to know about, e.g. 'user dietary needs'.")],
+    scope: Annotated[Label | None, Field(description="Your butler scope; 'global' is always included.")] = None,
+    limit: Annotated[int, Field(ge=1, le=LIMITS["MAX_LIMIT"], description="1-100, default 10.")] = 10,
+) -> ResultList:
+    """The primary way to remember: facts and rules (not episodes) ranked by a composite of
+    relevance, importance, recency and effective confidence. Counts as a reference for each
+    result returned."""
+    return results(api.memory_recall(caller=dialect.caller(), topic=topic, scope=scope, limit=limit))
 
-    @server.tool()
-    @guard
-    def memory_recall(
-        topic: Annotated[str, Field(description="What you need to know about, e.g. 'user dietary needs'.")],
-        scope: Annotated[str | None, Field(description="Your butler scope; 'global' is always included.")] = None,
-        limit: Annotated[int, Field(description="1-100, default 10.")] = 10,
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> ResultList:
-        """The primary way to remember: facts and rules (not episodes) ranked by a composite of
-        relevance, importance, recency and effective confidence. Counts as a reference for each
-        result returned."""
-        return results(
-            reads_with_effects.memory_recall(caller=caller(tenant, elevate), topic=topic, scope=scope, limit=limit)
-        )
 
-    @server.tool()
-    @guard
-    def memory_get(
-        type: Annotated[MemoryType, Field(description="episode, fact or rule.")],
-        id: Annotated[str, Field(description="The memory's UUID.")],
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> MemoryRecord:
-        """Fetch one memory's full record by type and id (counts as a reference), including any
-        open conflicts the background check found with other memories."""
-        acting = caller(tenant, elevate)
-        memory = reads_with_effects.memory_get(caller=acting, kind=type, memory_id=id)
-        return record(memory, conflicts_open_for(caller=acting, memory_id=memory.id))
+@dialect.tool(aliases=BUTLERS_ALIASES)
+def memory_get(
+    type: Annotated[MemoryType, Field(description="episode, fact or rule.")],
+    id: MemoryId,
+) -> MemoryRecord:
+    """Fetch one memory's full record by type and id (counts as a reference), including any
+    open conflicts the background check found with other memories."""
+    acting = dialect.caller()
+    memory = api.memory_get(caller=acting, kind=type, memory_id=id)
+    return record(memory, api.conflicts_open_for(caller=acting, memory_id=memory.id))
 
-    @server.tool()
-    @guard
-    def memory_confirm(
-        type: Annotated[Literal["fact", "rule"], Field(description="fact or rule (episodes do not decay).")],
-        id: Annotated[str, Field(description="The memory's UUID.")],
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> MemoryRecord:
-        """Confirm a fact or rule is still true: resets its decay clock so its effective confidence
-        returns to its stored confidence."""
-        return record(writes.memory_confirm(caller=caller(tenant, elevate), kind=type, memory_id=id))
 
-    @server.tool()
-    @guard
-    def memory_mark_helpful(
-        rule_id: Annotated[str, Field(description="The rule's UUID.")],
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> MemoryRecord:
-        """Report that applying a rule helped. Increments success and applied counts, recomputes
-        effectiveness and may promote the rule (candidate -> established -> proven)."""
-        return record(writes.rule_record_outcome(caller=caller(tenant, elevate), rule_id=rule_id, helpful=True))
+@dialect.tool(aliases=BUTLERS_ALIASES)
+def memory_confirm(
+    type: Annotated[MemoryType, Field(description="fact or rule; episodes have no decay to reset.")],
+    id: MemoryId,
+) -> MemoryRecord:
+    """Confirm a fact or rule is still true: resets its decay clock so its effective confidence
+    returns to its stored confidence."""
+    return record(api.memory_confirm(caller=dialect.caller(), kind=type, memory_id=id))
 
-    @server.tool()
-    @guard
-    def memory_mark_harmful(
-        rule_id: Annotated[str, Field(description="The rule's UUID.")],
-        reason: Annotated[str | None, Field(description="What went wrong.")] = None,
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> MemoryRecord:
-        """Report that applying a rule caused harm. Harm weighs 4x in effectiveness
-        (success / (success + 4 x harmful + 0.01)); the rule may be demoted or become an anti-pattern."""
-        return record(
-            writes.rule_record_outcome(caller=caller(tenant, elevate), rule_id=rule_id, helpful=False, reason=reason)
-        )
 
-    @server.tool()
-    @guard
-    def memory_forget(
-        type: Annotated[MemoryType, Field(description="episode, fact or rule.")],
-        id: Annotated[str, Field(description="The memory's UUID.")],
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> ForgetResult:
-        """Forget a memory: it is retracted (kept for audit and review, never retrieved again)."""
-        memory = writes.memory_forget(caller=caller(tenant, elevate), kind=type, memory_id=id)
-        return ForgetResult(id=str(memory.id), type=memory.kind, validity=memory.validity)
+@dialect.tool()
+def memory_mark_helpful(
+    rule_id: Annotated[str, Field(description="The rule's UUID.", max_length=100)],
+) -> MemoryRecord:
+    """Report that applying a rule helped. Increments success and applied counts, recomputes
+    effectiveness and may promote the rule (candidate -> established -> proven)."""
+    return record(
+        api.memory_feedback(caller=dialect.caller(), memory_id=rule_id, signal="helpful", kinds=["rule"]).memory
+    )
 
-    @server.tool()
-    @guard
-    def memory_stats(
-        scope: Annotated[str | None, Field(description="Count only this scope plus 'global'.")] = None,
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> Stats:
-        """Counts and health: facts (total/active/fading/expired), rules (total/candidate/
-        established/proven), episodes (total/unconsolidated/expired) and the episode backlog age."""
-        return Stats(**reads.memory_stats(caller=caller(tenant, elevate), scope=scope))
 
-    @server.tool()
-    @guard
-    def memory_context(
-        trigger_prompt: Annotated[str, Field(description="The user's request you are about to work on.")],
-        butler: Annotated[str, Field(description="Your butler name; selects scoped facts, rules and episodes.")],
-        token_budget: Annotated[int, Field(description="Maximum tokens (cl100k_base) of the block.")] = 3000,
-        section_quotas: Annotated[
-            dict[str, float] | None,
-            Field(description="Optional shares of the budget for 'facts', 'rules', 'episodes'."),
-        ] = None,
-        tenant: Tenant = None,
-        elevate: Elevate = False,
-    ) -> ContextResult:
-        """Build a memory block to put in your system prompt: facts, rules and recent episodes
-        relevant to the prompt, highest-scored first, never more than token_budget tokens."""
-        block = build_context(
-            caller=caller(tenant, elevate),
-            trigger_prompt=trigger_prompt,
-            butler=butler,
-            token_budget=token_budget,
-            quotas=section_quotas,
-        )
-        return ContextResult(
-            text=block.text,
-            token_count=block.token_count,
-            token_budget=block.token_budget,
-            sections={k: [str(i.memory.id) for i in v] for k, v in block.included.items()},
-            omitted=block.omitted,
-        )
+@dialect.tool()
+def memory_mark_harmful(
+    rule_id: Annotated[str, Field(description="The rule's UUID.", max_length=100)],
+    reason: Annotated[str | None, Field(description="What went wrong.", max_length=2000)] = None,
+) -> MemoryRecord:
+    """Report that applying a rule caused harm. Harm weighs 4x in effectiveness
+    (success / (success + 4 x harmful + 0.01)); the rule may be demoted or become an anti-pattern."""
+    outcome = api.memory_feedback(
+        caller=dialect.caller(), memory_id=rule_id, signal="harmful", kinds=["rule"], reason=reason
+    )
+    return record(outcome.memory)
+
+
+@dialect.tool(aliases=BUTLERS_ALIASES)
+def memory_forget(
+    type: Annotated[MemoryType, Field(description="episode, fact or rule.")],
+    id: MemoryId,
+) -> ForgetResult:
+    """Forget a memory: it is retracted (kept for audit and review, never retrieved again)."""
+    memory = api.memory_forget(caller=dialect.caller(), kind=type, memory_id=id)
+    return ForgetResult(id=str(memory.id), type=memory.kind, validity=memory.validity)
+
+
+@dialect.tool()
+def memory_stats(
+    scope: Annotated[Label | None, Field(description="Count only this scope plus 'global'.")] = None,
+) -> Stats:
+    """Counts and health: facts (total/active/fading/expired), rules (total/candidate/
+    established/proven), episodes (total/unconsolidated/expired) and the episode backlog age."""
+    return Stats(**api.memory_stats(caller=dialect.caller(), scope=scope))
+
+
+@dialect.tool()
+def memory_context(
+    trigger_prompt: Annotated[Query, Field(description="The user's request you are about to work on.")],
+    butler: Annotated[Label, Field(description="Your butler name; selects scoped facts, rules and episodes.")],
+    token_budget: Annotated[
+        int, Field(ge=32, le=100_000, description="Maximum tokens (cl100k_base) of the block.")
+    ] = 3000,
+    section_quotas: Annotated[
+        dict[str, float] | None,
+        Field(description="Optional shares of the budget for 'facts', 'rules', 'episodes'."),
+    ] = None,
+) -> ContextResult:
+    """Build a memory block to put in your system prompt: facts, rules and recent episodes
+    relevant to the prompt, highest-scored first, never more than token_budget tokens."""
+    block = api.build_context(
+        caller=dialect.caller(),
+        trigger_prompt=trigger_prompt,
+        butler=butler,
+        token_budget=token_budget,
+        quotas=section_quotas,
+    )
+    return ContextResult(
+        text=block.text,
+        token_count=block.token_count,
+        token_budget=block.token_budget,
+        sections={k: [str(i.memory.id) for i in v] for k, v in block.included.items()},
+        omitted=block.omitted,
+    )

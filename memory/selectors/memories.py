@@ -14,18 +14,79 @@ from memory import scoring, validation
 from memory.embeddings import embed_one
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity
+from memory.read_model import effective_confidence_of
 from memory.retrieval import RetrievalFilter, channel_hits
-from memory.scoring import ChannelHit
+from memory.scoring import ChannelHit, RetrievalParams
+from policy.boundary import BoundaryDecision, boundary_for, redact_content
 from policy.caller import Caller
 
 SEARCH_MODES = ("hybrid", "semantic", "keyword")
-DEFAULT_K_VEC = 48
-DEFAULT_K_TXT = 48
 
 
 def require_read(caller: Caller) -> None:
     if not caller.has_scope("read"):
         raise PermissionDenied("this token cannot read memories; ask an admin for a token with the 'read' scope.")
+
+
+def retrieval_params(caller: Caller, overrides: RetrievalParams | None = None) -> RetrievalParams:
+    """The parameters of one read, resolved once: the deployment's settings, then
+    the tenant policy's retrieval section (alpha, channel depths, recency
+    half-lives by kind: issue 11), unless a caller passes its own."""
+    if overrides is not None:
+        return overrides
+    policy = caller.policy.retrieval
+    return RetrievalParams.resolve(
+        {
+            "alpha": policy.alpha,
+            "k_vec": policy.k_vec,
+            "k_txt": policy.k_txt,
+            "recency_half_life_days": dict(policy.half_life_days_by_kind),
+            "default_half_life_days": policy.recency_half_life_days,
+        }
+    )
+
+
+# --- boundary-first (issue 11) ----------------------------------------------------------------
+def read_boundary(caller: Caller, use_tags: Sequence[str] | None = None) -> BoundaryDecision:
+    """What this read may see: the caller's tenant policy and the read's use tags
+    (default ``answer:task``). The one retrieval path filters on it in SQL
+    (memory.retrieval.boundary_where); the selectors below filter their own
+    queries with ``MemoryQuerySet.visible_in`` and redact with ``boundary_apply``."""
+    return boundary_for(caller.policy, use_tags)
+
+
+def boundary_apply(decision: BoundaryDecision, memories: Sequence[Memory]) -> None:
+    """Redact, in place, the content of memories whose class the policy redacts
+    (seed 004 redact-before-send). The rows are read copies from here on:
+    Memory.save() refuses them, so a redacted text can never be written back."""
+    for memory in memories:
+        if decision.redact.get(memory.boundary_class):
+            memory.content = redact_content(decision, memory.boundary_class, memory.content)
+            memory._memproj_redacted = True  # type: ignore[attr-defined]
+
+
+def boundary_view(caller: Caller, memory: Memory, use_tags: Sequence[str] | None = None) -> Memory:
+    """A memory a write hands back to its caller (confirm, outcome feedback), as
+    the caller's reads would see it: redacted, or with its content withheld when
+    its class is not visible to them. The write itself is not refused: an agent
+    may confirm or forget what it stored, it just does not get the text back."""
+    decision = read_boundary(caller, use_tags)
+    if memory.boundary_class not in decision.visible:
+        memory.content = f"[WITHHELD: boundary class {memory.boundary_class!r} is not visible to this read]"
+        memory._memproj_redacted = True  # type: ignore[attr-defined]
+    else:
+        boundary_apply(decision, [memory])
+    return memory
+
+
+def memories_for_hits(
+    *, caller: Caller, hits: dict[uuid.UUID, ChannelHit], decision: BoundaryDecision
+) -> list[tuple[Memory, ChannelHit]]:
+    """Load the rows behind channel hits (already boundary-filtered in SQL; the
+    queryset filters again so a hit from any other source cannot leak), redacted."""
+    rows = Memory.objects.for_caller(caller).visible_in(decision.visible).without_vectors().in_bulk(list(hits))
+    boundary_apply(decision, list(rows.values()))
+    return [(rows[pk], hit) for pk, hit in hits.items() if pk in rows]
 
 
 @dataclass
@@ -37,26 +98,9 @@ class ScoredMemory:
     hit: ChannelHit
 
 
-def effective_confidence_of(memory: Memory, now: datetime) -> float | None:
-    if memory.kind == Kind.EPISODE:
-        return None
-    return scoring.effective_confidence(
-        memory.confidence, memory.decay_rate, memory.last_confirmed_at or memory.created_at, now
-    )
-
-
 def tie_break_key(item: ScoredMemory) -> tuple:
     """Seed 000: score DESC, created_at DESC, id ASC."""
     return (-round(item.score, 12), -item.memory.created_at.timestamp(), str(item.memory.id))
-
-
-def _relevance(hit: ChannelHit, mode: str) -> float:
-    if mode == "semantic":
-        return max(0.0, hit.vector_similarity or 0.0)
-    if mode == "keyword":
-        value = hit.text_rank_value or 0.0
-        return value / (1.0 + value)
-    return scoring.fuse(hit)
 
 
 def query_vector(query: str, mode: str) -> list[float] | None:
@@ -71,19 +115,18 @@ def query_vector(query: str, mode: str) -> list[float] | None:
 
 
 def _candidates(
-    *, caller: Caller, query: str, mode: str, flt: RetrievalFilter, k_vec: int, k_txt: int
+    *, caller: Caller, query: str, mode: str, flt: RetrievalFilter, params: RetrievalParams
 ) -> list[tuple[Memory, ChannelHit]]:
+    decision = read_boundary(caller, flt.use_tags)
     vector = query_vector(query, mode)
     hits = channel_hits(
         caller=caller,
         flt=flt,
         query_text=query if mode != "semantic" else None,
-        query_vector=vector,
-        k_vec=k_vec if mode != "keyword" else 0,
-        k_txt=k_txt if mode != "semantic" else 0,
+        query_vector=vector if mode != "keyword" else None,
+        params=params,
     )
-    rows = Memory.objects.for_caller(caller).without_vectors().in_bulk(list(hits))
-    return [(rows[pk], hit) for pk, hit in hits.items() if pk in rows]
+    return memories_for_hits(caller=caller, hits=hits, decision=decision)
 
 
 def memory_search(
@@ -97,9 +140,13 @@ def memory_search(
     min_confidence: float | None = None,
     namespace: Sequence[str] | None = None,
     tags: Sequence[str] | None = None,
+    use_tags: Sequence[str] | None = None,
+    params: RetrievalParams | None = None,
 ) -> list[ScoredMemory]:
     require_read(caller)
+    params = retrieval_params(caller, params)
     query = validation.query(query)
+    decision = read_boundary(caller, use_tags)
     kinds = [validation.kind(t) for t in (types or Kind.values)]
     if not kinds:
         raise InvalidArgument("types must name at least one of episode, fact, rule.")
@@ -117,28 +164,33 @@ def memory_search(
         namespace=namespace,
         tags_all=validation.tags(tags) or None,
         min_confidence=min_confidence,
+        use_tags=decision.use_tags,
     )
     k = max(limit, 1)
+    params = params.with_(k_vec=max(params.k_vec, k), k_txt=max(params.k_txt, k))
+    candidates = _candidates(caller=caller, query=query, mode=mode, flt=flt, params=params)
+    relevance = scoring.channel_relevance({m.id: hit for m, hit in candidates}, mode, params)
     scored = [
         ScoredMemory(
             memory=memory,
-            score=_relevance(hit, mode),
-            relevance=_relevance(hit, mode),
+            score=relevance[memory.id],
+            relevance=relevance[memory.id],
             effective_confidence=effective_confidence_of(memory, now),
             hit=hit,
         )
-        for memory, hit in _candidates(
-            caller=caller, query=query, mode=mode, flt=flt, k_vec=max(DEFAULT_K_VEC, k), k_txt=max(DEFAULT_K_TXT, k)
-        )
+        for memory, hit in candidates
     ]
     scored.sort(key=tie_break_key)
     return scored[:limit]
 
 
-def composite_rank(candidates: list[tuple[Memory, ChannelHit]], now: datetime) -> list[ScoredMemory]:
+def composite_rank(
+    candidates: list[tuple[Memory, ChannelHit]], now: datetime, params: RetrievalParams
+) -> list[ScoredMemory]:
     out = []
+    fused = scoring.fuse_all({m.id: hit for m, hit in candidates}, params)
     for memory, hit in candidates:
-        relevance = scoring.fuse(hit)
+        relevance = fused[memory.id]
         confidence = effective_confidence_of(memory, now)
         reference_time = memory.last_confirmed_at or memory.created_at
         out.append(
@@ -147,7 +199,7 @@ def composite_rank(candidates: list[tuple[Memory, ChannelHit]], now: datetime) -
                 score=scoring.recall_score(
                     relevance=relevance,
                     importance=memory.importance,
-                    recency_value=scoring.recency(reference_time, now),
+                    recency_value=scoring.recency(reference_time, now, params.half_life(memory.kind)),
                     confidence=1.0 if confidence is None else confidence,
                 ),
                 relevance=relevance,
@@ -160,29 +212,49 @@ def composite_rank(candidates: list[tuple[Memory, ChannelHit]], now: datetime) -
 
 
 def memory_recall_candidates(
-    *, caller: Caller, topic: str, scope: str | None = None, limit: int = 10, kinds: Sequence[str] = ("fact", "rule")
+    *,
+    caller: Caller,
+    topic: str,
+    scope: str | None = None,
+    limit: int = 10,
+    kinds: Sequence[str] = ("fact", "rule"),
+    use_tags: Sequence[str] | None = None,
+    params: RetrievalParams | None = None,
 ) -> list[ScoredMemory]:
     """Composite-scored facts and rules (seed 000 memory_recall), without side effects."""
     require_read(caller)
+    decision = read_boundary(caller, use_tags)
+    params = retrieval_params(caller, params)
     topic = validation.query(topic, field="topic")
     limit = validation.limit(limit)
     if scope is not None:
         scope = validation.label(scope, field="scope")
     now = timezone.now()
-    flt = RetrievalFilter(kinds=list(kinds), now=now, scopes=sorted({"global", scope}) if scope else None)
-    candidates = _candidates(
-        caller=caller, query=topic, mode="hybrid", flt=flt, k_vec=max(DEFAULT_K_VEC, limit), k_txt=DEFAULT_K_TXT
+    flt = RetrievalFilter(
+        kinds=list(kinds), now=now, scopes=sorted({"global", scope}) if scope else None, use_tags=decision.use_tags
     )
-    return composite_rank(candidates, now)[:limit]
+    params = params.with_(k_vec=max(params.k_vec, limit))
+    candidates = _candidates(caller=caller, query=topic, mode="hybrid", flt=flt, params=params)
+    return composite_rank(candidates, now, params)[:limit]
 
 
-def memory_fetch(*, caller: Caller, kind: str, memory_id: object) -> Memory:
+def memory_fetch(*, caller: Caller, kind: str, memory_id: object, use_tags: Sequence[str] | None = None) -> Memory:
     require_read(caller)
     kind = validation.kind(kind)
     pk = validation.memory_id(memory_id)
-    memory = Memory.objects.for_caller(caller).filter(pk=pk, kind=kind).without_vectors().first()
+    decision = read_boundary(caller, use_tags)
+    # A memory whose boundary class this read may not see is "not found", like
+    # another tenant's: its existence is not revealed.
+    memory = (
+        Memory.objects.for_caller(caller)
+        .visible_in(decision.visible)
+        .filter(pk=pk, kind=kind)
+        .without_vectors()
+        .first()
+    )
     if memory is None:
         raise NotFound(f"no {kind} with id {pk} in this tenant; check the type and id, or use memory_search.")
+    boundary_apply(decision, [memory])
     return memory
 
 
@@ -258,14 +330,20 @@ def memory_stats(*, caller: Caller, scope: str | None = None) -> dict:
     }
 
 
-def recent_episodes(*, caller: Caller, butler: str, now: datetime, limit: int = 50) -> list[Memory]:
-    return list(
+def recent_episodes(
+    *, caller: Caller, butler: str, now: datetime, limit: int = 50, use_tags: Sequence[str] | None = None
+) -> list[Memory]:
+    decision = read_boundary(caller, use_tags)
+    episodes = list(
         Memory.objects.for_caller(caller)
         .retrievable(now)
+        .visible_in(decision.visible)
         .filter(kind=Kind.EPISODE, butler=butler)
         .without_vectors()
         .order_by("-created_at", "id")[:limit]
     )
+    boundary_apply(decision, episodes)
+    return episodes
 
 
 def memory_ids(items: Sequence[ScoredMemory]) -> list[uuid.UUID]:

@@ -1,6 +1,6 @@
 """The one writer of the audit log, its event types, and the chain check.
 
-Every event is appended through ``memproj_events_append`` (migration 0008),
+Every event is appended through ``memproj_events_append`` (migration 0025),
 which serialises a tenant's appends with an advisory lock and chains each row
 to the tenant's previous one: ``hash = sha256(prev_hash, tenant, type, memory
 id, memory kind, actor, payload, created_at)``. ``chain_verify`` restates the
@@ -32,8 +32,15 @@ class EventType(models.TextChoices):
     CONFIRMED = "confirmed"
     RETRACTED = "retracted"
     RESTORED = "restored"
+    # One per outcome signal (memory/outcomes.py::Signal): ``marked_<signal>``.
     MARKED_HELPFUL = "marked_helpful"
     MARKED_HARMFUL = "marked_harmful"
+    MARKED_WORKED = "marked_worked"
+    MARKED_PARTIAL = "marked_partial"
+    MARKED_FAILED = "marked_failed"
+    MARKED_UNKNOWN = "marked_unknown"
+    MARKED_OUTDATED = "marked_outdated"
+    MARKED_DUPLICATE = "marked_duplicate"
     MATURITY_CHANGED = "maturity_changed"
     REEMBED_REQUESTED = "reembed_requested"
     ADMIN_REVIEW = "admin_review"

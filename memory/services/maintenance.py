@@ -40,6 +40,7 @@ from memory.models import (
     MemoryLink,
     Validity,
 )
+from memory.outcomes import maturity_set
 from memory.services.events import EventType, NewEvent, events_append
 from memory.services.followups import followups_embedded
 from memory.services.memories import memory_embed_batch
@@ -250,13 +251,7 @@ def rules_maturity(
             after = _settled_maturity(rule, now)
             if after == before:
                 continue
-            rule.maturity = after
-            update = ["maturity", "updated_at"]
-            if after in scoring.MATURITY_CONFIDENCE:
-                rule.confidence = scoring.MATURITY_CONFIDENCE[after]
-                rule.last_confirmed_at = now
-                update += ["confidence", "last_confirmed_at"]
-            rule.save(update_fields=update)
+            rule.save(update_fields=[*maturity_set(rule, after, now), "updated_at"])
             _audit_rows(
                 [(rule.pk, rule.tenant_id, Kind.RULE)],
                 EventType.MATURITY_CHANGED,
@@ -386,7 +381,7 @@ def _purge_events(
     memory_ids: list[uuid.UUID] | None = None,
     principal_id: uuid.UUID | None = None,
 ) -> int:
-    """The audit log refuses every UPDATE, DELETE and TRUNCATE (migration 0008)
+    """The audit log refuses every UPDATE, DELETE and TRUNCATE (migration 0025)
     except inside ``memproj_purge_events``, a function that runs as the table's
     owner, re-chains what remains and appends the purge event itself."""
     with connection.cursor() as cursor:

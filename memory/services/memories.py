@@ -19,12 +19,14 @@ from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
 from memory.retrieval import vector_literal
+from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, event_append
 from memory.services.followups import followups_for_write
 from policy.caller import Caller
+from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
 
-def _require_write(caller: Caller) -> None:
+def require_write(caller: Caller) -> None:
     if not caller.has_scope("write"):
         raise PermissionDenied("this token is read-only; ask an admin for a token with the 'write' scope.")
 
@@ -56,6 +58,11 @@ def _after_commit(memory: Memory) -> None:
 
 
 def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
+    # Seed 004 scope TTLs (session / project / principle) come from the tenant
+    # policy; other scopes (seed 000 butler scopes, 'global') have none.
+    if fields.get("expires_at") is None and fields.get("scope") in caller.policy.scopes:
+        ttl = caller.policy.ttl_for(fields["scope"])
+        fields["expires_at"] = timezone.now() + ttl if ttl is not None else None
     memory = Memory(
         tenant_id=caller.tenant_id,
         principal_id=caller.principal_id if caller.elevated_from is None else None,
@@ -85,14 +92,18 @@ def episode_store(
     metadata: dict[str, Any] | None = None,
     ttl: timedelta | None = None,
 ) -> Memory:
-    _require_write(caller)
+    require_write(caller)
     content = validation.text(content, field="content")
     butler = validation.label(butler, field="butler")
     session = validation.label(session_id, field="session_id") if session_id else ""
     importance = validation.number(importance, field="importance", low=0, high=10)
     scope = validation.label(scope, field="scope")
     tag_list = validation.tags(tags)
-    ttl = ttl if ttl is not None else timedelta(days=settings.MEMPROJ["EPISODE_TTL_DAYS"])
+    if ttl is None:
+        # Episodes are seed 004's session scope: the tenant policy's session TTL
+        # decides their expiry (7 d by default); 'inf' keeps them 100 years, since
+        # an episode always carries an expiry.
+        ttl = caller.policy.ttl_for("session") or timedelta(days=36500)
     embedding = _embed_for_store(content)
     now = timezone.now()
     with transaction.atomic():
@@ -160,8 +171,10 @@ def fact_store(
     confidence: float = 1.0,
     source: str = "",
     metadata: dict[str, Any] | None = None,
+    boundary_class: str = DEFAULT_BOUNDARY_CLASS,
 ) -> FactStoreResult:
-    _require_write(caller)
+    require_write(caller)
+    boundary_class = validation.choice(boundary_class, field="boundary_class", allowed=BOUNDARY_CLASSES)
     subject = validation.text(subject, field="subject", max_chars=200)
     predicate = validation.text(predicate, field="predicate", max_chars=200)
     content = validation.text(content, field="content")
@@ -208,6 +221,7 @@ def fact_store(
             namespace=namespace,
             source=source,
             metadata=metadata or {},
+            boundary_class=boundary_class,
         )
         event_append(
             caller=caller,
@@ -228,9 +242,11 @@ def rule_store(
     tags: Iterable[str] | None = None,
     metadata: dict[str, Any] | None = None,
     source: str = "",
+    boundary_class: str = DEFAULT_BOUNDARY_CLASS,
 ) -> Memory:
-    _require_write(caller)
+    require_write(caller)
     content = validation.text(content, field="content")
+    boundary_class = validation.choice(boundary_class, field="boundary_class", allowed=BOUNDARY_CLASSES)
     scope = validation.label(scope, field="scope")
     tag_list = validation.tags(tags)
     embedding = _embed_for_store(content)
@@ -249,6 +265,7 @@ def rule_store(
             last_confirmed_at=timezone.now(),
             source=source,
             metadata=metadata or {},
+            boundary_class=boundary_class,
         )
         event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=EventType.STORED)
         _after_commit(memory)
@@ -268,7 +285,7 @@ def memory_lock(*, caller: Caller, memory_id: object, kinds: Iterable[str]) -> M
 
 
 def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
-    _require_write(caller)
+    require_write(caller)
     kind = validation.kind(kind)
     if kind == Kind.EPISODE:
         raise InvalidArgument("episodes have no confidence decay, so they cannot be confirmed; confirm a fact or rule.")
@@ -282,60 +299,13 @@ def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
             fields.append("fact_state_changes_at")
         memory.save(update_fields=fields)
         event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=EventType.CONFIRMED)
-    return memory
-
-
-def rule_record_outcome(*, caller: Caller, rule_id: object, helpful: bool, reason: str | None = None) -> Memory:
-    """The one outcome counter for rules: helpful -> success, harmful -> harmful;
-    both count an application, recompute effectiveness and re-evaluate maturity."""
-    _require_write(caller)
-    if reason is not None:
-        reason = validation.text(reason, field="reason", max_chars=2000)
-    with transaction.atomic():
-        rule = memory_lock(caller=caller, memory_id=rule_id, kinds=[Kind.RULE])
-        before = rule.maturity
-        if helpful:
-            rule.success_count += 1
-        else:
-            rule.harmful_count += 1
-        rule.applied_count += 1
-        rule.last_applied_at = timezone.now()
-        rule.effectiveness_score = scoring.rule_effectiveness(rule.success_count, rule.harmful_count)
-        rule.maturity = scoring.rule_maturity(
-            maturity=rule.maturity or Maturity.CANDIDATE,
-            success=rule.success_count,
-            harmful=rule.harmful_count,
-            age_days=scoring.days_between(rule.created_at, rule.last_applied_at),
-        )
-        if rule.maturity in scoring.MATURITY_CONFIDENCE and rule.maturity != before:
-            rule.confidence = scoring.MATURITY_CONFIDENCE[rule.maturity]
-            rule.last_confirmed_at = rule.last_applied_at
-        rule.save()
-        payload: dict[str, Any] = {"effectiveness_score": rule.effectiveness_score}
-        if reason:
-            payload["reason"] = reason
-        event_append(
-            caller=caller,
-            tenant_id=caller.tenant_id,
-            memory=rule,
-            event_type=EventType.MARKED_HELPFUL if helpful else EventType.MARKED_HARMFUL,
-            payload=payload,
-        )
-        if rule.maturity != before:
-            event_append(
-                caller=caller,
-                tenant_id=caller.tenant_id,
-                memory=rule,
-                event_type=EventType.MATURITY_CHANGED,
-                payload={"from": before, "to": rule.maturity},
-            )
-    return rule
+    return boundary_view(caller, memory)  # the answer shows content: boundary rules apply (issue 11)
 
 
 def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     """Soft delete: the row stays for audit and the dashboard, retrieval skips it.
     Facts, rules and episodes all use the canonical validity ``retracted``."""
-    _require_write(caller)
+    require_write(caller)
     kind = validation.kind(kind)
     with transaction.atomic():
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
@@ -364,7 +334,7 @@ def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -
 def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: str = "explicit") -> Memory:
     """Mark ``old`` as replaced by ``new`` (the one supersession mechanism, used by
     fact_store's automatic path, memento's supersede_memory and admin review)."""
-    _require_write(caller)
+    require_write(caller)
     old_pk, new_pk = validation.memory_id(old_id), validation.memory_id(new_id)
     if old_pk == new_pk:
         raise InvalidArgument("a memory cannot supersede itself; pass two different ids.")
@@ -395,7 +365,7 @@ def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: 
 def memory_restore(*, caller: Caller, memory_id: object) -> Memory:
     """Undo a retraction or supersession (admin review). A fact comes back only
     if no other active fact holds its subject+predicate."""
-    _require_write(caller)
+    require_write(caller)
     with transaction.atomic():
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=Kind.values)
         if memory.validity == Validity.ACTIVE:

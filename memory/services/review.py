@@ -10,9 +10,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from memory import scoring, validation
+from memory import validation
 from memory.errors import EmbeddingUnavailable, InvalidArgument, PermissionDenied
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, MemoryEvent
+from memory.outcomes import maturity_set
 from memory.services.events import EventType, event_append
 from memory.services.memories import memory_embed, memory_lock
 from policy.caller import Caller
@@ -25,7 +26,7 @@ def _require_admin(caller: Caller) -> None:
 
 def rule_set_maturity(*, caller: Caller, rule_id: object, maturity: str, reason: str = "") -> Memory:
     """Promote or demote a rule by hand. The confidence follows the maturity the
-    same way it does when outcomes move it (``scoring.MATURITY_CONFIDENCE``), so
+    same way it does when outcomes move it (``outcomes.maturity_set``), so
     a hand-promoted rule ranks like an earned one. Setting the maturity a rule
     already has changes nothing and records nothing."""
     _require_admin(caller)
@@ -37,13 +38,7 @@ def rule_set_maturity(*, caller: Caller, rule_id: object, maturity: str, reason:
         before = rule.maturity
         if before == maturity:
             return rule
-        rule.maturity = maturity
-        fields = ["maturity", "updated_at"]
-        if maturity in scoring.MATURITY_CONFIDENCE:
-            rule.confidence = scoring.MATURITY_CONFIDENCE[maturity]
-            rule.last_confirmed_at = timezone.now()
-            fields += ["confidence", "last_confirmed_at"]
-        rule.save(update_fields=fields)
+        rule.save(update_fields=[*maturity_set(rule, maturity, timezone.now()), "updated_at"])
         payload: dict[str, Any] = {"from": before, "to": maturity, "manual": True}
         if reason:
             payload["reason"] = reason

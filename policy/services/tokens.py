@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from memory.errors import PermissionDenied
-from memory.services.events import EventType, event_append
 from policy.caller import Caller
+from policy.errors import PermissionDenied
 from policy.models import ApiToken, Principal, Tenant
 
 TOKEN_PREFIX = "mp_"  # noqa: S105 - a public prefix, not a secret
@@ -88,19 +87,19 @@ def token_authenticate(token: str) -> Caller | None:
 def caller_for_target_tenant(*, caller: Caller, tenant: str | None, elevate: bool = False) -> Caller:
     """Seed 000: the tenant comes from the token. A non-admin naming any tenant is
     refused; an admin reaches another tenant only with an explicit elevation (a
-    token with the 'elevate' scope and elevate=true), and that access is audited."""
+    token with the 'elevate' scope and elevate=true). The decision only: the
+    caller of this function records the elevation in the audit log."""
     if tenant is None or tenant == "":
         if elevate:
             raise PermissionDenied("elevate=true needs a target tenant; name it with the tenant argument.")
         return caller
-    if not caller.is_admin:
+    if not caller.may_elevate:
         raise PermissionDenied(
-            "the tenant is taken from your token; non-admin callers may not pass a tenant. Remove the tenant argument."
+            "the tenant is taken from your token; only admin tokens with the 'elevate' scope may name a tenant. "
+            "Remove the tenant argument."
         )
-    if not elevate or "elevate" not in caller.scopes:
-        raise PermissionDenied(
-            "cross-tenant access needs explicit elevation: an admin token with the 'elevate' scope and elevate=true."
-        )
+    if not elevate:
+        raise PermissionDenied("cross-tenant access needs explicit elevation: pass elevate=true with the tenant.")
     target = Tenant.objects.filter(slug=tenant).first()
     if target is None:
         try:
@@ -109,11 +108,4 @@ def caller_for_target_tenant(*, caller: Caller, tenant: str | None, elevate: boo
             target = None
     if target is None:
         raise PermissionDenied(f"no tenant {tenant!r}.")
-    elevated = caller.acting_on(target.id)
-    event_append(
-        caller=elevated,
-        tenant_id=target.id,
-        event_type=EventType.TENANT_ELEVATION,
-        payload={"from_tenant": str(caller.tenant_id), "principal": str(caller.principal_id)},
-    )
-    return elevated
+    return caller.acting_on(target.id)

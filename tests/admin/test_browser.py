@@ -16,7 +16,8 @@ import pytest
 from django.utils import timezone
 
 from memory.models import ConflictCandidate, EmbeddingStatus, Memory, MemoryEvent
-from memory.services.memories import episode_store, fact_store, rule_record_outcome, rule_store
+from memory.services.feedback import memory_feedback
+from memory.services.memories import episode_store, fact_store, rule_store
 from tests.admin.conftest import PASSWORD
 
 CHROMIUM = "/usr/bin/chromium"
@@ -80,9 +81,9 @@ def seed_tenant(caller, tenant) -> Memory:
         rule_store(caller=caller, content="Answer billing questions with the invoice id first"),
     ]
     for _ in range(6):
-        rule_record_outcome(caller=caller, rule_id=rules[0].pk, helpful=True)
+        memory_feedback(caller=caller, memory_id=rules[0].pk, signal="helpful")
     for _ in range(3):
-        rule_record_outcome(caller=caller, rule_id=rules[2].pk, helpful=False)
+        memory_feedback(caller=caller, memory_id=rules[2].pk, signal="harmful")
     pending = episode_store(caller=caller, content="Agent noted a flaky test in CI", butler="ops")
     Memory.objects.filter(pk=pending.pk).update(embedding_status=EmbeddingStatus.PENDING)
     a = fact_store(

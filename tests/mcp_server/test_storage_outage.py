@@ -46,7 +46,7 @@ async def test_http_answers_503_with_retry_after_and_the_storage_error(member, d
     assert response.headers["retry-after"] == "5"
     error = response.json()["error"]
     assert error["data"]["code"] == "STORAGE_ERROR"
-    assert error["message"].startswith("[STORAGE_ERROR] the database is unavailable")
+    assert error["message"].startswith("[STORAGE_ERROR] the memory store is unavailable")
     assert "Traceback" not in response.text and "connection" not in response.text.lower()
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from mcp_server.toolsets import TOOLSETS
 from memory.models import Memory, MemoryEvent
 from tests.conftest import call, call_error
 
@@ -76,3 +79,37 @@ async def test_tenant_b_cannot_read_or_change_tenant_a(member, outsider, mcp_cli
         stats = await call(client_a, "memory_stats")
     assert {r["id"] for r in found["results"]} == set(ids.values())
     assert stats["facts"]["total"] == 1 and stats["episodes"]["total"] == 1 and stats["rules"]["total"] == 1
+
+
+@pytest.mark.parametrize("toolset", sorted(TOOLSETS))
+async def test_every_tool_of_every_dialect_keeps_tenant_a_out_of_reach(toolset, member, outsider, mcp_client_for):
+    """Tenant B calls every tool of the dialect with tenant A's ids in every id-like
+    argument and A's words in every text argument: nothing of A's comes back and
+    nothing of A's changes. Runs for each registered dialect."""
+    from tests.mcp_server.test_dialect_contract import _minimal_arguments
+
+    async with mcp_client_for(member) as client_a:
+        ids = await _seed_tenant_a(client_a)
+    before = await _snapshot("tenant-a")
+    events_before = await MemoryEvent.objects.filter(tenant__slug="tenant-a").acount()
+
+    async with mcp_client_for(outsider, toolset) as b:
+        tools = {tool.name: tool.input_schema for tool in (await b.list_tools()).tools}
+        for name, schema in tools.items():
+            for memory_id in ids.values():
+                arguments = _minimal_arguments(schema)
+                for prop, spec in schema.get("properties", {}).items():
+                    if prop not in arguments and spec.get("type") != "string":
+                        continue
+                    if prop.endswith("id") or prop.endswith("_id") or prop == "id":
+                        arguments[prop] = memory_id
+                    elif spec.get("type") == "string" and "enum" not in spec:
+                        arguments[prop] = "shellfish allergy"
+                result = await b.call_tool(name, arguments)
+                answer = json.dumps(result.structured_content or {}) + " ".join(
+                    getattr(block, "text", "") for block in result.content
+                )
+                assert "tenant a's" not in answer.lower(), (name, answer[:300])
+
+    assert await _snapshot("tenant-a") == before
+    assert await MemoryEvent.objects.filter(tenant__slug="tenant-a").acount() == events_before

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from memory.embeddings import get_embedder
 from memory.models import ConflictCandidate, Memory, MemoryEvent, MemoryLink
-from memory.services.memories import episode_store, fact_store, rule_record_outcome, rule_store
+from memory.services.feedback import memory_feedback
+from memory.services.memories import episode_store, fact_store, rule_store
 from memproj.celery import app
 from tests.conftest import make_identity
 from tests.workers.conftest import in_flight, wait_until
@@ -83,7 +84,7 @@ def _seed_work_for_every_task():
         ).memory
         rule = rule_store(caller=outsider.caller, content="Run the migrations before the tests")
         for _ in range(15):
-            rule_record_outcome(caller=outsider.caller, rule_id=rule.id, helpful=True)
+            memory_feedback(caller=outsider.caller, memory_id=rule.id, signal="helpful")
     with time_machine.travel(now - timedelta(minutes=10)):
         pending = fact_store(caller=member.caller, subject="user", predicate="os", content="User runs Debian").memory
     # As if the embedder had been down at write time and the write-time task had given up.

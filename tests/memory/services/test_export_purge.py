@@ -13,7 +13,8 @@ from memory.consolidators import get_consolidator
 from memory.models import ConflictCandidate, Memory, MemoryEvent, MemoryLink
 from memory.services.conflicts import memory_conflict_check
 from memory.services.consolidation import episodes_consolidate
-from memory.services.memories import episode_store, fact_store, memory_forget, rule_record_outcome, rule_store
+from memory.services.feedback import memory_feedback
+from memory.services.memories import episode_store, fact_store, memory_forget, rule_store
 from policy.models import ApiToken, Principal
 from tests.conftest import make_identity
 
@@ -28,7 +29,7 @@ def populate(identity):
     contradiction = fact_store(caller=caller, subject="user", predicate="home town", content="User lives in Munich")
     memory_conflict_check(memory_id=contradiction.memory.id)
     rule = rule_store(caller=caller, content="Answer in German", metadata={"why": "user asked"})
-    rule_record_outcome(caller=caller, rule_id=rule.id, helpful=False, reason="user switched to English")
+    memory_feedback(caller=caller, memory_id=rule.id, signal="harmful", reason="user switched to English")
     for text in ["User prefers dark mode in the editor", "The user likes dark mode for the editor"] * 2:
         episode_store(caller=caller, content=text, butler="assistant", session_id="s-1")
     episodes_consolidate(tenant_id=caller.tenant_id, consolidator=get_consolidator("offline"))

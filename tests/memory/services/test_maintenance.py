@@ -13,7 +13,8 @@ from memory.errors import EmbeddingUnavailable
 from memory.models import EmbeddingStatus, Kind, Memory, MemoryEvent
 from memory.selectors.memories import memory_search
 from memory.services import maintenance
-from memory.services.memories import episode_store, fact_store, memory_confirm, rule_record_outcome, rule_store
+from memory.services.feedback import memory_feedback
+from memory.services.memories import episode_store, fact_store, memory_confirm, rule_store
 from tests.conftest import make_identity
 
 pytestmark = pytest.mark.django_db
@@ -115,7 +116,7 @@ def test_rule_maturity_sweep_promotes_by_age(member):
     start = timezone.now()
     rule = rule_store(caller=member.caller, content="Run the migrations before the tests")
     for _ in range(15):
-        rule_record_outcome(caller=member.caller, rule_id=rule.id, helpful=True)
+        memory_feedback(caller=member.caller, memory_id=rule.id, signal="helpful")
     rule.refresh_from_db()
     assert rule.maturity == "established"  # 15 successes, but not 30 days old yet
     assert maintenance.rules_maturity().processed == 0

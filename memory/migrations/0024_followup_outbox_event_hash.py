@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0006_fact_state_db_default"),
+        ("memory", "0023_knowledge_graph_and_active_contexts"),
         ("policy", "0001_initial"),
     ]
 

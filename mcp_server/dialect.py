@@ -1,0 +1,420 @@
+"""What every dialect (toolset) shares: the argument contract, caller resolution
+and elevation, and the error guard. A dialect module declares a ``Dialect`` with
+its own error vocabulary and decorates module-level tool functions with
+``@dialect.tool()``; this module makes sure that
+
+- every advertised ``inputSchema`` carries ``additionalProperties: false`` and its
+  real bounds, and the server enforces exactly that schema (no silent dropping of
+  unknown arguments, no coercion of ``true`` into ``1``) before a tool runs;
+- a tenant selector (``tenant``, ``tenant_id``, ``tenantId``, ``tenant_slug``) is
+  refused with the dialect's authorization error unless the caller may elevate,
+  and an elevation is audited; only such callers see ``tenant`` / ``elevate`` in
+  the schema;
+- upstream argument aliases are translated before validation;
+- a tool error's text is exactly what the dialect renders (no SDK prefix), and no
+  traceback, pydantic dump or internal detail ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, close_old_connections
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError as SchemaError
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_REQUEST, CallToolResult, TextContent
+from mcp_types import Tool as MCPTool
+from pydantic import AnyHttpUrl
+
+from mcp_server.auth import MemprojTokenVerifier, current_caller
+from memory import api
+from policy.caller import Caller
+from policy.errors import DomainError, PermissionDenied, StorageUnavailable
+from policy.services.tokens import caller_for_target_tenant
+
+logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+TENANT_SELECTORS = ("tenant", "tenant_id", "tenantId", "tenant_slug")
+ELEVATE = "elevate"
+ELEVATION_SCHEMA = {
+    "tenant": {
+        "type": "string",
+        "maxLength": 100,
+        "description": "Admins with the 'elevate' scope only, with elevate=true: act on another tenant (slug or id).",
+    },
+    ELEVATE: {"type": "boolean", "description": "Confirm an explicit cross-tenant elevation."},
+}
+DEFAULT_PAYLOAD_LIMIT = 256 * 1024  # bytes of JSON arguments
+
+
+@dataclass(frozen=True)
+class CallSelection:
+    """Per call: the authenticated caller and any tenant selection it asked for."""
+
+    caller: Caller
+    tenant: str | None
+    elevate: bool
+
+
+_selection: contextvars.ContextVar[CallSelection | None] = contextvars.ContextVar("dialect_selection", default=None)
+_acting: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_caller", default=None)
+_call_as: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_call_as", default=None)
+# Per-connection options (langmem's namespace template, ...): HTTP query
+# parameters of the endpoint, or the stdio launcher's flags.
+connection_options: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "dialect_connection_options", default=None
+)
+
+
+class DialectFailure(ToolError):
+    """A failure already rendered in the dialect's vocabulary."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+ErrorRenderer = Callable[[str, str], str]
+
+
+def bracketed(code: str, message: str) -> str:
+    """The `memory` dialect's (and the default) rendering: ``[CODE] message``."""
+    return f"[{code}] {message}"
+
+
+@dataclass
+class ToolSpec:
+    fn: Callable[..., Any]
+    name: str
+    payload_limit: int
+    timeout: float | None
+    aliases: Mapping[str, str]
+    input_schema: Mapping[str, Any] | None
+
+
+@dataclass
+class Dialect:
+    """One tool dialect: a name (the toolset), server instructions, its error
+    vocabulary, and its tools. ``render_error(code, message)`` turns a core code
+    (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, EMBEDDING_ERROR,
+    STORAGE_ERROR, INTERNAL, or a dialect's own) into the exact text of the
+    tool error."""
+
+    name: str
+    instructions: str
+    render_error: ErrorRenderer = bracketed
+    # A schema violation of these arguments gets this code instead of
+    # INVALID_ARGUMENT (e.g. pce's INVALID_SCOPE for `scope`).
+    argument_codes: Mapping[str, str] = field(default_factory=dict)
+    tools: list[ToolSpec] = field(default_factory=list)
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        timeout: float | None = None,
+        aliases: Mapping[str, str] | None = None,
+        input_schema: Mapping[str, Any] | None = None,
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Register a sync tool function. ``aliases`` maps upstream argument
+        names to this tool's (e.g. butlers' ``memory_id`` -> ``id``);
+        ``input_schema`` advertises and enforces a seed's schema verbatim instead
+        of the one derived from the signature."""
+
+        def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+            self.tools.append(
+                ToolSpec(
+                    fn=self._guard(fn),
+                    name=name or fn.__name__,
+                    payload_limit=payload_limit,
+                    timeout=timeout,
+                    aliases=dict(aliases or {}),
+                    input_schema=input_schema,
+                )
+            )
+            return fn
+
+        return decorate
+
+    def caller(self) -> Caller:
+        """The caller the current tool call acts as (after any audited elevation)."""
+        acting = _acting.get()
+        if acting is None:
+            raise RuntimeError("dialect.caller() called outside a tool call")
+        return acting
+
+    def options(self) -> Mapping[str, str]:
+        return connection_options.get() or {}
+
+    def failure(self, code: str, message: str) -> DialectFailure:
+        return DialectFailure(self.render_error(code, message))
+
+    def _guard(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """Runs in the tool's worker thread: fresh DB connections, the caller
+        resolved (elevation audited), and every exception rendered."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            close_old_connections()
+            try:
+                selection = _selection.get()
+                if selection is None:
+                    raise PermissionDenied("no credentials: send Authorization: Bearer <token>.")
+                token = _acting.set(resolve_caller(selection))
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    _acting.reset(token)
+            except DialectFailure:
+                raise
+            except DomainError as exc:
+                raise self.failure(exc.code, str(exc)) from exc
+            except (DatabaseError, InterfaceError) as exc:
+                logger.warning("storage failure in %s.%s: %r", self.name, fn.__name__, exc)
+                raise self.failure(
+                    StorageUnavailable.code, "the memory store is unavailable right now; retry in a few seconds."
+                ) from exc
+            except Exception as exc:
+                logger.exception("unexpected failure in %s.%s", self.name, fn.__name__)
+                raise self.failure("INTERNAL", "unexpected internal error; it has been logged.") from exc
+            finally:
+                close_old_connections()
+
+        return wrapper
+
+
+def resolve_caller(selection: CallSelection) -> Caller:
+    """Seed 000's tenant rule for every dialect; an elevation is audited in the target tenant."""
+    acting = caller_for_target_tenant(caller=selection.caller, tenant=selection.tenant, elevate=selection.elevate)
+    if acting.elevated_from is not None:
+        api.elevation_audit(caller=acting)
+    return acting
+
+
+def strict_schema(parameters: dict[str, Any]) -> dict[str, Any]:
+    schema = dict(parameters)
+    schema["additionalProperties"] = False
+    schema.setdefault("properties", {})
+    return schema
+
+
+def _describe(error: SchemaError, schema: Mapping[str, Any]) -> str:
+    """A schema violation as a sentence that names the argument and never echoes
+    the (possibly huge or hostile) value."""
+    where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+    rule, expected = error.validator, error.validator_value
+    if rule == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        unknown = ", ".join(repr(e) for e in extra) or "an argument"
+        return f"unknown argument {unknown}; this tool takes: {', '.join(allowed)}."
+    if rule == "required":
+        missing = [r for r in expected if isinstance(error.instance, dict) and r not in error.instance]
+        return f"missing required argument {', '.join(repr(m) for m in missing)}."
+    messages = {
+        "type": lambda: f"{where} must be of type {expected if isinstance(expected, str) else ' or '.join(expected)}.",
+        "minimum": lambda: f"{where} must be >= {expected}.",
+        "maximum": lambda: f"{where} must be <= {expected}.",
+        "exclusiveMinimum": lambda: f"{where} must be > {expected}.",
+        "exclusiveMaximum": lambda: f"{where} must be < {expected}.",
+        "minLength": lambda: f"{where} must be at least {expected} characters.",
+        "maxLength": lambda: f"{where} is over the limit of {expected} characters.",
+        "minItems": lambda: f"{where} must have at least {expected} items.",
+        "maxItems": lambda: f"{where} allows at most {expected} items.",
+        "enum": lambda: f"{where} must be one of {', '.join(map(str, expected))}.",
+        "const": lambda: f"{where} must be {expected!r}.",
+        "pattern": lambda: f"{where} must match {expected}.",
+    }
+    if rule in messages:
+        return messages[rule]()
+    if rule in ("anyOf", "oneOf"):
+        # e.g. `str | None`: report the first branch that is not null.
+        for branch in error.context or []:
+            if branch.validator != "type" or branch.validator_value != "null":
+                return _describe(branch, schema)
+    return f"{where} is not valid ({rule})."
+
+
+def _text_problem(value: Any, where: str = "") -> str | None:
+    """NUL and lone surrogates pass JSON Schema but not PostgreSQL or UTF-8."""
+    name = where or "arguments"
+    if isinstance(value, str):
+        if "\x00" in value:
+            return f"{name} must not contain NUL characters."
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{name} is not valid Unicode text (it contains a lone surrogate)."
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = f"{where}.{key}" if where else str(key)
+            problem = _text_problem(key, name) or _text_problem(item, inner)
+            if problem:
+                return problem
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            problem = _text_problem(item, f"{name}[{index}]")
+            if problem:
+                return problem
+    return None
+
+
+class DialectServer(MCPServer[Any]):
+    """An MCPServer that applies the dialect's argument contract and error rendering."""
+
+    def __init__(self, dialect: Dialect, *, static_caller: Caller | None, **kwargs: Any) -> None:
+        super().__init__(f"memproj-{dialect.name}", instructions=dialect.instructions, log_level="WARNING", **kwargs)
+        self.dialect = dialect
+        self.static_caller = static_caller
+        self.specs: dict[str, ToolSpec] = {}
+        self.validators: dict[str, Draft202012Validator] = {}
+        for spec in dialect.tools:
+            self.add_tool(spec.fn, name=spec.name)
+            tool = self._tool_manager.get_tool(spec.name)
+            assert tool is not None
+            tool.parameters = strict_schema(dict(spec.input_schema or tool.parameters))
+            self.specs[spec.name] = spec
+            self.validators[spec.name] = Draft202012Validator(tool.parameters)
+
+    def _caller(self) -> Caller:
+        override = _call_as.get()
+        if override is not None:
+            return override
+        return current_caller(static_caller=self.static_caller, toolset=self.dialect.name)
+
+    async def call_as(self, caller: Caller, name: str, arguments: dict[str, Any]) -> Any:
+        """A tool call on behalf of an already authenticated caller (a plain HTTP
+        surface of a dialect), with the same contract and error rendering."""
+        if not caller.may_use_toolset(self.dialect.name):
+            return self._error(
+                PermissionDenied.code, f"this token is not allowed to use the {self.dialect.name!r} toolset."
+            )
+        token = _call_as.set(caller)
+        try:
+            return await self.call_tool(name, arguments)
+        finally:
+            _call_as.reset(token)
+
+    async def list_tools(self) -> list[MCPTool]:
+        try:
+            caller = self._caller()
+        except DomainError as exc:
+            raise MCPError(code=INVALID_REQUEST, message=self.dialect.render_error(exc.code, str(exc))) from exc
+        tools = await super().list_tools()
+        if not caller.may_elevate:
+            return tools
+        return [
+            tool.model_copy(
+                update={
+                    "input_schema": {
+                        **tool.input_schema,
+                        "properties": {**tool.input_schema.get("properties", {}), **ELEVATION_SCHEMA},
+                    }
+                }
+            )
+            for tool in tools
+        ]
+
+    def _error(self, code: str, message: str) -> CallToolResult:
+        return CallToolResult(
+            content=[TextContent(type="text", text=self.dialect.render_error(code, message))], is_error=True
+        )
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        spec = self.specs.get(name)
+        if spec is None:
+            return self._error(
+                "INVALID_ARGUMENT", f"unknown tool {name!r}; available: {', '.join(sorted(self.specs))}."
+            )
+        try:
+            caller = self._caller()
+        except DomainError as exc:
+            return self._error(exc.code, str(exc))
+        if not isinstance(arguments, dict):
+            return self._error("INVALID_ARGUMENT", "arguments must be a JSON object.")
+        if (
+            len(json.dumps(arguments, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+            > spec.payload_limit
+        ):
+            return self._error(
+                "INVALID_ARGUMENT", f"the arguments exceed this tool's payload limit of {spec.payload_limit} bytes."
+            )
+        arguments = dict(arguments)
+        selectors = {key: arguments.pop(key) for key in TENANT_SELECTORS if key in arguments}
+        elevate = arguments.pop(ELEVATE, False)
+        if selectors and not caller.may_elevate:
+            return self._error(
+                PermissionDenied.code,
+                f"the tenant is taken from your token; remove {', '.join(sorted(selectors))}: only admin tokens with "
+                "the 'elevate' scope may name a tenant.",
+            )
+        if len(selectors) > 1 or not isinstance(elevate, bool):
+            return self._error("INVALID_ARGUMENT", "name the target tenant once, with tenant=<slug> and elevate=true.")
+        tenant = next(iter(selectors.values()), None)
+        if tenant is not None and not isinstance(tenant, str):
+            return self._error("INVALID_ARGUMENT", "tenant must be a string (a tenant slug or id).")
+        for alias, canonical in spec.aliases.items():
+            if alias in arguments:
+                if canonical in arguments:
+                    return self._error("INVALID_ARGUMENT", f"pass either {alias!r} or {canonical!r}, not both.")
+                arguments[canonical] = arguments.pop(alias)
+        problem = _text_problem(arguments)
+        if problem:
+            return self._error("INVALID_ARGUMENT", problem)
+        tool = self._tool_manager.get_tool(name)
+        assert tool is not None
+        error = next(iter(sorted(self.validators[name].iter_errors(arguments), key=lambda e: e.path)), None)
+        if error is not None:
+            argument = str(error.absolute_path[0]) if error.absolute_path else ""
+            code = self.dialect.argument_codes.get(argument, "INVALID_ARGUMENT")
+            return self._error(code, _describe(error, tool.parameters))
+        token = _selection.set(CallSelection(caller=caller, tenant=tenant, elevate=elevate))
+        try:
+            if spec.timeout is None:
+                return await super().call_tool(name, arguments, context)
+            # A worker thread cannot be interrupted: answer at the deadline and
+            # let the (transactional) call finish or roll back on its own.
+            running = asyncio.ensure_future(super().call_tool(name, arguments, context))
+            return await asyncio.wait_for(asyncio.shield(running), spec.timeout)
+        except TimeoutError:
+            return self._error("TIMEOUT", f"{name} did not finish within {spec.timeout:g} s; retry later.")
+        except ToolError as exc:
+            cause: BaseException | None = exc
+            while cause is not None and not isinstance(cause, DialectFailure):
+                cause = cause.__cause__
+            if isinstance(cause, DialectFailure):
+                return CallToolResult(content=[TextContent(type="text", text=cause.text)], is_error=True)
+            logger.error("tool %s failed outside the guard: %r", name, exc)
+            return self._error("INTERNAL", "unexpected internal error; it has been logged.")
+        finally:
+            _selection.reset(token)
+
+
+def build_server(dialect: Dialect, *, static_caller: Caller | None = None, http: bool = False) -> DialectServer:
+    kwargs: dict[str, Any] = {}
+    if http:
+        public_url = settings.MEMPROJ_PUBLIC_URL.rstrip("/")
+        kwargs["token_verifier"] = MemprojTokenVerifier()
+        kwargs["auth"] = AuthSettings(
+            issuer_url=AnyHttpUrl(public_url),
+            resource_server_url=AnyHttpUrl(f"{public_url}/mcp/{dialect.name}"),
+            required_scopes=[],
+        )
+    return DialectServer(dialect, static_caller=static_caller, **kwargs)

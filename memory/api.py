@@ -1,0 +1,76 @@
+"""The core surface a dialect adapter imports (issue 8). A dialect validates its
+own argument shapes, calls what is named here, and shapes its answer; it never
+imports models, scoring or other core modules, so every rule (supersession,
+outcome counters, scopes, namespaces, TTLs, boundary classes, ranking) exists
+once, behind this surface.
+
+Writes: ``episode_store``, ``fact_store``, ``rule_store``, ``memory_supersede``,
+``memory_confirm``, ``memory_forget``, ``memory_feedback``.
+Reads: ``memory_search``, ``memory_recall``, ``build_context``, ``memory_get``,
+``memory_fetch`` (no side effects), ``memory_stats``, ``conflicts_open_for``.
+Read model: ``MemoryView`` / ``memory_view`` with every derived value computed
+in one place (effective confidence, fact state, effectiveness, Wilson score).
+"""
+
+from __future__ import annotations
+
+from memory.context import ContextBlock, build_context
+from memory.errors import DomainError, EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
+from memory.outcomes import Signal
+from memory.read_model import MemoryView, memory_view
+from memory.selectors.conflicts import OpenConflict, conflicts_open_for
+from memory.selectors.memories import ScoredMemory, memory_fetch, memory_search, memory_stats
+from memory.services.events import EventType, event_append
+from memory.services.feedback import FeedbackResult, memory_feedback
+from memory.services.memories import (
+    FactStoreResult,
+    episode_store,
+    fact_store,
+    memory_confirm,
+    memory_forget,
+    memory_supersede,
+    rule_store,
+)
+from memory.services.retrieval import memory_get, memory_recall
+from policy.caller import Caller
+
+__all__ = [
+    "ContextBlock",
+    "DomainError",
+    "EmbeddingUnavailable",
+    "FactStoreResult",
+    "FeedbackResult",
+    "InvalidArgument",
+    "MemoryView",
+    "NotFound",
+    "OpenConflict",
+    "PermissionDenied",
+    "ScoredMemory",
+    "Signal",
+    "build_context",
+    "conflicts_open_for",
+    "elevation_audit",
+    "episode_store",
+    "fact_store",
+    "memory_confirm",
+    "memory_feedback",
+    "memory_fetch",
+    "memory_forget",
+    "memory_get",
+    "memory_recall",
+    "memory_search",
+    "memory_stats",
+    "memory_supersede",
+    "memory_view",
+    "rule_store",
+]
+
+
+def elevation_audit(*, caller: Caller) -> None:
+    """An admin's explicit cross-tenant elevation, recorded in the target tenant."""
+    event_append(
+        caller=caller,
+        tenant_id=caller.tenant_id,
+        event_type=EventType.TENANT_ELEVATION,
+        payload={"from_tenant": str(caller.elevated_from), "principal": str(caller.principal_id)},
+    )

@@ -1,0 +1,105 @@
+"""One outcome mechanism for every dialect (issue 8): a signal from any dialect
+feeds the same counters on the memory row, and the consequences (learned score,
+maturity, confidence) are rules stated once here.
+
+Signals and their sources:
+- seed 000: ``helpful`` / ``harmful`` (memory_mark_helpful / _harmful);
+- seed 003 roampal: ``worked`` / ``partial`` / ``failed`` / ``unknown``;
+- seed 004 pce: ``helpful`` / ``harmful`` / ``outdated`` / ``duplicate``.
+
+Counters: ``success_count`` (roampal's fractional successes), ``harmful_count``,
+``applied_count`` (roampal's ``uses``: +1 on every report), ``outcome_score``
+(roampal's learned score, 0.5 when unscored), ``utility`` (pce's critic) and
+``confidence``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from memory import scoring
+from memory.models import Kind, Maturity, Memory
+
+
+class Signal(StrEnum):
+    HELPFUL = "helpful"
+    HARMFUL = "harmful"
+    WORKED = "worked"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    OUTDATED = "outdated"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True)
+class Effect:
+    success: float = 0.0
+    harmful: int = 0
+    score: float = 0.0
+    utility: float = 0.0
+    confidence: float = 0.0
+
+
+# roampal v0.3.5 score / success deltas (UPSTREAM.md seed 003) and pce-memory's
+# utility / confidence deltas (UPSTREAM.md seed 004). Seed 000's helpful and
+# harmful are the same judgement as roampal's worked and failed, so they move
+# the learned score the same way; pce's helpful/harmful share those rows.
+EFFECTS: dict[Signal, Effect] = {
+    Signal.HELPFUL: Effect(success=1.0, score=0.2, utility=0.10, confidence=0.05),
+    Signal.HARMFUL: Effect(harmful=1, score=-0.3, utility=-0.20, confidence=-0.10),
+    Signal.WORKED: Effect(success=1.0, score=0.2),
+    Signal.PARTIAL: Effect(success=0.5, score=0.05),
+    Signal.FAILED: Effect(score=-0.3),
+    Signal.UNKNOWN: Effect(success=0.25),
+    Signal.OUTDATED: Effect(confidence=-0.20),
+    Signal.DUPLICATE: Effect(utility=-0.05),
+}
+
+
+def maturity_set(rule: Memory, maturity: str, at: datetime) -> list[str]:
+    """The one place where a rule's maturity changes. Its confidence follows
+    the maturity (scoring.MATURITY_CONFIDENCE), whether outcomes, the maturity
+    sweep or a reviewer moved it, so a hand-promoted rule ranks like an earned
+    one. Returns the fields to save."""
+    rule.maturity = maturity
+    fields = ["maturity"]
+    if maturity in scoring.MATURITY_CONFIDENCE:
+        rule.confidence = scoring.MATURITY_CONFIDENCE[maturity]
+        rule.last_confirmed_at = at
+        fields += ["confidence", "last_confirmed_at"]
+    return fields
+
+
+def signal_apply(memory: Memory, signal: Signal, now: datetime) -> tuple[list[str], str | None]:
+    """Apply one outcome to the row (not saved). Returns the changed fields and,
+    for a rule whose maturity moved, the maturity it had before."""
+    effect = EFFECTS[signal]
+    last_used = memory.last_applied_at or memory.created_at or now
+    memory.outcome_score = scoring.outcome_score_after(
+        memory.outcome_score, effect.score, scoring.days_between(last_used, now)
+    )
+    memory.success_count += effect.success
+    memory.harmful_count += effect.harmful
+    memory.applied_count += 1
+    memory.utility += effect.utility
+    memory.last_applied_at = now
+    fields = ["outcome_score", "success_count", "harmful_count", "applied_count", "utility", "last_applied_at"]
+    if memory.kind != Kind.RULE:
+        # A rule's confidence follows its maturity; everything else's follows the signals.
+        memory.confidence = min(1.0, max(0.0, memory.confidence + effect.confidence))
+        fields.append("confidence")
+        return fields, None
+    memory.effectiveness_score = scoring.rule_effectiveness(memory.success_count, memory.harmful_count)
+    fields.append("effectiveness_score")
+    before = memory.maturity or Maturity.CANDIDATE
+    after = scoring.rule_maturity(
+        maturity=before,
+        success=memory.success_count,
+        harmful=memory.harmful_count,
+        age_days=scoring.days_between(memory.created_at, now),
+    )
+    if after == before:
+        return fields, None
+    return fields + maturity_set(memory, after, now), before

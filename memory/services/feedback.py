@@ -1,0 +1,85 @@
+"""The one feedback service: every dialect's outcome signal goes through here
+(seed 000 helpful/harmful, roampal worked/partial/failed/unknown, pce
+helpful/harmful/outdated/duplicate). The rules live in ``memory.outcomes``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from memory import validation
+from memory.models import Kind, Memory, OutcomeReport
+from memory.outcomes import Signal, signal_apply
+from memory.selectors.memories import boundary_view
+from memory.services.events import EventType, event_append
+from memory.services.memories import memory_lock, require_write
+from policy.caller import Caller
+
+
+@dataclass
+class FeedbackResult:
+    memory: Memory
+    applied: bool  # False: the idempotency key was seen before, nothing changed
+
+
+def memory_feedback(
+    *,
+    caller: Caller,
+    memory_id: object,
+    signal: str,
+    kinds: Iterable[str] = Kind.values,
+    reason: str | None = None,
+    idempotency_key: str | None = None,
+) -> FeedbackResult:
+    """Record one outcome for one of the caller's memories, in one transaction
+    with its audit event. With an ``idempotency_key`` a repeated report for the
+    same memory changes nothing and answers ``applied=False``."""
+    require_write(caller)
+    chosen = Signal(validation.choice(signal, field="signal", allowed=[s.value for s in Signal]))
+    if reason is not None:
+        reason = validation.text(reason, field="reason", max_chars=2000)
+    if idempotency_key is not None:
+        idempotency_key = validation.text(idempotency_key, field="idempotency_key", max_chars=200)
+    with transaction.atomic():
+        memory = memory_lock(caller=caller, memory_id=memory_id, kinds=kinds)
+        if idempotency_key:
+            _, created = OutcomeReport.objects.get_or_create(
+                memory=memory,
+                idempotency_key=idempotency_key,
+                defaults={"tenant_id": caller.tenant_id, "signal": chosen, "actor_principal_id": caller.principal_id},
+            )
+            if not created:
+                return FeedbackResult(memory=boundary_view(caller, memory), applied=False)
+        now = timezone.now()
+        fields, maturity_before = signal_apply(memory, chosen, now)
+        memory.save(update_fields=[*fields, "updated_at"])
+        payload: dict[str, Any] = {
+            "signal": chosen.value,
+            "outcome_score": memory.outcome_score,
+            "effectiveness_score": memory.effectiveness_score,
+        }
+        if reason:
+            payload["reason"] = reason
+        if idempotency_key:
+            payload["idempotency_key"] = idempotency_key
+        event_append(
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            memory=memory,
+            event_type=EventType(f"marked_{chosen}"),
+            payload=payload,
+        )
+        if maturity_before is not None:
+            event_append(
+                caller=caller,
+                tenant_id=caller.tenant_id,
+                memory=memory,
+                event_type=EventType.MATURITY_CHANGED,
+                payload={"from": maturity_before, "to": memory.maturity},
+            )
+    # The answer shows content: boundary rules apply (issue 11).
+    return FeedbackResult(memory=boundary_view(caller, memory), applied=True)

@@ -1,0 +1,626 @@
+"""The tenant policy document (seed 004 §2.6): YAML in, one frozen internal form out.
+
+Two shapes are accepted and normalised into the same ``PolicyDocument``:
+
+- the seed's example, as written: top-level ``version`` (YAML reads ``0.1`` as a
+  number), ``scopes``, ``boundary_classes``, ``retrieval.hybrid`` (alpha, k_txt,
+  k_vec, k_final) and ``retrieval.rerank`` (use_quality, recency_half_life_days,
+  recency.half_life_days_by_kind);
+- the shape the published pce-memory code validates: ``version`` a string,
+  ``boundary: {scopes, boundary_classes}``, ``retrieval.hybrid`` with
+  ``threshold`` and ``recency_half_life_days``.
+
+memproj adds one optional section, ``rate_limit: {limit, window_seconds,
+algorithm}``. A key left out takes the default policy's value (``DEFAULT_POLICY``:
+the seed example's values, upstream's threshold and rate limit), so a partial
+policy never leaves a class or scope unconfigured. Unknown keys and values out of
+range are refused; each problem names its key path (``retrieval.hybrid.alpha``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from policy import redaction
+from policy.errors import PolicyInvalid
+
+BOUNDARY_CLASSES: tuple[str, ...] = ("public", "internal", "pii", "secret")
+DEFAULT_BOUNDARY_CLASS = "internal"
+POLICY_SCOPES: tuple[str, ...] = ("session", "project", "principle")
+ESCALATIONS: tuple[str, ...] = ("deny", "human_review")
+# Seed 004 claim kinds, plus memproj's own kinds (episode / fact / rule) so one
+# policy can set a half-life for every kind stored.
+HALF_LIFE_KINDS: tuple[str, ...] = ("fact", "task", "preference", "policy_hint", "episode", "rule")
+RATE_LIMIT_ALGORITHMS: tuple[str, ...] = ("fixed", "sliding")
+MAX_YAML_BYTES = 128 * 1024  # seed 004 §2.6: payload 128KB
+
+_SEMVER = re.compile(r"^(0|[1-9]\d*)(?:\.(0|[1-9]\d*))?(?:\.(0|[1-9]\d*))?(?:-([0-9A-Za-z.-]+))?$")
+_TTL = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_NEVER = ("inf", "never", "infinite")
+# Use tags: '*', 'answer:task', 'tool:*', 'tool:contact-lookup' (seed 004 §1).
+USE_TAG = re.compile(r"^(\*|[a-z][a-z0-9_.-]{0,63}(:(\*|[a-z0-9][a-z0-9_.-]{0,63}\*?))?)$")
+
+
+# --- versions -------------------------------------------------------------------------------
+@dataclass(frozen=True, order=True)
+class SemVer:
+    major: int
+    minor: int
+    patch: int
+    # A pre-release sorts before its release (1.0.0-rc.1 < 1.0.0), as semver says.
+    release_rank: int = 1
+    prerelease: str = ""
+
+    def __str__(self) -> str:
+        base = f"{self.major}.{self.minor}.{self.patch}"
+        return f"{base}-{self.prerelease}" if self.prerelease else base
+
+    def bump_patch(self) -> SemVer:
+        return SemVer(self.major, self.minor, self.patch + 1)
+
+
+def parse_version(value: object, *, path: str = "version") -> SemVer:
+    """'0.1.3', '0.1' and YAML's number 0.1 all name semver 0.1.x; missing parts are 0."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise PolicyInvalid([(path, f"must be a semver string such as '0.1.3' (got {type(value).__name__})")])
+    text = repr(value) if isinstance(value, float) else str(value)
+    match = _SEMVER.match(text.strip())
+    if not match:
+        raise PolicyInvalid([(path, f"must be a semver string MAJOR.MINOR.PATCH such as '0.1.3' (got {text!r})")])
+    major, minor, patch, pre = match.groups()
+    return SemVer(int(major), int(minor or 0), int(patch or 0), 0 if pre else 1, pre or "")
+
+
+# --- the frozen form ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScopePolicy:
+    ttl: timedelta | None  # None: never expires
+    ttl_text: str
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class BoundaryClassPolicy:
+    allow: tuple[str, ...]
+    redact: tuple[str, ...] = ()
+    escalation: str | None = None
+
+
+@dataclass(frozen=True)
+class RetrievalPolicy:
+    alpha: float
+    k_txt: int
+    k_vec: int
+    k_final: int
+    threshold: float
+    use_quality: bool
+    recency_half_life_days: float
+    half_life_days_by_kind: Mapping[str, float]
+
+    def half_life_days(self, kind: str) -> float:
+        return self.half_life_days_by_kind.get(kind, self.recency_half_life_days)
+
+
+@dataclass(frozen=True)
+class RateLimitPolicy:
+    limit: int
+    window_seconds: int
+    algorithm: str
+
+
+@dataclass(frozen=True)
+class PolicyDocument:
+    version: str
+    scopes: Mapping[str, ScopePolicy]
+    boundary_classes: Mapping[str, BoundaryClassPolicy]
+    retrieval: RetrievalPolicy
+    rate_limit: RateLimitPolicy
+    # Which input shape it came from ("seed" or "upstream"), for the admin only.
+    source_shape: str = field(default="seed", compare=False)
+
+    @property
+    def semver(self) -> SemVer:
+        return parse_version(self.version)
+
+    def ttl_for(self, scope: str) -> timedelta | None:
+        """The TTL of a policy scope (session / project / principle); None never expires.
+        Scopes outside the policy (seed 000 butler scopes, 'global') have no policy TTL."""
+        entry = self.scopes.get(scope)
+        return entry.ttl if entry is not None else None
+
+    def max_tokens_for(self, scope: str | None) -> int:
+        """The token bound of a context answer for ``scope``; a scope the policy does
+        not name is bounded by the largest of the policy's scopes."""
+        entry = self.scopes.get(scope or "")
+        if entry is not None:
+            return entry.max_tokens
+        return max(s.max_tokens for s in self.scopes.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical (seed-shaped) JSON form, stored with every version and diffed."""
+        return {
+            "version": self.version,
+            "scopes": {
+                name: {"ttl": s.ttl_text, "max_tokens": s.max_tokens} for name, s in sorted(self.scopes.items())
+            },
+            "boundary_classes": {
+                name: {
+                    "allow": list(c.allow),
+                    "redact": list(c.redact),
+                    **({"escalation": c.escalation} if c.escalation else {}),
+                }
+                for name, c in self.boundary_classes.items()
+            },
+            "retrieval": {
+                "hybrid": {
+                    "alpha": self.retrieval.alpha,
+                    "k_txt": self.retrieval.k_txt,
+                    "k_vec": self.retrieval.k_vec,
+                    "k_final": self.retrieval.k_final,
+                    "threshold": self.retrieval.threshold,
+                },
+                "rerank": {
+                    "use_quality": self.retrieval.use_quality,
+                    "recency_half_life_days": self.retrieval.recency_half_life_days,
+                    "recency": {"half_life_days_by_kind": dict(sorted(self.retrieval.half_life_days_by_kind.items()))},
+                },
+            },
+            "rate_limit": {
+                "limit": self.rate_limit.limit,
+                "window_seconds": self.rate_limit.window_seconds,
+                "algorithm": self.rate_limit.algorithm,
+            },
+        }
+
+    def with_version(self, version: str) -> PolicyDocument:
+        return replace(self, version=version)
+
+
+# --- parsing -------------------------------------------------------------------------------------
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.items.append((path, message))
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _mapping(value: object, path: str, problems: _Problems) -> Mapping[str, Any] | None:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.add(path, f"must be a mapping (got {type(value).__name__})")
+        return None
+    return value
+
+
+def _known(value: Mapping[str, Any], allowed: tuple[str, ...], path: str, problems: _Problems) -> None:
+    for key in value:
+        if not isinstance(key, str) or key not in allowed:
+            problems.add(_join(path, str(key)), f"unknown key; allowed here: {', '.join(allowed)}")
+
+
+def _number(
+    value: object,
+    path: str,
+    problems: _Problems,
+    *,
+    low: float,
+    high: float,
+    integer: bool = False,
+    low_open: bool = False,
+) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
+        kind = "an integer" if integer else "a number"
+        problems.add(path, f"must be {kind} (got {value!r})")
+        return None
+    if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+        low_text = f"above {low:g}" if low_open else f"at least {low:g}"
+        problems.add(path, f"must be {low_text} and at most {high:g} (got {value!r})")
+        return None
+    return int(value) if integer else float(value)
+
+
+def _ttl(value: object, path: str, problems: _Problems) -> tuple[timedelta | None, str] | None:
+    if isinstance(value, str) and value.strip().lower() in _NEVER:
+        return None, "inf"
+    if isinstance(value, str):
+        match = _TTL.match(value.strip())
+        if match and float(match.group(1)) > 0:
+            seconds = float(match.group(1)) * _TTL_UNITS[match.group(2)]
+            if seconds <= 100 * 365 * 86400:
+                return timedelta(seconds=seconds), value.strip()
+    problems.add(path, f"must be a duration such as '7d', '12h', '30m' (at most 100 years) or 'inf' (got {value!r})")
+    return None
+
+
+def _scopes(raw: Mapping[str, Any], path: str, problems: _Problems, base: PolicyDocument) -> dict[str, ScopePolicy]:
+    _known(raw, POLICY_SCOPES, path, problems)
+    out = dict(base.scopes)
+    for name in POLICY_SCOPES:
+        if name not in raw:
+            continue
+        entry_path = _join(path, name)
+        entry = _mapping(raw[name], entry_path, problems)
+        if entry is None:
+            continue
+        _known(entry, ("ttl", "max_tokens"), entry_path, problems)
+        ttl: tuple[timedelta | None, str] | None = (out[name].ttl, out[name].ttl_text)
+        if "ttl" in entry:
+            ttl = _ttl(entry["ttl"], _join(entry_path, "ttl"), problems)
+        max_tokens = out[name].max_tokens
+        if "max_tokens" in entry:
+            max_tokens = _number(
+                entry["max_tokens"], _join(entry_path, "max_tokens"), problems, low=1, high=1_000_000, integer=True
+            )
+        if ttl is not None and max_tokens is not None:
+            out[name] = ScopePolicy(ttl=ttl[0], ttl_text=ttl[1], max_tokens=max_tokens)
+    return out
+
+
+def _string_list(value: object, path: str, problems: _Problems) -> list[str] | None:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        problems.add(path, f"must be a list of strings (got {value!r})")
+        return None
+    if len(value) > 64:
+        problems.add(path, "at most 64 entries")
+        return None
+    return value
+
+
+def _classes(
+    raw: Mapping[str, Any], path: str, problems: _Problems, base: PolicyDocument
+) -> dict[str, BoundaryClassPolicy]:
+    _known(raw, BOUNDARY_CLASSES, path, problems)
+    out = dict(base.boundary_classes)
+    for name in BOUNDARY_CLASSES:
+        if name not in raw:
+            continue
+        entry_path = _join(path, name)
+        entry = _mapping(raw[name], entry_path, problems)
+        if entry is None:
+            continue
+        _known(entry, ("allow", "redact", "escalation"), entry_path, problems)
+        previous = out[name]
+        allow: tuple[str, ...] | None = previous.allow
+        if "allow" in entry:
+            tags = _string_list(entry["allow"], _join(entry_path, "allow"), problems)
+            allow = None
+            if tags is not None:
+                bad = [t for t in tags if not USE_TAG.match(t)]
+                if bad:
+                    problems.add(
+                        _join(entry_path, "allow"),
+                        f"use tags look like '*', 'answer:task', 'tool:*' or 'tool:contact-lookup' (got {bad!r})",
+                    )
+                else:
+                    allow = tuple(dict.fromkeys(tags))
+        redact: tuple[str, ...] | None = previous.redact if "allow" not in entry else ()
+        if "redact" in entry:
+            names = _string_list(entry["redact"], _join(entry_path, "redact"), problems)
+            redact = None
+            if names is not None:
+                unknown = [n for n in names if redaction.rule_name(n) is None]
+                if unknown:
+                    problems.add(
+                        _join(entry_path, "redact"),
+                        f"unknown redaction rules {unknown!r}; known: {', '.join(redaction.ALL_RULES)}",
+                    )
+                else:
+                    redact = tuple(dict.fromkeys(redaction.rule_name(n) or n for n in names))
+        escalation = previous.escalation if "allow" not in entry else None
+        if "escalation" in entry:
+            value = entry["escalation"]
+            if value is None or value in ESCALATIONS:
+                escalation = value
+            else:
+                problems.add(
+                    _join(entry_path, "escalation"), f"must be one of {', '.join(ESCALATIONS)} (got {value!r})"
+                )
+        if allow is not None and redact is not None:
+            out[name] = BoundaryClassPolicy(allow=allow, redact=redact, escalation=escalation)
+    return out
+
+
+def _retrieval(raw: Mapping[str, Any], path: str, problems: _Problems, base: RetrievalPolicy) -> RetrievalPolicy:
+    _known(raw, ("hybrid", "rerank"), path, problems)
+    values: dict[str, Any] = {
+        "alpha": base.alpha,
+        "k_txt": base.k_txt,
+        "k_vec": base.k_vec,
+        "k_final": base.k_final,
+        "threshold": base.threshold,
+        "use_quality": base.use_quality,
+        "recency_half_life_days": base.recency_half_life_days,
+        "half_life_days_by_kind": dict(base.half_life_days_by_kind),
+    }
+    bounds: dict[str, dict[str, Any]] = {
+        "alpha": {"low": 0, "high": 1},
+        "threshold": {"low": 0, "high": 1},
+        "k_txt": {"low": 0, "high": 1000, "integer": True},
+        "k_vec": {"low": 0, "high": 1000, "integer": True},
+        "k_final": {"low": 1, "high": 200, "integer": True},
+        "recency_half_life_days": {"low": 0, "high": 36500, "low_open": True},
+    }
+
+    def take(section: Mapping[str, Any], key: str, section_path: str) -> None:
+        if key in section:
+            value = _number(section[key], _join(section_path, key), problems, **bounds[key])
+            if value is not None:
+                values[key] = value
+
+    hybrid_path = _join(path, "hybrid")
+    hybrid = _mapping(raw.get("hybrid"), hybrid_path, problems) or {}
+    # Upstream keeps threshold and the recency half-life under hybrid; the seed
+    # keeps the half-life under rerank. Both land in the same field.
+    _known(hybrid, ("alpha", "k_txt", "k_vec", "k_final", "threshold", "recency_half_life_days"), hybrid_path, problems)
+    for key in ("alpha", "k_txt", "k_vec", "k_final", "threshold", "recency_half_life_days"):
+        take(hybrid, key, hybrid_path)
+
+    rerank_path = _join(path, "rerank")
+    rerank = _mapping(raw.get("rerank"), rerank_path, problems) or {}
+    _known(rerank, ("use_quality", "recency_half_life_days", "recency"), rerank_path, problems)
+    if "recency_half_life_days" in hybrid and "recency_half_life_days" in rerank:
+        problems.add(
+            _join(rerank_path, "recency_half_life_days"),
+            "also given as retrieval.hybrid.recency_half_life_days; keep one",
+        )
+    take(rerank, "recency_half_life_days", rerank_path)
+    if "use_quality" in rerank:
+        if isinstance(rerank["use_quality"], bool):
+            values["use_quality"] = rerank["use_quality"]
+        else:
+            problems.add(_join(rerank_path, "use_quality"), f"must be true or false (got {rerank['use_quality']!r})")
+    recency_path = _join(rerank_path, "recency")
+    recency = _mapping(rerank.get("recency"), recency_path, problems) or {}
+    _known(recency, ("half_life_days_by_kind",), recency_path, problems)
+    by_kind_path = _join(recency_path, "half_life_days_by_kind")
+    by_kind = _mapping(recency.get("half_life_days_by_kind"), by_kind_path, problems) or {}
+    _known(by_kind, HALF_LIFE_KINDS, by_kind_path, problems)
+    for kind in HALF_LIFE_KINDS:
+        if kind in by_kind:
+            value = _number(by_kind[kind], _join(by_kind_path, kind), problems, low=0, high=36500, low_open=True)
+            if value is not None:
+                values["half_life_days_by_kind"][kind] = value
+    if values["k_txt"] == 0 and values["k_vec"] == 0:
+        problems.add(hybrid_path, "k_txt and k_vec cannot both be 0: retrieval would find nothing")
+    values["half_life_days_by_kind"] = MappingProxyType(dict(sorted(values["half_life_days_by_kind"].items())))
+    return RetrievalPolicy(**values)
+
+
+def _rate_limit(raw: Mapping[str, Any], path: str, problems: _Problems, base: RateLimitPolicy) -> RateLimitPolicy:
+    _known(raw, ("limit", "window_seconds", "algorithm"), path, problems)
+    limit, window, algorithm = base.limit, base.window_seconds, base.algorithm
+    if "limit" in raw:
+        limit = _number(raw["limit"], _join(path, "limit"), problems, low=1, high=10_000_000, integer=True) or limit
+    if "window_seconds" in raw:
+        window = (
+            _number(raw["window_seconds"], _join(path, "window_seconds"), problems, low=1, high=86400, integer=True)
+            or window
+        )
+    if "algorithm" in raw:
+        if raw["algorithm"] in RATE_LIMIT_ALGORITHMS:
+            algorithm = raw["algorithm"]
+        else:
+            problems.add(
+                _join(path, "algorithm"),
+                f"must be one of {', '.join(RATE_LIMIT_ALGORITHMS)} (got {raw['algorithm']!r})",
+            )
+    return RateLimitPolicy(limit=limit, window_seconds=window, algorithm=algorithm)
+
+
+TOP_LEVEL_KEYS = ("version", "scopes", "boundary_classes", "boundary", "retrieval", "rate_limit")
+
+
+def parse_mapping(raw: object, *, base: PolicyDocument | None = None) -> PolicyDocument:
+    """Validate a decoded policy and normalise it. Keys left out take ``base``'s
+    values (the default policy). The version is optional here: a policy without
+    one gets its number from the apply service (the current version, patch + 1)."""
+    base = base or DEFAULT_POLICY
+    problems = _Problems()
+    top = _mapping(raw, "", problems)
+    if top is None or not top:
+        raise PolicyInvalid(problems.items or [("", "the policy is empty; give at least a version and one section")])
+    _known(top, TOP_LEVEL_KEYS, "", problems)
+
+    version = ""
+    if "version" in top:
+        try:
+            version = str(parse_version(top["version"]))
+        except PolicyInvalid as exc:
+            problems.items.extend(exc.problems)
+
+    shape = "seed"
+    scopes_raw, classes_raw = top.get("scopes"), top.get("boundary_classes")
+    scopes_path, classes_path = "scopes", "boundary_classes"
+    if "boundary" in top:
+        shape = "upstream"
+        boundary = _mapping(top["boundary"], "boundary", problems) or {}
+        _known(boundary, ("scopes", "boundary_classes"), "boundary", problems)
+        for key in ("scopes", "boundary_classes"):
+            if key in boundary and key in top:
+                problems.add(key, f"given both at the top level and under boundary.{key}; keep one")
+        scopes_raw = boundary.get("scopes", scopes_raw)
+        classes_raw = boundary.get("boundary_classes", classes_raw)
+        scopes_path = "boundary.scopes" if "scopes" in boundary else "scopes"
+        classes_path = "boundary.boundary_classes" if "boundary_classes" in boundary else "boundary_classes"
+
+    scopes_map = _mapping(scopes_raw, scopes_path, problems)
+    scopes = _scopes(scopes_map, scopes_path, problems, base) if scopes_map is not None else dict(base.scopes)
+    classes_map = _mapping(classes_raw, classes_path, problems)
+    classes = (
+        _classes(classes_map, classes_path, problems, base) if classes_map is not None else dict(base.boundary_classes)
+    )
+    retrieval_map = _mapping(top.get("retrieval"), "retrieval", problems)
+    retrieval = (
+        _retrieval(retrieval_map, "retrieval", problems, base.retrieval)
+        if retrieval_map is not None
+        else base.retrieval
+    )
+    rate_map = _mapping(top.get("rate_limit"), "rate_limit", problems)
+    rate_limit = (
+        _rate_limit(rate_map, "rate_limit", problems, base.rate_limit) if rate_map is not None else base.rate_limit
+    )
+    if problems.items:
+        raise PolicyInvalid(problems.items)
+    return PolicyDocument(
+        version=version,
+        scopes=MappingProxyType({name: scopes[name] for name in POLICY_SCOPES}),
+        boundary_classes=MappingProxyType({name: classes[name] for name in BOUNDARY_CLASSES}),
+        retrieval=retrieval,
+        rate_limit=rate_limit,
+        source_shape=shape,
+    )
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice (PyYAML keeps the last silently)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)  # type: ignore[arg-type]
+
+
+def parse_yaml(text: str, *, base: PolicyDocument | None = None) -> PolicyDocument:
+    if not isinstance(text, str) or not text.strip():
+        raise PolicyInvalid([("", "yaml is empty; send the policy document as a YAML string")])
+    if len(text.encode("utf-8")) > MAX_YAML_BYTES:
+        raise PolicyInvalid([("", f"the policy is larger than {MAX_YAML_BYTES // 1024} KB")])
+    try:
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise PolicyInvalid([("", f"the YAML does not parse{where}: {problem}")]) from None
+    return parse_mapping(raw, base=base)
+
+
+def from_dict(data: Mapping[str, Any]) -> PolicyDocument:
+    """Rebuild a stored (canonical) document. Stored documents were validated
+    when applied; parsing again keeps one code path and catches a hand-edited row."""
+    return parse_mapping(dict(data), base=_BUILTIN)
+
+
+# --- the default ---------------------------------------------------------------------------------
+def _builtin() -> PolicyDocument:
+    day = timedelta(days=1)
+    return PolicyDocument(
+        version="0.0.0",
+        scopes=MappingProxyType(
+            {
+                "session": ScopePolicy(ttl=7 * day, ttl_text="7d", max_tokens=20000),
+                "project": ScopePolicy(ttl=120 * day, ttl_text="120d", max_tokens=50000),
+                "principle": ScopePolicy(ttl=None, ttl_text="inf", max_tokens=100000),
+            }
+        ),
+        boundary_classes=MappingProxyType(
+            {
+                "public": BoundaryClassPolicy(allow=("*",)),
+                "internal": BoundaryClassPolicy(allow=("answer:task", "tool:*")),
+                "pii": BoundaryClassPolicy(
+                    allow=("tool:contact-lookup",), redact=("email", "phone"), escalation="human_review"
+                ),
+                "secret": BoundaryClassPolicy(allow=(), escalation="deny"),
+            }
+        ),
+        retrieval=RetrievalPolicy(
+            alpha=0.65,
+            k_txt=48,
+            k_vec=96,
+            k_final=12,
+            threshold=0.15,  # upstream's default; the seed example does not set one
+            use_quality=False,
+            recency_half_life_days=30.0,
+            half_life_days_by_kind=MappingProxyType(
+                {"fact": 120.0, "policy_hint": 365.0, "preference": 90.0, "task": 14.0}
+            ),
+        ),
+        # Upstream pce-memory: 1,000 calls per 10 s per bucket.
+        rate_limit=RateLimitPolicy(limit=1000, window_seconds=10, algorithm="fixed"),
+    )
+
+
+_BUILTIN = _builtin()
+
+# Seed 004 §2.6's example, as written: the policy every tenant starts with.
+SEED_EXAMPLE_YAML = """\
+# policy with retrieval parameters
+version: 0.1
+scopes:
+  session:   { ttl: '7d',    max_tokens: 20000 }
+  project:   { ttl: '120d',  max_tokens: 50000 }
+  principle: { ttl: 'inf',   max_tokens: 100000 }
+boundary_classes:
+  public:   { allow: ['*'] }
+  internal: { allow: ['answer:task','tool:*'] }
+  pii:      { allow: ['tool:contact-lookup'], redact: ['email','phone'], escalation: 'human_review' }
+  secret:   { allow: [], escalation: 'deny' }
+retrieval:
+  hybrid:
+    alpha: 0.65
+    k_txt: 48
+    k_vec: 96
+    k_final: 12
+  rerank:
+    use_quality: false
+    recency_half_life_days: 30
+    recency:
+      half_life_days_by_kind:
+        fact: 120
+        task: 14
+        preference: 90
+        policy_hint: 365
+"""
+
+# A tenant's first policy has the seed example's values under version 0.0.0, so
+# that the example itself (version 0.1) still applies as a newer version.
+DEFAULT_POLICY: PolicyDocument = parse_mapping(yaml.safe_load(SEED_EXAMPLE_YAML), base=_BUILTIN).with_version("0.0.0")
+DEFAULT_POLICY_YAML = SEED_EXAMPLE_YAML.replace("version: 0.1\n", "version: '0.0.0'\n", 1)
+
+
+# --- comparing versions --------------------------------------------------------------------------
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'retrieval': {'hybrid': {'alpha': 0.65}}} -> {'retrieval.hybrid.alpha': 0.65}; lists stay values."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = _join(prefix, str(key))
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, path))
+        else:
+            out[path] = value
+    return out
+
+
+def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Key paths whose value differs between two canonical documents (``version`` excluded)."""
+    old, new = flatten(before), flatten(after)
+    return [
+        {"path": path, "before": old.get(path), "after": new.get(path)}
+        for path in sorted(set(old) | set(new))
+        if path != "version" and old.get(path) != new.get(path)
+    ]

@@ -1,0 +1,104 @@
+"""Reads of tenant policies: the current document (cached by tenant and
+version), the history, and what a change would do to memory visibility."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+from django.db import connection
+
+from policy.boundary import DEFAULT_USE_TAGS, boundary_for
+from policy.document import BOUNDARY_CLASSES, DEFAULT_POLICY, PolicyDocument, from_dict
+from policy.models import PolicyVersion
+
+_CACHE_SIZE = 4096
+_cache: OrderedDict[tuple[uuid.UUID, str], PolicyDocument] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _cached(tenant_id: uuid.UUID, version: str, row_id: int) -> PolicyDocument:
+    """(tenant, version) names one immutable document (versions are never reused),
+    so a cached parse can never be stale; only the current *version* is read per request."""
+    key = (tenant_id, version)
+    with _cache_lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+            return found
+    document = from_dict(PolicyVersion.objects.values_list("document", flat=True).get(pk=row_id))
+    with _cache_lock:
+        _cache[key] = document
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return document
+
+
+def policy_current(*, tenant_id: uuid.UUID) -> PolicyDocument:
+    """The tenant's current policy: one indexed lookup of (id, version), the
+    parsed document from the cache. A tenant row made without the tenant service
+    (a raw insert, an old backup) still gets the default policy, never none."""
+    row = PolicyVersion.objects.filter(tenant_id=tenant_id, is_current=True).values_list("id", "version").first()
+    if row is None:
+        return DEFAULT_POLICY
+    return _cached(tenant_id, row[1], row[0])
+
+
+def policy_history(*, tenant_id: uuid.UUID) -> list[PolicyVersion]:
+    return list(PolicyVersion.objects.filter(tenant_id=tenant_id).order_by("-major", "-minor", "-patch", "-id"))
+
+
+def boundary_class_counts(*, tenant_id: uuid.UUID) -> dict[str, int]:
+    """Retrievable memories per boundary class. ``policy`` may not import memory,
+    so this reads memory's table with raw SQL (its ``boundary_class`` column,
+    memory migration 0013); the columns named here are part of that contract."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT boundary_class, count(*) FROM memory_memory "
+            "WHERE tenant_id = %s AND validity = 'active' AND (expires_at IS NULL OR expires_at > now()) "
+            "GROUP BY boundary_class",
+            [tenant_id],
+        )
+        counts = {name: 0 for name in BOUNDARY_CLASSES}
+        counts.update({name: int(n) for name, n in cursor.fetchall()})
+    return counts
+
+
+def probe_use_tags(*documents: PolicyDocument) -> list[str]:
+    """The use tags a visibility comparison looks at: the default read tag plus
+    every concrete tag either policy names (wildcards stand for too many)."""
+    tags = set(DEFAULT_USE_TAGS)
+    for document in documents:
+        for rules in document.boundary_classes.values():
+            tags.update(t for t in rules.allow if "*" not in t)
+    return sorted(tags)
+
+
+def visibility_changes(*, tenant_id: uuid.UUID, before: PolicyDocument, after: PolicyDocument) -> dict[str, Any]:
+    """How many memories a switch from ``before`` to ``after`` changes for reads:
+    for each probe use tag and class, the status (visible / redacted / denied)
+    before and after, and the number of retrievable memories of each changed class."""
+    counts = boundary_class_counts(tenant_id=tenant_id)
+    changes: list[dict[str, Any]] = []
+    changed_classes: set[str] = set()
+    for tag in probe_use_tags(before, after):
+        old, new = boundary_for(before, [tag]), boundary_for(after, [tag])
+        for name in BOUNDARY_CLASSES:
+            if old.status(name) != new.status(name):
+                changed_classes.add(name)
+                changes.append(
+                    {
+                        "use_tag": tag,
+                        "boundary_class": name,
+                        "before": old.status(name),
+                        "after": new.status(name),
+                        "memories": counts[name],
+                    }
+                )
+    return {
+        "memories_changing_visibility": sum(counts[name] for name in changed_classes),
+        "memories_by_class": counts,
+        "changes": changes,
+    }
