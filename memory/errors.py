@@ -26,9 +26,3 @@ class NotFound(DomainError):
 
 class EmbeddingUnavailable(DomainError):
     code = "EMBEDDING_ERROR"
-
-
-class StorageUnavailable(MemoryError_):
-    """The database cannot be reached (an outage, a restart): retry later."""
-
-    code = "STORAGE_ERROR"
