@@ -66,15 +66,12 @@ class _HoldServerError:
 
 async def storage_unavailable(toolset: str, send: Any) -> None:
     """503 with Retry-After and a JSON-RPC error carrying the dialect's storage code."""
-    error = StorageUnavailable(f"the database is unavailable; retry in {STORAGE_RETRY_AFTER} seconds.")
-    code = getattr(TOOLSETS[toolset], "error_code", lambda exc: exc.code)(error)
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {"code": -32000, "message": f"[{code}] {error}", "data": {"code": code}},
-        }
-    ).encode()
+    code = StorageUnavailable.code
+    message = TOOLSETS[toolset].render_error(
+        code, f"the memory store is unavailable right now; retry in {STORAGE_RETRY_AFTER} seconds."
+    )
+    error = {"code": -32000, "message": message, "data": {"code": code}}
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"retry-after", str(STORAGE_RETRY_AFTER).encode()),
