@@ -282,7 +282,7 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
     from memory.retrieval import vector_literal
     from memory.selectors.memories import memory_search
     from memory.services.memories import episode_store, fact_store
-    from memory.services.retrieval import memory_get, memory_recall
+    from memory.services.referencing import memory_get, memory_recall
 
     embedder = get_embedder()
     qs = synthetic.queries(max(repeat + 4, 16), seed=size)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, close_old_connections
 from jsonschema import Draft202012Validator
@@ -74,6 +75,25 @@ class CallSelection:
 _selection: contextvars.ContextVar[CallSelection | None] = contextvars.ContextVar("dialect_selection", default=None)
 _acting: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_caller", default=None)
 _call_as: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_call_as", default=None)
+_authenticated: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_authenticated", default=None)
+
+
+def authenticated_caller() -> Caller | None:
+    """The caller of the current call as authenticated (before elevation), for
+    error renderers that need the tenant (e.g. its policy version)."""
+    return _acting.get() or _authenticated.get()
+
+
+def _preload_policy(caller: Caller) -> None:
+    close_old_connections()
+    try:
+        caller.policy  # noqa: B018 - cached on the caller for the rest of the call
+    except (DatabaseError, InterfaceError):
+        logger.warning("could not load the policy of tenant %s", caller.tenant_id)
+    finally:
+        close_old_connections()
+
+
 # Per-connection options (langmem's namespace template, ...): HTTP query
 # parameters of the endpoint, or the stdio launcher's flags.
 connection_options: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
@@ -89,10 +109,10 @@ class DialectFailure(ToolError):
         self.text = text
 
 
-ErrorRenderer = Callable[[str, str], str]
+ErrorRenderer = Callable[[str, str, Mapping[str, Any]], str]
 
 
-def bracketed(code: str, message: str) -> str:
+def bracketed(code: str, message: str, details: Mapping[str, Any]) -> str:
     """The `memory` dialect's (and the default) rendering: ``[CODE] message``."""
     return f"[{code}] {message}"
 
@@ -121,6 +141,11 @@ class Dialect:
     # A schema violation of these arguments gets this code instead of
     # INVALID_ARGUMENT (e.g. pce's INVALID_SCOPE for `scope`).
     argument_codes: Mapping[str, str] = field(default_factory=dict)
+    # The HTTP status of an error text on the plain HTTP surface (mcp_server/rest.py).
+    http_status: Callable[[str], int] = lambda text: 400  # noqa: E731
+    # Resolve the tenant policy before validating, so that every answer,
+    # errors included, can name the policy version (seed 004's envelope).
+    preload_policy: bool = False
     tools: list[ToolSpec] = field(default_factory=list)
 
     def tool(
@@ -162,8 +187,8 @@ class Dialect:
     def options(self) -> Mapping[str, str]:
         return connection_options.get() or {}
 
-    def failure(self, code: str, message: str) -> DialectFailure:
-        return DialectFailure(self.render_error(code, message))
+    def failure(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> DialectFailure:
+        return DialectFailure(self.render_error(code, message, details or {}))
 
     def _guard(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Runs in the tool's worker thread: fresh DB connections, the caller
@@ -184,7 +209,7 @@ class Dialect:
             except DialectFailure:
                 raise
             except DomainError as exc:
-                raise self.failure(exc.code, str(exc)) from exc
+                raise self.failure(exc.code, str(exc), getattr(exc, "details", None)) from exc
             except (DatabaseError, InterfaceError) as exc:
                 logger.warning("storage failure in %s.%s: %r", self.name, fn.__name__, exc)
                 raise self.failure(
@@ -316,7 +341,7 @@ class DialectServer(MCPServer[Any]):
         try:
             caller = self._caller()
         except DomainError as exc:
-            raise MCPError(code=INVALID_REQUEST, message=self.dialect.render_error(exc.code, str(exc))) from exc
+            raise MCPError(code=INVALID_REQUEST, message=self.dialect.render_error(exc.code, str(exc), {})) from exc
         tools = await super().list_tools()
         if not caller.may_elevate:
             return tools
@@ -332,10 +357,9 @@ class DialectServer(MCPServer[Any]):
             for tool in tools
         ]
 
-    def _error(self, code: str, message: str) -> CallToolResult:
-        return CallToolResult(
-            content=[TextContent(type="text", text=self.dialect.render_error(code, message))], is_error=True
-        )
+    def _error(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> CallToolResult:
+        text = self.dialect.render_error(code, message, details or {})
+        return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         spec = self.specs.get(name)
@@ -347,6 +371,18 @@ class DialectServer(MCPServer[Any]):
             caller = self._caller()
         except DomainError as exc:
             return self._error(exc.code, str(exc))
+        token = _authenticated.set(caller)
+        try:
+            if self.dialect.preload_policy:
+                await sync_to_async(_preload_policy, thread_sensitive=False)(caller)
+            return await self._checked_call(spec, caller, name, arguments, context)
+        finally:
+            _authenticated.reset(token)
+
+    async def _checked_call(
+        self, spec: ToolSpec, caller: Caller, name: str, arguments: dict[str, Any], context: Any
+    ) -> Any:
+        """The argument contract, then the tool."""
         if not isinstance(arguments, dict):
             return self._error("INVALID_ARGUMENT", "arguments must be a JSON object.")
         if (
@@ -384,7 +420,7 @@ class DialectServer(MCPServer[Any]):
         if error is not None:
             argument = str(error.absolute_path[0]) if error.absolute_path else ""
             code = self.dialect.argument_codes.get(argument, "INVALID_ARGUMENT")
-            return self._error(code, _describe(error, tool.parameters))
+            return self._error(code, _describe(error, tool.parameters), {"argument": argument} if argument else {})
         token = _selection.set(CallSelection(caller=caller, tenant=tenant, elevate=elevate))
         try:
             if spec.timeout is None:
@@ -392,7 +428,7 @@ class DialectServer(MCPServer[Any]):
             # A worker thread cannot be interrupted: answer at the deadline and
             # let the (transactional) call finish or roll back on its own.
             running = asyncio.ensure_future(super().call_tool(name, arguments, context))
-            return await asyncio.wait_for(asyncio.shield(running), spec.timeout)
+            return await asyncio.wait_for(asyncio.shield(running), spec.timeout * settings.MEMPROJ_TOOL_TIMEOUT_SCALE)
         except TimeoutError:
             return self._error("TIMEOUT", f"{name} did not finish within {spec.timeout:g} s; retry later.")
         except ToolError as exc:

@@ -14,14 +14,19 @@ in one place (effective confidence, fact state, effectiveness, Wilson score).
 
 from __future__ import annotations
 
+from typing import Any
+
 from memory.context import ContextBlock, build_context
 from memory.errors import DomainError, EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.outcomes import Signal
 from memory.read_model import MemoryView, memory_view
+from memory.selectors.activation import ActivationPage, RankedClaim, claims_activate, claims_search
 from memory.selectors.conflicts import OpenConflict, conflicts_open_for
 from memory.selectors.memories import ScoredMemory, memory_fetch, memory_search, memory_stats
+from memory.services.claims import ClaimUpsertResult, claim_kind_of, claim_upsert
 from memory.services.events import EventType, event_append
 from memory.services.feedback import FeedbackResult, memory_feedback
+from memory.services.graph import EntityInput, RelationInput
 from memory.services.memories import (
     FactStoreResult,
     episode_store,
@@ -31,10 +36,29 @@ from memory.services.memories import (
     memory_supersede,
     rule_store,
 )
-from memory.services.retrieval import memory_get, memory_recall
+from memory.services.referencing import memory_get, memory_recall
+from policy.boundary import BoundaryCheck, boundary_for, boundary_validate
 from policy.caller import Caller
+from policy.selectors.policies import policy_is_applied
+from policy.services.policies import PolicyApplyResult, policy_apply
 
 __all__ = [
+    "ActivationPage",
+    "BoundaryCheck",
+    "ClaimUpsertResult",
+    "EntityInput",
+    "PolicyApplyResult",
+    "RankedClaim",
+    "RelationInput",
+    "boundary_for",
+    "boundary_validate",
+    "claim_kind_of",
+    "claim_upsert",
+    "claims_activate",
+    "claims_search",
+    "policy_apply",
+    "policy_is_applied",
+    "tool_call_audit",
     "ContextBlock",
     "DomainError",
     "EmbeddingUnavailable",
@@ -74,3 +98,9 @@ def elevation_audit(*, caller: Caller) -> None:
         event_type=EventType.TENANT_ELEVATION,
         payload={"from_tenant": str(caller.elevated_from), "principal": str(caller.principal_id)},
     )
+
+
+def tool_call_audit(*, caller: Caller, tool: str, payload: dict[str, Any]) -> None:
+    """Seed 004: every call is written to the append-only audit log (time, tool,
+    boundary decision, provenance)."""
+    event_append(caller=caller, tenant_id=caller.tenant_id, event_type="tool_call", payload={"tool": tool, **payload})

@@ -11,7 +11,9 @@ MemoryError_ = DomainError
 
 __all__ = [
     "DomainError",
+    "Duplicate",
     "EmbeddingUnavailable",
+    "Gone",
     "InvalidArgument",
     "MemoryError_",
     "NotFound",
@@ -26,3 +28,19 @@ class NotFound(DomainError):
 
 class EmbeddingUnavailable(DomainError):
     code = "EMBEDDING_ERROR"
+
+
+class Duplicate(DomainError):
+    """The same content already exists with other attributes; ``details`` names it."""
+
+    code = "DUPLICATE"
+
+    def __init__(self, message: str, details: dict | None = None) -> None:
+        super().__init__(message)
+        self.details = details or {}
+
+
+class Gone(DomainError):
+    """A handle (an active context's cursor) that has expired."""
+
+    code = "GONE"

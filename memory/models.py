@@ -59,6 +59,14 @@ def effective_confidence_sql(table: str, now_placeholder: str) -> str:
     )
 
 
+def retrievable_q(now: object) -> Q:
+    """The one definition of "retrievable": active and not past its TTL. As a Q so
+    that aggregates can count with it (``Count(..., filter=retrievable_q(now))``);
+    querysets use ``MemoryQuerySet.retrievable``. memory.retrieval's SQL WHERE
+    clause states the same rule for the raw channel queries."""
+    return Q(validity=Validity.ACTIVE) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+
+
 class MemoryQuerySet(models.QuerySet["Memory"]):
     def for_caller(self, caller: Caller) -> MemoryQuerySet:
         """The one place where the tenant boundary is applied to memories."""
@@ -66,7 +74,7 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
 
     def retrievable(self, now: object) -> MemoryQuerySet:
         """Active and not past its TTL: what retrieval may return."""
-        return self.filter(validity=Validity.ACTIVE).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        return self.filter(retrievable_q(now))
 
     def in_scopes(self, scope: str | None) -> MemoryQuerySet:
         """Seed 000: a scope argument means the caller's scope plus 'global'."""
@@ -255,7 +263,7 @@ class Memory(models.Model):
 
 class MemoryEvent(models.Model):
     """Append-only, tamper-evident audit log. The service's database role may
-    only read and insert (memproj/dbroles.py); triggers (migrations 0002, 0025)
+    only read and insert (memproj/dbroles.py); triggers (migrations 0002, 0026)
     refuse UPDATE, DELETE and TRUNCATE except inside the purge function; each
     row carries a hash chained to its tenant's previous row, written by the one
     writer (memory/services/events.py) and checked by ``manage.py audit_verify``."""
@@ -402,7 +410,6 @@ class OutcomeReport(models.Model):
 
 class LinkKind(models.TextChoices):
     DERIVED_FROM = "derived_from", "Derived from"
-    DUPLICATE_OF = "duplicate_of", "Duplicate of"
 
 
 class MemoryLinkQuerySet(models.QuerySet["MemoryLink"]):

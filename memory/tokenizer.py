@@ -35,10 +35,3 @@ def encoding() -> tiktoken.Encoding:
 def count_tokens(text: str) -> int:
     # disallowed_special=() counts special-token text as ordinary text instead of raising.
     return len(encoding().encode(text, disallowed_special=()))
-
-
-def truncate_to_tokens(text: str, max_tokens: int) -> str:
-    tokens = encoding().encode(text, disallowed_special=())
-    if len(tokens) <= max_tokens:
-        return text
-    return encoding().decode(tokens[:max_tokens])

@@ -2,7 +2,8 @@ from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
-from memory.admin_views import dashboard, dashboard_index
+from mcp_server.rest import tool_call
+from memory.admin.dashboard import dashboard, dashboard_index
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -15,4 +16,5 @@ urlpatterns = [
     path("admin/dashboard/<slug:slug>/", admin.site.admin_view(dashboard), name="memproj_dashboard"),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    path("api/<slug:toolset>/<str:tool>", tool_call, name="tool_call"),
 ]

@@ -12,7 +12,9 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from policy.admin_access import TenantScopedAdminMixin, admin_access
+from policy.admin_policies import PolicyEventAdmin, PolicyVersionAdmin  # noqa: F401  (registers them)
 from policy.models import ApiToken, Principal, Tenant
+from policy.services.tenants import tenant_get_or_create
 from policy.services.tokens import token_issue
 
 
@@ -34,6 +36,16 @@ class TenantAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # The audit log refuses deletes; `manage.py purge` removes a tenant's data, audited.
         return False
+
+    def save_model(self, request: HttpRequest, obj: Tenant, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        # A new tenant gets its default policy in the same transaction (no unconfigured tenant).
+        tenant, _ = tenant_get_or_create(slug=obj.slug, name=obj.name)
+        Tenant.objects.filter(pk=tenant.pk).update(members_can_review=obj.members_can_review)
+        obj.__dict__.update({k: v for k, v in tenant.__dict__.items() if not k.startswith("_")})
+        obj._state.adding = False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(super().get_readonly_fields(request, obj))

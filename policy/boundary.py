@@ -103,3 +103,50 @@ def redact_content(decision: BoundaryDecision, boundary_class: str, text: str) -
         return ""
     rules = decision.redact.get(boundary_class, ())
     return redaction.redact(text, rules).text if rules else text
+
+
+# --- redact-before-send (seed 004 boundary.validate) --------------------------------------------
+# What a payload's findings make it: secrets (keys, tokens, card numbers) are the
+# `secret` class, personal data the `pii` class, anything else `internal`.
+SECRET_RULES = frozenset(
+    {"pem_private_key", "jwt", "github_token", "slack_token", "api_key", "aws_access_key", "card_number"}
+)
+PII_RULES = frozenset({"email", "phone"})
+
+
+@dataclass(frozen=True)
+class BoundaryCheck:
+    allowed: bool
+    reason: str
+    redacted: str
+    boundary_class: str
+    findings: Mapping[str, int]
+
+
+def boundary_validate(policy: PolicyDocument, payload: str, use_tags: Sequence[str] | None = None) -> BoundaryCheck:
+    """Classify a payload about to leave (generation, a tool call), decide whether
+    these use tags may send it, and give the redacted text to send instead."""
+    decision = boundary_for(policy, use_tags)
+    found = redaction.redact(payload, redaction.ALL_RULES)
+    kinds = set(found.counts)
+    boundary_class = "secret" if kinds & SECRET_RULES else "pii" if kinds & PII_RULES else "internal"
+    tags = ", ".join(decision.use_tags)
+    described = ", ".join(f"{name} x{count}" for name, count in sorted(found.counts.items())) or "nothing sensitive"
+    if boundary_class not in decision.visible:
+        return BoundaryCheck(
+            allowed=False,
+            reason=f"the payload is {boundary_class} ({described}); use tags [{tags}] may not send it. "
+            "Send the redacted text instead, or ask for the use tag the policy allows.",
+            redacted=found.text,
+            boundary_class=boundary_class,
+            findings=found.counts,
+        )
+    rules = decision.redact.get(boundary_class, ())
+    return BoundaryCheck(
+        allowed=True,
+        reason=f"the payload is {boundary_class} ({described}); use tags [{tags}] may send it"
+        + (f", redacted by {', '.join(rules)}." if rules else "."),
+        redacted=redaction.redact(payload, rules).text if rules else payload,
+        boundary_class=boundary_class,
+        findings=found.counts,
+    )

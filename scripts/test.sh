@@ -4,8 +4,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 if [ -x scripts/install_test_browser.sh ]; then scripts/install_test_browser.sh; fi
+# Two pytest-xdist workers, each with its own test database (test_memproj_gw0, ...):
+# the long tests that mostly wait on other processes (bench scripts, Celery
+# workers, MCP servers, the browser) overlap with the rest. MEMPROJ_TEST_WORKERS=0
+# runs everything in this one process.
+WORKERS="${MEMPROJ_TEST_WORKERS:-2}"
+PARALLEL=()
+if [ "$WORKERS" != "0" ]; then PARALLEL=(-n "$WORKERS" --dist loadgroup); fi
 set +e
-"$PY" -m pytest "$@"
+"$PY" -m pytest "${PARALLEL[@]}" "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

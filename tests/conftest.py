@@ -1,16 +1,23 @@
 """Shared fixtures. The trio convention (CONVENTIONS 3): an owner (admin) and a
-member of tenant A, and an outsider in tenant B."""
+member of tenant A, and an outsider in tenant B. And the embedder each test
+gets: a deterministic hashing embedder (tests/embedders.py), or the real
+all-MiniLM-L6-v2 for tests marked ``real_embedder``: MCP-level, worker and
+bench tests, and those that rely on semantic similarity."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 
+from memory.embeddings import Embedder, get_embedder, set_embedder
 from policy.caller import Caller
 from policy.services.tokens import token_authenticate, token_issue
+from tests.embedders import BrokenEmbedder, HashingEmbedder
 
 
 @dataclass
@@ -26,18 +33,22 @@ def make_identity(tenant: str, principal: str, role: str = "member", scopes: lis
     return Identity(issued.token, caller)
 
 
+TRIO = {"owner", "member", "outsider"}
+
+
+# The trio's database is the one the test's ``django_db`` mark asks for.
 @pytest.fixture
-def owner(transactional_db: None) -> Identity:
+def owner(db: None) -> Identity:
     return make_identity("tenant-a", "owner", role="admin")
 
 
 @pytest.fixture
-def member(transactional_db: None) -> Identity:
+def member(db: None) -> Identity:
     return make_identity("tenant-a", "member")
 
 
 @pytest.fixture
-def outsider(transactional_db: None) -> Identity:
+def outsider(db: None) -> Identity:
     return make_identity("tenant-b", "outsider")
 
 
@@ -122,3 +133,60 @@ def _release_test_database(django_db_setup, django_db_blocker):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+
+
+# --- embedders ------------------------------------------------------------------------------
+TESTS = Path(__file__).resolve().parent
+# MCP-level, bench (quality) and worker tests run the service as its clients see it,
+# often in another process: they keep the real model.
+REAL_EMBEDDER_DIRS = (TESTS / "mcp_server", TESTS / "bench", TESTS / "workers")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        # A test of the trio without its own database mark gets the transactional
+        # database: its tools may run in worker threads, which see committed rows only.
+        if TRIO & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("django_db"):
+            item.add_marker(pytest.mark.django_db(transaction=True))
+        path = Path(str(item.path))
+        if item.get_closest_marker("worker") or any(path.is_relative_to(d) for d in REAL_EMBEDDER_DIRS):
+            item.add_marker(pytest.mark.real_embedder)
+    # Longest first: under pytest-xdist (scripts/test.sh) each long test starts at
+    # once on its own worker while the short ones fill the gaps. Sorting is stable.
+    items.sort(key=_run_order)
+
+
+# Tests that start other processes (a Celery worker, an MCP server, a browser).
+SUBPROCESS_MODULES = (TESTS / "mcp_server" / "test_transports.py",)
+
+
+def _run_order(item: pytest.Item) -> int:
+    if item.get_closest_marker("slow"):
+        return 0
+    if item.get_closest_marker("worker") or item.get_closest_marker("browser") or item.path in SUBPROCESS_MODULES:
+        return 1
+    return 2
+
+
+@pytest.fixture(scope="session")
+def _real_embedder() -> Embedder:
+    """The embedder the settings configure (MiniLM; the model loads on first use)."""
+    set_embedder(None)
+    return get_embedder()
+
+
+@pytest.fixture(autouse=True)
+def _test_embedder(request: pytest.FixtureRequest, _real_embedder: Embedder) -> Iterator[Embedder]:
+    chosen = _real_embedder if request.node.get_closest_marker("real_embedder") else HashingEmbedder()
+    set_embedder(chosen)
+    yield chosen
+    set_embedder(_real_embedder)
+
+
+@pytest.fixture
+def embedder_outage(_test_embedder: Embedder) -> Iterator[Embedder]:
+    """The embedder is down for the test (or until it puts back the embedder
+    this fixture yields)."""
+    set_embedder(BrokenEmbedder(_test_embedder.model_name))
+    yield _test_embedder
+    set_embedder(_test_embedder)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from celery import shared_task
@@ -16,7 +17,7 @@ from django.db import InterfaceError, OperationalError
 
 from memory.consolidators import ConsolidatorUnavailable
 from memory.errors import EmbeddingUnavailable
-from memory.services import consolidation, followups, maintenance
+from memory.services import consolidation, followups, reembedding, sweeps
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +34,6 @@ _retrying: dict[str, Any] = {
 }
 
 
-def _again(task: Any, result: Any) -> None:
-    if result.more:
-        task.apply_async(countdown=REENQUEUE_COUNTDOWN)
-
-
 @shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **_retrying)
 def embed_memory_task(self, memory_id: str) -> bool:  # type: ignore[no-untyped-def]
     # Records the conflict check (outbox) once the vector is there; False if the memory is gone.
@@ -50,50 +46,30 @@ def memory_conflict_check_task(self, memory_id: str) -> dict[str, Any]:  # type:
     return {"merged": len(result.merged), "candidates": len(result.candidates), "skipped": result.skipped}
 
 
-@shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)
-def followups_drain_task(self) -> int:  # type: ignore[no-untyped-def]
-    result = followups.followups_drain()
-    _again(self, result)
-    return result.processed
+# --- Sweeps: one factory, so every sweep task retries and re-enqueues the same way ---------
 
 
-@shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)
-def embeddings_retry_task(self) -> int:  # type: ignore[no-untyped-def]
-    result = maintenance.embeddings_retry()
-    _again(self, result)
-    return result.processed
+def _sweep_task(name: str, sweep: Callable[[], Any], retry_on: tuple[type[Exception], ...] = ()) -> Any:
+    """A beat-driven task for one bounded sweep: it runs a batch and, while more
+    remains, enqueues itself again. Returns how many rows the batch processed."""
+
+    def run(self: Any) -> int:
+        result = sweep()
+        if result.more:
+            self.apply_async(countdown=REENQUEUE_COUNTDOWN)
+        return int(result.processed)
+
+    run.__name__ = run.__qualname__ = name
+    retrying = {**_retrying, "autoretry_for": (*retry_on, *TRANSIENT_DB)}
+    return shared_task(name=f"workers.tasks.{name}", bind=True, **retrying)(run)
 
 
-@shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **_retrying)
-def memories_reembed_task(self) -> int:  # type: ignore[no-untyped-def]
-    result = maintenance.memories_reembed()
-    _again(self, result)
-    return result.processed
-
-
-@shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)
-def episodes_expire_task(self) -> int:  # type: ignore[no-untyped-def]
-    result = maintenance.episodes_expire()
-    _again(self, result)
-    return result.processed
-
-
-@shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)
-def facts_decay_task(self) -> int:  # type: ignore[no-untyped-def]
-    result = maintenance.facts_decay()
-    _again(self, result)
-    return result.processed
-
-
-@shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)
-def rules_maturity_task(self) -> int:  # type: ignore[no-untyped-def]
-    result = maintenance.rules_maturity()
-    _again(self, result)
-    return result.processed
-
-
-@shared_task(bind=True, autoretry_for=(ConsolidatorUnavailable, *TRANSIENT_DB), **_retrying)
-def episodes_consolidate_task(self) -> int:  # type: ignore[no-untyped-def]
-    result = consolidation.consolidation_sweep()
-    _again(self, result)
-    return len(result.created)
+embeddings_retry_task = _sweep_task("embeddings_retry_task", reembedding.embeddings_retry)
+memories_reembed_task = _sweep_task("memories_reembed_task", reembedding.memories_reembed, (EmbeddingUnavailable,))
+episodes_expire_task = _sweep_task("episodes_expire_task", sweeps.episodes_expire)
+facts_decay_task = _sweep_task("facts_decay_task", sweeps.facts_decay)
+rules_maturity_task = _sweep_task("rules_maturity_task", sweeps.rules_maturity)
+followups_drain_task = _sweep_task("followups_drain_task", followups.followups_drain)
+episodes_consolidate_task = _sweep_task(
+    "episodes_consolidate_task", consolidation.consolidation_sweep, (ConsolidatorUnavailable,)
+)

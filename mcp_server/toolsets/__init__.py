@@ -2,6 +2,6 @@
 module in this package with a module-level ``dialect``; add it here."""
 
 from mcp_server.dialect import Dialect
-from mcp_server.toolsets import memory
+from mcp_server.toolsets import memory, pce
 
-TOOLSETS: dict[str, Dialect] = {d.name: d for d in (memory.dialect,)}
+TOOLSETS: dict[str, Dialect] = {d.name: d for d in (memory.dialect, pce.dialect)}

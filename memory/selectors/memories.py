@@ -13,7 +13,7 @@ from django.utils import timezone
 from memory import scoring, validation
 from memory.embeddings import embed_one
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
-from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity
+from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity, retrievable_q
 from memory.read_model import effective_confidence_of
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ChannelHit, RetrievalParams
@@ -265,7 +265,7 @@ def memory_stats(*, caller: Caller, scope: str | None = None) -> dict:
     now = timezone.now()
     base = Memory.objects.for_caller(caller).in_scopes(scope)
     live = Q(validity=Validity.ACTIVE)
-    not_expired = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    backlog = retrievable_q(now) & Q(consolidated_at__isnull=True)
 
     fact_rows = base.filter(kind=Kind.FACT).aggregate(
         total=Count("id"),
@@ -294,9 +294,9 @@ def memory_stats(*, caller: Caller, scope: str | None = None) -> dict:
     )
     episodes = base.filter(kind=Kind.EPISODE).aggregate(
         total=Count("id"),
-        unconsolidated=Count("id", filter=live & not_expired & Q(consolidated_at__isnull=True)),
+        unconsolidated=Count("id", filter=backlog),
         expired=Count("id", filter=Q(expires_at__lte=now)),
-        oldest_unconsolidated=Min("created_at", filter=live & not_expired & Q(consolidated_at__isnull=True)),
+        oldest_unconsolidated=Min("created_at", filter=backlog),
     )
     oldest = episodes.pop("oldest_unconsolidated")
     pending_embeddings = base.exclude(embedding_status="ready").count()

@@ -36,8 +36,8 @@ from memory.models import (
     Validity,
 )
 from memory.services.events import EventType, event_append
-from memory.services.maintenance import pipeline_setting, system_caller
 from memory.services.memories import memory_confirm, memory_supersede
+from memory.services.system import pipeline_setting, system_caller
 from policy.caller import Caller
 
 logger = logging.getLogger(__name__)

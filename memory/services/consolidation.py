@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Min, Q
+from django.db.models import Min
 from django.utils import timezone
 
 from memory.consolidators import Consolidator, EpisodeView, Proposal, get_consolidator
 from memory.errors import InvalidArgument, NotFound
-from memory.models import EmbeddingStatus, Kind, LinkKind, Memory, MemoryLink, Validity
+from memory.models import EmbeddingStatus, Kind, LinkKind, Memory, MemoryLink
 from memory.services.events import EventType, event_append
-from memory.services.maintenance import pipeline_setting, system_caller
 from memory.services.memories import fact_store, memory_supersede, rule_store
+from memory.services.system import pipeline_setting, system_caller
 from policy.caller import Caller
 
 logger = logging.getLogger(__name__)
@@ -41,11 +41,14 @@ class ConsolidationResult:
     merged: int = 0
     more: bool = False
 
+    @property
+    def processed(self) -> int:
+        """What a sweep reports as done (``SweepResult.processed``): the memories created."""
+        return len(self.created)
+
 
 def _unconsolidated(tenant_id: uuid.UUID | None, now: datetime, *, embedded: bool):  # type: ignore[no-untyped-def]
-    qs = Memory.objects.filter(kind=Kind.EPISODE, validity=Validity.ACTIVE, consolidated_at__isnull=True).filter(
-        Q(expires_at__isnull=True) | Q(expires_at__gt=now)
-    )
+    qs = Memory.objects.retrievable(now).filter(kind=Kind.EPISODE, consolidated_at__isnull=True)
     if tenant_id is not None:
         qs = qs.filter(tenant_id=tenant_id)
     if embedded:

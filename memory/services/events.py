@@ -1,6 +1,6 @@
 """The one writer of the audit log, its event types, and the chain check.
 
-Every event is appended through ``memproj_events_append`` (migration 0025),
+Every event is appended through ``memproj_events_append`` (migration 0026),
 which serialises a tenant's appends with an advisory lock and chains each row
 to the tenant's previous one: ``hash = sha256(prev_hash, tenant, type, memory
 id, memory kind, actor, payload, created_at)``. ``chain_verify`` restates the

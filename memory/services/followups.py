@@ -30,7 +30,7 @@ from memory.models import EmbeddingStatus, FollowUp, FollowUpKind, Kind, Memory
 
 if TYPE_CHECKING:
     from memory.services.conflicts import ConflictCheckResult
-    from memory.services.maintenance import SweepResult
+    from memory.services.sweeps import SweepResult
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def followups_drain(*, now: datetime | None = None, batch_size: int | None = Non
     follow-up whose memory still waits for a vector is left to the embedding
     retry sweep (one place retries the embedder); once the vector is there it
     is closed here and its conflict check recorded."""
-    from memory.services.maintenance import SweepResult, _sweep_lock
+    from memory.services.sweeps import SweepResult, sweep_lock
 
     now = now or timezone.now()
     batch_size = batch_size or settings.MEMPROJ_PIPELINE["SWEEP_BATCH"]
@@ -176,7 +176,7 @@ def followups_drain(*, now: datetime | None = None, batch_size: int | None = Non
         Q(kind=FollowUpKind.CONFLICT_CHECK) | ~Exists(waiting_for_vector)
     )
     with transaction.atomic():
-        if not _sweep_lock("followups_drain"):
+        if not sweep_lock("followups_drain"):
             return SweepResult(skipped=True)
         rows = list(due.order_by("attempts", "id").values_list("pk", "memory_id", "kind")[:batch_size])
         processed = failed = 0

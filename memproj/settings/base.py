@@ -232,3 +232,7 @@ if env.str("CELERY_BROKER_KEY_PREFIX", default=""):
 
 # The role the service connects as (memproj/dbroles.py grants it what it needs).
 MEMPROJ_DB_APP_USER = DATABASES["default"].get("USER", "")
+
+# Per-tool timeouts (seed 004) are multiplied by this; tests on a shared,
+# loaded machine raise it so that a slow CPU is not mistaken for a hung call.
+MEMPROJ_TOOL_TIMEOUT_SCALE = env.float("MEMPROJ_TOOL_TIMEOUT_SCALE", default=1.0)

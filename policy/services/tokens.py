@@ -14,6 +14,7 @@ from django.utils import timezone
 from policy.caller import Caller
 from policy.errors import PermissionDenied
 from policy.models import ApiToken, Principal, Tenant
+from policy.services.tenants import tenant_get_or_create
 
 TOKEN_PREFIX = "mp_"  # noqa: S105 - a public prefix, not a secret
 MEMBER_SCOPES = ("read", "write")
@@ -45,7 +46,7 @@ def token_issue(
     if role not in Principal.Role.values:
         raise ValueError(f"role must be one of {Principal.Role.values}")
     with transaction.atomic():
-        tenant, created_tenant = Tenant.objects.get_or_create(slug=tenant_slug, defaults={"name": tenant_slug})
+        tenant, created_tenant = tenant_get_or_create(slug=tenant_slug)
         principal, created_principal = Principal.objects.get_or_create(
             tenant=tenant, name=principal_name, defaults={"role": role}
         )

@@ -10,10 +10,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from memory.embeddings import get_embedder, set_embedder
-from memory.errors import EmbeddingUnavailable
 from memory.models import EmbeddingStatus, Memory, MemoryEvent
 from memory.services.memories import fact_store
 from policy.models import Principal
+from tests.embedders import BrokenEmbedder
 
 pytestmark = pytest.mark.django_db
 
@@ -66,19 +66,11 @@ def test_tenant_admin_cannot_link_a_login_to_a_principal(client, admin_a, member
     assert 'name="user"' not in page  # read-only for tenant admins
 
 
-class DownEmbedder:
-    model_name = "down"
-    dimensions = 384
-
-    def embed(self, texts):
-        raise EmbeddingUnavailable("embedder is down")
-
-
 def test_reembed_while_embedder_is_down_leaves_it_pending_and_audited(client, admin_a):
     fact = fact_store(caller=admin_a.caller, subject="u", predicate="v", content="Likes jazz").memory
     client.force_login(admin_a.user)
     original = get_embedder()
-    set_embedder(DownEmbedder())
+    set_embedder(BrokenEmbedder())
     try:
         response = client.post(reverse("admin:memory_memory_review", args=[fact.pk]), {"action": "reembed"})
     finally:

@@ -138,6 +138,7 @@ def test_set_maturity_rejects_unknown_value(client_a, admin_a):
     assert events(rule, "maturity_changed") == []
 
 
+@pytest.mark.real_embedder  # the configured model's name is recorded on the row
 def test_reembed_gives_a_fresh_vector_and_is_audited(client_a, admin_a):
     fact = fact_store(caller=admin_a.caller, subject="user", predicate="lang", content="Speaks French").memory
     stale = [0.0] * 383 + [1.0]

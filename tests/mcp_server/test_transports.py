@@ -35,6 +35,7 @@ def _env_for_test_database(**extra: str) -> dict[str, str]:
         DATABASE_URL=f"postgres://{db['USER']}@/{db['NAME']}?host={db['HOST']}",
         CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
         CELERY_TASK_ALWAYS_EAGER="true",
+        MEMPROJ_TOOL_TIMEOUT_SCALE=str(settings.MEMPROJ_TOOL_TIMEOUT_SCALE),
         PYTHONPATH=str(ROOT),
         **extra,
     )

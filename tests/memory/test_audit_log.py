@@ -16,8 +16,8 @@ from django.db import DatabaseError, connection, transaction
 
 from memory.models import MemoryEvent
 from memory.services.events import EventType, chain_verify
-from memory.services.maintenance import principal_purge, tenant_purge
 from memory.services.memories import episode_store, fact_store, memory_forget
+from memory.services.purge import principal_purge, tenant_purge
 from memproj.dbroles import separate_roles
 
 pytestmark = pytest.mark.django_db(transaction=True)

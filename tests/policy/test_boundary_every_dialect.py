@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from memory.models import Memory, Validity
-from memory.services.memories import episode_store, fact_store, rule_store
 from mcp_server.server import build_server
 from mcp_server.toolsets import TOOLSETS
+from memory.models import Memory, Validity
+from memory.services.memories import episode_store, fact_store, rule_store
 from policy.boundary import boundary_for
 from policy.document import BOUNDARY_CLASSES, ESCALATIONS
 from policy.selectors.policies import policy_current

@@ -150,3 +150,23 @@ class FakeOpenAI:
 def episodes_in(body: dict[str, Any]) -> list[dict[str, Any]]:
     """The episodes a chat-completions request carries (our consolidator's user message)."""
     return json.loads(body["messages"][1]["content"])["episodes"]
+
+
+def one_fact_from_all_episodes(
+    *, content: str, subject: str, predicate: str, permanence: str = "stable", importance: int = 5
+) -> Callable[[dict[str, Any]], str]:
+    """A scripted chat answer: one fact derived from every episode in the request."""
+
+    def answer(body: dict[str, Any]) -> str:
+        fact = {
+            "kind": "fact",
+            "content": content,
+            "subject": subject,
+            "predicate": predicate,
+            "permanence": permanence,
+            "importance": importance,
+            "source_ids": [e["id"] for e in episodes_in(body)],
+        }
+        return json.dumps({"memories": [fact], "duplicates": []})
+
+    return answer

@@ -102,7 +102,7 @@ def test_the_drain_runs_in_bounded_batches_and_leaves_pending_embeddings_to_thei
     # The pending memory's embed follow-up stays open for the embedding retry sweep ...
     assert FollowUp.objects.get(memory_id=pending.pk).done_at is None
     # ... which embeds it, closes it and records its conflict check (the broker is back: enqueued and run).
-    from memory.services.maintenance import embeddings_retry
+    from memory.services.reembedding import embeddings_retry
 
     assert embeddings_retry(now=later()).processed == 1
     assert FollowUp.objects.get(memory_id=pending.pk, kind=FollowUpKind.EMBED).done_at is not None

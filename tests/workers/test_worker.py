@@ -4,7 +4,6 @@ back-dated data, and a worker killed with SIGKILL mid-task."""
 
 from __future__ import annotations
 
-import json
 import threading
 from datetime import timedelta
 
@@ -13,13 +12,13 @@ import time_machine
 from django.utils import timezone
 
 from memory.embeddings import get_embedder, set_embedder
-from memory.errors import EmbeddingUnavailable
 from memory.models import Memory, MemoryEvent, MemoryLink
 from memory.selectors.memories import memory_search
 from memory.services.memories import episode_store, fact_store
 from tests.conftest import make_identity
+from tests.embedders import BrokenEmbedder
 from tests.workers.conftest import in_flight, wait_until
-from tests.workers.fakes import ChatStep, episodes_in
+from tests.workers.fakes import ChatStep, one_fact_from_all_episodes
 from workers import tasks
 
 pytestmark = pytest.mark.worker
@@ -29,14 +28,6 @@ DARK_MODE = [
     "The user likes dark mode for the editor",
     "User said they prefer dark mode in editors",
 ]
-
-
-class BrokenEmbedder:
-    model_name = "all-MiniLM-L6-v2"
-    dimensions = 384
-
-    def embed(self, texts):
-        raise EmbeddingUnavailable("embedding service is down")
 
 
 def fresh(memory: Memory) -> Memory:
@@ -126,24 +117,9 @@ def test_worker_killed_mid_task_loses_nothing_and_the_task_completes_once(start_
     member = make_identity("tenant-a", "member")
     episodes = [episode_store(caller=member.caller, content=t, butler="assistant") for t in DARK_MODE]
 
-    def answer(body):
-        ids = [e["id"] for e in episodes_in(body)]
-        return json.dumps(
-            {
-                "memories": [
-                    {
-                        "kind": "fact",
-                        "content": "User prefers dark mode in the editor",
-                        "subject": "user",
-                        "predicate": "editor theme",
-                        "permanence": "stable",
-                        "importance": 5,
-                        "source_ids": ids,
-                    }
-                ],
-                "duplicates": [],
-            }
-        )
+    answer = one_fact_from_all_episodes(
+        content="User prefers dark mode in the editor", subject="user", predicate="editor theme"
+    )
 
     release = threading.Event()
     # First call hangs (the worker is killed while waiting); the redelivery gets an answer.

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from memory.management.commands._pipeline import drain
-from memory.services.maintenance import facts_decay, rules_maturity
+from memory.services.sweeps import facts_decay, rules_maturity
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from memory.management.commands._pipeline import drain
-from memory.services.maintenance import episodes_expire
+from memory.services.sweeps import episodes_expire
 
 
 class Command(BaseCommand):

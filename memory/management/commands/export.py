@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from memory.management.commands._pipeline import tenant_by_slug
-from memory.services.maintenance import tenant_export
+from memory.services.export import tenant_export
 
 
 class Command(BaseCommand):

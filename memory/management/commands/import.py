@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
 from memory.errors import InvalidArgument
-from memory.services.maintenance import tenant_import
+from memory.services.export import tenant_import
 
 
 class Command(BaseCommand):

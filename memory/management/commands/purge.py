@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from memory.management.commands._pipeline import principal_by_name, tenant_by_slug
-from memory.services.maintenance import principal_purge, tenant_purge
+from memory.services.purge import principal_purge, tenant_purge
 
 
 class Command(BaseCommand):

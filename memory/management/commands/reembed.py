@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from memory.management.commands._pipeline import drain, tenant_by_slug
-from memory.services.maintenance import memories_failed_requeue, memories_mark_stale, memories_reembed
+from memory.services.reembedding import memories_failed_requeue, memories_mark_stale, memories_reembed
 
 
 class Command(BaseCommand):

@@ -1,5 +1,5 @@
 """`manage.py flush` as the schema owner. The audit log refuses TRUNCATE to
-everyone (migration 0025), so flushing fails on it unless the settings say
+everyone (migration 0026), so flushing fails on it unless the settings say
 this database may lose its log: only the test settings do (transactional
 tests flush between tests)."""
 

@@ -32,10 +32,11 @@ class Command(BaseCommand):
             raise CommandError(f"no tenant {options['tenant']!r}")
         path = str(options["file"])
         try:
+            # Exact bytes (no newline translation): a signature covers them as they are.
             if path == "-":
-                text = sys.stdin.read()
+                text = sys.stdin.buffer.read().decode("utf-8")
             else:
-                with open(path, encoding="utf-8") as handle:
+                with open(path, encoding="utf-8", newline="") as handle:
                     text = handle.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise CommandError(f"cannot read {path}: {exc}") from None

@@ -8,19 +8,9 @@ from memory.errors import InvalidArgument, NotFound
 from memory.models import ConflictCandidate, Memory, MemoryEvent
 from memory.services.conflicts import conflict_accept, conflict_dismiss, memory_conflict_check
 from memory.services.memories import episode_store, fact_store, memory_forget, rule_store
-from tests.conftest import make_identity
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def member():
-    return make_identity("tenant-a", "member")
-
-
-@pytest.fixture
-def outsider():
-    return make_identity("tenant-b", "outsider")
+# Similarity thresholds and clustering are tuned to the real model's vectors.
+pytestmark = [pytest.mark.django_db, pytest.mark.real_embedder]
 
 
 def fact(identity, subject, predicate, content, **kw):

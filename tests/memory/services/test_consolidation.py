@@ -15,9 +15,10 @@ from memory.models import Memory, MemoryEvent, MemoryLink
 from memory.services.consolidation import consolidation_sweep, episodes_consolidate
 from memory.services.memories import episode_store, fact_store
 from tests.conftest import make_identity
-from tests.workers.fakes import ChatStep, FakeOpenAI, episodes_in
+from tests.workers.fakes import ChatStep, FakeOpenAI, episodes_in, one_fact_from_all_episodes
 
-pytestmark = pytest.mark.django_db
+# Similarity thresholds and clustering are tuned to the real model's vectors.
+pytestmark = [pytest.mark.django_db, pytest.mark.real_embedder]
 
 DARK_MODE = [
     "User prefers dark mode in the editor",
@@ -29,16 +30,6 @@ TESTS_RULE = [
     "Run tests before every commit, always",
     "Remember to always run the test suite before you commit",
 ]
-
-
-@pytest.fixture
-def member():
-    return make_identity("tenant-a", "member")
-
-
-@pytest.fixture
-def outsider():
-    return make_identity("tenant-b", "outsider")
 
 
 @pytest.fixture
@@ -116,24 +107,9 @@ def test_consolidated_fact_supersedes_through_fact_store(member, fake):
     ).memory
     episodes = store(member, DARK_MODE)
 
-    def answer(body):
-        ids = [e["id"] for e in episodes_in(body)]
-        return json.dumps(
-            {
-                "memories": [
-                    {
-                        "kind": "fact",
-                        "content": "User prefers dark mode in the editor",
-                        "subject": "user",
-                        "predicate": "editor theme",
-                        "permanence": "stable",
-                        "importance": 6,
-                        "source_ids": ids,
-                    }
-                ],
-                "duplicates": [],
-            }
-        )
+    answer = one_fact_from_all_episodes(
+        content="User prefers dark mode in the editor", subject="user", predicate="editor theme", importance=6
+    )
 
     fake.chat_script = [ChatStep(content=answer)]
     llm = LLMConsolidator(base_url=fake.base_url, model="test-model", api_key="sk-test", timeout=10)

@@ -4,30 +4,15 @@ version lives in tests/workers)."""
 
 import pytest
 
-from memory.embeddings import get_embedder, set_embedder
+from memory.embeddings import set_embedder
 from memory.errors import EmbeddingUnavailable
 from memory.models import Memory
 from memory.selectors.memories import memory_search
 from memory.services.memories import fact_store
 from tests.conftest import make_identity
 
-pytestmark = pytest.mark.django_db
-
-
-class BrokenEmbedder:
-    model_name = "broken"
-    dimensions = 384
-
-    def embed(self, texts):
-        raise EmbeddingUnavailable("embedding service is down")
-
-
-@pytest.fixture
-def embedder_outage():
-    real = get_embedder()
-    set_embedder(BrokenEmbedder())
-    yield real
-    set_embedder(real)
+# "which operating system" finds "User runs Debian Linux" by meaning alone.
+pytestmark = [pytest.mark.django_db, pytest.mark.real_embedder]
 
 
 def test_store_survives_embedder_outage_and_is_embedded_later(embedder_outage, django_capture_on_commit_callbacks):

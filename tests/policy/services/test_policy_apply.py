@@ -205,3 +205,17 @@ def test_the_command_applies_dry_runs_and_refuses(tmp_path, owner):
         call_command("policy_apply", "--tenant", slug, "--file", str(path), "--validate-only")
     with pytest.raises(CommandError, match="no tenant"):
         call_command("policy_apply", "--tenant", "nobody", "--file", str(path))
+
+
+def test_the_command_signs_exactly_the_file_bytes(tmp_path, owner):
+    slug = Tenant.objects.get(pk=owner.caller.tenant_id).slug
+    out = io.StringIO()
+    call_command("policy_signing_key", "--tenant", slug, "set", stdout=out)
+    key = out.getvalue().strip()
+    path = tmp_path / "policy.yaml"
+    path.write_bytes(SEED_EXAMPLE_YAML.replace("\n", "\r\n").encode("utf-8"))  # a Windows checkout
+    signature = policy_sign(key=key, yaml_text=path.read_bytes().decode("utf-8"))
+    with pytest.raises(CommandError, match=r"\[UNAUTHORIZED\] this tenant requires signed policies"):
+        call_command("policy_apply", "--tenant", slug, "--file", str(path))
+    call_command("policy_apply", "--tenant", slug, "--file", str(path), "--signature", signature, stdout=io.StringIO())
+    assert PolicyVersion.objects.get(tenant_id=owner.caller.tenant_id, is_current=True).signed

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0023_knowledge_graph_and_active_contexts"),
+        ("memory", "0024_linkkind_without_duplicate_of"),
         ("policy", "0001_initial"),
     ]
 

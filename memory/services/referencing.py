@@ -1,4 +1,6 @@
-"""Reads with the side effects the seeds ask for (reference-count bumps)."""
+"""Reads that count as references: recall and get bump each returned memory's
+reference count (seed 000), so they are services, not selectors. (The ranking
+itself is ``memory.retrieval``; this module only adds the side effect.)"""
 
 from __future__ import annotations
 

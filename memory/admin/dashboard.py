@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from memory.models import ConflictCandidate, ConflictStatus, EmbeddingStatus, Kind, Memory, MemoryEvent, Validity
+from memory.models import ConflictCandidate, ConflictStatus, EmbeddingStatus, Kind, Memory, MemoryEvent
 from memory.selectors.memories import memory_stats
 from policy.admin_access import admin_access, read_caller, require_tenant
 from policy.models import Tenant
@@ -101,9 +101,7 @@ def _per_day_chart(tenant: Tenant, now: Any) -> dict[str, Any]:
 
 def _backlog(tenant: Tenant, now: Any) -> list[dict[str, Any]]:
     """Unconsolidated live episodes by age, in one aggregate."""
-    waiting = Memory.objects.filter(
-        tenant=tenant, kind=Kind.EPISODE, validity=Validity.ACTIVE, consolidated_at__isnull=True
-    ).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+    waiting = Memory.objects.retrievable(now).filter(tenant=tenant, kind=Kind.EPISODE, consolidated_at__isnull=True)
     aggregates: dict[str, Any] = {}
     lower = None
     for i, (_, upper) in enumerate(BACKLOG_BUCKETS):

@@ -189,6 +189,6 @@ DROP FUNCTION IF EXISTS memproj_event_hash(text, uuid, text, uuid, text, uuid, j
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memory", "0024_followup_outbox_event_hash")]
+    dependencies = [("memory", "0025_followup_outbox_event_hash")]
 
     operations = [migrations.RunSQL(FUNCTIONS + BACKFILL, REVERSE)]

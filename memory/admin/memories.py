@@ -1,29 +1,30 @@
-"""The review admin: memories, their audit events and conflict candidates.
-
-Admin reads; every write is a service call (CONVENTIONS 9). Tenant access is
-decided in ``policy.admin_access`` only. List pages never count the big tables
-and never load the vector columns."""
+"""Reviewing memories: the list (hybrid search, scope and fact-state filters),
+the detail page with scores, supersession chain, sources, conflicts and audit
+trail, the review actions posted from it, and the list actions. List pages
+never count the table and never load the vector columns."""
 
 from __future__ import annotations
 
-import csv
-import functools
 import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
-from django.db import transaction
 from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.functional import cached_property
-from django.utils.html import format_html
 
+from memory.admin.common import (
+    ACTION_ROW_CAP,
+    NoCountListMixin,
+    TenantFilter,
+    csv_response,
+    run_bulk,
+    run_review,
+)
 from memory.errors import MemoryError_
 from memory.models import (
     ConflictCandidate,
@@ -39,79 +40,15 @@ from memory.models import (
 from memory.read_model import memory_view
 from memory.selectors.memories import memory_search
 from memory.services.conflicts import conflict_accept, conflict_dismiss
-from memory.services.events import EventType
 from memory.services.memories import memory_confirm, memory_forget, memory_restore, memory_supersede
-from memory.services.review import admin_review_record, memory_reembed, rule_set_maturity
-from policy.admin_access import TenantScopedAdminMixin, admin_access, read_caller, require_tenant, review_caller
+from memory.services.review import memory_reembed, rule_set_maturity
+from policy.admin_access import TenantScopedAdminMixin, admin_access, read_caller, require_tenant
 from policy.caller import Caller
 
 SEARCH_TENANT_CAP = 25
 SEARCH_LIMIT = 100
-ACTION_ROW_CAP = 200
 CHAIN_CAP = 25
 SCOPE_SAMPLE = 2000
-
-
-# --- lists without COUNT(*) -------------------------------------------------------------
-class NoCountPaginator(Paginator):
-    """Reads one row past the requested page instead of counting the table:
-    the page links go up to the next page, never further. ``count`` is
-    therefore a lower bound (exact on the last page)."""
-
-    def __init__(self, object_list: Any, per_page: int, page_number: int = 1, **kwargs: Any) -> None:
-        super().__init__(object_list, per_page, **kwargs)
-        self._page_number = max(1, page_number)
-
-    @cached_property
-    def count(self) -> int:  # type: ignore[override]
-        offset = (self._page_number - 1) * self.per_page
-        rows = cast(QuerySet, self.object_list)[offset : offset + self.per_page + 1]
-        seen = len(rows.values_list("pk", flat=True))
-        return offset + seen
-
-
-class NoCountListMixin:
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
-    list_per_page = 50
-
-    def get_paginator(
-        self,
-        request: HttpRequest,
-        queryset: QuerySet,
-        per_page: int,
-        orphans: int = 0,
-        allow_empty_first_page: bool = True,
-    ) -> Paginator:
-        try:
-            page = int(request.GET.get("p", 1))
-        except ValueError:
-            page = 1
-        return NoCountPaginator(
-            queryset, per_page, page_number=page, orphans=0, allow_empty_first_page=allow_empty_first_page
-        )
-
-
-# --- filters ------------------------------------------------------------------------------
-class TenantFilter(admin.SimpleListFilter):
-    """Lists only the tenants the user may see (never a related-only DISTINCT over memories)."""
-
-    title = "tenant"
-    parameter_name = "tenant"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        access = admin_access(request)
-        if access is None:
-            return []
-        return [(str(t.pk), t.slug) for t in access.tenants().only("id", "slug")[:200]]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
-        if self.value():
-            try:
-                return queryset.filter(tenant_id=uuid.UUID(self.value()))
-            except ValueError:
-                return queryset.none()
-        return None
 
 
 class ScopeFilter(admin.SimpleListFilter):
@@ -149,71 +86,8 @@ class FactStateFilter(admin.SimpleListFilter):
         return cast(MemoryQuerySet, queryset).in_fact_state(value, timezone.now())
 
 
-KNOWN_EVENT_TYPES = tuple(EventType.values)  # the one list (memory/services/events.py)
-
-
-class EventTypeFilter(admin.SimpleListFilter):
-    """A fixed list: a DISTINCT over the audit log would scan it."""
-
-    title = "event type"
-    parameter_name = "event_type"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(t, t) for t in KNOWN_EVENT_TYPES]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
-        return queryset.filter(event_type=self.value()) if self.value() else None
-
-
-# --- running a review action ----------------------------------------------------------------
-def run_review(
-    request: HttpRequest,
-    *,
-    tenant_id: uuid.UUID,
-    action: str,
-    memory: Memory | None,
-    call: Callable[[Caller], Any],
-    detail: dict[str, Any] | None = None,
-) -> Any:
-    """One review action: the caller for this admin user, the service call, and
-    for a superuser (no Principal in the tenant) an ``admin_review`` event naming
-    them, in the same transaction."""
-    caller = review_caller(request, tenant_id)
-    access = admin_access(request)
-    with transaction.atomic():
-        result = call(caller)
-        if access is not None and access.is_superuser:
-            admin_review_record(caller=caller, action=action, username=access.username, memory=memory, detail=detail)
-    return result
-
-
-def _call_with_memory(call: Callable[[Caller, Memory], Any], memory: Memory, caller: Caller) -> Any:
-    return call(caller, memory)
-
-
-def _call_conflict(service: Callable[..., Any], conflict_id: uuid.UUID, caller: Caller) -> Any:
-    return service(caller=caller, conflict_id=conflict_id)
-
-
 class MemoryReviewError(Exception):
     pass
-
-
-def _csv_response(filename: str, header: list[str], rows: Any) -> StreamingHttpResponse:
-    class Echo:
-        def write(self, value: str) -> str:
-            return value
-
-    writer = csv.writer(Echo())
-
-    def lines() -> Any:
-        yield writer.writerow(header)
-        for row in rows:
-            yield writer.writerow(row)
-
-    response = StreamingHttpResponse(lines(), content_type="text/csv")
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
 
 
 # --- memories -------------------------------------------------------------------------------------
@@ -224,6 +98,7 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     list_display = (
         "short_content",
         "kind",
+        "boundary_class",
         "tenant",
         "validity",
         "maturity",
@@ -234,14 +109,23 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     )
     list_display_links = ("short_content",)
     list_select_related = ("tenant",)
-    list_filter = (TenantFilter, "kind", "validity", "maturity", ScopeFilter, FactStateFilter, "embedding_status")
+    list_filter = (
+        TenantFilter,
+        "kind",
+        "boundary_class",
+        "validity",
+        "maturity",
+        ScopeFilter,
+        FactStateFilter,
+        "embedding_status",
+    )
     search_fields = ("content",)  # shows the box; get_search_results replaces the lookup
     search_help_text = "Hybrid (semantic + keyword) search over active memories, as the tools search; or a memory id."
     ordering = ("-created_at", "id")
     actions = ("action_confirm", "action_retract", "action_restore", "action_reembed", "export_csv")
     change_form_template = "admin/memory/memory/review_form.html"
     fieldsets = (
-        (None, {"fields": ("id", "tenant", "principal", "kind", "content")}),
+        (None, {"fields": ("id", "tenant", "principal", "kind", "boundary_class", "content")}),
         ("Status", {"fields": ("validity", "superseded_by", "importance", "confidence", "permanence", "decay_rate")}),
         ("Fact", {"fields": ("subject", "predicate")}),
         (
@@ -535,22 +419,13 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     def _bulk(
         self, request: HttpRequest, queryset: QuerySet, action: str, call: Callable[[Caller, Memory], Any]
     ) -> None:
-        done, failed = 0, []
-        for memory in queryset.defer("embedding", "search_vector")[:ACTION_ROW_CAP]:
-            try:
-                run_review(
-                    request,
-                    tenant_id=memory.tenant_id,
-                    action=action,
-                    memory=memory,
-                    call=functools.partial(_call_with_memory, call, memory),
-                )
-                done += 1
-            except MemoryError_ as exc:
-                failed.append(f"{memory.pk}: {exc}")
-        self.message_user(request, f"{action}: {done} memory(ies) done.")
-        for failure in failed[:10]:
-            self.message_user(request, f"{action} failed for {failure}", level=messages.WARNING)
+        def review(memory: Memory) -> None:
+            run_review(
+                request, tenant_id=memory.tenant_id, action=action, memory=memory, call=lambda c: call(c, memory)
+            )
+
+        rows = queryset.defer("embedding", "search_vector")[:ACTION_ROW_CAP]
+        run_bulk(self, request, rows, action=action, label="memory(ies)", review=review)
 
     @admin.action(description="Confirm selected facts/rules", permissions=["review"])
     def action_confirm(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -572,7 +447,7 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:
         # The queryset comes from get_queryset: only the user's tenants, no vectors.
         rows = queryset.select_related("tenant").defer("embedding", "search_vector").order_by("-created_at", "id")
-        return _csv_response(
+        return csv_response(
             "memories.csv",
             ["id", "tenant", "kind", "validity", "maturity", "scope", "subject", "predicate", "content", "created_at"],
             (
@@ -591,150 +466,3 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
                 for m in rows.iterator(chunk_size=500)
             ),
         )
-
-
-# --- audit events (read-only) ---------------------------------------------------------------
-@admin.register(MemoryEvent)
-class MemoryEventAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
-    members_may_view = True
-    list_display = ("created_at", "tenant", "event_type", "memory_link", "memory_kind", "actor_principal_id")
-    list_select_related = ("tenant",)
-    list_filter = (TenantFilter, EventTypeFilter)
-    search_fields = ("=memory_id",)
-    search_help_text = "A memory id."
-    ordering = ("-id",)
-    actions = ("export_csv",)
-    readonly_fields = (
-        "id",
-        "tenant",
-        "memory_id",
-        "memory_kind",
-        "event_type",
-        "actor_principal_id",
-        "payload",
-        "created_at",
-    )
-
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
-        term = (search_term or "").strip()
-        if not term:
-            return queryset, False
-        try:
-            return queryset.filter(memory_id=uuid.UUID(term)), False
-        except ValueError:
-            return queryset.filter(event_type=term), False
-
-    @admin.display(description="memory")
-    def memory_link(self, obj: MemoryEvent) -> str:
-        if obj.memory_id is None:
-            return "-"
-        url = reverse("admin:memory_memory_change", args=[obj.memory_id])
-        return format_html('<a href="{}">{}</a>', url, str(obj.memory_id)[:8])
-
-    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # append-only (the database refuses too)
-
-    @admin.action(description="Export selected as CSV", permissions=["view"])
-    def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:
-        rows = queryset.select_related("tenant").order_by("-id")
-        return _csv_response(
-            "memory-events.csv",
-            ["id", "tenant", "event_type", "memory_id", "memory_kind", "actor_principal_id", "payload", "created_at"],
-            (
-                [
-                    e.pk,
-                    e.tenant.slug,
-                    e.event_type,
-                    e.memory_id or "",
-                    e.memory_kind,
-                    e.actor_principal_id or "",
-                    e.payload,
-                    e.created_at.isoformat(),
-                ]
-                for e in rows.iterator(chunk_size=500)
-            ),
-        )
-
-
-# --- conflict candidates --------------------------------------------------------------------------
-@admin.register(ConflictCandidate)
-class ConflictCandidateAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
-    members_may_view = True
-    list_display = ("created_at", "tenant", "kind", "status", "memory_link", "other_link", "similarity", "reason")
-    list_select_related = ("tenant",)
-    list_filter = (TenantFilter, "status", "kind")
-    ordering = ("-created_at", "id")
-    actions = ("action_accept", "action_dismiss")
-    readonly_fields = (
-        "id",
-        "tenant",
-        "memory_link",
-        "other_link",
-        "kind",
-        "similarity",
-        "reason",
-        "status",
-        "created_at",
-        "resolved_at",
-        "resolved_by",
-    )
-    fields = readonly_fields
-
-    def _memory_anchor(self, memory_id: uuid.UUID) -> str:
-        url = reverse("admin:memory_memory_change", args=[memory_id])
-        return format_html('<a href="{}">{}</a>', url, str(memory_id)[:8])
-
-    @admin.display(description="memory (newer)")
-    def memory_link(self, obj: ConflictCandidate) -> str:
-        return self._memory_anchor(obj.memory_id)
-
-    @admin.display(description="other")
-    def other_link(self, obj: ConflictCandidate) -> str:
-        return self._memory_anchor(obj.other_id)
-
-    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_review_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        access = admin_access(request)
-        return access is not None and access.can_write and self._in_reach(access, obj)
-
-    def _resolve(self, request: HttpRequest, queryset: QuerySet, action: str) -> None:
-        service = conflict_accept if action == "conflict_accept" else conflict_dismiss
-        done, failed = 0, []
-        for candidate in queryset[:ACTION_ROW_CAP]:
-            try:
-                run_review(
-                    request,
-                    tenant_id=candidate.tenant_id,
-                    action=action,
-                    memory=None,
-                    detail={"conflict": str(candidate.pk)},
-                    call=functools.partial(_call_conflict, service, candidate.pk),
-                )
-                done += 1
-            except MemoryError_ as exc:
-                failed.append(f"{candidate.pk}: {exc}")
-        self.message_user(request, f"{action}: {done} candidate(s) done.")
-        for failure in failed[:10]:
-            self.message_user(request, f"{action} failed for {failure}", level=messages.WARNING)
-
-    @admin.action(description="Accept selected (newer supersedes other)", permissions=["review"])
-    def action_accept(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._resolve(request, queryset, "conflict_accept")
-
-    @admin.action(description="Dismiss selected", permissions=["review"])
-    def action_dismiss(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._resolve(request, queryset, "conflict_dismiss")

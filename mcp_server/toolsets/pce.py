@@ -1,0 +1,410 @@
+"""The `pce` dialect (seed 004, pce-memory MCP Tools Spec v0.1): claims with
+provenance, active contexts, feedback, boundary validation and policy apply.
+
+Each tool is served under the seed's dotted name (`pce.memory.activate`) and
+the underscore name the published pce-memory switched to (`pce_memory_activate`)
+because several clients refuse dots in tool names (the Anthropic API accepts
+only [a-zA-Z0-9_-]). Requests are checked against the seed's JSON Schemas
+verbatim (mcp_server/toolsets/pce_schemas.py). Every success is the envelope
+`{"data", "policy_version", "request_id", "trace_id"}`, every failure the tool
+error whose text is `{"error": {"code", "message", "details"}, "request_id",
+"trace_id", "policy_version"}`; `HTTP_STATUS` gives each code's status for the
+plain HTTP surface (/api/pce/<tool>)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+from mcp_server.dialect import Dialect, authenticated_caller
+from mcp_server.toolsets import pce_schemas as schemas
+from memory import api
+
+INSTRUCTIONS = """\
+pce-memory: project knowledge as claims with provenance.
+1. Call pce.memory.activate with the task as q before you work; put the claims in your context.
+2. Before generating or sending text outside, call pce.memory.boundary.validate; if allowed=false,
+   send the redacted text instead.
+3. After a decision is made, store it with pce.memory.upsert (text, kind, scope, provenance.at required).
+4. When a claim helped or misled you, send pce.memory.feedback (helpful / harmful / outdated / duplicate).
+Scopes: session (7 days), project (120 days), principle (permanent) by default; boundary classes
+public / internal / pii / secret decide which use tags (allow) may see a claim.
+"""
+
+# Core codes -> seed 004 §6 vocabulary.
+CODES = {
+    "INVALID_ARGUMENT": "VALIDATION_ERROR",
+    "NOT_FOUND": "UNKNOWN_CLAIM",
+    "PERMISSION_DENIED": "UNAUTHORIZED",
+    "EMBEDDING_ERROR": "INTERNAL",
+    "STORAGE_ERROR": "INTERNAL",
+    "TIMEOUT": "INTERNAL",
+}
+HTTP_STATUS = {
+    "VALIDATION_ERROR": 422,
+    "INVALID_SCOPE": 422,
+    "INVALID_BOUNDARY": 422,
+    "INVALID_POLICY": 422,
+    "BOUNDARY_DENIED": 403,
+    "DUPLICATE": 409,
+    "CONFLICT": 409,
+    "UNKNOWN_CLAIM": 404,
+    "GONE": 410,
+    "POLICY_MISSING": 424,
+    "RATE_LIMIT": 429,
+    "UNAUTHORIZED": 401,
+    "INTERNAL": 500,
+}
+# Payload limits (bytes) and timeouts (seconds) per tool, seed 004 §2.
+LIMITS = {
+    "activate": (16 * 1024, 15.0),
+    "search": (32 * 1024, 10.0),
+    "upsert": (64 * 1024, 10.0),
+    "feedback": (4 * 1024, 3.0),
+    "boundary.validate": (32 * 1024, 5.0),
+    "policy.apply": (128 * 1024, 10.0),
+}
+# seed 004: feedback is idempotent per (claim_id, ts_bucket); a bucket is one
+# UTC minute, so a client's retry within the minute is applied once.
+FEEDBACK_BUCKET_SECONDS = 60
+ACTIVE_CONTEXT_PREFIX = "ac_"
+CLAIM_PREFIX = "clm_"
+
+
+def _policy_version() -> str:
+    caller = authenticated_caller()
+    policy = caller.__dict__.get("policy") if caller is not None else None
+    return policy.version if policy is not None else ""
+
+
+def render_error(code: str, message: str, details: Mapping[str, Any]) -> str:
+    return json.dumps(
+        {
+            "error": {"code": CODES.get(code, code), "message": message, "details": dict(details)},
+            "request_id": str(uuid.uuid4()),
+            "trace_id": str(uuid.uuid4()),
+            "policy_version": _policy_version(),
+        },
+        ensure_ascii=False,
+    )
+
+
+def http_status(text: str) -> int:
+    try:
+        return HTTP_STATUS.get(json.loads(text)["error"]["code"], 500)
+    except (ValueError, KeyError, TypeError):
+        return 500
+
+
+dialect = Dialect(
+    "pce",
+    INSTRUCTIONS,
+    render_error=render_error,
+    argument_codes={"scope": "INVALID_SCOPE", "boundary_class": "INVALID_BOUNDARY"},
+    preload_policy=True,
+    http_status=http_status,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def pce_tool(short: str, schema: Mapping[str, Any]) -> Callable[[F], F]:
+    """One tool under both spellings, with the seed's schema, payload limit and timeout."""
+    payload_limit, timeout = LIMITS[short]
+    dotted = dialect.tool(f"pce.memory.{short}", input_schema=schema, payload_limit=payload_limit, timeout=timeout)
+    underscored = dialect.tool(
+        "pce_memory_" + short.replace(".", "_"), input_schema=schema, payload_limit=payload_limit, timeout=timeout
+    )
+    return lambda fn: dotted(underscored(fn))
+
+
+def envelope(data: dict[str, Any]) -> dict[str, Any]:
+    version = dialect.caller().policy.version
+    return {"data": data, "policy_version": version, "request_id": str(uuid.uuid4()), "trace_id": str(uuid.uuid4())}
+
+
+def claim_id(memory_id: uuid.UUID) -> str:
+    return CLAIM_PREFIX + memory_id.hex
+
+
+def memory_id_of(value: str) -> str:
+    """`clm_<32 hex>` back to the core id; a bare UUID is accepted as well."""
+    return value[len(CLAIM_PREFIX) :] if value.startswith(CLAIM_PREFIX) else value
+
+
+def _require_policy() -> None:
+    caller = dialect.caller()
+    if not api.policy_is_applied(tenant_id=caller.tenant_id):
+        raise dialect.failure("POLICY_MISSING", "no policy is applied to this tenant; run pce.memory.policy.apply.")
+
+
+def _audit(tool: str, **payload: Any) -> None:
+    api.tool_call_audit(caller=dialect.caller(), tool=tool, payload=payload)
+
+
+def _claim(memory: Any) -> dict[str, Any]:
+    return {
+        "id": claim_id(memory.id),
+        "text": memory.content,
+        "kind": api.claim_kind_of(memory),
+        "scope": memory.scope if memory.scope in schemas.SCOPES else "project",
+        "boundary_class": memory.boundary_class,
+        "created_at": memory.created_at.isoformat(),
+        "updated_at": memory.updated_at.isoformat(),
+    }
+
+
+def _evidences(memory: Any) -> list[dict[str, Any]]:
+    provenance = memory.metadata.get("provenance") or {}
+    if not provenance:
+        return []
+    evidence: dict[str, Any] = {"id": claim_id(memory.id), "source_type": "provenance", "snippet": memory.content[:200]}
+    if provenance.get("at"):
+        evidence["at"] = provenance["at"]
+    git = provenance.get("git") or {}
+    if git.get("commit"):
+        evidence["source_id"] = git["commit"]
+    elif provenance.get("url"):
+        evidence["source_id"] = provenance["url"]
+    return [evidence]
+
+
+def _scored(item: Any, include_meta: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "claim": _claim(item.memory),
+        "score": round(item.score, 6),
+        "evidences": _evidences(item.memory),
+        "reason": item.reason,
+    }
+    if include_meta:
+        out["scores"] = {k: round(v, 6) for k, v in item.breakdown.__dict__.items()}
+    return out
+
+
+def _check_provenance(provenance: Mapping[str, Any]) -> None:
+    """The parts of the provenance schema that JSON Schema's `format` leaves unchecked."""
+    try:
+        datetime.fromisoformat(str(provenance["at"]).replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise api.InvalidArgument("provenance.at must be an RFC 3339 date-time, e.g. 2025-01-31T12:00:00Z.") from exc
+    for path, url in (
+        ("provenance.url", provenance.get("url")),
+        ("provenance.git.url", (provenance.get("git") or {}).get("url")),
+    ):
+        if url is not None:
+            parsed = urlparse(url)
+            if not parsed.scheme or not (parsed.netloc or parsed.path):
+                raise api.InvalidArgument(f"{path} must be an absolute URI.")
+
+
+def _use_tags(allow: list[str] | None) -> list[str] | None:
+    tags = allow or None
+    if tags is not None and not api.boundary_for(dialect.caller().policy, tags).visible:
+        raise dialect.failure(
+            "BOUNDARY_DENIED",
+            f"the use tags {tags} may see no boundary class under policy {dialect.caller().policy.version}.",
+            {"allow": tags},
+        )
+    return tags
+
+
+# --- 2.1 activate ---------------------------------------------------------------------------------
+@pce_tool("activate", schemas.ACTIVATE_REQUEST)
+def activate(
+    q: str,
+    scope: list[str] | None = None,
+    allow: list[str] | None = None,
+    top_k: int | None = None,
+    cursor: str | None = None,
+    include_meta: bool = False,
+) -> dict[str, Any]:
+    """Build an active context (AC) for a query under the tenant policy: the claims to put at the
+    top of your prompt, ranked by hybrid relevance x critic (utility, confidence, recency), within
+    the boundary your use tags (allow) may see. Page with next_cursor; an expired AC answers 410."""
+    _require_policy()
+    caller = dialect.caller()
+    page = api.claims_activate(
+        caller=caller, query=q, top_k=top_k, scopes=scope, use_tags=_use_tags(allow), cursor=cursor
+    )
+    context = page.context
+    assert context is not None
+    retrieval = caller.policy.retrieval
+    data: dict[str, Any] = {
+        "active_context_id": ACTIVE_CONTEXT_PREFIX + context.id.hex,
+        "claims": [_scored(item, include_meta) for item in page.items],
+        "claims_count": len(page.items),
+        "expires_at": context.expires_at.isoformat(),
+        "has_more": page.has_more,
+        "policy_version": caller.policy.version,
+        "provenance": [p for item in page.items if (p := item.memory.metadata.get("provenance"))],
+        "scoring_params": {
+            "alpha": retrieval.alpha,
+            "k_txt": retrieval.k_txt,
+            "k_vec": retrieval.k_vec,
+            "k_final": retrieval.k_final,
+            "rerank": {
+                "use_quality": retrieval.use_quality,
+                "recency_half_life_days": retrieval.recency_half_life_days,
+            },
+        },
+    }
+    if page.next_cursor:
+        data["next_cursor"] = page.next_cursor
+    _audit("activate", q=q[:200], allow=allow, scope=scope, claims=[c["claim"]["id"] for c in data["claims"]])
+    return envelope(data)
+
+
+# --- 2.2 search -----------------------------------------------------------------------------------
+@pce_tool("search", schemas.SEARCH_REQUEST)
+def search(
+    query: str,
+    top_k: int | None = None,
+    scope: list[str] | None = None,
+    allow: list[str] | None = None,
+    cursor: str | None = None,
+    include_meta: bool = False,
+) -> dict[str, Any]:
+    """Recall known premises, conventions and prohibitions without building an active context.
+    Same ranking as activate; score descending, ties by created_at descending."""
+    caller = dialect.caller()
+    page = api.claims_search(
+        caller=caller, query=query, top_k=top_k, scopes=scope, use_tags=_use_tags(allow), cursor=cursor
+    )
+    data: dict[str, Any] = {
+        "items": [_scored(item, include_meta) for item in page.items],
+        "has_more": page.has_more,
+        "policy_version": caller.policy.version,
+    }
+    if page.next_cursor:
+        data["next_cursor"] = page.next_cursor
+    _audit("search", query=query[:200], allow=allow, scope=scope, claims=[i["claim"]["id"] for i in data["items"]])
+    return envelope(data)
+
+
+# --- 2.3 upsert -----------------------------------------------------------------------------------
+@pce_tool("upsert", schemas.UPSERT_REQUEST)
+def upsert(
+    text: str,
+    provenance: dict[str, Any],
+    kind: str = "fact",
+    scope: str = "project",
+    boundary_class: str = "internal",
+    entities: list[dict[str, Any]] | None = None,
+    relations: list[dict[str, Any]] | None = None,
+    content_hash: str | None = None,
+) -> dict[str, Any]:
+    """Register an important fragment (fact / preference / task / policy_hint) with its provenance
+    (provenance.at required). Idempotent by content_hash: the same normalized text returns the same
+    clm_ id and changes nothing. Entities with the same canonical_key are merged."""
+    caller = dialect.caller()
+    _check_provenance(provenance)
+    result = api.claim_upsert(
+        caller=caller,
+        text=text,
+        provenance=provenance,
+        kind=kind,
+        scope=scope,
+        boundary_class=boundary_class,
+        entities=[
+            api.EntityInput(
+                ref=e["id"],
+                type=e["type"],
+                name=e["name"],
+                canonical_key=e.get("canonical_key", ""),
+                attrs=e.get("attrs"),
+            )
+            for e in entities or []
+        ],
+        relations=[
+            api.RelationInput(src_ref=r["src_id"], dst_ref=r["dst_id"], type=r["type"], props=r.get("props"))
+            for r in relations or []
+        ],
+        content_hash=content_hash,
+    )
+    data = {"id": claim_id(result.memory.id), "policy_version": caller.policy.version}
+    _audit(
+        "upsert",
+        claim=data["id"],
+        created=result.created,
+        boundary_class=boundary_class,
+        scope=scope,
+        provenance=provenance,
+    )
+    return envelope(data)
+
+
+# --- 2.4 feedback ---------------------------------------------------------------------------------
+@pce_tool("feedback", schemas.FEEDBACK_REQUEST)
+def feedback(claim_id: str, signal: str, score: float | None = None) -> dict[str, Any]:
+    """Update the critic with a signal on a claim: helpful (adopted), harmful (rejected), outdated,
+    duplicate. Idempotent per (claim_id, one-minute bucket): a retry within the minute counts once."""
+    caller = dialect.caller()
+    bucket = int(datetime.now().timestamp()) // FEEDBACK_BUCKET_SECONDS
+    outcome = api.memory_feedback(
+        caller=caller,
+        memory_id=memory_id_of(claim_id),
+        signal=signal,
+        idempotency_key=f"pce:{bucket}",
+        reason=None if score is None else f"score {score}",
+    )
+    _audit("feedback", claim=claim_id, signal=signal, score=score, applied=outcome.applied)
+    return envelope({"ok": True, "policy_version": caller.policy.version})
+
+
+# --- 2.5 boundary.validate ------------------------------------------------------------------------
+@pce_tool("boundary.validate", schemas.BOUNDARY_VALIDATE_REQUEST)
+def boundary_validate(payload: str, allow: list[str] | None = None, scope: str | None = None) -> dict[str, Any]:
+    """Check a payload before you generate or send it (redact-before-send): allowed says whether
+    your use tags (allow) may send it under the policy; redacted is the text to send instead."""
+    caller = dialect.caller()
+    check = api.boundary_validate(caller.policy, payload, allow or None)
+    _audit(
+        "boundary.validate",
+        allowed=check.allowed,
+        boundary_class=check.boundary_class,
+        findings=dict(check.findings),
+        allow=allow,
+        scope=scope,
+    )
+    return envelope(
+        {
+            "allowed": check.allowed,
+            "reason": check.reason,
+            "redacted": check.redacted,
+            "policy_version": caller.policy.version,
+        }
+    )
+
+
+# --- 2.6 policy.apply -----------------------------------------------------------------------------
+@pce_tool("policy.apply", schemas.POLICY_APPLY_REQUEST)
+def policy_apply(
+    yaml: str,
+    dry_run: bool = False,
+    validate_only: bool = False,
+    expected_version: str | None = None,
+    signature: str | None = None,
+    approver: str | None = None,
+) -> dict[str, Any]:
+    """Apply a policy (invariants, use tags, redaction rules, retrieval parameters) to this tenant.
+    Tenant admins only; versioned (semver), GitOps approval recommended (approver). dry_run reports
+    what would change; validate_only only checks."""
+    result = api.policy_apply(
+        caller=dialect.caller(),
+        yaml=yaml,
+        dry_run=dry_run,
+        validate_only=validate_only,
+        expected_version=expected_version,
+        signature=signature,
+        approver=approver,
+    )
+    return {
+        "data": {"version": result.version},
+        "policy_version": result.version if result.applied else result.previous_version,
+        "request_id": str(uuid.uuid4()),
+        "trace_id": str(uuid.uuid4()),
+    }

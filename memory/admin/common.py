@@ -1,0 +1,162 @@
+"""What every page of the review admin shares: list pages that never count the
+big tables, the tenant filter, running a review action through a service (with
+the superuser's audit event), bulk actions and CSV export.
+
+Admin reads; every write is a service call (CONVENTIONS 9). Tenant access is
+decided in ``policy.admin_access`` only."""
+
+from __future__ import annotations
+
+import csv
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+from django.contrib import admin, messages
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest, StreamingHttpResponse
+from django.urls import reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+
+from memory.errors import MemoryError_
+from memory.models import Memory
+from memory.services.review import admin_review_record
+from policy.admin_access import admin_access, review_caller
+from policy.caller import Caller
+
+ACTION_ROW_CAP = 200
+
+
+# --- lists without COUNT(*) -------------------------------------------------------------
+class NoCountPaginator(Paginator):
+    """Reads one row past the requested page instead of counting the table:
+    the page links go up to the next page, never further. ``count`` is
+    therefore a lower bound (exact on the last page)."""
+
+    def __init__(self, object_list: Any, per_page: int, page_number: int = 1, **kwargs: Any) -> None:
+        super().__init__(object_list, per_page, **kwargs)
+        self._page_number = max(1, page_number)
+
+    @cached_property
+    def count(self) -> int:  # type: ignore[override]
+        offset = (self._page_number - 1) * self.per_page
+        rows = cast(QuerySet, self.object_list)[offset : offset + self.per_page + 1]
+        seen = len(rows.values_list("pk", flat=True))
+        return offset + seen
+
+
+class NoCountListMixin:
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 50
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet,
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> Paginator:
+        try:
+            page = int(request.GET.get("p", 1))
+        except ValueError:
+            page = 1
+        return NoCountPaginator(
+            queryset, per_page, page_number=page, orphans=0, allow_empty_first_page=allow_empty_first_page
+        )
+
+
+# --- filters ------------------------------------------------------------------------------
+class TenantFilter(admin.SimpleListFilter):
+    """Lists only the tenants the user may see (never a related-only DISTINCT over memories)."""
+
+    title = "tenant"
+    parameter_name = "tenant"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        access = admin_access(request)
+        if access is None:
+            return []
+        return [(str(t.pk), t.slug) for t in access.tenants().only("id", "slug")[:200]]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        if self.value():
+            try:
+                return queryset.filter(tenant_id=uuid.UUID(self.value()))
+            except ValueError:
+                return queryset.none()
+        return None
+
+
+# --- running a review action ----------------------------------------------------------------
+def run_review(
+    request: HttpRequest,
+    *,
+    tenant_id: uuid.UUID,
+    action: str,
+    memory: Memory | None,
+    call: Callable[[Caller], Any],
+    detail: dict[str, Any] | None = None,
+) -> Any:
+    """One review action: the caller for this admin user, the service call, and
+    for a superuser (no Principal in the tenant) an ``admin_review`` event naming
+    them, in the same transaction."""
+    caller = review_caller(request, tenant_id)
+    access = admin_access(request)
+    with transaction.atomic():
+        result = call(caller)
+        if access is not None and access.is_superuser:
+            admin_review_record(caller=caller, action=action, username=access.username, memory=memory, detail=detail)
+    return result
+
+
+def run_bulk(
+    model_admin: admin.ModelAdmin,
+    request: HttpRequest,
+    rows: Iterable[Any],
+    *,
+    action: str,
+    label: str,
+    review: Callable[[Any], None],
+) -> None:
+    """A list action: ``review`` (one ``run_review``) for each selected row, at
+    most ACTION_ROW_CAP of them; a row that fails is reported, the others go on."""
+    done, failed = 0, []
+    for row in rows:
+        try:
+            review(row)
+            done += 1
+        except MemoryError_ as exc:
+            failed.append(f"{row.pk}: {exc}")
+    model_admin.message_user(request, f"{action}: {done} {label} done.")
+    for failure in failed[:10]:
+        model_admin.message_user(request, f"{action} failed for {failure}", level=messages.WARNING)
+
+
+def memory_anchor(memory_id: uuid.UUID | None) -> str:
+    """A short link to a memory's review page."""
+    if memory_id is None:
+        return "-"
+    url = reverse("admin:memory_memory_change", args=[memory_id])
+    return format_html('<a href="{}">{}</a>', url, str(memory_id)[:8])
+
+
+def csv_response(filename: str, header: list[str], rows: Any) -> StreamingHttpResponse:
+    class Echo:
+        def write(self, value: str) -> str:
+            return value
+
+    writer = csv.writer(Echo())
+
+    def lines() -> Any:
+        yield writer.writerow(header)
+        for row in rows:
+            yield writer.writerow(row)
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

@@ -1,0 +1,97 @@
+"""The audit log, read-only: a list filtered by tenant and event type, searched
+by memory id, exported as CSV. The database refuses changes too."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest, StreamingHttpResponse
+
+from memory.admin.common import NoCountListMixin, TenantFilter, csv_response, memory_anchor
+from memory.models import MemoryEvent
+from memory.services.events import EventType
+from policy.admin_access import TenantScopedAdminMixin
+
+KNOWN_EVENT_TYPES = tuple(EventType.values)  # the one list (memory/services/events.py)
+
+
+class EventTypeFilter(admin.SimpleListFilter):
+    """A fixed list: a DISTINCT over the audit log would scan it."""
+
+    title = "event type"
+    parameter_name = "event_type"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(t, t) for t in KNOWN_EVENT_TYPES]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        return queryset.filter(event_type=self.value()) if self.value() else None
+
+
+# --- audit events (read-only) ---------------------------------------------------------------
+@admin.register(MemoryEvent)
+class MemoryEventAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
+    members_may_view = True
+    list_display = ("created_at", "tenant", "event_type", "memory_link", "memory_kind", "actor_principal_id")
+    list_select_related = ("tenant",)
+    list_filter = (TenantFilter, EventTypeFilter)
+    search_fields = ("=memory_id",)
+    search_help_text = "A memory id."
+    ordering = ("-id",)
+    actions = ("export_csv",)
+    readonly_fields = (
+        "id",
+        "tenant",
+        "memory_id",
+        "memory_kind",
+        "event_type",
+        "actor_principal_id",
+        "payload",
+        "created_at",
+    )
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = (search_term or "").strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(memory_id=uuid.UUID(term)), False
+        except ValueError:
+            return queryset.filter(event_type=term), False
+
+    @admin.display(description="memory")
+    def memory_link(self, obj: MemoryEvent) -> str:
+        return memory_anchor(obj.memory_id)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # append-only (the database refuses too)
+
+    @admin.action(description="Export selected as CSV", permissions=["view"])
+    def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:
+        rows = queryset.select_related("tenant").order_by("-id")
+        return csv_response(
+            "memory-events.csv",
+            ["id", "tenant", "event_type", "memory_id", "memory_kind", "actor_principal_id", "payload", "created_at"],
+            (
+                [
+                    e.pk,
+                    e.tenant.slug,
+                    e.event_type,
+                    e.memory_id or "",
+                    e.memory_kind,
+                    e.actor_principal_id or "",
+                    e.payload,
+                    e.created_at.isoformat(),
+                ]
+                for e in rows.iterator(chunk_size=500)
+            ),
+        )

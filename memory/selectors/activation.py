@@ -1,0 +1,204 @@
+"""Activation (seed 004 activate / search): claims ranked by the hybrid score of
+the one retrieval path times the critic's g (memory.scoring.activation_score),
+boundary-first by the read's use tags, with the tenant policy's parameters.
+``claims_activate`` keeps the ranking as an active context that a cursor pages
+through until it expires."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from memory import scoring, validation
+from memory.errors import Gone, InvalidArgument
+from memory.models import ActiveContext, Kind, Memory
+from memory.retrieval import RetrievalFilter, channel_hits
+from memory.scoring import ActivationScore, ChannelHit
+from memory.selectors.memories import (
+    boundary_apply,
+    memories_for_hits,
+    query_vector,
+    read_boundary,
+    require_read,
+    retrieval_params,
+)
+from memory.services.claims import CLAIM_SCOPES, claim_kind_of
+from memory.services.graph import claims_near
+from policy.caller import Caller
+
+MAX_RANKED = 200  # an active context keeps at most this many ranked claims
+MAX_TOP_K = 50
+
+
+@dataclass(frozen=True)
+class RankedClaim:
+    memory: Memory
+    breakdown: ActivationScore
+    reason: str
+
+    @property
+    def score(self) -> float:
+        return self.breakdown.score
+
+
+@dataclass(frozen=True)
+class ActivationPage:
+    items: list[RankedClaim]
+    next_cursor: str | None
+    has_more: bool
+    context: ActiveContext | None = None
+
+
+def _rank(caller: Caller, memory: Memory, hit: ChannelHit, reason: str) -> RankedClaim:
+    policy = caller.policy.retrieval
+    now = timezone.now()
+    breakdown = scoring.activation_score(
+        # Upstream maps cosine [-1, 1] onto [0, 1]; keyword scores are squashed.
+        s_vec=(1.0 + hit.vector_similarity) / 2.0 if hit.vector_similarity is not None else 0.0,
+        s_text=scoring.squash_text(hit.text_rank_value),
+        alpha=policy.alpha,
+        utility=memory.utility,
+        confidence=memory.confidence,
+        age_days=scoring.days_between(memory.created_at, now),
+        half_life_days=policy.half_life_days(claim_kind_of(memory)),
+        use_quality=policy.use_quality,
+        wilson=scoring.wilson_lower_bound(memory.success_count, memory.applied_count),
+    )
+    return RankedClaim(memory=memory, breakdown=breakdown, reason=reason)
+
+
+def claims_rank(
+    *, caller: Caller, query: str, scopes: Sequence[str] | None = None, use_tags: Sequence[str] | None = None
+) -> list[RankedClaim]:
+    """Every claim (fact or rule of any dialect) the read may see, best first:
+    score DESC, created_at DESC, id ASC; claims whose hybrid score is below the
+    policy's threshold are dropped (as upstream)."""
+    require_read(caller)
+    query = validation.query(query, field="q")
+    chosen = [validation.choice(s, field="scope", allowed=CLAIM_SCOPES) for s in scopes or ()]
+    decision = read_boundary(caller, use_tags)
+    params = retrieval_params(caller)
+    flt = RetrievalFilter(
+        kinds=[Kind.FACT, Kind.RULE], now=timezone.now(), scopes=chosen or None, use_tags=decision.use_tags
+    )
+    hits = channel_hits(
+        caller=caller, flt=flt, query_text=query, query_vector=query_vector(query, "hybrid"), params=params
+    )
+    threshold = caller.policy.retrieval.threshold
+    ranked = [
+        r
+        for r in (
+            _rank(caller, m, hit, "hybrid match")
+            for m, hit in memories_for_hits(caller=caller, hits=hits, decision=decision)
+        )
+        if r.breakdown.combined >= threshold
+    ]
+    hops = settings.MEMPROJ.get("PCE_GRAPH_HOPS", 0)
+    if hops and ranked:
+        found = {r.memory.id for r in ranked}
+        near = [pk for pk in claims_near(caller=caller, claim_ids=list(found), hops=hops) if pk not in found]
+        neighbours = memories_for_hits(caller=caller, hits={pk: ChannelHit() for pk in near}, decision=decision)
+        ranked += [
+            _rank(caller, m, ChannelHit(), f"graph neighbour within {hops} hop(s)")
+            for m, _ in neighbours
+            if m.kind in (Kind.FACT, Kind.RULE) and (not chosen or m.scope in chosen)
+        ]
+    ranked.sort(key=lambda r: (-round(r.score, 12), -r.memory.created_at.timestamp(), str(r.memory.id)))
+    return ranked[:MAX_RANKED]
+
+
+def _cursor(kind: str, handle: str, offset: int) -> str:
+    return base64.urlsafe_b64encode(f"{kind}:{handle}:{offset}".encode()).decode().rstrip("=")
+
+
+def _parse_cursor(cursor: str, kind: str) -> tuple[str, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        found_kind, handle, offset = raw.split(":", 2)
+        if found_kind != kind:
+            raise ValueError(kind)
+        return handle, int(offset)
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise InvalidArgument("cursor is not one this tool returned; start again without a cursor.") from exc
+
+
+def _page(items: list[RankedClaim], offset: int, top_k: int, kind: str, handle: str) -> tuple[list, str | None, bool]:
+    page = items[offset : offset + top_k]
+    more = offset + top_k < len(items)
+    return page, (_cursor(kind, handle, offset + top_k) if more else None), more
+
+
+def claims_search(
+    *,
+    caller: Caller,
+    query: str,
+    top_k: int | None = None,
+    scopes: Sequence[str] | None = None,
+    use_tags: Sequence[str] | None = None,
+    cursor: str | None = None,
+) -> ActivationPage:
+    """Ranked claims without an active context; the cursor is stateless (the
+    ranking is computed again and the page taken from it)."""
+    top_k = validation.limit(top_k or caller.policy.retrieval.k_final, field="top_k", maximum=MAX_TOP_K)
+    offset = 0
+    if cursor:
+        _, offset = _parse_cursor(cursor, "s")
+    items = claims_rank(caller=caller, query=query, scopes=scopes, use_tags=use_tags)
+    page, next_cursor, more = _page(items, offset, top_k, "s", "q")
+    return ActivationPage(items=page, next_cursor=next_cursor, has_more=more)
+
+
+def claims_activate(
+    *,
+    caller: Caller,
+    query: str,
+    top_k: int | None = None,
+    scopes: Sequence[str] | None = None,
+    use_tags: Sequence[str] | None = None,
+    cursor: str | None = None,
+) -> ActivationPage:
+    """Build an active context (or page through one by cursor). A cursor of an
+    expired context is Gone (HTTP 410)."""
+    top_k = validation.limit(top_k or caller.policy.retrieval.k_final, field="top_k", maximum=MAX_TOP_K)
+    if cursor:
+        handle, offset = _parse_cursor(cursor, "a")
+        try:
+            context_id = uuid.UUID(handle)
+        except ValueError as exc:
+            raise InvalidArgument("cursor is not one this tool returned; start again without a cursor.") from exc
+        context = ActiveContext.objects.filter(pk=context_id, tenant_id=caller.tenant_id).first()
+        if context is None:
+            raise InvalidArgument("cursor is not one this tool returned; start again without a cursor.")
+        if context.expires_at <= timezone.now():
+            raise Gone(
+                f"active context ac_{context.id.hex} expired at {context.expires_at.isoformat()}; activate again."
+            )
+        rows = Memory.objects.for_caller(caller).without_vectors().in_bulk([uuid.UUID(i[0]) for i in context.items])
+        decision = read_boundary(caller, context.params.get("use_tags"))
+        kept = [(rows[uuid.UUID(i[0])], i) for i in context.items if uuid.UUID(i[0]) in rows]
+        # The snapshot keeps its order, but what a claim may show is decided now.
+        visible = [(m, i) for m, i in kept if m.boundary_class in decision.visible and m.validity == "active"]
+        boundary_apply(decision, [m for m, _ in visible])
+        items = [RankedClaim(memory=m, breakdown=ActivationScore(**i[1]), reason=i[2]) for m, i in visible]
+        page, next_cursor, more = _page(items, offset, top_k, "a", handle)
+        return ActivationPage(items=page, next_cursor=next_cursor, has_more=more, context=context)
+    items = claims_rank(caller=caller, query=query, scopes=scopes, use_tags=use_tags)
+    ttl = timedelta(seconds=settings.MEMPROJ.get("ACTIVE_CONTEXT_TTL_SECONDS", 1800))
+    context = ActiveContext.objects.create(
+        tenant_id=caller.tenant_id,
+        principal_id=caller.principal_id,
+        query=query,
+        items=[[str(r.memory.id), r.breakdown.__dict__, r.reason] for r in items],
+        params={"use_tags": list(read_boundary(caller, use_tags).use_tags), "scopes": list(scopes or [])},
+        policy_version=caller.policy.version,
+        expires_at=timezone.now() + ttl,
+    )
+    page, next_cursor, more = _page(items, 0, top_k, "a", str(context.id))
+    return ActivationPage(items=page, next_cursor=next_cursor, has_more=more, context=context)

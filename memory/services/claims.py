@@ -1,0 +1,102 @@
+"""Claims (seed 004 upsert): a fact, preference, task or policy hint with its
+provenance, stored through the one fact/rule store and linked into the
+tenant's knowledge graph. Idempotent by content hash: the same normalized text
+in the same tenant is the same claim."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from memory import validation
+from memory.errors import Duplicate, InvalidArgument
+from memory.models import Kind, Memory
+from memory.services.graph import EntityInput, RelationInput, graph_merge
+from memory.services.memories import fact_store, require_write, rule_store
+from policy.caller import Caller
+from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
+
+CLAIM_KINDS = ("fact", "preference", "task", "policy_hint")
+CLAIM_SCOPES = ("session", "project", "principle")
+# A claim's core kind: policy hints are rules (DESIGN §1); the rest are facts
+# keyed by their content, so two different claims never supersede each other.
+CLAIM_SUBJECT = "claim"
+
+
+@dataclass
+class ClaimUpsertResult:
+    memory: Memory
+    created: bool
+
+
+def claim_kind_of(memory: Memory) -> str:
+    return str(memory.metadata.get("claim_kind") or ("policy_hint" if memory.kind == Kind.RULE else "fact"))
+
+
+def claim_upsert(
+    *,
+    caller: Caller,
+    text: str,
+    provenance: Mapping[str, Any],
+    kind: str = "fact",
+    scope: str = "project",
+    boundary_class: str = DEFAULT_BOUNDARY_CLASS,
+    entities: Sequence[EntityInput] = (),
+    relations: Sequence[RelationInput] = (),
+    content_hash: str | None = None,
+) -> ClaimUpsertResult:
+    require_write(caller)
+    text = validation.text(text, field="text")
+    kind = validation.choice(kind, field="kind", allowed=CLAIM_KINDS)
+    scope = validation.choice(scope, field="scope", allowed=CLAIM_SCOPES)
+    boundary_class = validation.choice(boundary_class, field="boundary_class", allowed=BOUNDARY_CLASSES)
+    digest = validation.content_hash(text)
+    if content_hash is not None and content_hash != digest:
+        raise InvalidArgument(
+            f"content_hash {content_hash} does not match the normalized text ({digest}); "
+            "hash the text after NFC, CRLF->LF, trimming and collapsing whitespace, or leave content_hash out."
+        )
+    with transaction.atomic():
+        with connection.cursor() as cursor:  # one writer per (tenant, text): the check below cannot race
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", [f"{caller.tenant_id}:{digest}"])
+        existing = (
+            Memory.objects.for_caller(caller)
+            .retrievable(timezone.now())
+            .filter(content_hash=digest, kind__in=[Kind.FACT, Kind.RULE])
+            .without_vectors()
+            .order_by("created_at")
+            .first()
+        )
+        if existing is not None:
+            same = (claim_kind_of(existing), existing.scope, existing.boundary_class) == (kind, scope, boundary_class)
+            if not same:
+                raise Duplicate(
+                    f"the same text is already claim {existing.id} with kind {claim_kind_of(existing)}, scope "
+                    f"{existing.scope} and boundary_class {existing.boundary_class}; reuse it or change the text.",
+                    details={"existing_id": str(existing.id)},
+                )
+            return ClaimUpsertResult(memory=existing, created=False)
+        metadata = {"claim_kind": kind, "provenance": dict(provenance)}
+        if kind == "policy_hint":
+            memory = rule_store(
+                caller=caller, content=text, scope=scope, metadata=metadata, source="pce", boundary_class=boundary_class
+            )
+        else:
+            memory = fact_store(
+                caller=caller,
+                subject=CLAIM_SUBJECT,
+                predicate=digest,
+                content=text,
+                scope=scope,
+                metadata=metadata,
+                source="pce",
+                boundary_class=boundary_class,
+                permanence="permanent" if scope == "principle" else "stable",
+            ).memory
+        if entities or relations:
+            graph_merge(caller=caller, claim=memory, entities=entities, relations=relations)
+    return ClaimUpsertResult(memory=memory, created=True)

@@ -1,0 +1,121 @@
+"""Embedding upkeep: the retry sweep for memories still pending (the embedder
+was down at write time), re-embedding after a model change, and the
+operator's switches that put memories back in line. Bounded, fair and
+single-flight like every sweep (``memory.services.sweeps``)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from memory.embeddings import get_embedder
+from memory.errors import EmbeddingUnavailable
+from memory.models import EmbeddingStatus, Memory
+from memory.services.events import EventType
+from memory.services.followups import followups_embedded
+from memory.services.memories import memory_embed_batch
+from memory.services.sweeps import SweepResult, audit_rows, fair_batch, sweep_lock, sweep_sizes
+from memory.services.system import pipeline_setting
+
+logger = logging.getLogger(__name__)
+
+
+def embeddings_retry(
+    *, now: datetime | None = None, batch_size: int | None = None, per_tenant: int | None = None
+) -> SweepResult:
+    """Embed memories still pending: the embedder was down at write time (and the
+    write-time task gave up), or async mode. A memory that keeps failing is
+    marked failed after EMBED_MAX_ATTEMPTS, with its last error kept; the
+    ``reembed`` command puts it back in line."""
+    now = now or timezone.now()
+    batch_size, per_tenant = sweep_sizes(batch_size, per_tenant)
+    max_attempts = pipeline_setting("EMBED_MAX_ATTEMPTS")
+    # Young pending rows belong to the task enqueued at write time.
+    due = Memory.objects.filter(
+        embedding_status=EmbeddingStatus.PENDING,
+        created_at__lte=now - timedelta(seconds=pipeline_setting("EMBED_RETRY_GRACE_SECONDS")),
+    )
+    with transaction.atomic():
+        if not sweep_lock("embeddings_retry"):
+            return SweepResult(skipped=True)
+        ids = fair_batch(due, order_by=["created_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
+        failed = 0
+        done_ids: list[uuid.UUID] = []
+        if ids:
+            try:
+                memory_embed_batch(memory_ids=ids)
+            except EmbeddingUnavailable as exc:
+                logger.warning("embedding retry: embedder unavailable for %d memories: %s", len(ids), exc)
+                failed = Memory.objects.filter(
+                    pk__in=ids, embedding_status=EmbeddingStatus.PENDING, embedding_attempts__gte=max_attempts
+                ).update(embedding_status=EmbeddingStatus.FAILED)
+                return SweepResult(processed=0, failed=failed, more=False)
+            done_ids = list(
+                Memory.objects.filter(pk__in=ids, embedding_status=EmbeddingStatus.READY).values_list("pk", flat=True)
+            )
+            followups_embedded(memory_ids=done_ids)
+        more = due.exclude(pk__in=ids).exists()
+    return SweepResult(processed=len(done_ids), more=more, ids=done_ids)
+
+
+def memories_reembed(
+    *,
+    tenant_id: uuid.UUID | None = None,
+    batch_size: int | None = None,
+    per_tenant: int | None = None,
+) -> SweepResult:
+    """Re-embed memories whose vector came from another model than the current
+    embedder's. Each batch first drops the stale vectors (the memory is then
+    keyword-searchable only, never compared across two models' vector spaces),
+    then embeds the batch; if the embedder fails the rows stay pending and the
+    retry sweep finishes them."""
+    batch_size, per_tenant = sweep_sizes(batch_size, per_tenant)
+    current = get_embedder().model_name
+    stale = Memory.objects.filter(embedding_status=EmbeddingStatus.READY).exclude(embedding_model=current)
+    if tenant_id is not None:
+        stale = stale.filter(tenant_id=tenant_id)
+    with transaction.atomic():
+        if not sweep_lock("memories_reembed"):
+            return SweepResult(skipped=True)
+        ids = fair_batch(stale, order_by=["created_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
+        rows = list(
+            stale.filter(pk__in=ids).select_for_update().values_list("pk", "tenant_id", "kind", "embedding_model")
+        )
+        Memory.objects.filter(pk__in=[r[0] for r in rows]).update(
+            embedding=None, embedding_status=EmbeddingStatus.PENDING, embedding_error="", embedding_attempts=0
+        )
+        audit_rows(
+            [r[:3] for r in rows],
+            EventType.REEMBED_REQUESTED,
+            [{"from_model": r[3], "to_model": current} for r in rows],
+        )
+    if not rows:
+        return SweepResult()
+    try:
+        done = memory_embed_batch(memory_ids=[r[0] for r in rows])
+    except EmbeddingUnavailable as exc:
+        logger.warning("re-embedding: embedder unavailable, %d memories left pending: %s", len(rows), exc)
+        return SweepResult(processed=0, failed=len(rows), more=stale.exists())
+    return SweepResult(processed=done, more=stale.exists(), ids=[r[0] for r in rows])
+
+
+def memories_mark_stale(*, tenant_id: uuid.UUID | None = None) -> int:
+    """Operator's 'embed everything again' (same model, e.g. a fixed
+    preprocessing step): forget which model made each vector, so the re-embed
+    sweep treats every memory as stale. Vectors stay until each is replaced."""
+    qs = Memory.objects.filter(embedding_status=EmbeddingStatus.READY)
+    if tenant_id is not None:
+        qs = qs.filter(tenant_id=tenant_id)
+    return qs.update(embedding_model="")
+
+
+def memories_failed_requeue(*, tenant_id: uuid.UUID | None = None) -> int:
+    """Give memories whose embedding finally failed another round of retries."""
+    qs = Memory.objects.filter(embedding_status=EmbeddingStatus.FAILED)
+    if tenant_id is not None:
+        qs = qs.filter(tenant_id=tenant_id)
+    return qs.update(embedding_status=EmbeddingStatus.PENDING, embedding_attempts=0)

@@ -1,0 +1,228 @@
+"""The lifecycle sweeps Celery beat runs (TTL expiry, confidence decay, rule
+maturity by age) and the machinery every sweep shares (the re-embedding
+sweeps in ``memory.services.reembedding`` use it too).
+
+Every sweep is bounded (a batch per run, a cap per tenant, tenants served
+round-robin so one tenant's backlog cannot starve another), single-flight (a
+transaction-scoped advisory lock: a second concurrent run does nothing) and
+idempotent (it only selects rows whose stored state differs from the computed
+one, so a second run finds nothing to do)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, models, transaction
+from django.db.models import F, Window
+from django.db.models.functions import Random, RowNumber
+from django.utils import timezone
+
+from memory import scoring
+from memory.models import Kind, Maturity, Memory, Validity
+from memory.outcomes import maturity_set
+from memory.services.events import EventType, NewEvent, events_append
+from memory.services.system import pipeline_setting
+
+
+@dataclass
+class SweepResult:
+    processed: int = 0
+    more: bool = False
+    failed: int = 0
+    skipped: bool = False  # another run of the same sweep holds the lock
+    ids: list[uuid.UUID] = field(default_factory=list)
+
+
+def sweep_lock(name: str) -> bool:
+    """Single-flight per sweep: the lock is released when the transaction ends."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", [f"memproj.sweep.{name}"])
+        return bool(cursor.fetchone()[0])
+
+
+def fair_batch(
+    queryset: models.QuerySet[Memory], *, order_by: Sequence[Any], batch_size: int, per_tenant: int
+) -> list[uuid.UUID]:
+    """Round-robin over tenants: every tenant's first row, then every tenant's
+    second row, ... at most ``per_tenant`` each and ``batch_size`` in all. Inside
+    one round the tenant order is random, so when there are more tenants than
+    room in the batch no tenant is always last."""
+    ranked = (
+        queryset.order_by()
+        .annotate(turn=Window(RowNumber(), partition_by=[F("tenant_id")], order_by=list(order_by)))
+        .filter(turn__lte=per_tenant)
+    )
+    return list(ranked.order_by("turn", Random()).values_list("pk", flat=True)[:batch_size])
+
+
+def sweep_sizes(batch_size: int | None, per_tenant: int | None) -> tuple[int, int]:
+    return (batch_size or pipeline_setting("SWEEP_BATCH"), per_tenant or pipeline_setting("SWEEP_PER_TENANT"))
+
+
+def audit_rows(
+    rows: Iterable[tuple[uuid.UUID, uuid.UUID, str]], event_type: EventType, payloads: Iterable[dict]
+) -> None:
+    """Many audit events in one INSERT (sweeps act as the system: no actor)."""
+    events_append(
+        [
+            NewEvent(tenant_id=tenant_id, memory_id=pk, memory_kind=kind, event_type=event_type, payload=payload)
+            for (pk, tenant_id, kind), payload in zip(rows, payloads, strict=True)
+        ]
+    )
+
+
+# --- TTL expiry --------------------------------------------------------------------------
+
+
+def episodes_expire(
+    *, now: datetime | None = None, batch_size: int | None = None, per_tenant: int | None = None
+) -> SweepResult:
+    """Expired episodes already left retrieval when their ``expires_at`` passed
+    (every read filters on it). Their rows stay for audit and the dashboard for
+    the retention period; this sweep deletes them after it, with an audit event
+    per episode (the event log outlives the row)."""
+    now = now or timezone.now()
+    batch_size, per_tenant = sweep_sizes(batch_size, per_tenant)
+    cutoff = now - timedelta(days=pipeline_setting("EPISODE_RETENTION_DAYS"))
+    due = Memory.objects.filter(kind=Kind.EPISODE, expires_at__lte=cutoff)
+    with transaction.atomic():
+        if not sweep_lock("episodes_expire"):
+            return SweepResult(skipped=True)
+        ids = fair_batch(due, order_by=["expires_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
+        rows = list(
+            Memory.objects.filter(pk__in=ids, expires_at__lte=cutoff)
+            .select_for_update()
+            .values_list("pk", "tenant_id", "kind", "expires_at", "content_hash", "validity")
+        )
+        audit_rows(
+            [(pk, tenant_id, kind) for pk, tenant_id, kind, *_ in rows],
+            EventType.EXPIRED_DELETED,
+            [
+                {
+                    "expires_at": expires_at.isoformat() if expires_at else None,
+                    "content_hash": digest,
+                    "validity": validity,
+                }
+                for _, _, _, expires_at, digest, validity in rows
+            ],
+        )
+        Memory.objects.filter(pk__in=[row[0] for row in rows]).delete()
+        more = due.exists()
+    return SweepResult(processed=len(rows), more=more, ids=[row[0] for row in rows])
+
+
+# --- Confidence decay ----------------------------------------------------------------------
+
+FACT_STATE_EVENT = EventType.FACT_STATE_CHANGED
+
+
+def facts_decay(
+    *, now: datetime | None = None, batch_size: int | None = None, per_tenant: int | None = None
+) -> SweepResult:
+    """Record each active fact's state (active / fading / expired by effective
+    confidence, seed 000 memory_stats) when it changes: one
+    ``fact_state_changed`` event per transition. Only facts whose precomputed
+    ``fact_state_changes_at`` has come are read (an index range scan, however
+    many facts there are); confirming a fact makes it due at once, so the next
+    sweep records it active again. Facts are not deleted or hidden by decay:
+    retrieval weighs effective confidence itself."""
+    now = now or timezone.now()
+    batch_size, per_tenant = sweep_sizes(batch_size, per_tenant)
+    due = Memory.objects.filter(kind=Kind.FACT, validity=Validity.ACTIVE, fact_state_changes_at__lte=now)
+    with transaction.atomic():
+        if not sweep_lock("facts_decay"):
+            return SweepResult(skipped=True)
+        ids = fair_batch(due, order_by=["fact_state_changes_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
+        changes = []
+        facts = list(due.filter(pk__in=ids).without_vectors().select_for_update().order_by("pk"))
+        for fact in facts:
+            confirmed_at = fact.last_confirmed_at or fact.created_at
+            state, next_change = scoring.fact_state_schedule(
+                confidence=fact.confidence, decay_rate=fact.decay_rate, confirmed_at=confirmed_at, now=now
+            )
+            previous = fact.fact_state or "active"
+            if state != previous:
+                effective = scoring.effective_confidence(fact.confidence, fact.decay_rate, confirmed_at, now)
+                changes.append(
+                    (
+                        (fact.pk, fact.tenant_id, Kind.FACT),
+                        {"from": previous, "to": state, "effective_confidence": round(effective, 6)},
+                    )
+                )
+            fact.fact_state, fact.fact_state_changes_at = state, next_change
+        Memory.objects.bulk_update(facts, ["fact_state", "fact_state_changes_at"])
+        audit_rows([c[0] for c in changes], FACT_STATE_EVENT, [c[1] for c in changes])
+        more = due.exists()
+    return SweepResult(processed=len(changes), more=more, ids=[c[0][0] for c in changes])
+
+
+# --- Rule maturity -------------------------------------------------------------------------
+
+
+def _settled_maturity(rule: Memory, now: datetime) -> str:
+    """Apply scoring.rule_maturity until it stops moving (it steps one level at
+    a time), so a second sweep never finds another step to take."""
+    maturity = rule.maturity or Maturity.CANDIDATE
+    for _ in range(len(Maturity.values)):
+        following = scoring.rule_maturity(
+            maturity=maturity,
+            success=rule.success_count,
+            harmful=rule.harmful_count,
+            age_days=scoring.days_between(rule.created_at, now),
+        )
+        if following == maturity:
+            break
+        maturity = following
+    return maturity
+
+
+def rules_maturity(
+    *, now: datetime | None = None, batch_size: int | None = None, per_tenant: int | None = None
+) -> SweepResult:
+    """Outcomes re-evaluate maturity when they arrive; this sweep catches what
+    only time changes (seed 000: proven needs 30 days of age)."""
+    now = now or timezone.now()
+    batch_size, per_tenant = sweep_sizes(batch_size, per_tenant)
+    # Below these counts scoring.rule_maturity cannot move a rule anywhere.
+    could_move = models.Q(success_count__gte=scoring.ESTABLISHED_MIN_SUCCESS) | models.Q(
+        harmful_count__gte=scoring.ANTI_PATTERN_MIN_HARMFUL
+    )
+    candidates = (
+        Memory.objects.filter(kind=Kind.RULE, validity=Validity.ACTIVE)
+        .exclude(maturity=Maturity.ANTI_PATTERN)
+        .filter(could_move)
+        .only("pk", "tenant_id", "maturity", "success_count", "harmful_count", "created_at")
+        .order_by("created_at", "id")
+    )
+    due: list[uuid.UUID] = []
+    per: dict[uuid.UUID, int] = {}
+    more = False
+    for rule in candidates.iterator(chunk_size=1000):
+        if _settled_maturity(rule, now) == (rule.maturity or Maturity.CANDIDATE):
+            continue
+        if len(due) >= batch_size or per.get(rule.tenant_id, 0) >= per_tenant:
+            more = True
+            continue
+        per[rule.tenant_id] = per.get(rule.tenant_id, 0) + 1
+        due.append(rule.pk)
+    changed: list[uuid.UUID] = []
+    with transaction.atomic():
+        if not sweep_lock("rules_maturity"):
+            return SweepResult(skipped=True)
+        for rule in Memory.objects.filter(pk__in=due).without_vectors().select_for_update().order_by("pk"):
+            before = rule.maturity or Maturity.CANDIDATE
+            after = _settled_maturity(rule, now)
+            if after == before:
+                continue
+            rule.save(update_fields=[*maturity_set(rule, after, now), "updated_at"])
+            audit_rows(
+                [(rule.pk, rule.tenant_id, Kind.RULE)],
+                EventType.MATURITY_CHANGED,
+                [{"from": before, "to": after, "reason": "maturity sweep (age)"}],
+            )
+            changed.append(rule.pk)
+    return SweepResult(processed=len(changed), more=more, ids=changed)

@@ -1,0 +1,240 @@
+"""ASGI middleware: per-token rate limits on every HTTP request (seed 004 §4).
+
+Every HTTP response carries ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and
+``X-RateLimit-Reset`` (seconds until the window frees capacity). Over the limit
+the request never reaches the app: the answer is 429 with ``Retry-After``
+(seconds) and the rate-limit error of the dialect the path belongs to
+(``/mcp/<toolset>``), built by the body builder registered for that toolset —
+a JSON-RPC error for the ``memory`` dialect; other paths get a plain JSON error.
+
+Buckets: a bearer token's bucket is its SHA-256 (no database hit to count), and
+its limit is the token's tenant policy ``rate_limit`` (looked up once and kept
+for ``RULE_CACHE_SECONDS``); requests without a token share a bucket per client
+address with the default policy's limit. If Redis cannot be reached the request
+is served without a limit (fail open, logged): a broken counter must not take
+the whole API down.
+
+Install by wrapping the ASGI application: ``application = RateLimitMiddleware(Router())``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from policy.document import DEFAULT_POLICY, RateLimitPolicy
+from policy.ratelimit import AsyncRateLimiter, RateDecision
+
+logger = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+# (decision, request body) -> (body, content type)
+BodyBuilder = Callable[[RateDecision, bytes], tuple[bytes, str]]
+# scope -> (bucket, rule)
+Resolver = Callable[[Scope], Awaitable[tuple[str, RateLimitPolicy]]]
+
+RULE_CACHE_SECONDS = 10.0
+MAX_BODY_FOR_ID = 64 * 1024
+
+
+def _message(decision: RateDecision) -> str:
+    return (
+        f"rate limit exceeded: {decision.limit} calls per window for this token; "
+        f"retry after {max(1, decision.reset_seconds)} s (with exponential backoff and jitter)."
+    )
+
+
+def plain_json_body(decision: RateDecision, _body: bytes) -> tuple[bytes, str]:
+    payload = {
+        "error": {
+            "code": "RATE_LIMIT",
+            "message": _message(decision),
+            "details": {"retry_after": max(1, decision.reset_seconds), "limit": decision.limit},
+        },
+        "request_id": str(uuid.uuid4()),
+    }
+    return json.dumps(payload).encode(), "application/json"
+
+
+# JSON-RPC reserves -32000..-32099 for implementation-defined server errors;
+# -32029 echoes HTTP 429.
+JSONRPC_RATE_LIMIT = -32029
+
+
+def jsonrpc_body(
+    code_name: str = "RATE_LIMIT", render: Callable[[str, str, dict[str, Any]], str] | None = None
+) -> BodyBuilder:
+    """A JSON-RPC 2.0 error answering the request's own id (MCP's wire format).
+    ``render(code, message, details)`` lets a dialect write the message in its own
+    error format (pce: its JSON error envelope), as its tool errors do."""
+
+    def build(decision: RateDecision, body: bytes) -> tuple[bytes, str]:
+        request_id: Any = None
+        try:
+            parsed = json.loads(body) if body else None
+            if isinstance(parsed, dict) and isinstance(parsed.get("id"), str | int):
+                request_id = parsed["id"]
+        except (ValueError, UnicodeDecodeError):
+            pass
+        details = {"retry_after": max(1, decision.reset_seconds), "limit": decision.limit}
+        message = render(code_name, _message(decision), details) if render else f"[{code_name}] {_message(decision)}"
+        payload = {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "error": {"code": JSONRPC_RATE_LIMIT, "message": message, "data": {"code": code_name, **details}},
+        }
+        return json.dumps(payload).encode(), "application/json"
+
+    return build
+
+
+# toolset name -> builder. Every /mcp/<toolset> path speaks JSON-RPC, so that is
+# the default there; a dialect with its own error format registers its builder
+# (pce: ``register_rate_limit_body("pce", jsonrpc_body("RATE_LIMIT", render=render_error))``).
+MCP_DEFAULT_BODY: BodyBuilder = jsonrpc_body("RATE_LIMIT")
+RATE_LIMIT_BODIES: dict[str, BodyBuilder] = {"memory": MCP_DEFAULT_BODY}
+
+
+def register_rate_limit_body(toolset: str, builder: BodyBuilder) -> None:
+    RATE_LIMIT_BODIES[toolset] = builder
+
+
+def _toolset_of(path: str) -> str | None:
+    if not path.startswith("/mcp/"):
+        return None
+    return path[len("/mcp/") :].strip("/").split("/", 1)[0] or None
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            text = value.decode("latin-1")
+            if text[:7].lower() == "bearer ":
+                return text[7:].strip() or None
+    return None
+
+
+_rule_cache: dict[str, tuple[float, RateLimitPolicy]] = {}
+
+
+def _rule_for_token_hash(token_hash: str) -> RateLimitPolicy:
+    from django.db import close_old_connections
+
+    from policy.models import ApiToken
+    from policy.selectors.policies import policy_current
+
+    close_old_connections()
+    try:
+        tenant_id = (
+            ApiToken.objects.filter(token_hash=token_hash, revoked_at__isnull=True)
+            .values_list("principal__tenant_id", flat=True)
+            .first()
+        )
+        return DEFAULT_POLICY.rate_limit if tenant_id is None else policy_current(tenant_id=tenant_id).rate_limit
+    finally:
+        close_old_connections()
+
+
+async def token_resolver(scope: Scope) -> tuple[str, RateLimitPolicy]:
+    """The default resolver: a token's bucket and its tenant's limit."""
+    token = _bearer(scope)
+    if token is None:
+        client = scope.get("client") or ("unknown", 0)
+        return f"ip:{client[0]}", DEFAULT_POLICY.rate_limit
+    token_hash = hashlib.sha256(token.encode("utf-8")).hexdigest()
+    now = time.monotonic()
+    cached = _rule_cache.get(token_hash)
+    if cached is None or cached[0] < now:
+        rule = await sync_to_async(_rule_for_token_hash, thread_sensitive=False)(token_hash)
+        if len(_rule_cache) > 10_000:
+            _rule_cache.clear()
+        _rule_cache[token_hash] = (now + RULE_CACHE_SECONDS, rule)
+        return f"tok:{token_hash}", rule
+    return f"tok:{token_hash}", cached[1]
+
+
+class RateLimitMiddleware:
+    def __init__(
+        self,
+        app: Callable[[Scope, Receive, Send], Awaitable[None]],
+        *,
+        resolver: Resolver = token_resolver,
+        limiter: AsyncRateLimiter | None = None,
+    ) -> None:
+        self.app = app
+        self.resolver = resolver
+        self.limiter = limiter or AsyncRateLimiter()
+        self._last_failure_log = 0.0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)  # lifespan, websockets
+            return
+        try:
+            bucket, rule = await self.resolver(scope)
+            decision = await self.limiter.hit(bucket, rule)
+        except Exception:  # Redis down or unreachable: serve, unlimited (fail open)
+            if time.monotonic() - self._last_failure_log > 60:
+                self._last_failure_log = time.monotonic()
+                logger.exception("rate limit check failed; serving without a limit")
+            await self.app(scope, receive, send)
+            return
+        if not decision.allowed:
+            await self._refuse(scope, receive, send, decision)
+            return
+
+        async def send_with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message, headers=[*message.get("headers", []), *decision.headers()])
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, decision: RateDecision) -> None:
+        toolset = _toolset_of(scope.get("path", ""))
+        builder: BodyBuilder
+        if toolset is None:
+            builder, body = plain_json_body, b""
+        else:
+            builder = RATE_LIMIT_BODIES.get(toolset, MCP_DEFAULT_BODY)
+            body = await self._read_body(receive)
+        payload, content_type = builder(decision, body)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 429,
+                "headers": [
+                    (b"content-type", content_type.encode()),
+                    (b"content-length", str(len(payload)).encode()),
+                    *decision.headers(),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+    @staticmethod
+    async def _read_body(receive: Receive) -> bytes:
+        """Enough of the request to answer a JSON-RPC call with its own id."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_FOR_ID:
+                return b""
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
