@@ -69,7 +69,7 @@ async def storage_unavailable(toolset: str, send: Any) -> None:
     """503 with Retry-After and a JSON-RPC error carrying the dialect's storage code."""
     code = StorageUnavailable.code
     message = TOOLSETS[toolset].render_error(
-        code, f"the memory store is unavailable right now; retry in {STORAGE_RETRY_AFTER} seconds."
+        code, f"the memory store is unavailable right now; retry in {STORAGE_RETRY_AFTER} seconds.", {}
     )
     error = {"code": -32000, "message": message, "data": {"code": code}}
     body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
