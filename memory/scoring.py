@@ -80,12 +80,12 @@ def fact_state_schedule(
     return state, max(crossing, now + timedelta(seconds=1))
 
 
-def rule_effectiveness(success: int, harmful: int) -> float:
+def rule_effectiveness(success: float, harmful: int) -> float:
     """Seed 000: success / (success + 4 x harmful + 0.01)."""
     return success / (success + 4 * harmful + 0.01)
 
 
-def rule_maturity(*, maturity: str, success: int, harmful: int, age_days: float) -> str:
+def rule_maturity(*, maturity: str, success: float, harmful: int, age_days: float) -> str:
     """Next maturity after an outcome: promotion, one-step demotion, or
     inversion into an anti-pattern when a rule keeps causing harm."""
     effectiveness = rule_effectiveness(success, harmful)

@@ -23,7 +23,16 @@ helpful or harmful after applying them.
 
 # Errors read `[CODE] message` (CODE: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED,
 # EMBEDDING_ERROR, STORAGE_ERROR, INTERNAL).
-dialect = Dialect("memory", INSTRUCTIONS, render_error=bracketed)
+HTTP_STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "RATE_LIMIT": 429}
+
+
+def http_status(text: str) -> int:
+    """The plain HTTP surface's status for a `[CODE] message` error."""
+    code = text[1 : text.find("]")] if text.startswith("[") else ""
+    return HTTP_STATUS.get(code, 503 if code in ("STORAGE_ERROR", "EMBEDDING_ERROR") else 500)
+
+
+dialect = Dialect("memory", INSTRUCTIONS, render_error=bracketed, http_status=http_status)
 # The butlers memory module (UPSTREAM.md) names these arguments memory_type / memory_id.
 BUTLERS_ALIASES = {"memory_type": "type", "memory_id": "id"}
 

@@ -119,7 +119,11 @@ def pce_tool(short: str, schema: Mapping[str, Any]) -> Callable[[F], F]:
     underscored = dialect.tool(
         "pce_memory_" + short.replace(".", "_"), input_schema=schema, payload_limit=payload_limit, timeout=timeout
     )
-    return lambda fn: dotted(underscored(fn))
+    def register(fn: F) -> F:
+        dotted(underscored(fn))
+        return fn
+
+    return register
 
 
 def envelope(data: dict[str, Any]) -> dict[str, Any]:
