@@ -103,4 +103,6 @@ def elevation_audit(*, caller: Caller) -> None:
 def tool_call_audit(*, caller: Caller, tool: str, payload: dict[str, Any]) -> None:
     """Seed 004: every call is written to the append-only audit log (time, tool,
     boundary decision, provenance)."""
-    event_append(caller=caller, tenant_id=caller.tenant_id, event_type="tool_call", payload={"tool": tool, **payload})
+    event_append(
+        caller=caller, tenant_id=caller.tenant_id, event_type=EventType.TOOL_CALL, payload={"tool": tool, **payload}
+    )

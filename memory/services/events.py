@@ -51,6 +51,8 @@ class EventType(models.TextChoices):
     CONFLICT_DETECTED = "conflict_detected"
     FACT_STATE_CHANGED = "fact_state_changed"
     EXPIRED_DELETED = "expired_deleted"
+    # Seed 004 (pce): every tool call is audited.
+    TOOL_CALL = "tool_call"
     # Written by the purge function itself (memproj_purge_events), never by a service.
     TENANT_PURGED = "tenant_purged"
     PRINCIPAL_PURGED = "principal_purged"
