@@ -54,7 +54,7 @@ from memory.services.collections import (
     memory_bank_update,
     working_store,
 )
-from memory.services.events import event_append
+from memory.services.events import EventType, event_append
 from memory.services.feedback import FeedbackResult, memory_feedback
 from memory.services.graph import EntityInput, RelationInput
 from memory.services.memories import (
@@ -148,7 +148,7 @@ def elevation_audit(*, caller: Caller) -> None:
     event_append(
         caller=caller,
         tenant_id=caller.tenant_id,
-        event_type="tenant_elevation",
+        event_type=EventType.TENANT_ELEVATION,
         payload={"from_tenant": str(caller.elevated_from), "principal": str(caller.principal_id)},
     )
 
@@ -156,4 +156,6 @@ def elevation_audit(*, caller: Caller) -> None:
 def tool_call_audit(*, caller: Caller, tool: str, payload: dict[str, Any]) -> None:
     """Seed 004: every call is written to the append-only audit log (time, tool,
     boundary decision, provenance)."""
-    event_append(caller=caller, tenant_id=caller.tenant_id, event_type="tool_call", payload={"tool": tool, **payload})
+    event_append(
+        caller=caller, tenant_id=caller.tenant_id, event_type=EventType.TOOL_CALL, payload={"tool": tool, **payload}
+    )

@@ -299,9 +299,11 @@ class Memory(models.Model):
 
 
 class MemoryEvent(models.Model):
-    """Append-only audit log. A database trigger (migration 0002) rejects UPDATE
-    and DELETE unless the purge service has switched the guard off for its own
-    transaction."""
+    """Append-only, tamper-evident audit log. The service's database role may
+    only read and insert (memproj/dbroles.py); triggers (migrations 0002, 0026)
+    refuse UPDATE, DELETE and TRUNCATE except inside the purge function; each
+    row carries a hash chained to its tenant's previous row, written by the one
+    writer (memory/services/events.py) and checked by ``manage.py audit_verify``."""
 
     id = models.BigAutoField(primary_key=True)
     tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="memory_events")
@@ -312,13 +314,55 @@ class MemoryEvent(models.Model):
     actor_principal_id = models.UUIDField(null=True, blank=True)
     payload = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # sha256 hex of the tenant's previous event ('' for its first) and of this one.
+    prev_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    hash = models.CharField(max_length=64, blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["tenant", "-created_at"], name="memory_event_tenant_idx")]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="memory_event_tenant_idx"),
+            # The chain's head: a tenant's last event.
+            models.Index(fields=["tenant", "-id"], name="memory_event_chain_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.memory_id or ''}"
+
+
+class FollowUpKind(models.TextChoices):
+    EMBED = "embed", "Embed"
+    CONFLICT_CHECK = "conflict_check", "Conflict check"
+
+
+class FollowUp(models.Model):
+    """Outbox (issue 15): background work a write needs, recorded in the write's
+    own transaction, so a committed write never loses its follow-up when the
+    broker is down. Enqueued after commit (best effort), done by the worker,
+    and drained by a sweep; ``done_at`` marks it done exactly once."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="followups")
+    # No foreign key: a purge deletes the memory; its follow-up then finds nothing to do.
+    memory_id = models.UUIDField()
+    kind = models.CharField(max_length=32, choices=FollowUpKind.choices)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    attempts = models.PositiveIntegerField(default=0)
+    done_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            # One open follow-up of a kind per memory: recording it again is a no-op.
+            models.UniqueConstraint(
+                fields=["memory_id", "kind"], condition=Q(done_at__isnull=True), name="followup_one_open"
+            )
+        ]
+        indexes = [models.Index(fields=["created_at"], condition=Q(done_at__isnull=True), name="followup_open_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.memory_id}{'' if self.done_at is None else ' (done)'}"
 
 
 class ConflictKind(models.TextChoices):

@@ -27,6 +27,13 @@ class BeatEntry:
 
 SCHEDULE: tuple[BeatEntry, ...] = (
     BeatEntry(
+        "followups-drain",
+        "workers.tasks.followups_drain_task",
+        "MEMPROJ_BEAT_FOLLOWUPS",
+        "* * * * *",
+        "run follow-ups of committed writes that never reached a worker (broker down, task lost)",
+    ),
+    BeatEntry(
         "embeddings-retry",
         "workers.tasks.embeddings_retry_task",
         "MEMPROJ_BEAT_EMBEDDINGS_RETRY",

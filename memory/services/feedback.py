@@ -15,7 +15,7 @@ from memory import validation
 from memory.models import Kind, Memory, OutcomeReport, Validity
 from memory.outcomes import Signal, collection_apply, signal_apply
 from memory.selectors.memories import boundary_view
-from memory.services.events import event_append
+from memory.services.events import EventType, event_append
 from memory.services.memories import memory_lock, require_write
 from policy.caller import Caller
 
@@ -68,14 +68,18 @@ def memory_feedback(
         if idempotency_key:
             payload["idempotency_key"] = idempotency_key
         event_append(
-            caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=f"marked_{chosen}", payload=payload
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            memory=memory,
+            event_type=EventType(f"marked_{chosen}"),
+            payload=payload,
         )
         if maturity_before is not None:
             event_append(
                 caller=caller,
                 tenant_id=caller.tenant_id,
                 memory=memory,
-                event_type="maturity_changed",
+                event_type=EventType.MATURITY_CHANGED,
                 payload={"from": maturity_before, "to": memory.maturity},
             )
         if collection_before is not None:
