@@ -17,10 +17,8 @@ from django.db import InterfaceError, OperationalError
 
 from memory.consolidators import ConsolidatorUnavailable
 from memory.errors import EmbeddingUnavailable
-from memory.models import Memory
 from memory.services import collections, consolidation, followups, reembedding, sweeps
-from memory.services.conflicts import memory_conflict_check
-from memory.services.memories import memory_embed, memory_embed_batch
+from memory.services.memories import memory_embed_batch
 
 logger = logging.getLogger(__name__)
 

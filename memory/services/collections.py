@@ -25,7 +25,7 @@ from memory import scoring, validation
 from memory.errors import InvalidArgument, NotFound
 from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, Validity, collection_of
 from memory.outcomes import collection_apply
-from memory.services.events import event_append
+from memory.services.events import EventType, event_append
 from memory.services.feedback import collection_event
 from memory.services.memories import episode_store, fact_store, require_write
 from memory.services.sweeps import SweepResult
@@ -218,7 +218,7 @@ def book_ingest(
         event_append(
             caller=caller,
             tenant_id=caller.tenant_id,
-            event_type="book_ingested",
+            event_type=EventType.BOOK_INGESTED,
             payload={"title": title, "chunks": len(rows), "bytes": len(text.encode("utf-8")), "source": source[:200]},
         )
         ids = [row.pk for row in rows]

@@ -53,6 +53,8 @@ class EventType(models.TextChoices):
     EXPIRED_DELETED = "expired_deleted"
     # Seed 004 (pce): every tool call is audited.
     TOOL_CALL = "tool_call"
+    COLLECTION_CHANGED = "collection_changed"
+    BOOK_INGESTED = "book_ingested"
     # Written by the purge function itself (memproj_purge_events), never by a service.
     TENANT_PURGED = "tenant_purged"
     PRINCIPAL_PURGED = "principal_purged"

@@ -92,9 +92,9 @@ def collection_event(*, caller: Caller, memory: Memory, before: str, reason: str
     """Audit one roampal lifecycle step (a move between collections, or a deletion)."""
     if memory.validity == Validity.RETRACTED:
         event_type, payload = (
-            "retracted",
+            EventType.RETRACTED,
             {"collection": before, "reason": reason, "outcome_score": memory.outcome_score},
         )
     else:
-        event_type, payload = "collection_changed", {"from": before, "to": memory.collection, "reason": reason}
+        event_type, payload = EventType.COLLECTION_CHANGED, {"from": before, "to": memory.collection, "reason": reason}
     event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=event_type, payload=payload)
