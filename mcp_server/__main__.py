@@ -53,6 +53,9 @@ def main() -> None:
     import django
 
     django.setup()
+    from memproj.embedded import ensure_for_settings
+
+    ensure_for_settings()
     from mcp_server.server import build_server
     from memory.embeddings import warm_up
     from policy.services.tokens import token_authenticate

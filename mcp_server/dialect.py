@@ -125,6 +125,7 @@ class ToolSpec:
     timeout: float | None
     aliases: Mapping[str, str]
     input_schema: Mapping[str, Any] | None
+    description: str | None = None
 
 
 @dataclass
@@ -162,11 +163,13 @@ class Dialect:
         timeout: float | None = None,
         aliases: Mapping[str, str] | None = None,
         input_schema: Mapping[str, Any] | None = None,
+        description: str | None = None,
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Register a sync tool function. ``aliases`` maps upstream argument
         names to this tool's (e.g. butlers' ``memory_id`` -> ``id``);
         ``input_schema`` advertises and enforces a seed's schema verbatim instead
-        of the one derived from the signature."""
+        of the one derived from the signature; ``description`` replaces the
+        docstring (seed texts kept as constants)."""
 
         def decorate(fn: Callable[P, R]) -> Callable[P, R]:
             self.tools.append(
@@ -176,6 +179,7 @@ class Dialect:
                     payload_limit=payload_limit,
                     timeout=timeout,
                     aliases=dict(aliases or {}),
+                    description=description,
                     input_schema=input_schema,
                 )
             )
@@ -321,7 +325,7 @@ class DialectServer(MCPServer[Any]):
         self.specs: dict[str, ToolSpec] = {}
         self.validators: dict[str, Draft202012Validator] = {}
         for spec in dialect.tools:
-            self.add_tool(spec.fn, name=spec.name)
+            self.add_tool(spec.fn, name=spec.name, description=spec.description)
             tool = self._tool_manager.get_tool(spec.name)
             assert tool is not None
             tool.parameters = strict_schema(dict(spec.input_schema or tool.parameters))

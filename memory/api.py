@@ -12,6 +12,10 @@ Reads: ``memory_search``, ``memory_recall``, ``build_context``, ``memory_get``,
 ``memory_list_recent``, ``memory_similar``, ``memory_supersedes_map``,
 ``fact_get_by_key``, ``namespaces_list``; ``memory_search_accessed`` and
 ``memory_list_recent_accessed`` also move ``accessed_at`` of what they return.
+Seed 003 (roampal) collections: ``working_store``, ``memory_bank_store``,
+``memory_bank_update``, ``book_ingest`` / ``book_progress``, the hooked
+conversation's ``exchange_*``; reads ``collection_search``, ``collection_get``,
+``collection_ids``, ``known_context`` and ``display_id``.
 Read model: ``MemoryView`` / ``memory_view`` with every derived value computed
 in one place (effective confidence, fact state, effectiveness, Wilson score).
 """
@@ -22,9 +26,21 @@ from typing import Any
 
 from memory.context import ContextBlock, build_context
 from memory.errors import DomainError, EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
+from memory.models import Collection, collection_of
 from memory.outcomes import Signal
 from memory.read_model import MemoryView, memory_view
 from memory.selectors.activation import ActivationPage, RankedClaim, claims_activate, claims_search
+from memory.selectors.collections import (
+    COLLECTIONS,
+    CollectionHit,
+    KnownContext,
+    collection_get,
+    collection_ids,
+    collection_lookup,
+    collection_search,
+    display_id,
+    known_context,
+)
 from memory.selectors.conflicts import OpenConflict, conflicts_open_for
 from memory.selectors.memories import (
     ScoredMemory,
@@ -38,7 +54,21 @@ from memory.selectors.memories import (
     namespaces_list,
 )
 from memory.services.claims import ClaimUpsertResult, claim_kind_of, claim_upsert
-from memory.services.events import event_append
+from memory.services.collections import (
+    BOOK_MAX_BYTES,
+    BookIngestResult,
+    ExchangeCompleted,
+    book_ingest,
+    book_progress,
+    exchange_complete,
+    exchange_mark_scored,
+    exchange_open,
+    exchange_pending_scoring,
+    memory_bank_store,
+    memory_bank_update,
+    working_store,
+)
+from memory.services.events import EventType, event_append
 from memory.services.feedback import FeedbackResult, memory_feedback
 from memory.services.graph import EntityInput, RelationInput
 from memory.services.memories import (
@@ -58,6 +88,29 @@ from policy.selectors.policies import policy_is_applied
 from policy.services.policies import PolicyApplyResult, policy_apply
 
 __all__ = [
+    "BOOK_MAX_BYTES",
+    "COLLECTIONS",
+    "BookIngestResult",
+    "Collection",
+    "CollectionHit",
+    "collection_of",
+    "ExchangeCompleted",
+    "KnownContext",
+    "book_ingest",
+    "book_progress",
+    "collection_get",
+    "collection_ids",
+    "collection_lookup",
+    "collection_search",
+    "display_id",
+    "exchange_complete",
+    "exchange_mark_scored",
+    "exchange_open",
+    "exchange_pending_scoring",
+    "known_context",
+    "memory_bank_store",
+    "memory_bank_update",
+    "working_store",
     "ActivationPage",
     "BoundaryCheck",
     "ClaimUpsertResult",
@@ -118,7 +171,7 @@ def elevation_audit(*, caller: Caller) -> None:
     event_append(
         caller=caller,
         tenant_id=caller.tenant_id,
-        event_type="tenant_elevation",
+        event_type=EventType.TENANT_ELEVATION,
         payload={"from_tenant": str(caller.elevated_from), "principal": str(caller.principal_id)},
     )
 
@@ -126,4 +179,6 @@ def elevation_audit(*, caller: Caller) -> None:
 def tool_call_audit(*, caller: Caller, tool: str, payload: dict[str, Any]) -> None:
     """Seed 004: every call is written to the append-only audit log (time, tool,
     boundary decision, provenance)."""
-    event_append(caller=caller, tenant_id=caller.tenant_id, event_type="tool_call", payload={"tool": tool, **payload})
+    event_append(
+        caller=caller, tenant_id=caller.tenant_id, event_type=EventType.TOOL_CALL, payload={"tool": tool, **payload}
+    )

@@ -1,6 +1,13 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class MemoryConfig(AppConfig):
     name = "memory"
     verbose_name = "Memories"
+
+    def ready(self) -> None:
+        from memproj.dbroles import grant_app_privileges
+
+        # After every migrate, as the owner: the app role's table privileges.
+        post_migrate.connect(grant_app_privileges, sender=self, dispatch_uid="memproj.grant_app_privileges")

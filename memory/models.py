@@ -29,6 +29,31 @@ class Kind(models.TextChoices):
     EPISODE = "episode", "Episode"
     FACT = "fact", "Fact"
     RULE = "rule", "Rule"
+    # Seed 003 roampal `books`: a chunk of an ingested reference document.
+    DOCUMENT = "document", "Document chunk"
+
+
+class Collection(models.TextChoices):
+    """Seed 003 roampal collections, a property of a memory (DESIGN §1): working
+    and history are episodes (TTL 24 h / 30 d), patterns are rules, memory_bank
+    facts, books document chunks. Empty for memories other dialects stored."""
+
+    NONE = "", "None"
+    WORKING = "working", "Working"
+    HISTORY = "history", "History"
+    PATTERNS = "patterns", "Patterns"
+    MEMORY_BANK = "memory_bank", "Memory bank"
+    BOOKS = "books", "Books"
+
+
+# A memory another dialect stored has no collection of its own; roampal sees it
+# as the collection of its kind (and never moves it: the lifecycle manages only
+# memories that roampal stored).
+COLLECTION_OF_KIND = {"episode": "history", "fact": "memory_bank", "rule": "patterns", "document": "books"}
+
+
+def collection_of(memory: Memory) -> str:
+    return memory.collection or COLLECTION_OF_KIND.get(memory.kind, "")
 
 
 class Validity(models.TextChoices):
@@ -71,6 +96,11 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
     def for_caller(self, caller: Caller) -> MemoryQuerySet:
         """The one place where the tenant boundary is applied to memories."""
         return self.filter(tenant_id=caller.tenant_id)
+
+    def in_collections(self, collections: Sequence[str]) -> MemoryQuerySet:
+        """Memories of these roampal collections, stored or derived from the kind."""
+        kinds = [kind for kind, name in COLLECTION_OF_KIND.items() if name in collections]
+        return self.filter(Q(collection__in=list(collections)) | Q(collection="", kind__in=kinds))
 
     def retrievable(self, now: object) -> MemoryQuerySet:
         """Active and not past its TTL: what retrieval may return."""
@@ -130,6 +160,7 @@ class Memory(models.Model):
     tags = ArrayField(models.CharField(max_length=64), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     source = models.CharField(max_length=32, blank=True)
+    collection = models.CharField(max_length=16, choices=Collection.choices, blank=True, default="", db_default="")
     # Seed 004 boundary class (public / internal / pii / secret). The tenant
     # policy decides which classes a read may see and which come back redacted;
     # retrieval filters on it in SQL (boundary-first, issue 11).
@@ -221,6 +252,12 @@ class Memory(models.Model):
             models.Index(
                 fields=["expires_at"], name="memory_expiry_idx", condition=Q(kind="episode", validity="active")
             ),
+            # The roampal lifecycle sweep and collection listings (days_back without a query).
+            models.Index(
+                fields=["tenant", "collection", "-created_at"],
+                name="memory_collection_idx",
+                condition=~Q(collection=""),
+            ),
             models.Index(
                 fields=["fact_state_changes_at"],
                 name="memory_fact_state_due_idx",
@@ -268,9 +305,11 @@ class Memory(models.Model):
 
 
 class MemoryEvent(models.Model):
-    """Append-only audit log. A database trigger (migration 0002) rejects UPDATE
-    and DELETE unless the purge service has switched the guard off for its own
-    transaction."""
+    """Append-only, tamper-evident audit log. The service's database role may
+    only read and insert (memproj/dbroles.py); triggers (migrations 0002, 0026)
+    refuse UPDATE, DELETE and TRUNCATE except inside the purge function; each
+    row carries a hash chained to its tenant's previous row, written by the one
+    writer (memory/services/events.py) and checked by ``manage.py audit_verify``."""
 
     id = models.BigAutoField(primary_key=True)
     tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="memory_events")
@@ -281,13 +320,55 @@ class MemoryEvent(models.Model):
     actor_principal_id = models.UUIDField(null=True, blank=True)
     payload = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # sha256 hex of the tenant's previous event ('' for its first) and of this one.
+    prev_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    hash = models.CharField(max_length=64, blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["tenant", "-created_at"], name="memory_event_tenant_idx")]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="memory_event_tenant_idx"),
+            # The chain's head: a tenant's last event.
+            models.Index(fields=["tenant", "-id"], name="memory_event_chain_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.memory_id or ''}"
+
+
+class FollowUpKind(models.TextChoices):
+    EMBED = "embed", "Embed"
+    CONFLICT_CHECK = "conflict_check", "Conflict check"
+
+
+class FollowUp(models.Model):
+    """Outbox (issue 15): background work a write needs, recorded in the write's
+    own transaction, so a committed write never loses its follow-up when the
+    broker is down. Enqueued after commit (best effort), done by the worker,
+    and drained by a sweep; ``done_at`` marks it done exactly once."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="followups")
+    # No foreign key: a purge deletes the memory; its follow-up then finds nothing to do.
+    memory_id = models.UUIDField()
+    kind = models.CharField(max_length=32, choices=FollowUpKind.choices)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    attempts = models.PositiveIntegerField(default=0)
+    done_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            # One open follow-up of a kind per memory: recording it again is a no-op.
+            models.UniqueConstraint(
+                fields=["memory_id", "kind"], condition=Q(done_at__isnull=True), name="followup_one_open"
+            )
+        ]
+        indexes = [models.Index(fields=["created_at"], condition=Q(done_at__isnull=True), name="followup_open_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.memory_id}{'' if self.done_at is None else ' (done)'}"
 
 
 class ConflictKind(models.TextChoices):
@@ -401,6 +482,43 @@ class MemoryLink(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_memory_id} -{self.kind}-> {self.to_memory_id}"
+
+
+class ExchangeQuerySet(models.QuerySet["Exchange"]):
+    def for_caller(self, caller: Caller) -> ExchangeQuerySet:
+        return self.filter(tenant_id=caller.tenant_id)
+
+
+class Exchange(models.Model):
+    """One turn of a hooked conversation (seed 003's session transcripts): the
+    memories the KNOWN CONTEXT block surfaced for it, the exchange as the Stop
+    hook reported it, and whether the model scored it. Kept 7 days (seed 003
+    Feature 5), then deleted by the retention sweep; what matters lives on as
+    the working memory ``memory_id``."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="exchanges")
+    principal_id = models.UUIDField(null=True, blank=True)
+    conversation_id = models.CharField(max_length=200)
+    user_message = models.TextField(blank=True)
+    assistant_response = models.TextField(blank=True)
+    transcript = models.TextField(blank=True)
+    surfaced_ids = ArrayField(models.UUIDField(), default=list, blank=True)
+    memory_id = models.UUIDField(null=True, blank=True)
+    # The earlier turn this turn's prompt asked the model to score (score_response marks it).
+    scores = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    completed_at = models.DateTimeField(null=True, blank=True)
+    scored_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = ExchangeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["tenant", "conversation_id", "-id"], name="exchange_conversation_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} #{self.id}"
 
 
 class EntityType(models.TextChoices):

@@ -19,7 +19,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from memory import scoring
-from memory.models import Kind, Maturity, Memory
+from memory.models import Collection, Kind, Maturity, Memory, Validity
 
 
 class Signal(StrEnum):
@@ -103,3 +103,35 @@ def signal_apply(memory: Memory, signal: Signal, now: datetime) -> tuple[list[st
     if after == before:
         return fields, None
     return fields + maturity_set(memory, after, now), before
+
+
+def collection_apply(memory: Memory, now: datetime) -> tuple[list[str], str | None]:
+    """Seed 003's lifecycle for one roampal memory (not saved): promotion,
+    demotion or deletion by its learned score, uses and successes. Returns the
+    changed fields and the collection it left (None: nothing moved). Deletion is
+    memproj's forget: the row is retracted (retrieval-excluded, audited)."""
+    before = memory.collection
+    target = scoring.collection_next(
+        collection=before,
+        score=memory.outcome_score,
+        uses=memory.applied_count,
+        success=memory.success_count,
+        age_days=scoring.days_between(memory.created_at, now),
+    )
+    if target is None:
+        return [], None
+    if target == scoring.DELETED:
+        memory.validity = Validity.RETRACTED
+        return ["validity"], before
+    fields = ["collection", "kind", "expires_at", "maturity"]
+    memory.collection = target
+    if target == Collection.HISTORY:
+        memory.kind, memory.expires_at, memory.maturity = Kind.EPISODE, now + scoring.HISTORY_TTL, ""
+        if before == Collection.WORKING:
+            # upstream: a memory starts its history with fresh counters.
+            memory.applied_count, memory.success_count = 0, 0.0
+            fields += ["applied_count", "success_count"]
+        return fields, before
+    # patterns: a proven rule (DESIGN §1), permanent.
+    memory.kind, memory.expires_at = Kind.RULE, None
+    return fields + maturity_set(memory, Maturity.ESTABLISHED, now)[1:], before

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from memory.models import effective_confidence_sql
+from memory.models import COLLECTION_OF_KIND, effective_confidence_sql
 from memory.scoring import ChannelHit, RetrievalParams
 from policy.boundary import DEFAULT_USE_TAGS, boundary_for
 from policy.caller import Caller
@@ -33,6 +33,8 @@ class RetrievalFilter:
     tags_all: Sequence[str] | None = None
     min_confidence: float | None = None
     exclude_maturity: Sequence[str] | None = None
+    collections: Sequence[str] | None = None  # seed 003 roampal collections
+    created_after: datetime | None = None  # seed 003 days_back
     # Seed 004 use tags of this read (boundary-first, issue 11); the default is answer:task.
     use_tags: Sequence[str] = DEFAULT_USE_TAGS
     # LangGraph store semantics: namespaces starting with this tuple.
@@ -89,6 +91,14 @@ def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
     if flt.exclude_maturity:
         clauses.append("NOT (m.maturity = ANY(%(excl_maturity)s))")
         params["excl_maturity"] = list(flt.exclude_maturity)
+    if flt.collections:
+        # The SQL twin of MemoryQuerySet.in_collections (stored or derived from the kind).
+        clauses.append("(m.collection = ANY(%(collections)s) OR (m.collection = '' AND m.kind = ANY(%(ckinds)s)))")
+        params["collections"] = list(flt.collections)
+        params["ckinds"] = [k for k, name in COLLECTION_OF_KIND.items() if name in flt.collections]
+    if flt.created_after is not None:
+        clauses.append("m.created_at >= %(created_after)s")
+        params["created_after"] = flt.created_after
     return " AND ".join(clauses), params
 
 

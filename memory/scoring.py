@@ -293,6 +293,79 @@ def wilson_lower_bound(successes: float, uses: int, z: float = WILSON_Z) -> floa
     return (centre - margin) / denominator
 
 
+# Roampal collections (seed 003, upstream promotion_service / scoring_service).
+WORKING_TTL = timedelta(hours=24)
+HISTORY_TTL = timedelta(days=30)
+HISTORY_MIN_SCORE, HISTORY_MIN_USES = 0.7, 2  # working -> history (uses and successes reset)
+PATTERNS_MIN_SCORE, PATTERNS_MIN_USES, PATTERNS_MIN_SUCCESS = 0.9, 3, 5.0  # history -> patterns
+DEMOTE_BELOW = 0.4  # patterns -> history
+DELETE_BELOW = 0.2
+DELETE_YOUNG_BELOW = 0.1  # a memory at most 7 days old gets more room before deletion
+YOUNG_DAYS = 7.0
+SCORED_COLLECTIONS = ("working", "history", "patterns")  # memory_bank and books are never deleted
+DELETED = "deleted"
+
+
+def collection_next(*, collection: str, score: float, uses: int, success: float, age_days: float) -> str | None:
+    """Where a scored memory goes next: another collection, ``DELETED``, or None
+    (stays). Deletion is checked first: a pattern that collapsed below the
+    deletion threshold is not merely demoted."""
+    if collection not in SCORED_COLLECTIONS:
+        return None
+    if score < (DELETE_YOUNG_BELOW if age_days <= YOUNG_DAYS else DELETE_BELOW):
+        return DELETED
+    if collection == "working" and score >= HISTORY_MIN_SCORE and uses >= HISTORY_MIN_USES:
+        return "history"
+    if (
+        collection == "history"
+        and score >= PATTERNS_MIN_SCORE
+        and uses >= PATTERNS_MIN_USES
+        and success >= PATTERNS_MIN_SUCCESS
+    ):
+        return "patterns"
+    if collection == "patterns" and score < DEMOTE_BELOW:
+        return "history"
+    return None
+
+
+# Ranking: similarity and the learned (outcome) score, with the weight moving to
+# the learned score as a memory proves itself (upstream scoring_service's tiers).
+def learned_weight(uses: int, score: float) -> float:
+    if uses >= 5 and score >= 0.8:
+        return 0.6  # proven
+    if uses >= 3:
+        return 0.45  # established
+    if uses >= 1:
+        return 0.3  # tried
+    return 0.2  # new: mostly similarity
+
+
+MEMORY_BANK_WILSON_AFTER_USES = 3
+MEMORY_BANK_QUALITY_WEIGHT = 0.5
+
+
+def memory_bank_quality(importance: float, confidence: float, successes: float, uses: int) -> float:
+    """memory_bank: importance x confidence, blended 80/20 with Wilson after 3 uses."""
+    quality = importance * confidence
+    if uses >= MEMORY_BANK_WILSON_AFTER_USES:
+        quality = 0.8 * quality + 0.2 * wilson_lower_bound(successes, uses)
+    return quality
+
+
+def collection_rank(
+    *, collection: str, similarity: float, score: float, uses: int, quality: float | None = None
+) -> float:
+    """final_rank_score of seed 003: books by similarity alone, memory_bank by
+    similarity and quality, the scored collections by similarity and learned score."""
+    if collection == "books":
+        return similarity
+    if collection == "memory_bank":
+        q = quality if quality is not None else 0.5
+        return (1 - MEMORY_BANK_QUALITY_WEIGHT) * similarity + MEMORY_BANK_QUALITY_WEIGHT * q
+    weight = learned_weight(uses, score)
+    return (1 - weight) * similarity + weight * score
+
+
 # Seed 004 (pce) activation ranking: S = alpha * S_vec + (1 - alpha) * S_text,
 # then g = (0.6 + 0.4 sigma(utility)) * (0.5 + 0.5 confidence) * (0.3 + 0.7 recency)
 # * quality, recency = exp(-ln 2 * age / half-life of the claim's kind). The seed's

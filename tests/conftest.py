@@ -78,6 +78,49 @@ def mcp_client_for():
     return factory
 
 
+_APP_CREDENTIALS: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """Before the test database exists: start the embedded servers (importing
+    the settings starts none) and connect as the schema owner, which creates
+    the test database and runs the migrations (memproj/dbroles.py)."""
+    from memproj.dbroles import separate_roles
+    from memproj.embedded import ensure_for_settings
+
+    ensure_for_settings()
+    if separate_roles():
+        from django.conf import settings
+        from django.db import connection
+
+        connection.close()
+        _APP_CREDENTIALS.update({key: connection.settings_dict.get(key) for key in settings.MEMPROJ_DB_OWNER})
+        connection.settings_dict.update(settings.MEMPROJ_DB_OWNER)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):  # noqa: F811 - wraps pytest-django's own
+    """The tests then run as the service's role, which owns nothing: what the
+    audit log refuses, it refuses to the tests too."""
+    from django.conf import settings
+    from django.db import connection
+
+    from memproj.dbroles import separate_roles
+
+    owner = dict(settings.MEMPROJ_DB_OWNER)
+    if separate_roles():
+        with django_db_blocker.unblock():
+            connection.close()
+        connection.settings_dict.update(_APP_CREDENTIALS)
+    yield
+    if separate_roles():
+        # pytest-django drops the test database after this, as its owner.
+        with django_db_blocker.unblock():
+            connection.close()
+        connection.settings_dict.update(owner)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _release_test_database(django_db_setup, django_db_blocker):
     """Tool calls and async ORM calls run in worker threads whose connections the

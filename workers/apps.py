@@ -3,3 +3,17 @@ from django.apps import AppConfig
 
 class WorkersConfig(AppConfig):
     name = "workers"
+
+    def ready(self) -> None:
+        # The core records follow-ups (memory/services/followups.py) without knowing
+        # how they travel; Celery carries them. Registered here so that memory
+        # imports nothing from workers. retry=False: a write's enqueue must not
+        # stall on a dead broker; the drain sweep picks the row up instead.
+        from memory.models import FollowUpKind
+        from memory.services.followups import followup_register
+        from workers import tasks
+
+        followup_register(FollowUpKind.EMBED, lambda pk: tasks.embed_memory_task.apply_async((pk,), retry=False))
+        followup_register(
+            FollowUpKind.CONFLICT_CHECK, lambda pk: tasks.memory_conflict_check_task.apply_async((pk,), retry=False)
+        )

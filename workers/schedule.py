@@ -27,6 +27,13 @@ class BeatEntry:
 
 SCHEDULE: tuple[BeatEntry, ...] = (
     BeatEntry(
+        "followups-drain",
+        "workers.tasks.followups_drain_task",
+        "MEMPROJ_BEAT_FOLLOWUPS",
+        "* * * * *",
+        "run follow-ups of committed writes that never reached a worker (broker down, task lost)",
+    ),
+    BeatEntry(
         "embeddings-retry",
         "workers.tasks.embeddings_retry_task",
         "MEMPROJ_BEAT_EMBEDDINGS_RETRY",
@@ -67,6 +74,20 @@ SCHEDULE: tuple[BeatEntry, ...] = (
         "MEMPROJ_BEAT_REEMBED",
         "47 3 * * *",
         "re-embed memories whose vector came from another embedding model",
+    ),
+    BeatEntry(
+        "collections-lifecycle",
+        "workers.tasks.collections_lifecycle_task",
+        "MEMPROJ_BEAT_LIFECYCLE",
+        "*/15 * * * *",
+        "roampal lifecycle: promote, demote or delete scored memories (working/history/patterns)",
+    ),
+    BeatEntry(
+        "transcripts-retention",
+        "workers.tasks.transcripts_retention_task",
+        "MEMPROJ_BEAT_TRANSCRIPTS",
+        "27 * * * *",
+        "delete hooked-conversation exchange transcripts older than 7 days",
     ),
 )
 

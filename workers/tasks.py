@@ -17,10 +17,8 @@ from django.db import InterfaceError, OperationalError
 
 from memory.consolidators import ConsolidatorUnavailable
 from memory.errors import EmbeddingUnavailable
-from memory.models import Memory
-from memory.services import consolidation, reembedding, sweeps
-from memory.services.conflicts import memory_conflict_check
-from memory.services.memories import memory_embed
+from memory.services import collections, consolidation, followups, reembedding, sweeps
+from memory.services.memories import memory_embed_batch
 
 logger = logging.getLogger(__name__)
 
@@ -39,19 +37,13 @@ _retrying: dict[str, Any] = {
 
 @shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **_retrying)
 def embed_memory_task(self, memory_id: str) -> bool:  # type: ignore[no-untyped-def]
-    pk = uuid.UUID(memory_id)
-    if not Memory.objects.filter(pk=pk).exists():
-        logger.info("embed: memory %s is gone", memory_id)
-        return False
-    done = memory_embed(memory_id=pk)
-    if done:
-        memory_conflict_check_task.delay(memory_id)
-    return done
+    # Records the conflict check (outbox) once the vector is there; False if the memory is gone.
+    return followups.followup_embed_run(memory_id=uuid.UUID(memory_id))
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)
 def memory_conflict_check_task(self, memory_id: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    result = memory_conflict_check(memory_id=uuid.UUID(memory_id))
+    result = followups.followup_conflict_check_run(memory_id=uuid.UUID(memory_id))
     return {"merged": len(result.merged), "candidates": len(result.candidates), "skipped": result.skipped}
 
 
@@ -78,6 +70,16 @@ memories_reembed_task = _sweep_task("memories_reembed_task", reembedding.memorie
 episodes_expire_task = _sweep_task("episodes_expire_task", sweeps.episodes_expire)
 facts_decay_task = _sweep_task("facts_decay_task", sweeps.facts_decay)
 rules_maturity_task = _sweep_task("rules_maturity_task", sweeps.rules_maturity)
+followups_drain_task = _sweep_task("followups_drain_task", followups.followups_drain)
 episodes_consolidate_task = _sweep_task(
     "episodes_consolidate_task", consolidation.consolidation_sweep, (ConsolidatorUnavailable,)
 )
+# Seed 003 (roampal): the collection lifecycle, transcript retention, book embedding.
+collections_lifecycle_task = _sweep_task("collections_lifecycle_task", collections.collections_lifecycle)
+transcripts_retention_task = _sweep_task("transcripts_retention_task", collections.transcripts_retention)
+
+
+@shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **_retrying)
+def memories_embed_task(self, memory_ids: list[str]) -> int:  # type: ignore[no-untyped-def]
+    """Embed a batch of pending memories (an ingested book's chunks) in one model call."""
+    return memory_embed_batch(memory_ids=[uuid.UUID(pk) for pk in memory_ids])

@@ -119,6 +119,7 @@ def pce_tool(short: str, schema: Mapping[str, Any]) -> Callable[[F], F]:
     underscored = dialect.tool(
         "pce_memory_" + short.replace(".", "_"), input_schema=schema, payload_limit=payload_limit, timeout=timeout
     )
+
     def register(fn: F) -> F:
         dotted(underscored(fn))
         return fn

@@ -12,29 +12,10 @@ from django.http import HttpRequest, StreamingHttpResponse
 
 from memory.admin.common import NoCountListMixin, TenantFilter, csv_response, memory_anchor
 from memory.models import MemoryEvent
+from memory.services.events import EventType
 from policy.admin_access import TenantScopedAdminMixin
 
-KNOWN_EVENT_TYPES = (
-    "stored",
-    "superseded",
-    "confirmed",
-    "retracted",
-    "restored",
-    "marked_helpful",
-    "marked_harmful",
-    "maturity_changed",
-    "reembed_requested",
-    "admin_review",
-    "tenant_elevation",
-    "conflict_accepted",
-    "conflict_dismissed",
-    "consolidated",
-    "conflict_detected",
-    "fact_state_changed",
-    "expired_deleted",
-    "tenant_purged",
-    "principal_purged",
-)
+KNOWN_EVENT_TYPES = tuple(EventType.values)  # the one list (memory/services/events.py)
 
 
 class EventTypeFilter(admin.SimpleListFilter):

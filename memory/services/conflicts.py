@@ -35,7 +35,7 @@ from memory.models import (
     Memory,
     Validity,
 )
-from memory.services.events import event_append
+from memory.services.events import EventType, event_append
 from memory.services.memories import memory_confirm, memory_supersede
 from memory.services.system import pipeline_setting, system_caller
 from policy.caller import Caller
@@ -166,7 +166,7 @@ def _candidate_record(
                     caller=caller,
                     tenant_id=newer.tenant_id,
                     memory=newer,
-                    event_type="conflict_detected",
+                    event_type=EventType.CONFLICT_DETECTED,
                     payload={
                         "other": str(older.pk),
                         "kind": kind,
@@ -201,7 +201,7 @@ def _resolve(caller: Caller, candidate: ConflictCandidate, status: str) -> None:
         caller=caller,
         tenant_id=caller.tenant_id,
         memory=candidate.memory,
-        event_type=f"conflict_{status}",
+        event_type=EventType(f"conflict_{status}"),
         payload={"conflict": str(candidate.pk), "other": str(candidate.other_id), "kind": candidate.kind},
     )
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 from memory.consolidators import Consolidator, EpisodeView, Proposal, get_consolidator
 from memory.errors import InvalidArgument, NotFound
 from memory.models import EmbeddingStatus, Kind, LinkKind, Memory, MemoryLink
-from memory.services.events import event_append
+from memory.services.events import EventType, event_append
 from memory.services.memories import fact_store, memory_supersede, rule_store
 from memory.services.system import pipeline_setting, system_caller
 from policy.caller import Caller
@@ -69,7 +69,7 @@ def _mark_consolidated(caller: Caller, ids: list[uuid.UUID], now: datetime, into
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=episode,
-            event_type="consolidated",
+            event_type=EventType.CONSOLIDATED,
             payload={"into": str(into) if into else None},
         )
     return len(marked)

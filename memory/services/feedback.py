@@ -12,10 +12,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from memory import validation
-from memory.models import Kind, Memory, OutcomeReport
-from memory.outcomes import Signal, signal_apply
+from memory.models import Kind, Memory, OutcomeReport, Validity
+from memory.outcomes import Signal, collection_apply, signal_apply
 from memory.selectors.memories import boundary_view
-from memory.services.events import event_append
+from memory.services.events import EventType, event_append
 from memory.services.memories import memory_lock, require_write
 from policy.caller import Caller
 
@@ -56,7 +56,8 @@ def memory_feedback(
                 return FeedbackResult(memory=boundary_view(caller, memory), applied=False)
         now = timezone.now()
         fields, maturity_before = signal_apply(memory, chosen, now)
-        memory.save(update_fields=[*fields, "updated_at"])
+        moved, collection_before = collection_apply(memory, now)
+        memory.save(update_fields=list(dict.fromkeys([*fields, *moved, "updated_at"])))
         payload: dict[str, Any] = {
             "signal": chosen.value,
             "outcome_score": memory.outcome_score,
@@ -67,15 +68,33 @@ def memory_feedback(
         if idempotency_key:
             payload["idempotency_key"] = idempotency_key
         event_append(
-            caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=f"marked_{chosen}", payload=payload
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            memory=memory,
+            event_type=EventType(f"marked_{chosen}"),
+            payload=payload,
         )
         if maturity_before is not None:
             event_append(
                 caller=caller,
                 tenant_id=caller.tenant_id,
                 memory=memory,
-                event_type="maturity_changed",
+                event_type=EventType.MATURITY_CHANGED,
                 payload={"from": maturity_before, "to": memory.maturity},
             )
+        if collection_before is not None:
+            collection_event(caller=caller, memory=memory, before=collection_before, reason=f"scored {chosen}")
     # The answer shows content: boundary rules apply (issue 11).
     return FeedbackResult(memory=boundary_view(caller, memory), applied=True)
+
+
+def collection_event(*, caller: Caller, memory: Memory, before: str, reason: str) -> None:
+    """Audit one roampal lifecycle step (a move between collections, or a deletion)."""
+    if memory.validity == Validity.RETRACTED:
+        event_type, payload = (
+            EventType.RETRACTED,
+            {"collection": before, "reason": reason, "outcome_score": memory.outcome_score},
+        )
+    else:
+        event_type, payload = EventType.COLLECTION_CHANGED, {"from": before, "to": memory.collection, "reason": reason}
+    event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=event_type, payload=payload)

@@ -20,7 +20,8 @@ from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, Permi
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
 from memory.retrieval import vector_literal
 from memory.selectors.memories import boundary_view
-from memory.services.events import event_append
+from memory.services.events import EventType, event_append
+from memory.services.followups import followups_for_write
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
@@ -53,14 +54,9 @@ def _embed_for_store(content: str) -> _Embedding:
 
 
 def _after_commit(memory: Memory) -> None:
-    from workers import tasks  # late import: workers depends on services, not the other way
-
-    memory_id = str(memory.id)
-    if memory.embedding_status != EmbeddingStatus.READY:
-        # The embed task runs the conflict check once the vector exists.
-        transaction.on_commit(lambda: tasks.embed_memory_task.delay(memory_id))
-    elif memory.kind != Kind.EPISODE:
-        transaction.on_commit(lambda: tasks.memory_conflict_check_task.delay(memory_id))
+    """Record the write's follow-up in its own transaction (the outbox): the
+    write answers success once committed, even with the broker down."""
+    followups_for_write(memory)
 
 
 def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
@@ -97,6 +93,8 @@ def episode_store(
     tags: Iterable[str] | None = None,
     metadata: dict[str, Any] | None = None,
     ttl: timedelta | None = None,
+    collection: str = "",
+    outcome_score: float = scoring.UNSCORED_OUTCOME_SCORE,
 ) -> Memory:
     require_write(caller)
     content = validation.text(content, field="content")
@@ -125,8 +123,10 @@ def episode_store(
             tags=tag_list,
             metadata=metadata or {},
             expires_at=now + ttl,
+            collection=collection,
+            outcome_score=outcome_score,
         )
-        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="stored")
+        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=EventType.STORED)
         _after_commit(memory)
     return memory
 
@@ -158,7 +158,7 @@ def _supersede(*, caller: Caller, old: Sequence[Memory], new_id: uuid.UUID, reas
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=memory,
-            event_type="superseded",
+            event_type=EventType.SUPERSEDED,
             payload={"superseded_by": str(new_id), "reason": reason},
         )
 
@@ -188,6 +188,7 @@ def fact_store(
     confidence: float = 1.0,
     source: str = "",
     metadata: dict[str, Any] | None = None,
+    collection: str = "",
     boundary_class: str = DEFAULT_BOUNDARY_CLASS,
 ) -> FactStoreResult:
     require_write(caller)
@@ -246,13 +247,14 @@ def fact_store(
             namespace=namespace,
             source=source,
             metadata=metadata or {},
+            collection=collection,
             boundary_class=boundary_class,
         )
         event_append(
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=memory,
-            event_type="stored",
+            event_type=EventType.STORED,
             payload={"supersedes": [str(p.id) for p in previous]},
         )
         _after_commit(memory)
@@ -292,7 +294,7 @@ def rule_store(
             metadata=metadata or {},
             boundary_class=boundary_class,
         )
-        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="stored")
+        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=EventType.STORED)
         _after_commit(memory)
     return memory
 
@@ -323,7 +325,7 @@ def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
             memory.fact_state_changes_at = memory.last_confirmed_at
             fields.append("fact_state_changes_at")
         memory.save(update_fields=fields)
-        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="confirmed")
+        event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=EventType.CONFIRMED)
     return boundary_view(caller, memory)  # the answer shows content: boundary rules apply (issue 11)
 
 
@@ -341,7 +343,7 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=memory,
-            event_type="retracted",
+            event_type=EventType.RETRACTED,
             payload={"previous_validity": previous},
         )
     return memory
@@ -470,7 +472,7 @@ def memory_restore(*, caller: Caller, memory_id: object) -> Memory:
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=memory,
-            event_type="restored",
+            event_type=EventType.RESTORED,
             payload={"previous_validity": previous},
         )
     return memory

@@ -4,14 +4,17 @@ is the one sanctioned exception, and leaves one event that says it happened."""
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection, models, transaction
 
 from memory.errors import NotFound
-from memory.models import ConflictCandidate, Memory, MemoryEvent, MemoryLink
+from memory.models import ConflictCandidate, FollowUp, Memory, MemoryLink
+from memory.services.events import EventType
 from policy.models import Principal, Tenant
 
 logger = logging.getLogger(__name__)
@@ -25,11 +28,24 @@ class PurgeResult:
     links: int
 
 
-def _allow_event_purge() -> None:
-    """The audit log's trigger (migration 0002) refuses UPDATE/DELETE unless this
-    transaction says otherwise; SET LOCAL ends with the transaction."""
+def _purge_events(
+    *,
+    tenant_id: uuid.UUID,
+    event_type: EventType,
+    actor_principal_id: uuid.UUID | None,
+    payload: dict[str, Any],
+    memory_ids: list[uuid.UUID] | None = None,
+    principal_id: uuid.UUID | None = None,
+) -> int:
+    """The audit log refuses every UPDATE, DELETE and TRUNCATE (migration 0026)
+    except inside ``memproj_purge_events``, a function that runs as the table's
+    owner, re-chains what remains and appends the purge event itself."""
     with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL memproj.allow_event_purge = 'on'")
+        cursor.execute(
+            "SELECT memproj_purge_events(%s, %s, %s, %s::jsonb, %s::uuid[], %s)",
+            [tenant_id, event_type.value, actor_principal_id, json.dumps(payload), memory_ids or [], principal_id],
+        )
+        return int(cursor.fetchone()[0])
 
 
 def _delete_memories(memory_ids: list[uuid.UUID]) -> tuple[int, int, int]:
@@ -40,6 +56,7 @@ def _delete_memories(memory_ids: list[uuid.UUID]) -> tuple[int, int, int]:
         models.Q(from_memory_id__in=memory_ids) | models.Q(to_memory_id__in=memory_ids)
     ).delete()[0]
     Memory.objects.filter(superseded_by_id__in=memory_ids).update(superseded_by=None)
+    FollowUp.objects.filter(memory_id__in=memory_ids).delete()
     deleted = 0
     for start in range(0, len(memory_ids), 1000):
         deleted += Memory.objects.filter(pk__in=memory_ids[start : start + 1000]).delete()[0]
@@ -53,19 +70,19 @@ def tenant_purge(*, tenant_id: uuid.UUID, reason: str = "", actor_principal_id: 
     if not Tenant.objects.filter(pk=tenant_id).exists():
         raise NotFound(f"no tenant with id {tenant_id}.")
     with transaction.atomic():
-        _allow_event_purge()
         memory_ids = list(Memory.objects.filter(tenant_id=tenant_id).values_list("pk", flat=True))
         memories, conflicts, links = _delete_memories(memory_ids)
         conflicts += ConflictCandidate.objects.filter(tenant_id=tenant_id).delete()[0]
         links += MemoryLink.objects.filter(tenant_id=tenant_id).delete()[0]
-        events = MemoryEvent.objects.filter(tenant_id=tenant_id).delete()[0]
-        result = PurgeResult(memories=memories, events=events, conflicts=conflicts, links=links)
-        MemoryEvent.objects.create(
+        FollowUp.objects.filter(tenant_id=tenant_id).delete()
+        counts = {"memories": memories, "conflicts": conflicts, "links": links}
+        events = _purge_events(
             tenant_id=tenant_id,
-            event_type="tenant_purged",
+            event_type=EventType.TENANT_PURGED,
             actor_principal_id=actor_principal_id,
-            payload={"reason": reason, **result.__dict__},
+            payload={"reason": reason, **counts},
         )
+        result = PurgeResult(events=events, **counts)
     logger.warning("purged tenant %s: %s", tenant_id, result)
     return result
 
@@ -82,19 +99,18 @@ def principal_purge(
         raise NotFound(f"no principal with id {principal_id}.")
     tenant_id = principal.tenant_id
     with transaction.atomic():
-        _allow_event_purge()
         memory_ids = list(Memory.objects.filter(principal_id=principal_id).values_list("pk", flat=True))
-        events = MemoryEvent.objects.filter(
-            models.Q(memory_id__in=memory_ids) | models.Q(actor_principal_id=principal_id), tenant_id=tenant_id
-        ).delete()[0]
         memories, conflicts, links = _delete_memories(memory_ids)
         principal.delete()
-        result = PurgeResult(memories=memories, events=events, conflicts=conflicts, links=links)
-        MemoryEvent.objects.create(
+        counts = {"memories": memories, "conflicts": conflicts, "links": links}
+        events = _purge_events(
             tenant_id=tenant_id,
-            event_type="principal_purged",
+            event_type=EventType.PRINCIPAL_PURGED,
             actor_principal_id=actor_principal_id,
-            payload={"principal_id": str(principal_id), "reason": reason, **result.__dict__},
+            payload={"principal_id": str(principal_id), "reason": reason, **counts},
+            memory_ids=memory_ids,
+            principal_id=principal_id,
         )
+        result = PurgeResult(events=events, **counts)
     logger.warning("purged principal %s of tenant %s: %s", principal_id, tenant_id, result)
     return result

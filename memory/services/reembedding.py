@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -16,18 +15,13 @@ from django.utils import timezone
 from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable
 from memory.models import EmbeddingStatus, Memory
+from memory.services.events import EventType
+from memory.services.followups import followups_embedded
 from memory.services.memories import memory_embed_batch
 from memory.services.sweeps import SweepResult, audit_rows, fair_batch, sweep_lock, sweep_sizes
 from memory.services.system import pipeline_setting
 
 logger = logging.getLogger(__name__)
-
-
-def _enqueue_conflict_checks(memory_ids: Sequence[uuid.UUID]) -> None:
-    from workers import tasks  # late import: workers depends on services, not the other way
-
-    ids = [str(pk) for pk in memory_ids]
-    transaction.on_commit(lambda: [tasks.memory_conflict_check_task.delay(pk) for pk in ids])
 
 
 def embeddings_retry(
@@ -63,7 +57,7 @@ def embeddings_retry(
             done_ids = list(
                 Memory.objects.filter(pk__in=ids, embedding_status=EmbeddingStatus.READY).values_list("pk", flat=True)
             )
-            _enqueue_conflict_checks(done_ids)
+            followups_embedded(memory_ids=done_ids)
         requeued = _failed_embeddings_requeue(batch_size, embedder_answered=bool(ids))
         more = requeued > 0 or due.exclude(pk__in=ids).exists()
     return SweepResult(processed=len(done_ids), more=more, ids=done_ids)
@@ -111,7 +105,9 @@ def memories_reembed(
             embedding=None, embedding_status=EmbeddingStatus.PENDING, embedding_error="", embedding_attempts=0
         )
         audit_rows(
-            [r[:3] for r in rows], "reembed_requested", [{"from_model": r[3], "to_model": current} for r in rows]
+            [r[:3] for r in rows],
+            EventType.REEMBED_REQUESTED,
+            [{"from_model": r[3], "to_model": current} for r in rows],
         )
     if not rows:
         return SweepResult()

@@ -14,7 +14,7 @@ from memory import validation
 from memory.errors import EmbeddingUnavailable, InvalidArgument, PermissionDenied
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, MemoryEvent
 from memory.outcomes import maturity_set
-from memory.services.events import event_append
+from memory.services.events import EventType, event_append
 from memory.services.memories import memory_embed, memory_lock
 from policy.caller import Caller
 
@@ -43,7 +43,11 @@ def rule_set_maturity(*, caller: Caller, rule_id: object, maturity: str, reason:
         if reason:
             payload["reason"] = reason
         event_append(
-            caller=caller, tenant_id=caller.tenant_id, memory=rule, event_type="maturity_changed", payload=payload
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            memory=rule,
+            event_type=EventType.MATURITY_CHANGED,
+            payload=payload,
         )
     return rule
 
@@ -64,7 +68,7 @@ def memory_reembed(*, caller: Caller, memory_id: object) -> tuple[Memory, bool]:
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=memory,
-            event_type="reembed_requested",
+            event_type=EventType.REEMBED_REQUESTED,
             payload={"previous_model": previous_model},
         )
     try:
@@ -85,5 +89,5 @@ def admin_review_record(
         raise InvalidArgument("action must be a short name.")
     payload: dict[str, Any] = {"action": action, "superuser": username, **(detail or {})}
     return event_append(
-        caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type="admin_review", payload=payload
+        caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=EventType.ADMIN_REVIEW, payload=payload
     )

@@ -22,8 +22,9 @@ from django.db.models.functions import Random, RowNumber
 from django.utils import timezone
 
 from memory import scoring
-from memory.models import Kind, Maturity, Memory, MemoryEvent, Validity
+from memory.models import Kind, Maturity, Memory, Validity
 from memory.outcomes import maturity_set
+from memory.services.events import EventType, NewEvent, events_append
 from memory.services.system import pipeline_setting
 
 
@@ -62,11 +63,13 @@ def sweep_sizes(batch_size: int | None, per_tenant: int | None) -> tuple[int, in
     return (batch_size or pipeline_setting("SWEEP_BATCH"), per_tenant or pipeline_setting("SWEEP_PER_TENANT"))
 
 
-def audit_rows(rows: Iterable[tuple[uuid.UUID, uuid.UUID, str]], event_type: str, payloads: Iterable[dict]) -> None:
+def audit_rows(
+    rows: Iterable[tuple[uuid.UUID, uuid.UUID, str]], event_type: EventType, payloads: Iterable[dict]
+) -> None:
     """Many audit events in one INSERT (sweeps act as the system: no actor)."""
-    MemoryEvent.objects.bulk_create(
+    events_append(
         [
-            MemoryEvent(tenant_id=tenant_id, memory_id=pk, memory_kind=kind, event_type=event_type, payload=payload)
+            NewEvent(tenant_id=tenant_id, memory_id=pk, memory_kind=kind, event_type=event_type, payload=payload)
             for (pk, tenant_id, kind), payload in zip(rows, payloads, strict=True)
         ]
     )
@@ -97,7 +100,7 @@ def episodes_expire(
         )
         audit_rows(
             [(pk, tenant_id, kind) for pk, tenant_id, kind, *_ in rows],
-            "expired_deleted",
+            EventType.EXPIRED_DELETED,
             [
                 {
                     "expires_at": expires_at.isoformat() if expires_at else None,
@@ -114,7 +117,7 @@ def episodes_expire(
 
 # --- Confidence decay ----------------------------------------------------------------------
 
-FACT_STATE_EVENT = "fact_state_changed"
+FACT_STATE_EVENT = EventType.FACT_STATE_CHANGED
 
 
 def facts_decay(
@@ -218,7 +221,7 @@ def rules_maturity(
             rule.save(update_fields=[*maturity_set(rule, after, now), "updated_at"])
             audit_rows(
                 [(rule.pk, rule.tenant_id, Kind.RULE)],
-                "maturity_changed",
+                EventType.MATURITY_CHANGED,
                 [{"from": before, "to": after, "reason": "maturity sweep (age)"}],
             )
             changed.append(rule.pk)

@@ -65,16 +65,31 @@ TEMPLATES = [
 ]
 
 # --- Database: DATABASE_URL, else the embedded PostgreSQL + pgvector -------------
-if env.str("DATABASE_URL", default=""):
-    DATABASES = {"default": env.db("DATABASE_URL")}
-else:
-    from memproj.embedded import ensure_postgres
+# Two roles (issue 15): DATABASE_URL is the service's role, which must own
+# nothing (web, worker, beat, stdio connect as it); DATABASE_OWNER_URL, if
+# given, is the role that owns the schema: `manage.py migrate` and the test
+# session's database set-up connect as it. Without it the one role does both
+# (and the audit log is only as safe as that role is weak). Resolving the
+# embedded URLs starts nothing: processes that need the servers start them
+# (memproj.embedded.ensure_for_settings).
+MEMPROJ_EMBEDDED_POSTGRES = not env.str("DATABASE_URL", default="")
+if MEMPROJ_EMBEDDED_POSTGRES:
+    from memproj import embedded
 
-    DATABASES = {"default": environ.Env.db_url_config(ensure_postgres())}
+    DATABASES = {"default": environ.Env.db_url_config(embedded.postgres_url())}
+    _owner_url = embedded.postgres_url(embedded.OWNER_ROLE)
+else:
+    DATABASES = {"default": env.db("DATABASE_URL")}
+    _owner_url = env.str("DATABASE_OWNER_URL", default="")
 # A socket directory given as ?host=/path lands in OPTIONS; keep it in HOST so
 # child processes (workers, stdio servers in tests) can rebuild the URL.
 if "host" in DATABASES["default"].get("OPTIONS", {}):
     DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
+# Only the credentials differ: the owner connects to the same database.
+MEMPROJ_DB_OWNER: dict[str, str] = {}
+if _owner_url:
+    _owner = environ.Env.db_url_config(_owner_url)
+    MEMPROJ_DB_OWNER = {"USER": _owner.get("USER", ""), "PASSWORD": _owner.get("PASSWORD", "")}
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -98,12 +113,13 @@ LOGGING = {
 }
 
 # --- Celery: CELERY_BROKER_URL, else the embedded Redis ------------------------------
-if env.str("CELERY_BROKER_URL", default=""):
-    CELERY_BROKER_URL = env.str("CELERY_BROKER_URL")
-else:
-    from memproj.embedded import ensure_redis
+MEMPROJ_EMBEDDED_REDIS = not env.str("CELERY_BROKER_URL", default="")
+if MEMPROJ_EMBEDDED_REDIS:
+    from memproj import embedded
 
-    CELERY_BROKER_URL = ensure_redis()
+    CELERY_BROKER_URL = embedded.redis_url()
+else:
+    CELERY_BROKER_URL = env.str("CELERY_BROKER_URL")
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -197,6 +213,9 @@ MEMPROJ_PIPELINE = {
     # A pending embedding younger than this is left to the task enqueued at write time.
     "EMBED_RETRY_GRACE_SECONDS": env.int("MEMPROJ_EMBED_RETRY_GRACE_SECONDS", default=60),
     "EMBED_MAX_ATTEMPTS": env.int("MEMPROJ_EMBED_MAX_ATTEMPTS", default=20),
+    # An open follow-up (outbox row) younger than this is left to the task
+    # enqueued after its write; the drain sweep runs the older ones.
+    "FOLLOWUP_GRACE_SECONDS": env.int("MEMPROJ_FOLLOWUP_GRACE_SECONDS", default=60),
     # Semantic conflict check (cosine similarity of all-MiniLM-L6-v2 vectors).
     "DUPLICATE_SIMILARITY": env.float("MEMPROJ_DUPLICATE_SIMILARITY", default=0.97),
     "NEAR_DUPLICATE_SIMILARITY": env.float("MEMPROJ_NEAR_DUPLICATE_SIMILARITY", default=0.85),
@@ -242,6 +261,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS.update(
 # share one Redis database without seeing each other's queues or unacked messages.
 if env.str("CELERY_BROKER_KEY_PREFIX", default=""):
     CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = env.str("CELERY_BROKER_KEY_PREFIX")
+
+# The role the service connects as (memproj/dbroles.py grants it what it needs).
+MEMPROJ_DB_APP_USER = DATABASES["default"].get("USER", "")
 
 # Per-tool timeouts (seed 004) are multiplied by this; tests on a shared,
 # loaded machine raise it so that a slow CPU is not mistaken for a hung call.

@@ -14,3 +14,6 @@ DATABASES["default"]["TEST"] = {"NAME": f"test_memproj{'_' + _suffix if _suffix 
 # the test database can be dropped at the end.
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
 MEMPROJ_TOOL_TIMEOUT_SCALE = 10.0
+# Transactional tests flush the database between tests, audit log included
+# (policy/management/commands/flush.py); no other settings allow that.
+MEMPROJ_FLUSH_AUDIT_LOG = True

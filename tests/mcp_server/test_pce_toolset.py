@@ -349,7 +349,7 @@ async def test_every_call_is_audited(member, pce):
     assert tools == ["upsert", "search", "boundary.validate"]
 
 
-async def test_http_surface_answers_with_the_seed_status(http_server, member, owner):
+async def test_http_surface_answers_with_the_seed_status(http_server, member):
     import httpx
 
     url = http_server
@@ -363,20 +363,9 @@ async def test_http_surface_answers_with_the_seed_status(http_server, member, ow
         )
         invalid = await http.post("/api/pce/pce.memory.activate", json={"q": "x", "scope": ["nope"]}, headers=headers)
         anonymous = await http.post("/api/pce/pce.memory.search", json={"query": "x"})
-        limited = SEED_POLICY.replace("version: 0.1", "version: 0.5.0") + "rate_limit: {limit: 3, window_seconds: 60}\n"
-        applied = await http.post(
-            "/api/pce/pce_memory_policy_apply",
-            json={"yaml": limited},
-            headers={"Authorization": f"Bearer {owner.token}"},
-        )
-        answers = [
-            await http.post("/api/pce/pce.memory.search", json={"query": "x"}, headers=headers) for _ in range(5)
-        ]
     assert stored.status_code == 200 and set(stored.json()) == ENVELOPE_KEYS
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "UNKNOWN_CLAIM")
     assert (invalid.status_code, invalid.json()["error"]["code"]) == (422, "INVALID_SCOPE")
     assert anonymous.status_code == 401
-    assert applied.status_code == 200 and applied.json()["data"]["version"] == "0.5.0"
-    assert answers[0].headers["X-RateLimit-Limit"] == "3"
-    assert [a.status_code for a in answers][-2:] == [429, 429]
-    assert "RATE_LIMIT" in answers[-1].text and int(answers[-1].headers["Retry-After"]) >= 1
+    # Every answer carries the policy engine's rate-limit headers (the 429 path: tests/policy/test_ratelimit.py).
+    assert all(h in stored.headers for h in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"))

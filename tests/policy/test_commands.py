@@ -47,3 +47,52 @@ def test_bootstrap_runs_once():
     assert token_authenticate(token_line.split()[-1]) is not None
     assert "already set up" in second.getvalue()
     assert Tenant.objects.count() == 1
+
+
+@pytest.fixture
+def empty_database():
+    """A database with no tables, created by the owner role (as `make migrate` would find it)."""
+    import uuid
+
+    import psycopg
+    from django.conf import settings
+    from django.db import connection
+
+    db = connection.settings_dict
+    owner = settings.MEMPROJ_DB_OWNER or {"USER": db["USER"], "PASSWORD": db.get("PASSWORD", "")}
+    name = f"memproj_empty_{uuid.uuid4().hex[:8]}"
+    params = {"host": db["HOST"] or None, "port": db["PORT"] or None, "user": owner["USER"]}
+    with psycopg.connect(dbname="postgres", autocommit=True, password=owner.get("PASSWORD") or None, **params) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield name, db
+    with psycopg.connect(dbname="postgres", autocommit=True, password=owner.get("PASSWORD") or None, **params) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_a_command_on_a_never_migrated_database_says_to_migrate(empty_database):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from django.conf import settings
+
+    name, db = empty_database
+    root = Path(__file__).resolve().parents[2]
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="memproj.settings.base",
+        DATABASE_URL=f"postgres://{db['USER']}@/{name}?host={db['HOST']}",
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+    )
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "issue_token", "--tenant", "t", "--principal", "p"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "never been migrated" in proc.stderr and "make migrate" in proc.stderr
+    assert "Traceback" not in proc.stderr and "does not exist" not in proc.stderr

@@ -63,7 +63,6 @@ def test_worker_sigkill_under_writes_loses_nothing(stack, token):
     assert report.follow_ups_pending == 0, report
 
 
-@pytest.mark.xfail(strict=False, reason="needs issue-15 item 1: outbox, a committed write answers success")
 def test_broker_outage_under_writes_answers_truly_and_loses_nothing(stack, token):
     report = fault_scenario(stack, token, "broker stop/restart", seconds=SECONDS, clients=CLIENTS, drain=DRAIN)
     assert report.accepted > 0 and report.lost == 0
@@ -71,7 +70,6 @@ def test_broker_outage_under_writes_answers_truly_and_loses_nothing(stack, token
     assert report.follow_ups_pending == 0
 
 
-@pytest.mark.xfail(strict=False, reason="needs issue-15 item 5: 503 + Retry-After with the dialect's storage error")
 def test_postgres_restart_under_writes_answers_coded_errors_and_loses_nothing(stack, token):
     report = fault_scenario(stack, token, "PostgreSQL stop/restart", seconds=SECONDS, clients=CLIENTS, drain=DRAIN)
     assert report.accepted > 0 and report.lost == 0

@@ -41,20 +41,11 @@ def test_fuzzed_errors_are_coded_without_internal_detail(clients):
         assert report.count(kind) == 0, {k: v for k, v in report.samples.items() if k[1] == kind}
 
 
-JSON_TEXT = pytest.mark.xfail(
-    strict=False,
-    reason="issue-8 seam: the SDK pre-parses JSON-looking text of optional str parameters after the "
-    "dialect's schema check, so the call fails 'outside the guard' with INTERNAL",
-)
-
-
-@JSON_TEXT
 def test_no_fuzzed_call_crashes_with_an_internal_error(clients):
     report = _reports.get("last") or _fuzz(clients)
     assert report.count("internal error") == 0, {k: v for k, v in report.samples.items() if k[1] == "internal error"}
 
 
-@JSON_TEXT
 def test_json_looking_text_in_optional_string_parameters_never_crashes(clients):
     who = next(iter(clients.callers))
     answers = json_strings_in_optional_text(clients, who)

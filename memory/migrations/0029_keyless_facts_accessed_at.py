@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0025_all_terms_query'),
+        ('memory', '0028_audit_log_chain_and_purge_function'),
         ('policy', '0001_initial'),
     ]
 

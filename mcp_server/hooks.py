@@ -1,0 +1,355 @@
+"""Seed 003's hook server, on the service's own ASGI app (Django views):
+``POST /api/hooks/get-context`` (UserPromptSubmit: the KNOWN CONTEXT block and
+the scoring prompt), ``POST /api/hooks/stop`` (Stop: the exchange is stored),
+``POST /api/search`` (Feature 5's input limits) and ``POST /api/ingest``
+(books, 10 MB).
+
+Unlike upstream (which trusts localhost), every call needs
+``Authorization: Bearer <token>``; the tenant is the token's. No CORS headers
+are ever sent (Feature 5: browsers get nothing). Glue only: memory.api does the
+work, mcp_server.toolsets.roampal renders the texts."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from functools import wraps
+from typing import Annotated, Any, Literal
+
+from django.db import DatabaseError, InterfaceError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mcp_server.toolsets import roampal as text
+from memory import api
+from policy.caller import Caller
+from policy.errors import DomainError
+from policy.services.tokens import token_authenticate
+
+logger = logging.getLogger(__name__)
+
+HOOK_BODY_LIMIT = 2 * 1024 * 1024  # a prompt, an answer and a transcript tail
+INGEST_LIMIT = api.BOOK_MAX_BYTES  # seed 003 Feature 5: 10 MB, 413 above it
+TOOLSET = "roampal"
+STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403}
+
+View = Callable[[HttpRequest, Caller], HttpResponse]
+
+
+def _error(status: int, message: str, **headers: str) -> JsonResponse:
+    response = JsonResponse({"error": message}, status=status)
+    for key, value in headers.items():
+        response[key] = value
+    return response
+
+
+def _caller(request: HttpRequest) -> Caller | JsonResponse:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    caller = token_authenticate(token.strip()) if scheme.lower() == "bearer" else None
+    if caller is None:
+        return _error(
+            401, "send Authorization: Bearer <token> (a memproj API token).", **{"WWW-Authenticate": "Bearer"}
+        )
+    if not caller.may_use_toolset(TOOLSET):
+        return _error(403, "this token is not allowed to use the roampal toolset.")
+    return caller
+
+
+def _read_body(request: HttpRequest, limit: int) -> bytes | JsonResponse:
+    """Refuse by Content-Length before reading; then read at most limit + 1
+    bytes, so a body without (or lying about) its length is cut off too."""
+    try:
+        declared = int(request.headers.get("Content-Length") or 0)
+    except ValueError:
+        return _error(400, "Content-Length must be a number.")
+    if declared > limit:
+        return _error(413, f"the body is over the limit of {limit} bytes.")
+    data = request.read(limit + 1)
+    if len(data) > limit:
+        return _error(413, f"the body is over the limit of {limit} bytes.")
+    return data
+
+
+def hook_view(limit: int = HOOK_BODY_LIMIT) -> Callable[[View], Callable[[HttpRequest], HttpResponse]]:
+    """POST only, authenticated, bounded body, errors as JSON and never a traceback."""
+
+    def decorate(view: View) -> Callable[[HttpRequest], HttpResponse]:
+        @csrf_exempt
+        @wraps(view)
+        def wrapper(request: HttpRequest) -> HttpResponse:
+            if request.method != "POST":
+                return _error(405, "use POST.", Allow="POST")
+            caller = _caller(request)
+            if isinstance(caller, JsonResponse):
+                return caller
+            try:
+                return view(request, caller)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "body"
+                return _error(422, f"{where}: {first['msg']}")
+            except DomainError as exc:
+                return _error(STATUS.get(exc.code, 400), str(exc))
+            except (DatabaseError, InterfaceError) as exc:
+                logger.warning("storage failure in %s: %r", view.__name__, exc)
+                return _error(503, "the memory store is unavailable right now; retry in a few seconds.")
+            except Exception:
+                logger.exception("unexpected failure in %s", view.__name__)
+                return _error(500, "unexpected internal error; it has been logged.")
+
+        return wrapper
+
+    return decorate
+
+
+def _json(request: HttpRequest, model: type[BaseModel], limit: int = HOOK_BODY_LIMIT) -> BaseModel | JsonResponse:
+    body = _read_body(request, limit)
+    if isinstance(body, JsonResponse):
+        return body
+    try:
+        data = json.loads(body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return _error(400, "the body must be a JSON object.")
+    if not isinstance(data, dict):
+        return _error(400, "the body must be a JSON object.")
+    return model.model_validate(data)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_max_length=HOOK_BODY_LIMIT)
+
+
+class GetContextRequest(_Strict):
+    query: Annotated[str, Field(max_length=2000)] = ""
+    conversation_id: Annotated[str | None, Field(max_length=200)] = None
+    recent_messages: Annotated[list[Any] | None, Field(max_length=50)] = None
+
+
+class StopRequest(_Strict):
+    conversation_id: Annotated[str, Field(min_length=1, max_length=200)]
+    user_message: Annotated[str, Field(max_length=100_000)] = ""
+    assistant_response: Annotated[str, Field(min_length=1, max_length=200_000)]
+    transcript: Annotated[str | None, Field(max_length=1_000_000)] = None
+
+
+class SearchRequest(_Strict):
+    """Feature 5's SearchRequest with its Field constraints."""
+
+    query: Annotated[str | None, Field(max_length=2000)] = ""
+    days_back: Annotated[int | None, Field(ge=1, le=365)] = None
+    id: Annotated[str | None, Field(max_length=200)] = None
+    conversation_id: Annotated[str | None, Field(max_length=200)] = None
+    collections: Annotated[
+        list[Literal["books", "working", "history", "patterns", "memory_bank"]] | None, Field(max_length=5)
+    ] = None
+    limit: Annotated[int, Field(ge=1, le=100)] = 10
+    metadata_filters: dict[str, Any] | None = None
+    sort_by: Annotated[str | None, Field(pattern=r"^(relevance|recency|score)$")] = None
+
+
+class IngestRequest(_Strict):
+    title: Annotated[str, Field(min_length=1, max_length=200)]
+    content: str
+    tags: Annotated[list[Annotated[str, Field(max_length=64)]] | None, Field(max_length=20)] = None
+
+
+DEFAULT_CONVERSATION = "default"
+BLOCK_MESSAGE = (
+    "Before finishing, score the previous exchange: call score_response(outcome=..., memory_scores={...}) "
+    "for the memory IDs listed in the <roampal-score-required> prompt."
+)
+
+
+@hook_view()
+def get_context(request: HttpRequest, caller: Caller) -> HttpResponse:
+    body = _json(request, GetContextRequest)
+    if isinstance(body, JsonResponse):
+        return body
+    assert isinstance(body, GetContextRequest)
+    now = timezone.now()
+    conversation = body.conversation_id or DEFAULT_CONVERSATION
+    pending = api.exchange_pending_scoring(caller=caller, conversation_id=conversation)
+    context = api.known_context(caller=caller, query=body.query)
+    scoring_memories = None
+    if pending is not None:
+        found = api.collection_ids(caller, [str(pk) for pk in pending.surfaced_ids])
+        scoring_memories = [
+            {"id": api.display_id(m), "content": m.content, "content_hint": text.content_hint(m.content)}
+            for m in found.values()
+        ]
+    ids = [m["id"] for m in scoring_memories or []]
+    api.exchange_open(
+        caller=caller,
+        conversation_id=conversation,
+        user_message=body.query,
+        surfaced_ids=context.memory_ids,
+        scores=pending,
+    )
+    prompt = text.scoring_prompt(ids) if pending is not None else ""
+    block = text.known_context_block(context, now)
+    facts = [text.shape(h, now) for h in context.user_facts]
+    relevant = [text.shape(h, now) for h in context.relevant]
+    return JsonResponse(
+        {
+            "formatted_injection": "\n\n".join(part for part in (prompt, block) if part),
+            "user_facts": facts,
+            "relevant_memories": relevant,
+            "context_summary": f"{len(facts)} user facts, {len(relevant)} relevant memories",
+            "scoring_required": pending is not None,
+            "scoring_prompt": prompt,
+            "scoring_prompt_simple": text.scoring_prompt_simple(ids) if pending is not None else "",
+            "context_only": pending is None,
+            "scoring_exchange": (
+                {"user": pending.user_message, "assistant": pending.assistant_response} if pending else None
+            ),
+            "scoring_memories": scoring_memories,
+        }
+    )
+
+
+@hook_view()
+def stop(request: HttpRequest, caller: Caller) -> HttpResponse:
+    body = _json(request, StopRequest)
+    if isinstance(body, JsonResponse):
+        return body
+    assert isinstance(body, StopRequest)
+    done = api.exchange_complete(
+        caller=caller,
+        conversation_id=body.conversation_id,
+        user_message=body.user_message,
+        assistant_response=body.assistant_response,
+        transcript=body.transcript or "",
+    )
+    return JsonResponse(
+        {
+            "stored": True,
+            "doc_id": api.display_id(done.memory),
+            "scoring_complete": done.scoring_complete,
+            "should_block": not done.scoring_complete,
+            "block_message": "" if done.scoring_complete else BLOCK_MESSAGE,
+        }
+    )
+
+
+@hook_view()
+def search(request: HttpRequest, caller: Caller) -> HttpResponse:
+    body = _json(request, SearchRequest)
+    if isinstance(body, JsonResponse):
+        return body
+    assert isinstance(body, SearchRequest)
+    now = timezone.now()
+    query = body.query if body.query and body.query.strip() else None
+    if body.id:
+        try:
+            hits = api.collection_lookup(caller=caller, memory_id=body.id)
+        except api.NotFound:
+            hits = []
+    elif query is None and body.days_back is None:
+        return _error(422, "Provide at least one of: query, days_back")
+    else:
+        hits = api.collection_search(
+            caller=caller,
+            query=query,
+            collections=body.collections,
+            days_back=body.days_back,
+            sort_by=body.sort_by,
+            limit=body.limit,
+            metadata=body.metadata_filters,
+            now=now,
+        )
+    return JsonResponse({"count": len(hits), "results": [text.shape(h, now) for h in hits]})
+
+
+@hook_view(limit=INGEST_LIMIT)
+def ingest(request: HttpRequest, caller: Caller) -> HttpResponse:
+    """A text or Markdown document as ``books``: JSON ``{title, content, tags?}``,
+    or the raw document with ``?title=``. Chunks are stored at once and embedded
+    by the worker (202: keyword-searchable now, semantic as the worker catches up)."""
+    if request.content_type == "application/json":
+        body = _json(request, IngestRequest, limit=INGEST_LIMIT + 64 * 1024)
+        if isinstance(body, JsonResponse):
+            return body
+        assert isinstance(body, IngestRequest)
+        title, content, tags = body.title, body.content, body.tags
+    else:
+        raw = _read_body(request, INGEST_LIMIT)
+        if isinstance(raw, JsonResponse):
+            return raw
+        try:
+            content = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return _error(415, "send UTF-8 text or Markdown.")
+        title, tags = request.GET.get("title", "").strip(), None
+        if not title:
+            return _error(422, "title: name the document with ?title=...")
+    result = api.book_ingest(caller=caller, title=title, text=content, tags=tags)
+    return JsonResponse(
+        {
+            "title": result.title,
+            "chunks": len(result.chunk_ids),
+            "ids": [f"books_{pk.hex[:12]}" for pk in result.chunk_ids],
+            "status": "queued for embedding",
+        },
+        status=202,
+    )
+
+
+class BodyLimit:
+    """ASGI guard in front of Django for one path: Django's ASGI handler reads a
+    whole body before any view runs, so the ingest limit is enforced here, on
+    the Content-Length header and on the bytes as they arrive (413 without
+    buffering an oversized body)."""
+
+    def __init__(self, app: Any, path: str, limit: int) -> None:
+        self.app, self.path, self.limit = app, path, limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path", "").rstrip("/") != self.path:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        try:
+            declared = int(headers.get(b"content-length", b"0"))
+        except ValueError:
+            declared = 0
+        # JSON wraps the document: allow its envelope, the view checks the text itself.
+        allowed = self.limit + 64 * 1024
+        if declared > allowed:
+            await self._too_large(send)
+            return
+        seen = 0
+        chunks: list[dict[str, Any]] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            seen += len(message.get("body", b""))
+            if seen > allowed:
+                await self._too_large(send)
+                return
+            chunks.append(message)
+            if not message.get("more_body"):
+                break
+        replay = iter(chunks)
+
+        async def replayed() -> dict[str, Any]:
+            # The body as received, then the real channel (Django waits on it for the disconnect).
+            message = next(replay, None)
+            return message if message is not None else await receive()
+
+        await self.app(scope, replayed, send)
+
+    async def _too_large(self, send: Any) -> None:
+        body = json.dumps({"error": f"the body is over the limit of {self.limit} bytes."}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

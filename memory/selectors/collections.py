@@ -1,0 +1,314 @@
+"""Reads for seed 003's collections (roampal): prefixed ids, search with
+``days_back`` / ``id`` / ``sort_by``, the outcome history, and the memories a
+KNOWN CONTEXT block shows.
+
+Ids: the core id is a UUID. Roampal's ids carry the collection, so the display
+id is ``<collection>_<first 12 hex digits of the UUID>`` (``patterns_3f9a0c12d4e5``).
+It maps back through a primary-key range (every UUID starting with those 48
+bits), whatever the prefix says: a memory keeps its id while it moves from
+working to history to patterns, and an id cached in an old KNOWN CONTEXT block
+still resolves. A full UUID (or ``<collection>_<32 hex>``) is accepted too."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from memory import scoring, validation
+from memory.errors import InvalidArgument, NotFound
+from memory.models import Collection, Memory, MemoryEvent, collection_of
+from memory.selectors.memories import boundary_apply, memory_search, read_boundary, require_read
+from policy.caller import Caller
+
+COLLECTIONS = ("working", "history", "patterns", "memory_bank", "books")
+KINDS_OF = {"working": "episode", "history": "episode", "patterns": "rule", "memory_bank": "fact", "books": "document"}
+SORTS = ("relevance", "recency", "score")
+ID_HEX = 12
+_DISPLAY_ID = re.compile(r"^(?:(working|history|patterns|memory_bank|books)_)?([0-9a-fA-F-]{12,36})$")
+OUTCOME_SIGNALS = ("worked", "partial", "failed", "unknown")
+OUTCOME_MARKS = {"worked": "Y", "partial": "~", "failed": "N", "unknown": "?"}
+MEMORY_BANK_ALWAYS_INJECT_MAX = 10
+
+
+def display_id(memory: Memory) -> str:
+    return f"{collection_of(memory)}_{memory.id.hex[:ID_HEX]}"
+
+
+def id_range(value: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The primary-key range a display id (or UUID) stands for."""
+    match = _DISPLAY_ID.match(value.strip()) if isinstance(value, str) else None
+    digits = match.group(2).replace("-", "").lower() if match else ""
+    if not match or len(digits) not in (ID_HEX, 32) or not re.fullmatch(r"[0-9a-f]+", digits):
+        raise InvalidArgument(
+            f"{value!r} is not a memory id; use the id shown in [id:...] tags, e.g. patterns_3f9a0c12d4e5."
+        )
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+def collection_get(caller: Caller, memory_id: str, *, now: datetime | None = None) -> Memory:
+    """One retrievable memory by its display id (or UUID)."""
+    require_read(caller)
+    low, high = id_range(memory_id)
+    decision = read_boundary(caller)
+    rows = list(
+        Memory.objects.for_caller(caller)
+        .visible_in(decision.visible)
+        .retrievable(now or timezone.now())
+        .filter(pk__gte=low, pk__lte=high)
+        .without_vectors()[:2]
+    )
+    boundary_apply(decision, rows)
+    if not rows:
+        raise NotFound(f"no memory with id {memory_id}; it may have been deleted. Search to find current ids.")
+    if len(rows) > 1:
+        raise InvalidArgument(f"the id {memory_id} is ambiguous in this tenant; pass the full UUID.")
+    return rows[0]
+
+
+def collection_lookup(*, caller: Caller, memory_id: str) -> list[CollectionHit]:
+    """search_memory(id=...): the one memory, with its full scoring data."""
+    return _hits([collection_get(caller, memory_id)])
+
+
+def collection_ids(caller: Caller, memory_ids: Sequence[str]) -> dict[str, Memory]:
+    """Display id -> memory for the ones that exist (scoring skips unknown ids)."""
+    out: dict[str, Memory] = {}
+    for value in memory_ids:
+        try:
+            out[value] = collection_get(caller, value)
+        except (NotFound, InvalidArgument):
+            continue
+    return out
+
+
+@dataclass
+class CollectionHit:
+    """One memory as seed 003's normalized shape needs it (Feature 2)."""
+
+    memory: Memory
+    wilson: float
+    outcomes: list[str] = field(default_factory=list)  # newest last, at most 3
+    similarity: float | None = None
+    final_rank_score: float | None = None
+
+    @property
+    def collection(self) -> str:
+        return collection_of(self.memory)
+
+    @property
+    def id(self) -> str:
+        return display_id(self.memory)
+
+
+def outcome_histories(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[str]]:
+    """The last three roampal outcomes of each memory, oldest first, from the
+    audit log (every feedback appends ``marked_<signal>``)."""
+    if not memory_ids:
+        return {}
+    rows = MemoryEvent.objects.raw(
+        """
+        SELECT id, memory_id, event_type FROM (
+            SELECT id, memory_id, event_type,
+                   row_number() OVER (PARTITION BY memory_id ORDER BY id DESC) AS turn
+            FROM memory_memoryevent
+            WHERE memory_id = ANY(%s) AND event_type = ANY(%s)
+        ) recent WHERE turn <= 3 ORDER BY id
+        """,
+        [list(memory_ids), [f"marked_{s}" for s in OUTCOME_SIGNALS]],
+    )
+    out: dict[uuid.UUID, list[str]] = {}
+    for row in rows:
+        if row.memory_id is not None:
+            out.setdefault(row.memory_id, []).append(row.event_type.removeprefix("marked_"))
+    return out
+
+
+def _hits(memories: Sequence[Memory], similarity: Mapping[uuid.UUID, float] | None = None) -> list[CollectionHit]:
+    histories = outcome_histories([m.id for m in memories])
+    out = []
+    for memory in memories:
+        hit = CollectionHit(
+            memory=memory,
+            wilson=scoring.wilson_lower_bound(memory.success_count, memory.applied_count),
+            outcomes=histories.get(memory.id, []),
+        )
+        if similarity is not None:
+            hit.similarity = similarity.get(memory.id, 0.0)
+            hit.final_rank_score = rank_score(memory, hit.similarity)
+        out.append(hit)
+    return out
+
+
+def rank_score(memory: Memory, similarity: float) -> float:
+    collection = collection_of(memory)
+    quality = None
+    if collection == Collection.MEMORY_BANK:
+        quality = scoring.memory_bank_quality(
+            memory.importance / 10, memory.confidence, memory.success_count, memory.applied_count
+        )
+    return scoring.collection_rank(
+        collection=collection,
+        similarity=similarity,
+        score=memory.outcome_score,
+        uses=memory.applied_count,
+        quality=quality,
+    )
+
+
+def _metadata_filter(metadata: Mapping[str, Any] | None) -> tuple[Q, datetime | None]:
+    """Seed 003's ``metadata`` filter: ``created_at`` comparisons ($gte, $gt, $lte,
+    $lt with ISO dates) and equality on other metadata keys."""
+    if not metadata:
+        return Q(), None
+    condition, after = Q(), None
+    for key, value in metadata.items():
+        if key in ("created_at", "timestamp") and isinstance(value, Mapping):
+            for op, raw in value.items():
+                lookup = {"$gte": "gte", "$gt": "gt", "$lte": "lte", "$lt": "lt"}.get(op)
+                when = _iso(raw)
+                if lookup is None or when is None:
+                    raise InvalidArgument(f"metadata.{key} takes $gte/$gt/$lte/$lt with ISO dates.")
+                condition &= Q(**{f"created_at__{lookup}": when})
+                if lookup in ("gte", "gt"):
+                    after = when if after is None else max(after, when)
+        elif key == "tags":
+            tags = [value] if isinstance(value, str) else value
+            condition &= Q(tags__contains=validation.tags(tags))
+        elif isinstance(value, (str, int, float, bool)):
+            condition &= Q(metadata__contains={key: value})
+        else:
+            raise InvalidArgument(f"metadata.{key} must be a string, number or boolean (or a created_at range).")
+    return condition, after
+
+
+def _iso(raw: object) -> datetime | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    return when if when.tzinfo else timezone.make_aware(when, timezone.get_current_timezone())
+
+
+def collection_search(
+    *,
+    caller: Caller,
+    query: str | None = None,
+    collections: Sequence[str] | None = None,
+    days_back: int | None = None,
+    sort_by: str | None = None,
+    limit: int = 5,
+    metadata: Mapping[str, Any] | None = None,
+    now: datetime | None = None,
+) -> list[CollectionHit]:
+    """Seed 003 search: semantic (hybrid) with a query, a timeline without one
+    (newest first), both with the full scoring data."""
+    require_read(caller)
+    now = now or timezone.now()
+    chosen = list(collections or COLLECTIONS)
+    for name in chosen:
+        validation.choice(name, field="collections", allowed=COLLECTIONS)
+    if sort_by is not None:
+        validation.choice(sort_by, field="sort_by", allowed=SORTS)
+    limit = validation.limit(limit)
+    created_after = now - timedelta(days=days_back) if days_back else None
+    condition, meta_after = _metadata_filter(metadata)
+    if meta_after is not None:
+        created_after = meta_after if created_after is None else max(created_after, meta_after)
+    if query and query.strip():
+        found = memory_search(
+            caller=caller,
+            query=query,
+            types=sorted({KINDS_OF[c] for c in chosen}),
+            mode="hybrid",
+            limit=min(100, max(4 * limit, 40)),
+            collections=chosen,
+            created_after=created_after,
+        )
+        ids = [item.memory.id for item in found]
+        if metadata:
+            kept = set(Memory.objects.filter(pk__in=ids).filter(condition).values_list("pk", flat=True))
+            found = [item for item in found if item.memory.id in kept]
+        similarity = {item.memory.id: max(0.0, item.hit.vector_similarity or item.relevance) for item in found}
+        hits = _hits([item.memory for item in found], similarity)
+        order = sort_by or "relevance"
+    else:
+        decision = read_boundary(caller)
+        qs = (
+            Memory.objects.for_caller(caller)
+            .visible_in(decision.visible)
+            .retrievable(now)
+            .in_collections(chosen)
+            .filter(condition)
+        )
+        if created_after is not None:
+            qs = qs.filter(created_at__gte=created_after)
+        if sort_by == "score":
+            qs = qs.order_by("-outcome_score", "-created_at", "id")
+        else:
+            qs = qs.order_by("-created_at", "id")
+        rows = list(qs.without_vectors()[:limit])
+        boundary_apply(decision, rows)
+        hits = _hits(rows)
+        order = sort_by or "recency"
+    return sort_hits(hits, order)[:limit]
+
+
+def sort_hits(hits: list[CollectionHit], order: str) -> list[CollectionHit]:
+    """relevance (final_rank_score), recency or score; ties: newer first, then id."""
+
+    def key(h: CollectionHit) -> tuple[float, float, str]:
+        primary = {"recency": 0.0, "score": -h.memory.outcome_score}.get(order, -(h.final_rank_score or 0.0))
+        return (primary, -h.memory.created_at.timestamp(), str(h.memory.id))
+
+    return sorted(hits, key=key)
+
+
+@dataclass
+class KnownContext:
+    user_facts: list[CollectionHit]
+    relevant: list[CollectionHit]
+
+    @property
+    def memory_ids(self) -> list[uuid.UUID]:
+        return [h.memory.id for h in (*self.user_facts, *self.relevant)]
+
+
+def known_context(*, caller: Caller, query: str, facts: int = 3, memories: int = 3) -> KnownContext:
+    """What a KNOWN CONTEXT block shows for a prompt: memory_bank facts marked
+    always_inject, the memory_bank facts closest to the prompt, and the best
+    ranked working/history/patterns/books memories."""
+    require_read(caller)
+    now = timezone.now()
+    decision = read_boundary(caller)
+    pinned = list(
+        Memory.objects.for_caller(caller)
+        .visible_in(decision.visible)
+        .retrievable(now)
+        .filter(collection=Collection.MEMORY_BANK, metadata__contains={"always_inject": True})
+        .without_vectors()
+        .order_by("-importance", "-created_at")[:MEMORY_BANK_ALWAYS_INJECT_MAX]
+    )
+    boundary_apply(decision, pinned)
+    found = (
+        collection_search(caller=caller, query=query, collections=["memory_bank"], limit=facts, now=now)
+        if query.strip()
+        else []
+    )
+    user_facts = _hits(pinned) + [h for h in found if h.memory.id not in {m.id for m in pinned}]
+    relevant = (
+        collection_search(
+            caller=caller, query=query, collections=["working", "history", "patterns", "books"], limit=memories, now=now
+        )
+        if query.strip()
+        else []
+    )
+    return KnownContext(user_facts=user_facts, relevant=relevant)

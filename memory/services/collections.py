@@ -1,0 +1,396 @@
+"""Writes for seed 003's collections (roampal): working memories, memory_bank
+facts, books (ingested documents), the hooked conversation's exchanges, the
+lifecycle sweep and the transcript retention sweep.
+
+Every collection rides on a core kind (DESIGN §1) and the core's own store,
+supersession, forget, feedback and expiry: working/history are episodes with a
+24 h / 30 d TTL, patterns rules, memory_bank permanent facts, books document
+chunks. The lifecycle rules are ``scoring.collection_next`` and
+``outcomes.collection_apply``; this module only runs them."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models, transaction
+from django.utils import timezone
+
+from memory import scoring, validation
+from memory.errors import InvalidArgument, NotFound
+from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, Validity, collection_of
+from memory.outcomes import collection_apply
+from memory.services.events import EventType, event_append
+from memory.services.feedback import collection_event
+from memory.services.memories import episode_store, fact_store, require_write
+from memory.services.sweeps import SweepResult
+from memory.services.system import system_caller
+from policy.caller import Caller
+
+BUTLER = "roampal"
+MEMORY_BANK_SUBJECT = "memory_bank"
+BOOK_MAX_BYTES = 10 * 1024 * 1024  # seed 003 Feature 5: 10 MB per ingested document
+BOOK_CHUNK_CHARS = 1500
+BOOK_CHUNK_OVERLAP = 200
+EMBED_BATCH = 64
+TRANSCRIPT_RETENTION = timedelta(days=7)  # seed 003 Feature 5: 7-day transcript TTL
+_SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
+
+
+def working_store(
+    *,
+    caller: Caller,
+    content: str,
+    conversation_id: str | None = None,
+    outcome_score: float = scoring.UNSCORED_OUTCOME_SCORE,
+    tags: Iterable[str] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Memory:
+    """A new working memory (24 h): an exchange, a key takeaway, a summary."""
+    session = conversation_id if conversation_id and _SESSION.match(conversation_id) else None
+    meta = dict(metadata or {})
+    if conversation_id and session is None:
+        meta["conversation_id"] = conversation_id[:200]
+    return episode_store(
+        caller=caller,
+        content=content,
+        butler=BUTLER,
+        session_id=session,
+        tags=tags,
+        metadata=meta,
+        ttl=scoring.WORKING_TTL,
+        collection=Collection.WORKING,
+        outcome_score=outcome_score,
+    )
+
+
+def memory_bank_store(
+    *,
+    caller: Caller,
+    content: str,
+    tags: Iterable[str] | None = None,
+    importance: float = 0.7,
+    confidence: float = 0.7,
+    always_inject: bool = False,
+) -> Memory:
+    """A permanent fact in memory_bank. Each entry is its own supersession key
+    (subject ``memory_bank``, predicate ``entry:<hex>``), so an update supersedes
+    exactly the entry it names. Importance is the seed's 0-1 scale, stored on the
+    core's 0-10 scale."""
+    importance = validation.number(importance, field="importance", low=0, high=1)
+    result = fact_store(
+        caller=caller,
+        subject=MEMORY_BANK_SUBJECT,
+        predicate=f"entry:{uuid.uuid4().hex}",
+        content=content,
+        importance=importance * 10,
+        confidence=confidence,
+        permanence="permanent",
+        tags=tags,
+        source=BUTLER,
+        metadata={"always_inject": bool(always_inject)},
+        collection=Collection.MEMORY_BANK,
+    )
+    return result.memory
+
+
+def memory_bank_update(
+    *,
+    caller: Caller,
+    memory_id: uuid.UUID,
+    content: str,
+    tags: Iterable[str] | None = None,
+    importance: float | None = None,
+    confidence: float | None = None,
+) -> tuple[Memory, Memory]:
+    """Replace a memory_bank fact: the new text supersedes the old one through
+    the fact's own subject+predicate (the core's supersession, audited), so a
+    fact another dialect stored is corrected the same way. Returns (old, new)."""
+    require_write(caller)
+    old = Memory.objects.for_caller(caller).without_vectors().filter(pk=memory_id).first()
+    if old is None or old.validity != Validity.ACTIVE:
+        raise NotFound("no active memory with that id; use search_memory to find it.")
+    if collection_of(old) != Collection.MEMORY_BANK:
+        raise InvalidArgument(
+            f"update_memory changes memory_bank entries; {collection_of(old)} memories are "
+            "shaped by scoring instead (score it 'failed' if it is wrong)."
+        )
+    new = fact_store(
+        caller=caller,
+        subject=old.subject,
+        predicate=old.predicate,
+        namespace=old.namespace,
+        content=content,
+        importance=old.importance
+        if importance is None
+        else validation.number(importance, field="importance", low=0, high=1) * 10,
+        confidence=old.confidence if confidence is None else confidence,
+        permanence=old.permanence or "permanent",
+        scope=old.scope,
+        tags=old.tags if tags is None else tags,
+        source=old.source,
+        metadata=old.metadata,
+        collection=old.collection,
+        boundary_class=old.boundary_class,
+    ).memory
+    old.refresh_from_db(fields=["validity", "superseded_by"])
+    return old, new
+
+
+# --- Books ---------------------------------------------------------------------------------
+
+
+def book_chunks(text: str, *, size: int = BOOK_CHUNK_CHARS, overlap: int = BOOK_CHUNK_OVERLAP) -> list[str]:
+    """Split a text or Markdown document into chunks of about ``size`` characters
+    on paragraph boundaries (a Markdown heading starts a new chunk), with a
+    tail of the previous chunk carried over so a sentence cut at a boundary is
+    still findable."""
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n|\n(?=#{1,6} )", text.replace("\r\n", "\n")) if p.strip()]
+    chunks: list[str] = []
+    current = ""
+    for paragraph in paragraphs:
+        while len(paragraph) > size:  # a paragraph longer than a chunk: cut at a space
+            cut = paragraph.rfind(" ", 0, size)
+            cut = cut if cut > size // 2 else size
+            pieces = paragraph[:cut].strip()
+            if current:
+                chunks.append(current)
+                current = ""
+            chunks.append(pieces)
+            paragraph = paragraph[max(0, cut - overlap) :].strip()
+        heading = paragraph.startswith("#")
+        if current and (heading or len(current) + len(paragraph) + 2 > size):
+            chunks.append(current)
+            tail = current[-overlap:] if not heading else ""
+            tail = tail[tail.find(" ") + 1 :] if " " in tail else tail
+            current = (tail + "\n\n" + paragraph).strip() if tail else paragraph
+        else:
+            current = f"{current}\n\n{paragraph}" if current else paragraph
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+@dataclass
+class BookIngestResult:
+    title: str
+    chunk_ids: list[uuid.UUID] = field(default_factory=list)
+
+
+def book_ingest(
+    *, caller: Caller, title: str, text: str, tags: Iterable[str] | None = None, source: str = ""
+) -> BookIngestResult:
+    """Store a document as ``books`` chunks in one transaction, keyword-searchable
+    at once; the worker embeds them in batches (enqueued on commit)."""
+    require_write(caller)
+    title = validation.text(title, field="title", max_chars=200)
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidArgument("the document is empty; send UTF-8 text or Markdown.")
+    if len(text.encode("utf-8")) > BOOK_MAX_BYTES:
+        raise InvalidArgument(f"the document is over the limit of {BOOK_MAX_BYTES} bytes (10 MB); split it.")
+    if "\x00" in text:
+        raise InvalidArgument("the document must be text (it contains NUL characters).")
+    tag_list = validation.tags(tags)
+    chunks = book_chunks(text)
+    rows = [
+        Memory(
+            tenant_id=caller.tenant_id,
+            principal_id=caller.principal_id if caller.elevated_from is None else None,
+            kind=Kind.DOCUMENT,
+            collection=Collection.BOOKS,
+            content=chunk,
+            content_hash=validation.content_hash(chunk),
+            butler=BUTLER,
+            tags=tag_list,
+            source="book",
+            metadata={"title": title, "chunk": index, "chunks": len(chunks), "source": source[:200]},
+            embedding_status=EmbeddingStatus.PENDING,
+        )
+        for index, chunk in enumerate(chunks)
+    ]
+    with transaction.atomic():
+        Memory.objects.bulk_create(rows, batch_size=500)
+        event_append(
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            event_type=EventType.BOOK_INGESTED,
+            payload={"title": title, "chunks": len(rows), "bytes": len(text.encode("utf-8")), "source": source[:200]},
+        )
+        ids = [row.pk for row in rows]
+        _embed_after_commit(ids)
+    return BookIngestResult(title=title, chunk_ids=ids)
+
+
+def _embed_after_commit(ids: Sequence[uuid.UUID]) -> None:
+    from workers import tasks  # late import: workers depends on services
+
+    for start in range(0, len(ids), EMBED_BATCH):
+        batch = [str(pk) for pk in ids[start : start + EMBED_BATCH]]
+        transaction.on_commit(lambda batch=batch: tasks.memories_embed_task.delay(batch))  # type: ignore[misc]
+
+
+def book_progress(*, caller: Caller, chunk_ids: Sequence[uuid.UUID]) -> tuple[int, int]:
+    """(embedded, total) for an ingestion, for the command's progress line."""
+    done = Memory.objects.for_caller(caller).filter(pk__in=list(chunk_ids), embedding_status=EmbeddingStatus.READY)
+    return done.count(), len(chunk_ids)
+
+
+# --- Hooked conversations --------------------------------------------------------------------
+
+
+def exchange_open(
+    *,
+    caller: Caller,
+    conversation_id: str,
+    user_message: str,
+    surfaced_ids: Sequence[uuid.UUID],
+    scores: Exchange | None = None,
+) -> Exchange:
+    """The UserPromptSubmit side of a turn: what was asked, what KNOWN CONTEXT
+    showed, and which earlier turn the prompt asked the model to score."""
+    return Exchange.objects.create(
+        tenant_id=caller.tenant_id,
+        principal_id=caller.principal_id,
+        conversation_id=conversation_id,
+        user_message=user_message,
+        surfaced_ids=list(surfaced_ids),
+        scores=scores,
+    )
+
+
+def exchange_pending_scoring(*, caller: Caller, conversation_id: str) -> Exchange | None:
+    """The conversation's last completed turn, if the model has not scored it yet."""
+    last = (
+        Exchange.objects.for_caller(caller)
+        .filter(principal_id=caller.principal_id, conversation_id=conversation_id, completed_at__isnull=False)
+        .order_by("-id")
+        .first()
+    )
+    if last is None or last.scored_at is not None or not (last.surfaced_ids or last.memory_id):
+        return None
+    return last
+
+
+@dataclass
+class ExchangeCompleted:
+    exchange: Exchange
+    memory: Memory
+    scoring_complete: bool  # the turn before was scored (or needed no scoring)
+
+
+def exchange_complete(
+    *, caller: Caller, conversation_id: str, user_message: str, assistant_response: str, transcript: str = ""
+) -> ExchangeCompleted:
+    """The Stop side of a turn: the exchange is stored as a working memory (so
+    it can be scored next turn and earn its way to history) and its row is
+    completed, in one transaction."""
+    content = f"User: {user_message}\n\nAssistant: {assistant_response}"
+    limit = settings.MEMPROJ["MAX_CONTENT_CHARS"]
+    if len(content) > limit:
+        content = content[: limit - 3] + "..."
+    with transaction.atomic():
+        memory = working_store(caller=caller, content=content, conversation_id=conversation_id)
+        exchange = (
+            Exchange.objects.for_caller(caller)
+            .filter(principal_id=caller.principal_id, conversation_id=conversation_id, completed_at__isnull=True)
+            .select_for_update()
+            .order_by("-id")
+            .first()
+        )
+        if exchange is None:
+            exchange = Exchange(
+                tenant_id=caller.tenant_id, principal_id=caller.principal_id, conversation_id=conversation_id
+            )
+        exchange.user_message = exchange.user_message or user_message
+        exchange.assistant_response = assistant_response
+        exchange.transcript = transcript
+        exchange.memory_id = memory.pk
+        exchange.completed_at = timezone.now()
+        exchange.save()
+        scored = (
+            exchange.scores_id is None
+            or Exchange.objects.filter(pk=exchange.scores_id, scored_at__isnull=False).exists()
+        )
+    return ExchangeCompleted(exchange=exchange, memory=memory, scoring_complete=scored)
+
+
+def exchange_mark_scored(*, caller: Caller) -> Exchange | None:
+    """score_response was called: the turn the caller's latest prompt asked to
+    have scored is scored now. Returns it (the exchange outcome applies to its
+    stored working memory), or None when nothing was waiting."""
+    with transaction.atomic():
+        latest = (
+            Exchange.objects.for_caller(caller)
+            .filter(principal_id=caller.principal_id, scores__isnull=False)
+            .order_by("-id")
+            .first()
+        )
+        if latest is None or latest.scores_id is None:
+            return None
+        if not Exchange.objects.filter(pk=latest.scores_id, scored_at__isnull=True).update(scored_at=timezone.now()):
+            return None
+        return Exchange.objects.get(pk=latest.scores_id)
+
+
+def transcripts_retention(*, now: datetime | None = None, batch_size: int = 1000) -> SweepResult:
+    """Seed 003 Feature 5: exchange transcripts are kept 7 days; what they taught
+    lives on in the memories."""
+    cutoff = (now or timezone.now()) - TRANSCRIPT_RETENTION
+    due = Exchange.objects.filter(created_at__lt=cutoff)
+    ids = list(due.order_by("id").values_list("pk", flat=True)[:batch_size])
+    deleted, _ = Exchange.objects.filter(pk__in=ids).delete()
+    return SweepResult(processed=deleted, more=due.exists())
+
+
+# --- Lifecycle -----------------------------------------------------------------------------------
+
+
+def _due_for_lifecycle(now: datetime) -> models.Q:
+    """Exactly the rows scoring.collection_next would move (so a second run finds nothing)."""
+    Q = models.Q
+    young_cutoff = now - timedelta(days=scoring.YOUNG_DAYS)
+    return (
+        Q(outcome_score__lt=scoring.DELETE_YOUNG_BELOW)
+        | Q(outcome_score__lt=scoring.DELETE_BELOW, created_at__lt=young_cutoff)
+        | Q(
+            collection=Collection.WORKING,
+            outcome_score__gte=scoring.HISTORY_MIN_SCORE,
+            applied_count__gte=scoring.HISTORY_MIN_USES,
+        )
+        | Q(
+            collection=Collection.HISTORY,
+            outcome_score__gte=scoring.PATTERNS_MIN_SCORE,
+            applied_count__gte=scoring.PATTERNS_MIN_USES,
+            success_count__gte=scoring.PATTERNS_MIN_SUCCESS,
+        )
+        | Q(collection=Collection.PATTERNS, outcome_score__lt=scoring.DEMOTE_BELOW)
+    )
+
+
+def collections_lifecycle(*, now: datetime | None = None, batch_size: int | None = None) -> SweepResult:
+    """The beat side of the lifecycle. Scoring moves a memory at once (feedback
+    service); this sweep catches what time changes (the deletion threshold
+    after 7 days) and anything scored while the rules differed."""
+    now = now or timezone.now()
+    batch_size = batch_size or settings.MEMPROJ_PIPELINE["SWEEP_BATCH"]
+    due = Memory.objects.filter(collection__in=scoring.SCORED_COLLECTIONS, validity=Validity.ACTIVE).filter(
+        _due_for_lifecycle(now)
+    )
+    moved: list[uuid.UUID] = []
+    with transaction.atomic():
+        ids = list(due.order_by("created_at", "id").values_list("pk", flat=True)[:batch_size])
+        for memory in Memory.objects.filter(pk__in=ids).without_vectors().select_for_update().order_by("pk"):
+            fields, before = collection_apply(memory, now)
+            if before is None:
+                continue
+            memory.save(update_fields=[*fields, "updated_at"])
+            collection_event(
+                caller=system_caller(memory.tenant_id), memory=memory, before=before, reason="lifecycle sweep"
+            )
+            moved.append(memory.pk)
+    return SweepResult(processed=len(moved), more=due.exists(), ids=moved)

@@ -1,0 +1,75 @@
+"""The two database roles (issue 15): the owner runs migrations and owns the
+schema; the app role (DATABASE_URL) is what the service connects as and owns
+nothing, so the audit log's guards cannot be switched off from a service
+connection. See memproj/settings/base.py for how the two URLs are given."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+from psycopg import sql
+
+# The audit log: the app role may read and append, nothing else.
+APPEND_ONLY_TABLES = ("memory_memoryevent",)
+
+
+def app_user() -> str:
+    return str(settings.MEMPROJ_DB_APP_USER or "")
+
+
+def owner_user() -> str:
+    return str(settings.MEMPROJ_DB_OWNER.get("USER", ""))
+
+
+def separate_roles() -> bool:
+    return bool(owner_user()) and owner_user() != app_user()
+
+
+@contextmanager
+def as_owner(alias: str = "default") -> Iterator[None]:
+    """Reconnect ``alias`` as the schema owner for the duration (migrations,
+    the test database's set-up). A no-op when no owner role is configured."""
+    if not separate_roles():
+        yield
+        return
+    connection = connections[alias]
+    saved = {key: connection.settings_dict.get(key) for key in settings.MEMPROJ_DB_OWNER}
+    connection.close()
+    connection.settings_dict.update(settings.MEMPROJ_DB_OWNER)
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict.update(saved)
+
+
+def grant_app_privileges(*, using: str = "default", **_: Any) -> None:
+    """Run by the owner after every migrate (post_migrate): the app role reads
+    and writes every table, appends to the audit log and calls the purge
+    function; it owns nothing, so it cannot TRUNCATE, ALTER, DISABLE TRIGGER or
+    DROP. Idempotent."""
+    if not separate_roles():
+        return
+    app = sql.Identifier(app_user())
+    statements = [
+        sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(app),
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}").format(app),
+        sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(app),
+        sql.SQL("REVOKE TRUNCATE, REFERENCES, TRIGGER ON ALL TABLES IN SCHEMA public FROM {}").format(app),
+    ]
+    for table in APPEND_ONLY_TABLES:
+        statements.append(sql.SQL("REVOKE UPDATE, DELETE ON {} FROM {}").format(sql.Identifier(table), app))
+    statements.append(
+        sql.SQL(
+            "DO $$ BEGIN IF to_regprocedure('memproj_purge_events(uuid,text,uuid,jsonb,uuid[],uuid)') IS NOT NULL "
+            "THEN EXECUTE format('GRANT EXECUTE ON FUNCTION memproj_purge_events(uuid,text,uuid,jsonb,uuid[],uuid) "
+            "TO %I', {}); END IF; END $$"
+        ).format(sql.Literal(app_user()))
+    )
+    with connections[using].cursor() as cursor:
+        for statement in statements:
+            cursor.execute(statement)

@@ -1,0 +1,110 @@
+"""Issue 15, failure 1: with the broker down, a committed write answers
+success; its follow-up waits in the outbox (same transaction as the write) and
+the drain sweep does it once the broker is back - exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from memory.models import FollowUp, FollowUpKind, Memory, MemoryEvent
+from memory.services.events import EventType
+from memory.services.followups import followups_drain
+from memory.services.memories import fact_store
+from memproj.celery import app
+from tests.conftest import call, make_identity
+from tests.workers.conftest import _reset_amqp
+from workers import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def broker_down(tmp_path: Path) -> Iterator[None]:
+    """Celery publishes for real, to a socket nobody listens on."""
+    saved = (app.conf.task_always_eager, app.conf.broker_url)
+    app.conf.task_always_eager = False
+    app.conf.broker_url = f"redis+socket://{tmp_path / 'nobody-listens.sock'}"
+    _reset_amqp()
+    yield
+    app.conf.task_always_eager, app.conf.broker_url = saved
+    _reset_amqp()
+
+
+def later() -> timezone.datetime:
+    return timezone.now() + timedelta(minutes=5)  # past the drain's grace period
+
+
+async def test_writes_answer_success_with_the_broker_down_and_are_followed_up_once(broker_down, mcp_client_for):
+    from asgiref.sync import sync_to_async
+
+    member = await sync_to_async(make_identity)("tenant-a", "member")
+    older = await sync_to_async(fact_store)(
+        caller=member.caller, subject="user", predicate="allergy", content="User is allergic to peanuts"
+    )
+    async with mcp_client_for(member) as client:
+        newer = await call(
+            client, "memory_store_fact", subject="ana", predicate="allergy", content="User is allergic to peanuts"
+        )
+        rule = await call(client, "memory_store_rule", content="always confirm before sending")
+
+    def check() -> None:
+        # Both writes committed with their audit event and an open follow-up each.
+        for memory_id in (newer["id"], rule["id"]):
+            assert Memory.objects.get(pk=memory_id).validity == "active"
+            assert MemoryEvent.objects.filter(memory_id=memory_id, event_type=EventType.STORED).count() == 1
+            [followup] = FollowUp.objects.filter(memory_id=memory_id)
+            assert (followup.kind, followup.done_at) == (FollowUpKind.CONFLICT_CHECK, None)
+        # The older fact's follow-up was open too (the broker was down for it as well).
+        assert FollowUp.objects.filter(done_at__isnull=True).count() == 3
+
+    await sync_to_async(check)()
+    return_to_eager = app.conf.task_always_eager = True  # the broker is back (eager: tasks run in-process)
+    assert return_to_eager
+
+    def drain_and_check() -> None:
+        assert followups_drain(now=timezone.now()).processed == 0  # still inside the grace period
+        result = followups_drain(now=later())
+        assert (result.processed, result.failed, result.more) == (3, 0, False)
+        assert not FollowUp.objects.filter(done_at__isnull=True).exists()
+        # The conflict check ran: the restatement merged into the older fact, once.
+        merged = Memory.objects.get(pk=newer["id"])
+        assert (merged.validity, merged.superseded_by_id) == ("superseded", older.memory.id)
+        assert MemoryEvent.objects.filter(memory_id=newer["id"], event_type=EventType.SUPERSEDED).count() == 1
+        assert MemoryEvent.objects.filter(memory_id=older.memory.id, event_type=EventType.CONFIRMED).count() == 1
+        # A second drain, or the task redelivered late, finds nothing to do.
+        assert followups_drain(now=later()).processed == 0
+        assert tasks.memory_conflict_check_task.apply(args=[newer["id"]]).get()["skipped"] == "done"
+        assert MemoryEvent.objects.filter(memory_id=older.memory.id, event_type=EventType.CONFIRMED).count() == 1
+
+    await sync_to_async(drain_and_check)()
+
+
+def test_the_drain_runs_in_bounded_batches_and_leaves_pending_embeddings_to_their_sweep(broker_down, settings):
+    from memory.models import EmbeddingStatus
+
+    member = make_identity("tenant-a", "member")
+    for n in range(3):
+        fact_store(caller=member.caller, subject="user", predicate=f"p{n}", content=f"User fact number {n}")
+    pending = fact_store(caller=member.caller, subject="user", predicate="pet", content="User has a cat").memory
+    Memory.objects.filter(pk=pending.pk).update(embedding_status=EmbeddingStatus.PENDING, embedding=None)
+    FollowUp.objects.filter(memory_id=pending.pk).update(kind=FollowUpKind.EMBED)
+    app.conf.task_always_eager = True
+
+    first = followups_drain(now=later(), batch_size=2)
+    assert (first.processed, first.more) == (2, True)
+    second = followups_drain(now=later(), batch_size=2)
+    assert (second.processed, second.more) == (1, False)
+    # The pending memory's embed follow-up stays open for the embedding retry sweep ...
+    assert FollowUp.objects.get(memory_id=pending.pk).done_at is None
+    # ... which embeds it, closes it and records its conflict check (the broker is back: enqueued and run).
+    from memory.services.reembedding import embeddings_retry
+
+    assert embeddings_retry(now=later()).processed == 1
+    assert FollowUp.objects.get(memory_id=pending.pk, kind=FollowUpKind.EMBED).done_at is not None
+    assert FollowUp.objects.get(memory_id=pending.pk, kind=FollowUpKind.CONFLICT_CHECK).done_at is not None
+    assert not FollowUp.objects.filter(done_at__isnull=True).exists()
