@@ -102,11 +102,23 @@ connection_options: contextvars.ContextVar[Mapping[str, str] | None] = contextva
 
 
 class DialectFailure(ToolError):
-    """A failure already rendered in the dialect's vocabulary."""
+    """A failure already rendered in the dialect's vocabulary; ``code`` is the
+    core or dialect code behind it."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, code: str = "INTERNAL") -> None:
         super().__init__(text)
         self.text = text
+        self.code = code
+
+    def result(self) -> CallToolResult:
+        """The tool error: the dialect's exact text, and the code as structured
+        content too, so that every client can branch on it even where the
+        dialect's text (roampal's `Error: ...`) carries none."""
+        return CallToolResult(
+            content=[TextContent(type="text", text=self.text)],
+            structured_content={"error": {"code": self.code}},
+            is_error=True,
+        )
 
 
 ErrorRenderer = Callable[[str, str, Mapping[str, Any]], str]
@@ -198,7 +210,7 @@ class Dialect:
         return connection_options.get() or {}
 
     def failure(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> DialectFailure:
-        return DialectFailure(self.render_error(code, message, details or {}))
+        return DialectFailure(self.render_error(code, message, details or {}), code)
 
     def _guard(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Runs in the tool's worker thread: fresh DB connections, the caller
@@ -381,8 +393,7 @@ class DialectServer(MCPServer[Any]):
         ]
 
     def _error(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> CallToolResult:
-        text = self.dialect.render_error(code, message, details or {})
-        return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+        return self.dialect.failure(code, message, details).result()
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         spec = self.specs.get(name)
@@ -459,7 +470,7 @@ class DialectServer(MCPServer[Any]):
             while cause is not None and not isinstance(cause, DialectFailure):
                 cause = cause.__cause__
             if isinstance(cause, DialectFailure):
-                return CallToolResult(content=[TextContent(type="text", text=cause.text)], is_error=True)
+                return cause.result()
             logger.error("tool %s failed outside the guard: %r", name, exc)
             return self._error("INTERNAL", "unexpected internal error; it has been logged.")
         finally:

@@ -215,13 +215,16 @@ def remember(
 ) -> str:
     """Store a memory (the upstream Memento server's tool). Answers with the new memory's id."""
     if not content.strip():
-        raise DialectFailure("Memory text cannot be empty.")
+        raise DialectFailure("Memory text cannot be empty.", "INVALID_PARAMETER")
     if len(content) > REMEMBER_MAX_CHARS:
         raise DialectFailure(
-            f"Memory text exceeds maximum length of {REMEMBER_MAX_CHARS} characters (got {len(content)})."
+            f"Memory text exceeds maximum length of {REMEMBER_MAX_CHARS} characters (got {len(content)}).",
+            "INVALID_PARAMETER",
         )
     if not 0.0 <= confidence <= 1.0:
-        raise DialectFailure(f"Invalid confidence value {confidence}: must be between 0.0 and 1.0.")
+        raise DialectFailure(
+            f"Invalid confidence value {confidence}: must be between 0.0 and 1.0.", "INVALID_PARAMETER"
+        )
     memory = api.fact_store(
         caller=dialect.caller(), subject=None, predicate=None, content=content, confidence=confidence
     )
@@ -235,9 +238,9 @@ def recall(
 ) -> str:
     """Find memories relevant to a query (the upstream Memento server's tool), best first with scores."""
     if not query.strip():
-        raise DialectFailure("Query cannot be empty.")
+        raise DialectFailure("Query cannot be empty.", "INVALID_PARAMETER")
     if limit < 1:
-        raise DialectFailure("Limit must be at least 1.")
+        raise DialectFailure("Limit must be at least 1.", "INVALID_PARAMETER")
     found = api.memory_search_accessed(caller=dialect.caller(), query=query, types=["fact"], limit=limit)
     if not found:
         return f'No memories found for "{query}".'
