@@ -18,7 +18,6 @@ from django.db import InterfaceError, OperationalError
 from memory.consolidators import ConsolidatorUnavailable
 from memory.errors import EmbeddingUnavailable
 from memory.services import collections, consolidation, followups, reembedding, sweeps
-from memory.services.memories import memory_embed_batch
 
 logger = logging.getLogger(__name__)
 
@@ -77,9 +76,3 @@ episodes_consolidate_task = _sweep_task(
 # Seed 003 (roampal): the collection lifecycle, transcript retention, book embedding.
 collections_lifecycle_task = _sweep_task("collections_lifecycle_task", collections.collections_lifecycle)
 transcripts_retention_task = _sweep_task("transcripts_retention_task", collections.transcripts_retention)
-
-
-@shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **_retrying)
-def memories_embed_task(self, memory_ids: list[str]) -> int:  # type: ignore[no-untyped-def]
-    """Embed a batch of pending memories (an ingested book's chunks) in one model call."""
-    return memory_embed_batch(memory_ids=[uuid.UUID(pk) for pk in memory_ids])

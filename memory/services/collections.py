@@ -27,6 +27,7 @@ from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, V
 from memory.outcomes import collection_apply
 from memory.services.events import EventType, event_append
 from memory.services.feedback import collection_event
+from memory.services.followups import followups_for_write
 from memory.services.memories import episode_store, fact_store, require_write
 from memory.services.sweeps import SweepResult
 from memory.services.system import system_caller
@@ -37,7 +38,6 @@ MEMORY_BANK_SUBJECT = "memory_bank"
 BOOK_MAX_BYTES = 10 * 1024 * 1024  # seed 003 Feature 5: 10 MB per ingested document
 BOOK_CHUNK_CHARS = 1500
 BOOK_CHUNK_OVERLAP = 200
-EMBED_BATCH = 64
 TRANSCRIPT_RETENTION = timedelta(days=7)  # seed 003 Feature 5: 7-day transcript TTL
 _SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
 
@@ -222,16 +222,11 @@ def book_ingest(
             payload={"title": title, "chunks": len(rows), "bytes": len(text.encode("utf-8")), "source": source[:200]},
         )
         ids = [row.pk for row in rows]
-        _embed_after_commit(ids)
+        # Through the outbox, like every write: each chunk's embedding survives a
+        # broker outage, and the embedding retry sweep batches what is left.
+        for row in rows:
+            followups_for_write(row)
     return BookIngestResult(title=title, chunk_ids=ids)
-
-
-def _embed_after_commit(ids: Sequence[uuid.UUID]) -> None:
-    from workers import tasks  # late import: workers depends on services
-
-    for start in range(0, len(ids), EMBED_BATCH):
-        batch = [str(pk) for pk in ids[start : start + EMBED_BATCH]]
-        transaction.on_commit(lambda batch=batch: tasks.memories_embed_task.delay(batch))  # type: ignore[misc]
 
 
 def book_progress(*, caller: Caller, chunk_ids: Sequence[uuid.UUID]) -> tuple[int, int]:

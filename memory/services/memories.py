@@ -397,7 +397,7 @@ def fact_retract_by_key(
             caller=caller,
             tenant_id=caller.tenant_id,
             memory=memory,
-            event_type="retracted",
+            event_type=EventType.RETRACTED,
             payload={"previous_validity": Validity.ACTIVE, "key": subject},
         )
     return memory
