@@ -609,9 +609,10 @@ def bench_ingest(n: int) -> dict:
     from django.db import connection
 
     from memory.embeddings import get_embedder
+    from memory.models import FollowUpKind
+    from memory.services.followups import followup_register, followup_transport
     from memory.services.memories import episode_store, memory_embed_batch
     from policy.services.tokens import token_authenticate, token_issue
-    from workers import tasks
 
     texts = [f"{synthetic.fresh_episode(9_000_000 + i)} (ingest {uuid.uuid4().hex[:6]})" for i in range(n)]
     embedder = get_embedder()
@@ -624,8 +625,10 @@ def bench_ingest(n: int) -> dict:
     issued = token_issue(tenant_slug=f"bench-ingest-{uuid.uuid4().hex[:8]}", principal_name="bench")
     caller = token_authenticate(issued.token)
     queued: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-    original_delay = tasks.embed_memory_task.delay
-    tasks.embed_memory_task.delay = lambda memory_id: queued.put(memory_id)
+    # The worker path: each stored memory's embed follow-up goes to this
+    # process's batching worker thread instead of the broker.
+    original_transport = followup_transport(FollowUpKind.EMBED)
+    followup_register(FollowUpKind.EMBED, queued.put)
     previous_mode = settings.MEMPROJ["EMBED_MODE"]
     settings.MEMPROJ["EMBED_MODE"] = "async"
     done = [0]
@@ -667,7 +670,8 @@ def bench_ingest(n: int) -> dict:
         total_s = time.perf_counter() - t0
     finally:
         settings.MEMPROJ["EMBED_MODE"] = previous_mode
-        tasks.embed_memory_task.delay = original_delay
+        if original_transport is not None:
+            followup_register(FollowUpKind.EMBED, original_transport)
     if errors:
         raise errors[0]
     assert done[0] == n, f"embedded {done[0]} of {n}"

@@ -43,6 +43,11 @@ def followup_register(kind: FollowUpKind, enqueue: Enqueue) -> None:
     _TRANSPORT[kind.value] = enqueue
 
 
+def followup_transport(kind: FollowUpKind) -> Enqueue | None:
+    """The transport registered for a kind (benchmarks swap it for an in-process queue)."""
+    return _TRANSPORT.get(kind.value)
+
+
 def _enqueue(kind: str, memory_id: str) -> None:
     """After commit. The write has succeeded whatever happens here: a broker
     outage is logged and the row waits for the drain sweep."""
