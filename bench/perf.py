@@ -296,7 +296,9 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
                     cur.execute(indexdef)
                 print(f"  rebuilt the HNSW index in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     with connection.cursor() as cur:
-        cur.execute("ANALYZE memory_memory")
+        # The keyword channel's BM25 statistics live in their own tables (kept by
+        # triggers): the planner needs them analysed after a bulk load too.
+        cur.execute("ANALYZE memory_memory, memory_termstat, memory_tenantstat")
         cur.execute("SELECT count(*), count(DISTINCT tenant_id) FROM memory_memory")
         rows, tenants = cur.fetchone()
     return {"callers": callers, "rows": rows, "tenants": tenants}
