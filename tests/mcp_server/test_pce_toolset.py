@@ -369,3 +369,16 @@ async def test_http_surface_answers_with_the_seed_status(http_server, member):
     assert anonymous.status_code == 401
     # Every answer carries the policy engine's rate-limit headers (the 429 path: tests/policy/test_ratelimit.py).
     assert all(h in stored.headers for h in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"))
+
+
+async def test_an_unexpected_failure_is_internal_and_says_nothing_of_it(member, pce, monkeypatch):
+    from memory import api
+
+    def broken(**_):
+        raise RuntimeError("connection string postgres://secret")
+
+    monkeypatch.setattr(api, "claims_search", broken)
+    async with pce(member) as client:
+        body = await fails(client, "pce.memory.search", query="anything")
+    assert body["error"]["code"] == "INTERNAL" and HTTP_STATUS["INTERNAL"] == 500
+    assert "secret" not in json.dumps(body)
