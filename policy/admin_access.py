@@ -190,3 +190,18 @@ class TenantScopedAdminMixin:
             elif hasattr(related, "tenant"):
                 kwargs["queryset"] = access.scope_queryset(related._default_manager.all(), "tenant_id")
         return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
+
+
+class ReadOnlyAdminMixin:
+    """Records written only by services (audit events, policy versions and their
+    history): the admin shows them and never adds, changes or deletes one. Put it
+    before TenantScopedAdminMixin so its answers win."""
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

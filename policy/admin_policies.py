@@ -22,7 +22,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from policy import redaction
-from policy.admin_access import TenantScopedAdminMixin, admin_access, review_caller
+from policy.admin_access import ReadOnlyAdminMixin, TenantScopedAdminMixin, admin_access, review_caller
 from policy.document import diff
 from policy.errors import PolicyError
 from policy.models import PolicyEvent, PolicySigningKey, PolicyVersion, Tenant
@@ -57,7 +57,7 @@ class RedactionPreviewForm(forms.Form):
 
 
 @admin.register(PolicyVersion)
-class PolicyVersionAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+class PolicyVersionAdmin(ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     list_display = ("tenant", "version", "is_current", "applied_at", "applied_by_display", "approver", "signed")
     list_select_related = ("tenant",)
     list_filter = ("is_current", "signed")
@@ -89,16 +89,6 @@ class PolicyVersionAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     @admin.display(description="Normalised policy")
     def document_pre(self, obj: PolicyVersion) -> str:
         return format_html("<pre>{}</pre>", json.dumps(obj.document, indent=2, ensure_ascii=False))
-
-    # Versions are immutable and applied through the service only.
-    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_urls(self) -> list[Any]:
         wrap = self.admin_site.admin_view
@@ -227,7 +217,7 @@ class PolicyVersionAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(PolicyEvent)
-class PolicyEventAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+class PolicyEventAdmin(ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     """The apply history: who applied which version, who approved it, and refusals."""
 
     list_display = (
@@ -255,12 +245,3 @@ class PolicyEventAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         "payload",
     )
     fields = readonly_fields
-
-    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

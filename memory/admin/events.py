@@ -13,7 +13,7 @@ from django.http import HttpRequest, StreamingHttpResponse
 from memory.admin.common import NoCountListMixin, TenantFilter, csv_response, memory_anchor
 from memory.models import MemoryEvent
 from memory.services.events import EventType
-from policy.admin_access import TenantScopedAdminMixin
+from policy.admin_access import ReadOnlyAdminMixin, TenantScopedAdminMixin
 
 KNOWN_EVENT_TYPES = tuple(EventType.values)  # the one list (memory/services/events.py)
 
@@ -33,7 +33,7 @@ class EventTypeFilter(admin.SimpleListFilter):
 
 # --- audit events (read-only) ---------------------------------------------------------------
 @admin.register(MemoryEvent)
-class MemoryEventAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
+class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     members_may_view = True
     list_display = ("created_at", "tenant", "event_type", "memory_link", "memory_kind", "actor_principal_id")
     list_select_related = ("tenant",)
@@ -65,15 +65,6 @@ class MemoryEventAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmi
     @admin.display(description="memory")
     def memory_link(self, obj: MemoryEvent) -> str:
         return memory_anchor(obj.memory_id)
-
-    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # append-only (the database refuses too)
 
     @admin.action(description="Export selected as CSV", permissions=["view"])
     def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:
