@@ -180,11 +180,17 @@ def claims_activate(
             raise Gone(
                 f"active context ac_{context.id.hex} expired at {context.expires_at.isoformat()}; activate again."
             )
-        rows = Memory.objects.for_caller(caller).without_vectors().in_bulk([uuid.UUID(i[0]) for i in context.items])
+        # The snapshot keeps its order, but what a claim may show is decided now:
+        # still retrievable, and visible to the read's use tags.
         decision = read_boundary(caller, context.params.get("use_tags"))
-        kept = [(rows[uuid.UUID(i[0])], i) for i in context.items if uuid.UUID(i[0]) in rows]
-        # The snapshot keeps its order, but what a claim may show is decided now.
-        visible = [(m, i) for m, i in kept if m.boundary_class in decision.visible and m.validity == "active"]
+        rows = (
+            Memory.objects.for_caller(caller)
+            .retrievable(timezone.now())
+            .visible_in(decision.visible)
+            .without_vectors()
+            .in_bulk([uuid.UUID(i[0]) for i in context.items])
+        )
+        visible = [(rows[uuid.UUID(i[0])], i) for i in context.items if uuid.UUID(i[0]) in rows]
         boundary_apply(decision, [m for m, _ in visible])
         items = [RankedClaim(memory=m, breakdown=ActivationScore(**i[1]), reason=i[2]) for m, i in visible]
         page, next_cursor, more = _page(items, offset, top_k, "a", handle)
