@@ -581,6 +581,189 @@ class InProcessClients:
 
 
 # ----------------------------------------------------------------------------------------
+# The HTTP surfaces beside MCP (isolation): REST route, roampal hooks, langmem store, admin
+# ----------------------------------------------------------------------------------------
+
+SURFACES = ("rest", "hooks", "langmem store", "admin")
+# The surfaces that take a request body, where a tenant selector can be sent.
+SELECTOR_SURFACES = ("rest", "hooks", "langmem store")
+HOOK_PATHS = ("/api/hooks/get-context", "/api/hooks/stop", "/api/search", "/api/ingest")
+ROAMPAL_COLLECTIONS = ["books", "working", "history", "patterns", "memory_bank"]
+ADMIN_ACTIONS = ("list", "search", "change", "review", "bulk", "export", "events", "conflicts", "dashboard")
+
+
+def http_identities(prefix: str, people: dict[str, tuple[int, str, Any]]) -> dict[str, tuple[str, Any, str]]:
+    """For each identity of :func:`identities`: another bearer token of the same
+    principal (for the HTTP endpoints), a staff login linked to that principal
+    (the admin: a tenant admin reaches their tenant, a member nothing unless the
+    tenant allows review) and its tenant's slug. who -> (token, user, slug)."""
+    from django.contrib.auth.models import User
+
+    from policy.services.tokens import token_issue
+
+    out = {}
+    for who, (index, _, caller) in people.items():
+        role = "admin" if who.endswith("admin") else "member"
+        slug = f"{prefix}-t{index}"
+        issued = token_issue(tenant_slug=slug, principal_name=f"{role}{index}", role=role)
+        principal = issued.api_token.principal
+        assert principal.id == caller.principal_id
+        user = User.objects.create_user(username=f"{prefix}-{who}", password=uuid.uuid4().hex, is_staff=True)
+        principal.user = user
+        principal.save(update_fields=["user"])
+        out[who] = (issued.token, user, slug)
+    return out
+
+
+class HttpSurfaces:
+    """Calls on the HTTP endpoints beside MCP, in-process through Django's test
+    client (the same views, URL routing and middleware as the served app):
+    ``POST /api/<toolset>/<tool>``, the roampal hooks, the langmem store and the
+    admin as a staff user. Each call answers an :class:`Answer` (ok = HTTP 2xx/3xx)."""
+
+    def __init__(self, clients: InProcessClients, logins: dict[str, tuple[str, Any, str]]) -> None:
+        from django.test import Client
+
+        self.clients = clients
+        self.logins = logins
+        self.http: dict[str, Any] = {}
+        for who, (_, user, _) in logins.items():
+            client = Client(HTTP_HOST="localhost")
+            client.force_login(user)
+            self.http[who] = client
+
+    def foreign_slugs(self, who: str) -> list[str]:
+        own = self.logins[who][2]
+        return sorted({slug for _, _, slug in self.logins.values()} - {own})
+
+    def call(
+        self, who: str, surface: str, rng: random.Random, gen: Generator, selector: tuple[str, str] | None = None
+    ) -> tuple[str, Any, Answer]:
+        """(what was called, what was sent, the answer)."""
+        token = self.logins[who][0]
+        bearer = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+        if surface == "rest":
+            toolset = rng.choice(self.clients.toolsets)
+            tool = rng.choice(self.clients.tools[toolset])
+            body: Any = gen.arguments(tool.schema)
+            if selector:
+                body[selector[0]] = selector[1]
+            return self._post(who, f"/api/{toolset}/{tool.name}", body, bearer)
+        if surface == "hooks":
+            path = rng.choice(HOOK_PATHS)
+            body = self._hook_body(path, rng, gen)
+            if selector:
+                body[selector[0]] = selector[1]
+            return self._post(who, path, body, bearer)
+        if surface == "langmem store":
+            body = {"ops": [self._store_op(rng, gen) for _ in range(rng.randint(1, 3))]}
+            if selector:
+                (body if rng.random() < 0.5 else body["ops"][0])[selector[0]] = selector[1]
+            return self._post(who, "/api/langmem/store/", body, bearer)
+        if surface == "admin":
+            return self._admin(who, rng, gen)
+        raise ValueError(surface)
+
+    def _post(self, who: str, path: str, body: Any, headers: dict[str, str]) -> tuple[str, Any, Answer]:
+        started = time.perf_counter()
+        response = self.http[who].post(path, data=json.dumps(body), content_type="application/json", **headers)
+        return path, body, self._answer(response, started)
+
+    @staticmethod
+    def _answer(response: Any, started: float) -> Answer:
+        if getattr(response, "streaming", False):
+            text = b"".join(response.streaming_content).decode("utf-8", "replace")
+        else:
+            text = response.content.decode("utf-8", "replace")
+        ok = response.status_code < 400
+        code = None
+        if not ok:
+            with contextlib.suppress(ValueError):
+                payload = json.loads(text)
+                code = error_code(json.dumps(payload), payload) or str(response.status_code)
+        return Answer("ok" if ok else "error", text, code, None, time.perf_counter() - started)
+
+    def _hook_body(self, path: str, rng: random.Random, gen: Generator) -> dict[str, Any]:
+        conversation = f"conv-{rng.randint(1, 4)}"
+        if path == "/api/hooks/get-context":
+            return {"query": gen.text("query", {}), "conversation_id": conversation}
+        if path == "/api/hooks/stop":
+            return {
+                "conversation_id": conversation,
+                "user_message": gen.text("content", {}),
+                "assistant_response": gen.text("content", {}),
+            }
+        if path == "/api/search":
+            body: dict[str, Any] = {"query": gen.text("query", {}), "limit": rng.randint(1, 20)}
+            if rng.random() < 0.4:
+                body["id"] = gen.an_id()
+            if rng.random() < 0.4:
+                body["collections"] = rng.sample(ROAMPAL_COLLECTIONS, rng.randint(1, 3))
+            if rng.random() < 0.3:
+                body = {"days_back": rng.randint(1, 30), "limit": 10}
+            return body
+        return {"title": f"book {rng.choice(WORDS)}", "content": gen.text("content", {}), "tags": [rng.choice(WORDS)]}
+
+    def _store_op(self, rng: random.Random, gen: Generator) -> dict[str, Any]:
+        namespace = ["notes", rng.choice(WORDS)]
+        key = rng.choice(WORDS)
+        kind = rng.choice(["get", "put", "put", "search", "list_namespaces"])
+        if kind == "get":
+            return {"op": "get", "namespace": namespace, "key": key}
+        if kind == "put":
+            value = None if rng.random() < 0.15 else {"content": gen.text("content", {})}
+            return {"op": "put", "namespace": namespace, "key": key, "value": value}
+        if kind == "search":
+            return {"op": "search", "namespace_prefix": namespace[:1], "query": gen.text("query", {}), "limit": 10}
+        return {"op": "list_namespaces", "prefix": None, "limit": 50}
+
+    def _admin(self, who: str, rng: random.Random, gen: Generator) -> tuple[str, Any, Answer]:
+        """A staff request: lists, searches (for words and for other tenants'
+        secrets), detail pages and review actions on own and foreign memory
+        ids, bulk actions and exports over mixed ids, the event log, conflicts
+        and the dashboard of any tenant."""
+        from django.urls import reverse
+
+        client = self.http[who]
+        action = rng.choice(ADMIN_ACTIONS)
+        started = time.perf_counter()
+        memories = reverse("admin:memory_memory_changelist")
+        sent: Any
+        if action == "list":
+            sent = memories
+            response = client.get(memories)
+        elif action == "search":
+            # Another tenant's secret marker as the search term: nothing of theirs may come back.
+            other = rng.randrange(3)
+            sent = {"q": rng.choice([rng.choice(WORDS), f"S3CR3T{other}K"])}
+            response = client.get(memories, sent)
+        elif action in ("change", "review"):
+            memory_id = gen.an_id()
+            if action == "change":
+                sent = reverse("admin:memory_memory_change", args=[memory_id])
+                response = client.get(sent)
+            else:
+                sent = {"memory": memory_id, "action": rng.choice(["confirm", "retract", "restore", "reembed"])}
+                response = client.post(reverse("admin:memory_memory_review", args=[memory_id]), sent)
+        elif action in ("bulk", "export"):
+            ids = list({gen.an_id() for _ in range(rng.randint(1, 4))})
+            name = "export_csv" if action == "export" else rng.choice(["action_retract", "action_confirm"])
+            sent = {"action": name, "_selected_action": ids}
+            response = client.post(memories, sent)
+        elif action == "events":
+            sent = reverse("admin:memory_memoryevent_changelist")
+            response = client.get(sent)
+        elif action == "conflicts":
+            sent = reverse("admin:memory_conflictcandidate_changelist")
+            response = client.get(sent)
+        else:
+            slug = rng.choice([s for _, _, s in self.logins.values()])
+            sent = reverse("memproj_dashboard", args=[slug])
+            response = client.get(sent)
+        return f"admin {action}", sent, self._answer(response, started)
+
+
+# ----------------------------------------------------------------------------------------
 # Database views (Django must be set up by the caller)
 # ----------------------------------------------------------------------------------------
 
@@ -701,9 +884,19 @@ class IsolationRun:
     the answer searched for their secrets and ids. ``strict`` raises on the
     first leak or foreign change (Hypothesis then reports the call sequence)."""
 
-    def __init__(self, clients: InProcessClients, identities: dict[str, tuple[int, str]], *, strict: bool) -> None:
+    def __init__(
+        self,
+        clients: InProcessClients,
+        identities: dict[str, tuple[int, str]],
+        *,
+        strict: bool,
+        surfaces: HttpSurfaces | None = None,
+    ) -> None:
         # identities: who -> (tenant index, tenant id)
         self.clients = clients
+        self.surfaces = surfaces
+        # Every served dialect over MCP, and the HTTP surfaces beside it, equally likely.
+        self.endpoints = [*clients.toolsets, *(SURFACES if surfaces is not None else ())]
         self.identities = identities
         self.strict = strict
         self.digests = Digests()
@@ -731,22 +924,39 @@ class IsolationRun:
 
     def random_call(self, rng: random.Random, *, foreign_ids: bool = False) -> None:
         who = rng.choice(sorted(self.identities))
-        _, tenant = self.identities[who]
-        toolset = rng.choice(self.clients.toolsets)
-        tool = rng.choice(self.clients.tools[toolset])
+        endpoint = rng.choice(self.endpoints)
         if self.report.calls % 10 == 0:
             self._refresh_pools()
         gen = Generator(rng, self.pools[who], foreign_id_rate=0.9 if foreign_ids else 0.25)
-        args = gen.arguments(tool.schema)
         before = self.digests.take()
-        answer = self.clients.call(who, toolset, tool.name, args)
+        if endpoint in SURFACES:
+            assert self.surfaces is not None
+            name, args, answer = self.surfaces.call(who, endpoint, rng, gen)
+        else:
+            tool = rng.choice(self.clients.tools[endpoint])
+            name, args = f"{endpoint}.{tool.name}", gen.arguments(tool.schema)
+            answer = self.clients.call(who, endpoint, tool.name, args)
         after = self.digests.take()
         self.report.calls += 1
-        self.report.per_toolset[toolset] += 1
+        self.report.per_toolset[endpoint] += 1
         self.report.errors += answer.outcome != "ok"
+        self._check(who, f"{endpoint}: {name}", args, answer, before, after)
+
+    def _check(
+        self,
+        who: str,
+        name: str,
+        args: Any,
+        answer: Answer,
+        before: dict[tuple[str, str], tuple[int, str]],
+        after: dict[tuple[str, str], tuple[int, str]],
+    ) -> None:
+        """The answer holds nothing of another tenant (content, memory ids, for
+        the admin its slug) and no other tenant's rows changed."""
+        _, tenant = self.identities[who]
         sent = json.dumps(args, default=str)
         text = answer_text(answer)
-        label = f"{who} {toolset}.{tool.name}({sent[:300]})"
+        label = f"{who} {name}({sent[:300]})"
         index = self.identities[who][0]
         for found in SECRET_RE.finditer(text):
             if int(found.group(1)) != index and found.group(0) not in sent:
@@ -755,6 +965,10 @@ class IsolationRun:
             owner = next((t for t, ids in self.ids.items() if found in ids), None)
             if owner is not None and owner != tenant:
                 self._fail(self.report.leaks, f"{label} -> another tenant's memory id {found}")
+        if self.surfaces is not None and name.startswith("admin"):
+            for slug in self.surfaces.foreign_slugs(who):
+                if slug in text and slug not in sent:
+                    self._fail(self.report.leaks, f"{label} -> another tenant's slug {slug}")
         changed = {
             k
             for k in set(self._others(before, tenant)) | set(self._others(after, tenant))
@@ -768,18 +982,26 @@ class IsolationRun:
         who = rng.choice(sorted(self.identities))
         _, tenant = self.identities[who]
         others = sorted({t for _, t in self.identities.values()} - {tenant})
-        toolset = rng.choice(self.clients.toolsets)
-        tool = rng.choice(self.clients.tools[toolset])
+        endpoint = rng.choice([e for e in self.endpoints if e not in SURFACES or e in SELECTOR_SURFACES])
         selector = rng.choice(TENANT_SELECTORS)
-        args = Generator(rng, self.pools[who]).arguments(tool.schema)
-        args[selector] = rng.choice(others)
-        if rng.random() < 0.5:
-            args["elevate"] = True
+        target = rng.choice(others)
+        gen = Generator(rng, self.pools[who])
         before = self.digests.take()
-        answer = self.clients.call(who, toolset, tool.name, args)
+        if endpoint in SURFACES:
+            assert self.surfaces is not None
+            name, args, answer = self.surfaces.call(who, endpoint, rng, gen, selector=(selector, target))
+        else:
+            tool = rng.choice(self.clients.tools[endpoint])
+            args = gen.arguments(tool.schema)
+            args[selector] = target
+            if rng.random() < 0.5:
+                args["elevate"] = True
+            name = f"{endpoint}.{tool.name}"
+            answer = self.clients.call(who, endpoint, tool.name, args)
         after = self.digests.take()
         self.report.selector_calls += 1
-        label = f"{who} {toolset}.{tool.name}({json.dumps(args, default=str)[:300]}) with {selector}"
+        self.report.per_toolset[endpoint] += 1
+        label = f"{who} {name}({json.dumps(args, default=str)[:300]}) with {selector}"
         if answer.outcome == "ok":
             # Accepted (the argument contract is missing): it acted on the
             # caller's own tenant, whose rows it may change; never a foreign one.
@@ -928,12 +1150,104 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class FakeEmbeddingEndpoint:
+    """A loopback OpenAI-compatible ``POST /v1/embeddings`` endpoint that the
+    suite controls, so embedder faults are injected for real into a running
+    stack (MEMPROJ_EMBEDDER=openai pointed here). In mode ``ok`` it computes
+    real vectors with the packaged MiniLM (in this process); ``error`` answers
+    HTTP 500 with an exception's text; ``malformed`` answers 200 with broken
+    JSON or vectors of the wrong size (alternately); ``hang`` accepts the
+    request and never answers (until the mode changes)."""
+
+    MODES = ("ok", "error", "malformed", "hang")
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from memory.embeddings import LocalEmbedder
+
+        self.mode = "ok"
+        self.requests: Counter[str] = Counter()  # mode -> requests answered (or held) in it
+        self._model = LocalEmbedder()
+        self._lock = threading.Lock()
+        self._model_lock = threading.Lock()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # quiet: thousands of requests
+                return
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                endpoint.answer(self, body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="fake-embedder", daemon=True)
+
+    def start(self) -> FakeEmbeddingEndpoint:
+        self._model.embed(["warm up"])  # load before the stack's first (bounded) request
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.mode = "ok"  # releases held requests
+        self.server.shutdown()
+        self.server.server_close()
+
+    def answer(self, handler: Any, body: bytes) -> None:
+        mode = self.mode
+        with self._lock:
+            self.requests[mode] += 1
+            n = self.requests[mode]
+        if mode == "hang":
+            # Hold the connection without a byte of answer, as a stuck server does.
+            while self.mode == "hang":
+                time.sleep(0.1)
+            mode = "error"  # the client gave up long ago; anything goes
+        try:
+            if mode == "ok":
+                request = json.loads(body)
+                texts = request["input"] if isinstance(request["input"], list) else [request["input"]]
+                with self._model_lock:  # one forward pass at a time
+                    vectors = self._model.embed([str(t) for t in texts])
+                data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+                payload = json.dumps({"object": "list", "data": data, "model": request.get("model", "")}).encode()
+                status = 200
+            elif mode == "error":
+                payload = b'{"error": {"message": "RuntimeError: CUDA error: device-side assert triggered"}}'
+                status = 500
+            elif n % 2:
+                payload, status = b'{"object": "list", "data": [{"index": 0, "embedding": [0.1, 0.2,', 200
+            else:
+                payload, status = b'{"object": "list", "data": [{"index": 0, "embedding": [0.5, 0.5]}]}', 200
+            handler.send_response(status)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(payload)))
+            handler.end_headers()
+            handler.wfile.write(payload)
+        except OSError:  # the client hung up (it timed out on a held request)
+            return
+
+
 class Stack:
     """A private `make run`: embedded PostgreSQL and Redis under ``var_dir``,
     migrations, tokens, and memproj.serve (uvicorn + Celery worker + beat)."""
 
-    def __init__(self, var_dir: Path, *, port: int | None = None, worker_concurrency: int = 1) -> None:
+    def __init__(
+        self,
+        var_dir: Path,
+        *,
+        port: int | None = None,
+        worker_concurrency: int = 1,
+        embedder: FakeEmbeddingEndpoint | None = None,
+        env_overrides: dict[str, str] | None = None,
+    ) -> None:
         self.var_dir = var_dir.resolve()
+        self.embedder = embedder
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.supervisor: subprocess.Popen[bytes] | None = None
@@ -958,7 +1272,18 @@ class Stack:
             CELERY_VISIBILITY_TIMEOUT="30",
             CELERY_UNACKED_RESTORE_INTERVAL="5",
         )
+        env.update(env_overrides or {})
         self.env = env
+        self.use_embedder(embedder)
+
+    def use_embedder(self, embedder: FakeEmbeddingEndpoint | None) -> None:
+        """Serve with the fake endpoint (embedder faults) or the packaged model
+        in-process, as `make run` does; takes effect at the next start."""
+        self.embedder = embedder
+        for key in ("MEMPROJ_EMBEDDER", "MEMPROJ_EMBEDDING_API_BASE"):
+            self.env.pop(key, None)
+        if embedder is not None:
+            self.env.update(MEMPROJ_EMBEDDER="openai", MEMPROJ_EMBEDDING_API_BASE=embedder.url)
 
     def run(self, *args: str, timeout: float = 600) -> str:
         proc = subprocess.run(
@@ -1064,7 +1389,8 @@ class Stack:
             return None
         return None
 
-    def stop(self) -> None:
+    def stop_serving(self) -> None:
+        """Stop memproj.serve (web, worker, beat); the database and broker stay up."""
         if self.supervisor is not None and self.supervisor.poll() is None:
             self.supervisor.send_signal(signal.SIGTERM)
             try:
@@ -1072,6 +1398,9 @@ class Stack:
             except subprocess.TimeoutExpired:
                 self.supervisor.kill()
                 self.supervisor.wait()
+
+    def stop(self) -> None:
+        self.stop_serving()
         with contextlib.suppress(Exception):
             self.run("-m", "memproj.embedded", "stop", timeout=120)
 
@@ -1160,12 +1489,25 @@ class FaultReport:
     uncoded_errors: int = 0  # an error answer without the dialect's code
     timeouts: int = 0  # no answer within the client's 30 s
     lost: int = 0  # accepted, but no row
-    committed_but_error: int = 0  # rows beyond the ok answers: an attempt reported failure yet committed
-    duplicates: int = 0  # writes with more than one row
+    committed_but_error: int = 0  # rows beyond the ok answers: an attempt answered an error yet committed
+    duplicates: int = 0  # writes with more than one row (not explained by an unanswered attempt)
+    # Rows from attempts that got no answer at all (the client's 30 s timeout or a
+    # dropped connection), which the client then retried: without an idempotency key
+    # in the seed's tools no server can tell such a retry from a new write. Reported,
+    # not a failure: the service never said "error" for them.
+    committed_unanswered: int = 0
     follow_ups_pending: int = 0
     recovered_in: float = 0.0
     worker_back: bool = True  # a worker is running after recovery (the supervisor restarted it)
     samples: list[str] = field(default_factory=list)
+    # Embedder faults: writes stored without a vector (embedded later by the worker), and
+    # the searches made while the fault was on (they must degrade to keyword, promptly).
+    embedded_later: int = 0
+    fault_reads: int = 0
+    fault_read_errors: int = 0
+    fault_reads_found: int = 0  # searches for an accepted marker that found it (by keyword)
+    fault_read_p95_ms: float = 0.0
+    fault_read_max_ms: float = 0.0
 
     @property
     def passed(self) -> bool:
@@ -1188,6 +1530,38 @@ def write_arguments(kind: str, marker: str) -> tuple[str, dict[str, Any]]:
     return "memory_store_episode", {"content": f"Worked on {marker} today", "butler": "ops"}
 
 
+@dataclass
+class Read:
+    started: float  # time.monotonic()
+    marker: str
+    answer: Answer
+
+    @property
+    def found(self) -> bool:
+        return self.marker in answer_text(self.answer)
+
+
+async def read_load(stack: Stack, token: str, accepted: Callable[[], list[str]], stop_at: float) -> list[Read]:
+    """One reader searching for markers whose write was accepted (episodes):
+    found by keyword even while no query can be embedded."""
+    import httpx
+
+    reads: list[Read] = []
+    rng = random.Random(15)
+    url = f"{stack.url}/mcp/memory"
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30, connect=5)) as http:
+        while time.monotonic() < stop_at:
+            markers = accepted()
+            if not markers:
+                await asyncio.sleep(0.2)
+                continue
+            marker = rng.choice(markers[-50:])
+            started = time.monotonic()
+            answer = await mcp_call(http, url, token, "memory_search", {"query": marker, "limit": 5})
+            reads.append(Read(started, marker, answer))
+    return reads
+
+
 async def write_load(
     stack: Stack,
     token: str,
@@ -1197,12 +1571,13 @@ async def write_load(
     seconds: float,
     retries: int,
     timeline: Callable[[float], Any] | None = None,
+    answers: dict[str, list[Answer]] | None = None,
 ) -> dict[str, list[Answer]]:
     """Writers storing unique markers; like a real client, a write answered with
     an error is retried (same content) up to ``retries`` times."""
     import httpx
 
-    answers: dict[str, list[Answer]] = {}
+    answers: dict[str, list[Answer]] = {} if answers is None else answers
     counter = itertools.count()
     url = f"{stack.url}/mcp/memory"
     stop_at = time.monotonic() + seconds
@@ -1245,32 +1620,112 @@ def pending_follow_ups(stack: Stack, run_id: str) -> int:
     return int(pending)
 
 
+# The embedder faults need the stack to embed through the fake endpoint
+# (Stack(embedder=FakeEmbeddingEndpoint())); each lists the endpoint's modes,
+# spread evenly over the fault window.
+EMBEDDER_FAULTS: dict[str, tuple[str, ...]] = {
+    "embedder errors": ("error",),
+    "embedder malformed JSON": ("malformed",),
+    "embedder hang": ("hang",),
+    # The CI size: the three in turn within one window.
+    "embedder errors/malformed/hang": ("error", "malformed", "hang"),
+}
+FAULTS = ("worker SIGKILL", "broker stop/restart", "PostgreSQL stop/restart")
+
+
 def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clients: int, drain: float) -> FaultReport:
     """Writes under load; the fault starts at a quarter of the run and is
     repaired at the half (the worker is restarted by the supervisor itself).
-    Then wait for the follow-ups to drain and count."""
+    During an embedder fault a reader searches for accepted writes too. Then
+    wait for the follow-ups to drain and count."""
     run_id = f"rel{uuid.uuid4().hex[:8]}"
     report = FaultReport(fault)
-    inject: dict[str, tuple[Callable[[], None], Callable[[], None] | None]] = {
-        "worker SIGKILL": (stack.kill_worker, None),
-        "broker stop/restart": (stack.stop_broker, stack.start_broker),
-        "PostgreSQL stop/restart": (stack.stop_postgres, stack.start_postgres),
-    }
-    start_fault, end_fault = inject[fault]
+    steps: list[Callable[[], None]]
+    end_fault: Callable[[], None] | None
+    if fault in EMBEDDER_FAULTS:
+        endpoint = stack.embedder
+        if endpoint is None:
+            raise ValueError(f"{fault!r} needs a stack that embeds through the fake endpoint")
+
+        def set_mode(mode: str) -> Callable[[], None]:
+            return lambda: setattr(endpoint, "mode", mode)
+
+        steps, end_fault = [set_mode(m) for m in EMBEDDER_FAULTS[fault]], set_mode("ok")
+        step_modes: list[str] = list(EMBEDDER_FAULTS[fault])
+    else:
+        inject: dict[str, tuple[Callable[[], None], Callable[[], None] | None]] = {
+            "worker SIGKILL": (stack.kill_worker, None),
+            "broker stop/restart": (stack.stop_broker, stack.start_broker),
+            "PostgreSQL stop/restart": (stack.stop_postgres, stack.start_postgres),
+        }
+        first, end_fault = inject[fault]
+        steps = [first]
+        step_modes = []
+    window: list[float] = []  # when the fault was in place, and when it was repaired
 
     async def timeline(stop_at: float) -> None:
         begin = stop_at - seconds
         await asyncio.sleep(max(0.0, begin + seconds * 0.25 - time.monotonic()))
-        await asyncio.to_thread(start_fault)
         # Down for a quarter of the run at least, counted from when the fault is
         # in place (stopping a server takes a while), so writes do meet it.
-        await asyncio.sleep(max(seconds * 0.25, 2.0, begin + seconds * 0.5 - time.monotonic()))
+        for i, step in enumerate(steps):
+            await asyncio.to_thread(step)
+            if i == 0:
+                window.append(time.monotonic())
+                fault_over = max(window[0] + max(seconds * 0.25, 2.0), begin + seconds * 0.5)
+            step_over = window[0] + (fault_over - window[0]) * (i + 1) / len(steps)
+            await asyncio.sleep(max(0.0, step_over - time.monotonic()))
+            if step_modes and stack.embedder is not None:
+                # A mode counts only once the endpoint has met a request in it: on a
+                # busy machine the circuit breaker's cooldown can outlast a short step.
+                while stack.embedder.requests[step_modes[i]] == 0 and time.monotonic() < stop_at - 1.0:
+                    await asyncio.sleep(0.1)
         if end_fault is not None:
             await asyncio.to_thread(end_fault)
+        window.append(time.monotonic())
 
-    answers = asyncio.run(
-        write_load(stack, token, run_id=run_id, clients=clients, seconds=seconds, retries=3, timeline=timeline)
+    answers: dict[str, list[Answer]] = {}
+    reads: list[Read] = []
+
+    def accepted() -> list[str]:
+        # Episodes only: a fact or rule may be merged into a near-identical one by
+        # its conflict check (these differ by their marker alone), and then rightly not found.
+        return [
+            m
+            for m, attempts in list(answers.items())
+            if attempts and attempts[-1].outcome == "ok" and WRITE_KINDS[int(m.rsplit("x", 1)[1]) % 3] == "episode"
+        ]
+
+    async def reader(stop_at: float) -> None:
+        reads.extend(await read_load(stack, token, accepted, stop_at))
+
+    async def both(stop_at: float) -> None:
+        await asyncio.gather(timeline(stop_at), reader(stop_at))
+
+    asyncio.run(
+        write_load(
+            stack,
+            token,
+            run_id=run_id,
+            clients=clients,
+            seconds=seconds,
+            retries=3,
+            timeline=both if fault in EMBEDDER_FAULTS else timeline,
+            answers=answers,
+        )
     )
+    if fault in EMBEDDER_FAULTS and len(window) == 2:
+        during = sorted(r.answer.seconds for r in reads if window[0] <= r.started <= window[1])
+        faulty = [r for r in reads if window[0] <= r.started <= window[1]]
+        report.fault_reads = len(faulty)
+        report.fault_read_errors = sum(r.answer.outcome != "ok" for r in faulty)
+        report.fault_reads_found = sum(r.found for r in faulty)
+        if during:
+            report.fault_read_p95_ms = during[min(len(during) - 1, int(len(during) * 0.95))] * 1000
+            report.fault_read_max_ms = during[-1] * 1000
+        for r in faulty:
+            if r.answer.outcome != "ok" and len(report.samples) < 4:
+                report.samples.append(f"search {r.marker}: {r.answer.outcome} {r.answer.text[:200]}")
     recovery_started = time.monotonic()
     deadline = recovery_started + drain
     while time.monotonic() < deadline:
@@ -1281,10 +1736,19 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
     report.recovered_in = time.monotonic() - recovery_started
     report.worker_back = stack.child("worker") is not None
     report.follow_ups_pending = pending_follow_ups(stack, run_id)
-    rows = Counter(
-        re.search(rf"({run_id}x\d+)", content).group(1)  # type: ignore[union-attr]
-        for (content,) in stack.sql("SELECT content FROM memory_memory WHERE content LIKE %s", [f"%{run_id}x%"])
+    report.embedded_later = stack.sql(
+        "SELECT count(DISTINCT m.id) FROM memory_memory m JOIN memory_followup f ON f.memory_id = m.id "
+        "WHERE f.kind = 'embed' AND m.content LIKE %s",
+        [f"%{run_id}x%"],
+    )[0][0]
+    found = stack.sql(
+        "SELECT content, kind, validity, embedding_status, created_at, id FROM memory_memory WHERE content LIKE %s",
+        [f"%{run_id}x%"],
     )
+    by_marker: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for row in found:
+        by_marker[re.search(rf"({run_id}x\d+)", row[0]).group(1)].append(row)  # type: ignore[union-attr]
+    rows = Counter({marker: len(same) for marker, same in by_marker.items()})
     for marker, attempts in answers.items():
         ok = sum(a.outcome == "ok" for a in attempts)
         report.writes += 1
@@ -1302,9 +1766,16 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
                 if len(report.samples) < 4:
                     report.samples.append(f"{marker}: {answer.outcome} {answer.text[:200]}")
         present = rows.get(marker, 0)
+        unanswered = sum(a.outcome in ("hang", "exception") for a in attempts)
+        extra = max(0, present - ok)
+        explained = min(extra, unanswered)
         report.lost += ok > 0 and present == 0
-        report.committed_but_error += max(0, present - ok)
-        report.duplicates += present > 1
+        report.committed_unanswered += explained
+        report.committed_but_error += extra - explained
+        report.duplicates += present - explained > 1
+        if present > max(ok, 1) and len(report.samples) < 4:
+            # What the extra rows are (kind, validity, when) tells a retry from a second writer.
+            report.samples.append(f"{marker}: {len(attempts)} attempts, rows {[r[1:] for r in by_marker[marker]]}")
     return report
 
 
@@ -1416,9 +1887,14 @@ def setup_django(stack: Stack) -> None:
         DJANGO_SETTINGS_MODULE="memproj.settings.base",
         LOG_LEVEL="WARNING",
     )
+    import logging
+
     import django
 
     django.setup()
+    # The admin and hook surfaces answer many refusals (403/404/422), each logged
+    # with a traceback by django.request; server errors (500) are still logged.
+    logging.getLogger("django.request").setLevel(logging.ERROR)
     from django.conf import settings
 
     # Never the dev database: a DATABASE_URL in .env would win over the embedded default.
@@ -1445,6 +1921,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--small", action="store_true", help="the CI size")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
+    parser.add_argument("--faults", default="", help="comma-separated subset of the faults (default: all)")
     parser.add_argument("--var-dir", default=str(BASE_DIR / "var" / "reliability"))
     parser.add_argument("--keep-running", action="store_true", help="leave the private servers running")
     for key in FULL:
@@ -1455,7 +1932,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(options, key) is not None:
             size[key] = type(FULL[key])(getattr(options, key))
     parts = [p for p in options.parts.split(",") if p]
-    stack = Stack(Path(options.var_dir))
+    # Two worker processes, as `make run` starts (MEMPROJ_WORKER_CONCURRENCY); the
+    # CI-size tests keep one to spare the shared cores.
+    stack = Stack(Path(options.var_dir), worker_concurrency=2)
     print(f"memproj reliability suite ({'small' if options.small else 'full'} size), private stack in {stack.var_dir}")
     stack.prepare()
     setup_django(stack)
@@ -1463,25 +1942,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     failures: list[str] = []
     run_id = uuid.uuid4().hex[:6]
+    fake_embedder: FakeEmbeddingEndpoint | None = None
     try:
         if "isolation" in parts or "fuzz" in parts:
             people = identities(f"iso{run_id}")
+            logins = http_identities(f"iso{run_id}", people)
             callers = {who: caller for who, (_, _, caller) in people.items()}
             with InProcessClients(callers, sorted(TOOLSETS)) as clients:
                 tool_counts = {ts: len(tools) for ts, tools in clients.tools.items()}
                 print(f"toolsets: {', '.join(f'{ts} ({n} tools)' for ts, n in tool_counts.items())}")
                 if "isolation" in parts:
-                    failures += _isolation_part(clients, people, size)
+                    failures += _isolation_part(clients, people, HttpSurfaces(clients, logins), size)
                 if "fuzz" in parts:
                     failures += _fuzz_part(clients, size)
         if "faults" in parts or "load" in parts:
+            if "faults" in parts:
+                # Embedder faults are injected through a fake OpenAI-compatible endpoint.
+                fake_embedder = FakeEmbeddingEndpoint().start()
+                stack.use_embedder(fake_embedder)
             stack.start()
             tokens = [stack.issue_token(f"http{run_id}-t{i}", f"agent{i}") for i in range(3)]
             if "faults" in parts:
-                failures += _faults_part(stack, tokens[0], size)
+                failures += _faults_part(stack, tokens[0], size, [f for f in options.faults.split(",") if f])
             if "load" in parts:
+                if stack.embedder is not None:
+                    # The load is measured as `make run` serves: the packaged model in-process.
+                    stack.stop_serving()
+                    stack.use_embedder(None)
+                    stack.start()
                 failures += _load_part(stack, tokens, size)
     finally:
+        if fake_embedder is not None:
+            fake_embedder.stop()
         if options.keep_running:
             if stack.supervisor is not None:
                 stack.supervisor.send_signal(signal.SIGTERM)
@@ -1493,16 +1985,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _isolation_part(
-    clients: InProcessClients, people: dict[str, tuple[int, str, Any]], size: dict[str, Any]
+    clients: InProcessClients, people: dict[str, tuple[int, str, Any]], surfaces: HttpSurfaces, size: dict[str, Any]
 ) -> list[str]:
-    run = IsolationRun(clients, {who: (i, tenant) for who, (i, tenant, _) in people.items()}, strict=False)
+    run = IsolationRun(
+        clients, {who: (i, tenant) for who, (i, tenant, _) in people.items()}, strict=False, surfaces=surfaces
+    )
     started = time.monotonic()
     run_isolation_machine(run, examples=size["isolation_examples"], steps=size["isolation_steps"])
     elapsed = time.monotonic() - started
     r = run.report
     print(
         table(
-            "Isolation (Hypothesis state machine, 3 tenants x member/admin, every toolset)",
+            "Isolation (Hypothesis state machine, 3 tenants x member/admin, every toolset over MCP, "
+            "REST route, roampal hooks, langmem store, admin)",
             ["calls", "selector calls", "error answers", "leaks", "foreign rows changed", "selectors accepted", "s"],
             [
                 [
@@ -1517,7 +2012,7 @@ def _isolation_part(
             ],
         )
     )
-    print(table("Isolation calls per toolset", ["toolset", "calls"], sorted(r.per_toolset.items())))
+    print(table("Isolation calls per endpoint", ["endpoint", "calls"], sorted(r.per_toolset.items())))
     for line in (r.leaks + r.foreign_changes + r.selectors_accepted)[:8]:
         print("  e.g.", line[:300])
     failures = []
@@ -1559,9 +2054,10 @@ def _fuzz_part(clients: InProcessClients, size: dict[str, Any]) -> list[str]:
     return failures
 
 
-def _faults_part(stack: Stack, token: str, size: dict[str, Any]) -> list[str]:
+def _faults_part(stack: Stack, token: str, size: dict[str, Any], only: Sequence[str] = ()) -> list[str]:
     reports = []
-    for fault in ("worker SIGKILL", "broker stop/restart", "PostgreSQL stop/restart"):
+    faults = [*FAULTS, *(list(EMBEDDER_FAULTS)[:3] if stack.embedder is not None else [])]
+    for fault in [f for f in faults if f in only] if only else faults:
         print(f"  fault: {fault} ...", flush=True)
         reports.append(
             fault_scenario(
@@ -1585,6 +2081,7 @@ def _faults_part(stack: Stack, token: str, size: dict[str, Any]) -> list[str]:
         "lost",
         "committed but error",
         "duplicates",
+        "committed, no answer",
         "follow-ups pending",
         "worker back",
         "recovery s",
@@ -1602,6 +2099,7 @@ def _faults_part(stack: Stack, token: str, size: dict[str, Any]) -> list[str]:
             r.lost,
             r.committed_but_error,
             r.duplicates,
+            r.committed_unanswered,
             r.follow_ups_pending,
             "yes" if r.worker_back else "NO",
             r.recovered_in,
@@ -1609,10 +2107,35 @@ def _faults_part(stack: Stack, token: str, size: dict[str, Any]) -> list[str]:
         for r in reports
     ]
     print(table("Faults under a write load (memory toolset over HTTP, client retries up to 3x)", header, rows))
+    embedder = [r for r in reports if r.fault in EMBEDDER_FAULTS]
+    if embedder:
+        print(
+            table(
+                "Embedder faults: writes embedded later, searches while the fault was on (keyword fallback)",
+                ["fault", "writes embedded later", "searches", "errors", "found by keyword", "p95 ms", "max ms"],
+                [
+                    [
+                        r.fault,
+                        r.embedded_later,
+                        r.fault_reads,
+                        r.fault_read_errors,
+                        r.fault_reads_found,
+                        r.fault_read_p95_ms,
+                        r.fault_read_max_ms,
+                    ]  # fmt: skip
+                    for r in embedder
+                ],
+            )
+        )
     for r in reports:
         for sample in r.samples[:2]:
             print(f"  {r.fault}: {sample}")
     failures = []
+    for r in embedder:
+        if r.fault_read_errors:
+            failures.append(f"faults/{r.fault}: {r.fault_read_errors} searches answered an error")
+        if not r.fault_reads:
+            failures.append(f"faults/{r.fault}: no search ran while the fault was on")
     for r in reports:
         for label, n in (
             ("lost writes", r.lost),

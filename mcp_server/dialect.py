@@ -29,7 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, close_old_connections
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError as SchemaError
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
@@ -254,6 +254,22 @@ def resolve_caller(selection: CallSelection) -> Caller:
     return acting
 
 
+def _is_json_integer(checker: Any, instance: Any) -> bool:
+    """JSON Schema counts 1.0 as an integer; so do we, but only within the range a
+    JSON number holds exactly (2**53): ``-1e308`` is not an integer any tool can use."""
+    if isinstance(instance, bool):
+        return False
+    if isinstance(instance, int):
+        return True
+    return isinstance(instance, float) and instance.is_integer() and abs(instance) <= 2**53
+
+
+ArgumentValidator = validators.extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_json_integer),
+)
+
+
 def strict_schema(parameters: dict[str, Any]) -> dict[str, Any]:
     schema = dict(parameters)
     schema["additionalProperties"] = False
@@ -335,7 +351,7 @@ class DialectServer(MCPServer[Any]):
         self.dialect = dialect
         self.static_caller = static_caller
         self.specs: dict[str, ToolSpec] = {}
-        self.validators: dict[str, Draft202012Validator] = {}
+        self.validators: dict[str, Any] = {}
         for spec in dialect.tools:
             self.add_tool(spec.fn, name=spec.name, description=spec.description)
             tool = self._tool_manager.get_tool(spec.name)
@@ -346,7 +362,7 @@ class DialectServer(MCPServer[Any]):
             # object after that check (a crash, or a silently different value).
             object.__setattr__(tool.fn_metadata, "pre_parse_json", _as_sent)
             self.specs[spec.name] = spec
-            self.validators[spec.name] = Draft202012Validator(tool.parameters)
+            self.validators[spec.name] = ArgumentValidator(tool.parameters)
 
     def _caller(self) -> Caller:
         override = _call_as.get()

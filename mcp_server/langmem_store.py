@@ -26,6 +26,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from mcp_server.dialect import TENANT_SELECTORS
 from mcp_server.toolsets import langmem
 from memory import api
 from policy.caller import Caller
@@ -135,6 +136,12 @@ def langmem_store(request: HttpRequest) -> JsonResponse:
     ops = body.get("ops") if isinstance(body, dict) else None
     if not isinstance(ops, list) or not 1 <= len(ops) <= MAX_OPS or not all(isinstance(o, dict) for o in ops):
         return _error("INVALID_ARGUMENT", f"ops must be a list of 1-{MAX_OPS} objects.", 400)
+    # The tenant is the token's, as on every surface (mcp_server.dialect): a
+    # tenant selector is refused, never silently ignored (the client would
+    # believe it wrote elsewhere).
+    named = sorted({key for part in (body, *ops) for key in TENANT_SELECTORS if key in part})
+    if named:
+        return _error("PERMISSION_DENIED", f"the tenant is taken from your token; remove {', '.join(named)}.", 403)
     results = []
     try:
         for op in ops:

@@ -49,9 +49,11 @@ def as_owner(alias: str = "default") -> Iterator[None]:
 
 def grant_app_privileges(*, using: str = "default", **_: Any) -> None:
     """Run by the owner after every migrate (post_migrate): the app role reads
-    and writes every table, appends to the audit log and calls the purge
-    function; it owns nothing, so it cannot TRUNCATE, ALTER, DISABLE TRIGGER or
-    DROP. Idempotent."""
+    and writes every table and appends to the audit log; it owns nothing, so it
+    cannot TRUNCATE, ALTER, DISABLE TRIGGER or DROP. Nor may it call the purge
+    function: a purge is an operator's act (`manage.py purge`, which connects as
+    the owner), never something a compromised service connection could do; an
+    EXECUTE granted by an older version is revoked here. Idempotent."""
     if not separate_roles():
         return
     app = sql.Identifier(app_user())
@@ -66,8 +68,8 @@ def grant_app_privileges(*, using: str = "default", **_: Any) -> None:
     statements.append(
         sql.SQL(
             "DO $$ BEGIN IF to_regprocedure('memproj_purge_events(uuid,text,uuid,jsonb,uuid[],uuid)') IS NOT NULL "
-            "THEN EXECUTE format('GRANT EXECUTE ON FUNCTION memproj_purge_events(uuid,text,uuid,jsonb,uuid[],uuid) "
-            "TO %I', {}); END IF; END $$"
+            "THEN EXECUTE format('REVOKE EXECUTE ON FUNCTION memproj_purge_events(uuid,text,uuid,jsonb,uuid[],uuid) "
+            "FROM PUBLIC, %I', {}); END IF; END $$"
         ).format(sql.Literal(app_user()))
     )
     with connections[using].cursor() as cursor:

@@ -18,6 +18,7 @@ broker's (the embedded one by default).
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,24 @@ from django.conf import settings
 
 from policy.document import RateLimitPolicy
 
+logger = logging.getLogger(__name__)
+
 KEY_PREFIX = "memproj:rl:"
+# Bumped after every committed policy apply (any tenant): web processes cache
+# each token's rule, and every check compares this with the generation the
+# cache was filled under, so a new policy applies from the next request on.
+GENERATION_KEY = f"{KEY_PREFIX}policy-generation"
+
+# Prepended to both scripts: when the caller's rule was resolved under another
+# policy generation, count nothing and say so (the caller re-resolves and asks again).
+GENERATION_CHECK = """
+if ARGV[3] ~= '' then
+  local generation = redis.call('GET', KEYS[2]) or '0'
+  if generation ~= ARGV[3] then
+    return {-1, 0, 0, generation}
+  end
+end
+"""
 
 FIXED_WINDOW = """
 local t = redis.call('TIME')
@@ -74,7 +92,15 @@ end
 return {0, 0, reset_ms}
 """
 
-SCRIPTS = {"fixed": FIXED_WINDOW, "sliding": SLIDING_WINDOW}
+SCRIPTS = {"fixed": GENERATION_CHECK + FIXED_WINDOW, "sliding": GENERATION_CHECK + SLIDING_WINDOW}
+
+
+class StaleRule(Exception):  # noqa: N818 - a signal to re-resolve, not a failure
+    """The rule was resolved under an older policy generation; nothing was counted."""
+
+    def __init__(self, generation: str) -> None:
+        super().__init__(generation)
+        self.generation = generation
 
 
 @dataclass(frozen=True)
@@ -106,7 +132,10 @@ def redis_url() -> str:
 
 
 def _decision(reply: Any, rule: RateLimitPolicy) -> RateDecision:
-    allowed, remaining, reset_ms = (int(x) for x in reply)
+    if int(reply[0]) == -1:
+        generation = reply[3]
+        raise StaleRule(generation.decode() if isinstance(generation, bytes) else str(generation))
+    allowed, remaining, reset_ms = (int(x) for x in reply[:3])
     return RateDecision(
         allowed=bool(allowed),
         limit=rule.limit,
@@ -115,9 +144,9 @@ def _decision(reply: Any, rule: RateLimitPolicy) -> RateDecision:
     )
 
 
-def _args(bucket: str, rule: RateLimitPolicy) -> tuple[list[str], list[int]]:
+def _args(bucket: str, rule: RateLimitPolicy, generation: str | None) -> tuple[list[str], list[int | str]]:
     key = f"{KEY_PREFIX}{rule.algorithm}:{rule.limit}:{rule.window_seconds}:{bucket}"
-    return [key], [rule.limit, rule.window_seconds * 1000]
+    return [key, GENERATION_KEY], [rule.limit, rule.window_seconds * 1000, generation or ""]
 
 
 class AsyncRateLimiter:
@@ -140,8 +169,10 @@ class AsyncRateLimiter:
             self._clients = {loop_id: client}  # an old loop's client is of no use any more
         return client
 
-    async def hit(self, bucket: str, rule: RateLimitPolicy) -> RateDecision:
-        keys, args = _args(bucket, rule)
+    async def hit(self, bucket: str, rule: RateLimitPolicy, generation: str | None = None) -> RateDecision:
+        """Count one call; with ``generation``, raise StaleRule (counting
+        nothing) if the policy generation is another one."""
+        keys, args = _args(bucket, rule, generation)
         reply = await self._client().eval(SCRIPTS[rule.algorithm], len(keys), *keys, *args)
         return _decision(reply, rule)
 
@@ -154,10 +185,26 @@ class RateLimiter:
 
         self._client = redis.Redis.from_url(url or redis_url(), socket_timeout=2, socket_connect_timeout=2)
 
-    def hit(self, bucket: str, rule: RateLimitPolicy) -> RateDecision:
-        keys, args = _args(bucket, rule)
+    def hit(self, bucket: str, rule: RateLimitPolicy, generation: str | None = None) -> RateDecision:
+        keys, args = _args(bucket, rule, generation)
         reply = self._client.eval(SCRIPTS[rule.algorithm], len(keys), *keys, *args)
         return _decision(reply, rule)
 
     def close(self) -> None:
         self._client.close()
+
+
+def policy_generation_bump() -> None:
+    """After a policy apply commits: every web process re-resolves its cached
+    rules on its next check. Best effort: with Redis down nothing is counted
+    anyway (fail open), and the cache's own expiry still bounds staleness."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(redis_url(), socket_timeout=2, socket_connect_timeout=2)
+        try:
+            client.incr(GENERATION_KEY)
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001 - the apply has committed; never fail it here
+        logger.warning("could not announce the policy change to the rate limiter", exc_info=True)

@@ -13,7 +13,8 @@ class WorkersConfig(AppConfig):
         from memory.services.followups import followup_register
         from workers import tasks
 
-        followup_register(FollowUpKind.EMBED, lambda pk: tasks.embed_memory_task.apply_async((pk,), retry=False))
+        followup_register(FollowUpKind.EMBED, lambda pk: tasks.enqueue(tasks.embed_memory_task, (pk,), retry=False))
         followup_register(
-            FollowUpKind.CONFLICT_CHECK, lambda pk: tasks.memory_conflict_check_task.apply_async((pk,), retry=False)
+            FollowUpKind.CONFLICT_CHECK,
+            lambda pk: tasks.enqueue(tasks.memory_conflict_check_task, (pk,), retry=False),
         )

@@ -37,7 +37,7 @@ SCHEDULE: tuple[BeatEntry, ...] = (
         "embeddings-retry",
         "workers.tasks.embeddings_retry_task",
         "MEMPROJ_BEAT_EMBEDDINGS_RETRY",
-        "*/5 * * * *",
+        "* * * * *",
         "embed memories still pending (embedder was down, async mode, retries exhausted)",
     ),
     BeatEntry(
@@ -48,11 +48,12 @@ SCHEDULE: tuple[BeatEntry, ...] = (
         "cluster unconsolidated episodes into candidate facts and rules",
     ),
     BeatEntry(
-        "episodes-expire",
-        "workers.tasks.episodes_expire_task",
+        "memories-expire",
+        "workers.tasks.memories_expire_task",
         "MEMPROJ_BEAT_EXPIRE",
         "7 * * * *",
-        "delete episodes whose TTL passed more than the retention period ago",
+        "delete memories (episodes, facts and rules of a scope with a TTL) whose TTL passed more than the "
+        "retention period ago",
     ),
     BeatEntry(
         "facts-decay",

@@ -34,7 +34,11 @@ _retrying: dict[str, Any] = {
 }
 
 
-@shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **_retrying)
+# An embedder outage is usually short (a restart, a circuit-breaker cooldown):
+# a write's vector should follow within a minute of recovery, not after a
+# ten-minute backoff (the reliability suite's embedder faults left ~1,000
+# follow-ups waiting past a 3-minute drain with the 600 s cap).
+@shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **{**_retrying, "retry_backoff_max": 60})
 def embed_memory_task(self, memory_id: str) -> bool:  # type: ignore[no-untyped-def]
     # Records the conflict check (outbox) once the vector is there; False if the memory is gone.
     return followups.followup_embed_run(memory_id=uuid.UUID(memory_id))
@@ -44,6 +48,19 @@ def embed_memory_task(self, memory_id: str) -> bool:  # type: ignore[no-untyped-
 def memory_conflict_check_task(self, memory_id: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     result = followups.followup_conflict_check_run(memory_id=uuid.UUID(memory_id))
     return {"merged": len(result.merged), "candidates": len(result.candidates), "skipped": result.skipped}
+
+
+def enqueue(task: Any, args: tuple[Any, ...] = (), **options: Any) -> Any:
+    """Send a task; in eager mode (tests, the reliability suite's in-process
+    parts) run it here with ``apply``. Not through ``apply_async``: its eager
+    branch sets Celery's process-global "a join would block" flag for the
+    task's duration and then restores the value it saw on entry, so two
+    threads enqueueing at once (tool calls run in worker threads) can leave the
+    flag set for good, and every later ``result.get()`` in the process raises
+    "Never call result.get() within a task"."""
+    if task.app.conf.task_always_eager:
+        return task.apply(args, **{k: v for k, v in options.items() if k not in {"retry", "countdown"}})
+    return task.apply_async(args, **options)
 
 
 # --- Sweeps: one factory, so every sweep task retries and re-enqueues the same way ---------
@@ -56,7 +73,7 @@ def _sweep_task(name: str, sweep: Callable[[], Any], retry_on: tuple[type[Except
     def run(self: Any) -> int:
         result = sweep()
         if result.more:
-            self.apply_async(countdown=REENQUEUE_COUNTDOWN)
+            enqueue(self, countdown=REENQUEUE_COUNTDOWN)
         return int(result.processed)
 
     run.__name__ = run.__qualname__ = name
@@ -66,7 +83,7 @@ def _sweep_task(name: str, sweep: Callable[[], Any], retry_on: tuple[type[Except
 
 embeddings_retry_task = _sweep_task("embeddings_retry_task", reembedding.embeddings_retry)
 memories_reembed_task = _sweep_task("memories_reembed_task", reembedding.memories_reembed, (EmbeddingUnavailable,))
-episodes_expire_task = _sweep_task("episodes_expire_task", sweeps.episodes_expire)
+memories_expire_task = _sweep_task("memories_expire_task", sweeps.memories_expire)
 facts_decay_task = _sweep_task("facts_decay_task", sweeps.facts_decay)
 rules_maturity_task = _sweep_task("rules_maturity_task", sweeps.rules_maturity)
 followups_drain_task = _sweep_task("followups_drain_task", followups.followups_drain)

@@ -285,7 +285,9 @@ class ContextResult(BaseModel):
 
 
 class ScoreResult(BaseModel):
-    outcome: str | None
+    # Optional: _result drops None, and a required field missing from the
+    # structured content failed the SDK's output check (an internal error).
+    outcome: str | None = None
     updated: int
     scored: dict[str, str] = Field(description="memory id -> outcome applied")
     skipped: list[str] = Field(description="ids not found, or books (not scored)")

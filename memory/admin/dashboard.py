@@ -21,7 +21,13 @@ from policy.admin_access import admin_access, read_caller, require_tenant
 from policy.models import Tenant
 
 DAYS = 30
-KIND_COLOURS: dict[str, str] = {Kind.EPISODE: "#79aec8", Kind.FACT: "#417690", Kind.RULE: "#e0a040"}
+# One colour per kind: the chart draws every Kind (roampal's book chunks too).
+KIND_COLOURS: dict[str, str] = {
+    Kind.EPISODE: "#79aec8",
+    Kind.FACT: "#417690",
+    Kind.RULE: "#e0a040",
+    Kind.DOCUMENT: "#8a8a8a",
+}
 BACKLOG_BUCKETS = (
     ("< 1 h", timedelta(hours=1)),
     ("1-6 h", timedelta(hours=6)),

@@ -25,7 +25,7 @@ from memory import scoring, validation
 from memory.errors import InvalidArgument, NotFound
 from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, Validity, collection_of
 from memory.outcomes import collection_apply
-from memory.services.events import EventType, event_append
+from memory.services.events import EventType, caller_event, event_append, events_append
 from memory.services.feedback import collection_event
 from memory.services.followups import followups_for_write
 from memory.services.memories import episode_store, fact_store, require_write
@@ -220,6 +220,21 @@ def book_ingest(
             tenant_id=caller.tenant_id,
             event_type=EventType.BOOK_INGESTED,
             payload={"title": title, "chunks": len(rows), "bytes": len(text.encode("utf-8")), "source": source[:200]},
+        )
+        # Every memory row has its own 'stored' event, chunks too (one INSERT for
+        # the whole book): the audit trail of a chunk does not depend on its title.
+        events_append(
+            [
+                caller_event(
+                    caller=caller,
+                    tenant_id=caller.tenant_id,
+                    event_type=EventType.STORED,
+                    memory_id=row.pk,
+                    memory_kind=row.kind,
+                    payload={"collection": Collection.BOOKS.value, "title": title, "chunk": index},
+                )
+                for index, row in enumerate(rows)
+            ]
         )
         ids = [row.pk for row in rows]
         # Through the outbox, like every write: each chunk's embedding survives a

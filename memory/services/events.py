@@ -95,6 +95,30 @@ def events_append(events: Sequence[NewEvent]) -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
+def caller_event(
+    *,
+    caller: Caller | None,
+    tenant_id: uuid.UUID,
+    event_type: EventType,
+    memory_id: uuid.UUID | None = None,
+    memory_kind: str = "",
+    payload: dict[str, Any] | None = None,
+) -> NewEvent:
+    """The audit row of a caller's action: its principal as the actor and, for
+    an elevated caller, the tenant it came from."""
+    body = dict(payload or {})
+    if caller is not None and caller.elevated_from is not None:
+        body["elevated_from_tenant"] = str(caller.elevated_from)
+    return NewEvent(
+        tenant_id=tenant_id,
+        event_type=event_type,
+        memory_id=memory_id,
+        memory_kind=memory_kind,
+        actor_principal_id=caller.principal_id if caller else None,
+        payload=body,
+    )
+
+
 def event_append(
     *,
     caller: Caller | None,
@@ -104,16 +128,13 @@ def event_append(
     payload: dict[str, Any] | None = None,
 ) -> MemoryEvent:
     """Append one audit row for a caller's action."""
-    body = dict(payload or {})
-    if caller is not None and caller.elevated_from is not None:
-        body["elevated_from_tenant"] = str(caller.elevated_from)
-    event = NewEvent(
+    event = caller_event(
+        caller=caller,
         tenant_id=tenant_id,
         event_type=event_type,
         memory_id=memory.id if memory else None,
         memory_kind=memory.kind if memory else "",
-        actor_principal_id=caller.principal_id if caller else None,
-        payload=body,
+        payload=payload,
     )
     [pk] = events_append([event])
     # The stored row minus its database-made columns (hash, created_at): no read-back on every write.
@@ -124,7 +145,7 @@ def event_append(
         memory_kind=event.memory_kind,
         event_type=event.event_type,
         actor_principal_id=event.actor_principal_id,
-        payload=body,
+        payload=event.payload,
     )
 
 

@@ -12,9 +12,10 @@ from typing import Any
 
 from django.db import connection, models, transaction
 
-from memory.errors import NotFound
+from memory.errors import NotFound, PermissionDenied
 from memory.models import ConflictCandidate, FollowUp, Memory, MemoryLink
 from memory.services.events import EventType
+from memproj.dbroles import owner_user, separate_roles
 from policy.models import Principal, Tenant
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,15 @@ class PurgeResult:
     links: int
 
 
+def _require_owner() -> None:
+    """Only the schema owner may execute the purge function (memproj/dbroles.py):
+    say how to purge instead of failing on the database's permission error."""
+    if separate_roles() and connection.settings_dict.get("USER") != owner_user():
+        raise PermissionDenied(
+            "a purge runs as the database owner: use `manage.py purge` (it connects as DATABASE_OWNER_URL)."
+        )
+
+
 def _purge_events(
     *,
     tenant_id: uuid.UUID,
@@ -37,9 +47,10 @@ def _purge_events(
     memory_ids: list[uuid.UUID] | None = None,
     principal_id: uuid.UUID | None = None,
 ) -> int:
-    """The audit log refuses every UPDATE, DELETE and TRUNCATE (migration 0026)
+    """The audit log refuses every UPDATE, DELETE and TRUNCATE (migration 0028)
     except inside ``memproj_purge_events``, a function that runs as the table's
-    owner, re-chains what remains and appends the purge event itself."""
+    owner, re-chains what remains and appends the purge event itself. Only the
+    owner may execute it, so the caller connects as the owner (``as_owner``)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT memproj_purge_events(%s, %s, %s, %s::jsonb, %s::uuid[], %s)",
@@ -67,6 +78,7 @@ def tenant_purge(*, tenant_id: uuid.UUID, reason: str = "", actor_principal_id: 
     """Delete every memory and audit event of one tenant. The tenant, its
     principals and tokens stay (it may keep using the service); one
     ``tenant_purged`` event records that a purge happened, with counts only."""
+    _require_owner()
     if not Tenant.objects.filter(pk=tenant_id).exists():
         raise NotFound(f"no tenant with id {tenant_id}.")
     with transaction.atomic():
@@ -94,6 +106,7 @@ def principal_purge(
     event about those memories or acted by them, and the principal itself
     (with its tokens). One ``principal_purged`` event in the tenant's log
     records the purge, with counts and the principal's opaque id only."""
+    _require_owner()
     principal = Principal.objects.filter(pk=principal_id).first()
     if principal is None:
         raise NotFound(f"no principal with id {principal_id}.")

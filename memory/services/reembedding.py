@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from memory import embedtext
 from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable
 from memory.models import EmbeddingStatus, Memory
@@ -90,7 +91,7 @@ def memories_reembed(
     then embeds the batch; if the embedder fails the rows stay pending and the
     retry sweep finishes them."""
     batch_size, per_tenant = sweep_sizes(batch_size, per_tenant)
-    current = get_embedder().model_name
+    current = embedtext.embedding_identity(get_embedder().model_name)
     stale = Memory.objects.filter(embedding_status=EmbeddingStatus.READY).exclude(embedding_model=current)
     if tenant_id is not None:
         stale = stale.filter(tenant_id=tenant_id)

@@ -78,41 +78,58 @@ def audit_rows(
 # --- TTL expiry --------------------------------------------------------------------------
 
 
-def episodes_expire(
+def memories_expire(
     *, now: datetime | None = None, batch_size: int | None = None, per_tenant: int | None = None
 ) -> SweepResult:
-    """Expired episodes already left retrieval when their ``expires_at`` passed
-    (every read filters on it). Their rows stay for audit and the dashboard for
-    the retention period; this sweep deletes them after it, with an audit event
-    per episode (the event log outlives the row)."""
+    """Every memory with a TTL, whatever its kind: episodes (seed 000, 7 days by
+    default), and facts and rules of a policy scope with a TTL (seed 004:
+    ``session`` 7 d, ``project`` 120 d). Each left retrieval when its
+    ``expires_at`` passed (every read filters on it); its row stays for audit
+    and the dashboard for the retention period, then this sweep deletes it,
+    with an audit event per memory (the event log outlives the row).
+
+    A deleted memory takes with it the older versions it superseded (they are
+    out of retrieval already and only make sense as its history), each with its
+    own event; a superseded row is never left pointing at nothing."""
     now = now or timezone.now()
     batch_size, per_tenant = sweep_sizes(batch_size, per_tenant)
-    cutoff = now - timedelta(days=pipeline_setting("EPISODE_RETENTION_DAYS"))
-    due = Memory.objects.filter(kind=Kind.EPISODE, expires_at__lte=cutoff)
+    cutoff = now - timedelta(days=pipeline_setting("EXPIRED_RETENTION_DAYS"))
+    due = Memory.objects.filter(expires_at__lte=cutoff)
     with transaction.atomic():
-        if not sweep_lock("episodes_expire"):
+        if not sweep_lock("memories_expire"):
             return SweepResult(skipped=True)
         ids = fair_batch(due, order_by=["expires_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
-        rows = list(
-            Memory.objects.filter(pk__in=ids, expires_at__lte=cutoff)
-            .select_for_update()
-            .values_list("pk", "tenant_id", "kind", "expires_at", "content_hash", "validity")
-        )
+        fields = ("pk", "tenant_id", "kind", "expires_at", "content_hash", "validity", "superseded_by_id")
+        rows = list(Memory.objects.filter(pk__in=ids, expires_at__lte=cutoff).select_for_update().values_list(*fields))
+        expired = [row[0] for row in rows]
+        history: list[tuple[Any, ...]] = []
+        successors = set(expired)
+        while successors:
+            older = list(
+                Memory.objects.filter(superseded_by_id__in=successors)
+                .exclude(pk__in=expired + [row[0] for row in history])
+                .select_for_update()
+                .values_list(*fields)
+            )
+            history += older
+            successors = {row[0] for row in older}
+        deleted = rows + history
         audit_rows(
-            [(pk, tenant_id, kind) for pk, tenant_id, kind, *_ in rows],
+            [(pk, tenant_id, kind) for pk, tenant_id, kind, *_ in deleted],
             EventType.EXPIRED_DELETED,
             [
                 {
                     "expires_at": expires_at.isoformat() if expires_at else None,
                     "content_hash": digest,
                     "validity": validity,
+                    **({"superseded_by": str(successor)} if pk not in expired else {}),
                 }
-                for _, _, _, expires_at, digest, validity in rows
+                for pk, _, _, expires_at, digest, validity, successor in deleted
             ],
         )
-        Memory.objects.filter(pk__in=[row[0] for row in rows]).delete()
+        Memory.objects.filter(pk__in=[row[0] for row in deleted]).delete()
         more = due.exists()
-    return SweepResult(processed=len(rows), more=more, ids=[row[0] for row in rows])
+    return SweepResult(processed=len(deleted), more=more, ids=[row[0] for row in deleted])
 
 
 # --- Confidence decay ----------------------------------------------------------------------

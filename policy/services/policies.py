@@ -27,6 +27,7 @@ from policy.caller import Caller
 from policy.document import DEFAULT_POLICY, DEFAULT_POLICY_YAML, PolicyDocument, diff, parse_version, parse_yaml
 from policy.errors import PolicyConflict, PolicyError, PolicyInvalid, PolicyUnauthorized
 from policy.models import PolicyEvent, PolicyVersion, Tenant
+from policy.ratelimit import policy_generation_bump
 from policy.selectors.policies import policy_current, visibility_changes
 from policy.services.signing import signature_matches, signing_key_of
 
@@ -209,6 +210,8 @@ def _apply(
         )
         if not writes:
             return result
+        # Web processes cache each token's rate limit: tell them after the commit.
+        transaction.on_commit(policy_generation_bump)
         PolicyVersion.objects.filter(tenant_id=caller.tenant_id, is_current=True).update(is_current=False)
         _version_row(
             caller.tenant_id,

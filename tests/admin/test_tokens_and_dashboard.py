@@ -100,3 +100,18 @@ def test_dashboard_index_redirects_a_tenant_admin_to_their_tenant(client, admin_
     response = client.get(reverse("memproj_dashboard_index"))
     assert response.status_code == 302
     assert response["Location"].endswith("/admin/dashboard/tenant-a/")
+
+
+def test_dashboard_charts_every_kind_book_chunks_too(client, admin_a):
+    """A tenant with an ingested book (roampal's `document` chunks) once made the
+    per-day chart fail with a KeyError: every kind has its colour and its bar."""
+    from memory.services.collections import book_ingest
+
+    book_ingest(caller=admin_a.caller, title="Handbook", text="Chapter one. The deploy checklist comes first.")
+    episode_store(caller=admin_a.caller, content="User asked about the handbook", butler="chat")
+    client.force_login(admin_a.user)
+    response = client.get(reverse("memproj_dashboard", args=["tenant-a"]))
+    assert response.status_code == 200
+    titles = [bar["title"] for bar in response.context["per_day"]["bars"]]
+    assert any(title.endswith(("document: 1", "document: 2")) for title in titles), titles
+    assert {row["kind"] for row in response.context["per_day"]["legend"]} == {"episode", "fact", "rule", "document"}

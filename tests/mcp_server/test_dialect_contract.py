@@ -135,8 +135,12 @@ async def test_boolean_is_not_coerced_to_a_number(member, mcp_client_for):
     async with mcp_client_for(member) as client:
         importance = await call_error(client, "memory_store_episode", content="c", butler="general", importance=False)
         limit = await call_error(client, "memory_search", query="q", limit=True)
+        # JSON Schema counts -1e308 as an integer; no tool can use it (it reached
+        # memento's recall as an internal error before the argument contract refused it).
+        huge = await call_error(client, "memory_search", query="q", limit=-1e308)
     assert "importance must be of type number" in importance
     assert "limit must be of type integer" in limit
+    assert huge.startswith("[INVALID_ARGUMENT] limit must")
     assert not await Memory.objects.aexists()
 
 

@@ -248,7 +248,10 @@ async def test_remember_and_recall_upstream_errors(member, mcp_client_for):
         assert await call_error(client, "recall", query="  ") == "Query cannot be empty."
         assert await call_error(client, "recall", query="dog", limit=0) == "Limit must be at least 1."
         missing = error_of(await call_error(client, "remember", content="no confidence"))
+        # Found by the reliability fuzzer: an integer JSON Schema accepts, Python cannot use.
+        huge = error_of(await call_error(client, "recall", query="dog", limit=-1e308))
     assert missing["code"] == "INVALID_PARAMETER" and "confidence" in missing["message"]
+    assert huge["code"] == "INVALID_PARAMETER" and "limit must be of type integer" in huge["message"]
     assert await Memory.objects.acount() == 0
 
 

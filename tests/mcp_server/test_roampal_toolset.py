@@ -216,6 +216,15 @@ async def test_score_memories_newer_form(member, mcp_client_for):
     assert summary.collection == "working" and summary.tags == ["wilson"]
 
 
+async def test_score_memories_without_an_exchange_outcome(member, mcp_client_for):
+    """Only summaries and facts, no outcome (found by the isolation suite: the
+    answer once failed the output schema and came back as an internal error)."""
+    async with mcp_client_for(member, "roampal") as client:
+        text, out = await text_call(client, "score_memories", memory_scores={}, facts=["User drinks tea"])
+    assert text.startswith("Scored (0 memories updated); stored memory_bank_")
+    assert "outcome" not in out and len(out["stored"]) == 1
+
+
 async def test_get_context_insights_and_self_audit(member, mcp_client_for):
     async with mcp_client_for(member, "roampal") as client:
         for fact in ("User's name is Ada", "User codes in Rust", "User's editor is Helix"):

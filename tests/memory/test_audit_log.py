@@ -14,11 +14,12 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
+from memory.errors import PermissionDenied
 from memory.models import MemoryEvent
 from memory.services.events import EventType, chain_verify
 from memory.services.memories import episode_store, fact_store, memory_forget
 from memory.services.purge import principal_purge, tenant_purge
-from memproj.dbroles import separate_roles
+from memproj.dbroles import as_owner, separate_roles
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -151,30 +152,47 @@ def test_purges_go_through_the_function_keep_the_chain_and_leave_their_mark(owne
     memory_forget(caller=owner.caller, kind="fact", memory_id=gone.id)
     episode_store(caller=owner.caller, content="after the member's writes", butler="general")
 
-    result = principal_purge(principal_id=member.caller.principal_id, reason="ticket 7")
+    with as_owner():
+        result = principal_purge(principal_id=member.caller.principal_id, reason="ticket 7")
     assert result.events == 2 and not MemoryEvent.objects.filter(memory_id=gone.id).exists()
     assert MemoryEvent.objects.filter(memory_id=kept.id).exists()
     # The events after the removed ones were re-chained by the purge function.
     assert "chain intact" in verify("tenant-a")
     assert MemoryEvent.objects.order_by("-id").first().event_type == EventType.PRINCIPAL_PURGED
 
-    tenant_purge(tenant_id=owner.caller.tenant_id, reason="ticket 8")
+    with as_owner():
+        tenant_purge(tenant_id=owner.caller.tenant_id, reason="ticket 8")
     assert list(MemoryEvent.objects.values_list("event_type", "prev_hash")) == [(EventType.TENANT_PURGED, "")]
     assert "chain intact" in verify("tenant-a")
 
 
-def test_calling_the_purge_function_directly_is_on_the_record(member):
-    """The service role may call the purge function (the purge service does),
-    but what it deletes is always followed by a chained purge event."""
+def test_the_service_role_cannot_call_the_purge_function(member):
+    """A purge is the operator's act: the service's role (what a compromised web
+    process holds) may not execute the purge function, and the purge services
+    say how to purge instead."""
+    if not separate_roles():
+        pytest.skip("no separate owner role configured")
     episode_store(caller=member.caller, content="something happened", butler="general")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT memproj_purge_events(%s, 'tenant_purged', NULL, '{}'::jsonb, NULL, NULL)", [member.caller.tenant_id]
-        )
+    refused(
+        "SELECT memproj_purge_events(%s, 'tenant_purged', NULL, '{}'::jsonb, NULL, NULL)", [member.caller.tenant_id]
+    )
+    with pytest.raises(PermissionDenied, match="manage.py purge"):
+        tenant_purge(tenant_id=member.caller.tenant_id)
+    with pytest.raises(PermissionDenied, match="manage.py purge"):
+        principal_purge(principal_id=member.caller.principal_id)
+    assert list(MemoryEvent.objects.values_list("event_type", flat=True)) == [EventType.STORED]
+
+
+def test_the_purge_function_called_by_the_owner_is_on_the_record(member, owner_connection):
+    """Even the owner's direct call deletes nothing without a chained purge event after it."""
+    episode_store(caller=member.caller, content="something happened", butler="general")
+    owner_connection.execute(
+        "SELECT memproj_purge_events(%s, 'tenant_purged', NULL, '{}'::jsonb, NULL, NULL)", [member.caller.tenant_id]
+    )
     [event] = MemoryEvent.objects.all()
     assert (event.event_type, event.payload) == (EventType.TENANT_PURGED, {"events": 1})
-    with pytest.raises(DatabaseError, match="unknown purge event type"), connection.cursor() as cursor:
-        cursor.execute(
+    with pytest.raises(psycopg.Error, match="unknown purge event type"):
+        owner_connection.execute(
             "SELECT memproj_purge_events(%s, 'stored', NULL, '{}'::jsonb, NULL, NULL)", [member.caller.tenant_id]
         )
     assert "chain intact" in verify()

@@ -1,6 +1,6 @@
 """A tiny ASGI app behind RateLimitMiddleware, served by separate uvicorn
 processes in test_ratelimit.py: the limit must hold across web processes.
-Configured by environment: RL_REDIS_URL, RL_BUCKET, RL_LIMIT."""
+Configured by environment: RL_REDIS_URL, RL_BUCKET, RL_LIMIT, RL_WINDOW."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ from policy.document import RateLimitPolicy
 from policy.middleware import RateLimitMiddleware
 from policy.ratelimit import AsyncRateLimiter
 
-RULE = RateLimitPolicy(limit=int(os.environ.get("RL_LIMIT", "30")), window_seconds=60, algorithm="fixed")
+RULE = RateLimitPolicy(
+    limit=int(os.environ.get("RL_LIMIT", "30")),
+    window_seconds=int(os.environ.get("RL_WINDOW", "60")),
+    algorithm="fixed",
+)
 
 
 async def _resolve(scope):

@@ -203,7 +203,10 @@ async def test_the_limit_holds_across_two_web_processes():
     import time
 
     ports = [_free_port(), _free_port()]
-    env = dict(os.environ, RL_REDIS_URL=redis_url(), RL_BUCKET=f"test-{uuid.uuid4()}", RL_LIMIT="30")
+    # A day-long fixed window: a window boundary falling between the readiness
+    # probes and the burst (a one-minute window did, now and then, on a loaded
+    # machine) would reset the count and let more than 30 through.
+    env = dict(os.environ, RL_REDIS_URL=redis_url(), RL_BUCKET=f"test-{uuid.uuid4()}", RL_LIMIT="30", RL_WINDOW="86400")
     servers = [
         subprocess.Popen(
             [
@@ -242,3 +245,51 @@ async def test_the_limit_holds_across_two_web_processes():
     assert len(ok) == 28 and sum(r.status_code == 429 for r in responses) == 62
     assert len({r.text for r in ok}) == 2, "both processes served requests"
     assert all(r.headers["x-ratelimit-limit"] == "30" for r in responses)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_new_policy_applies_on_the_next_request_although_the_rule_is_cached(owner, member, monkeypatch):
+    """The token's rule is cached per process; a policy apply bumps the policy
+    generation in Redis, which every check compares, so the very next request
+    counts under the new limit (the cache is made long here, so only the
+    generation can have refreshed it)."""
+    from asgiref.sync import sync_to_async
+
+    from policy import middleware
+    from policy.services.policies import policy_apply
+
+    monkeypatch.setattr(middleware, "RULE_CACHE_SECONDS", 3600.0)
+    app = RateLimitMiddleware(_ok_app)
+    headers = {"Authorization": f"Bearer {member.token}"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+        first = await client.get("/healthz", headers=headers)
+        assert first.headers["x-ratelimit-limit"] == "1000"  # the default, now cached for this token
+        await sync_to_async(policy_apply)(
+            caller=owner.caller, yaml="version: '0.5.0'\nrate_limit: { limit: 2, window_seconds: 601 }\n"
+        )
+        answers = [await client.get("/healthz", headers=headers) for _ in range(3)]
+    assert [a.headers["x-ratelimit-limit"] for a in answers] == ["2", "2", "2"]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_rest_route_answers_a_rate_limit_in_the_dialects_own_error_body(owner):
+    """/api/pce/<tool> answers its errors in pce's body (seed 004), and so its
+    429: not the generic body, not JSON-RPC. Other /api/ endpoints keep the plain one."""
+    from asgiref.sync import sync_to_async
+
+    from memproj.asgi import Router
+    from policy.services.policies import policy_apply
+
+    await sync_to_async(policy_apply)(caller=owner.caller, yaml="version: '0.5.0'\nrate_limit: { limit: 1 }\n")
+    app = RateLimitMiddleware(Router())
+    headers = {"Authorization": f"Bearer {owner.token}"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+        await client.get("/healthz", headers=headers)
+        refused = await client.post("/api/pce/pce.memory.search", headers=headers, json={"query": "x"})
+        hooks = await client.post("/api/hooks/get-context", headers=headers, json={})
+    assert refused.status_code == 429 and refused.headers["retry-after"]
+    body = refused.json()
+    assert body["error"]["code"] == "RATE_LIMIT" and body["error"]["details"]["limit"] == 1
+    assert {"request_id", "trace_id", "policy_version"} <= set(body) and "jsonrpc" not in body
+    assert hooks.status_code == 429 and set(hooks.json()) == {"error", "request_id"}

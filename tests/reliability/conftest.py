@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.reliability import InProcessClients, identities
+from bench.reliability import HttpSurfaces, InProcessClients, http_identities, identities
 from mcp_server.toolsets import TOOLSETS
 
 
@@ -24,3 +24,10 @@ def clients(people: dict[str, tuple[int, str, Any]]) -> Iterator[InProcessClient
     callers = {who: caller for who, (_, _, caller) in people.items()}
     with InProcessClients(callers, sorted(TOOLSETS)) as opened:
         yield opened
+
+
+@pytest.fixture
+def surfaces(clients: InProcessClients, people: dict[str, tuple[int, str, Any]]) -> HttpSurfaces:
+    """The HTTP endpoints beside MCP (REST route, roampal hooks, langmem store,
+    admin as a staff user) for the same identities."""
+    return HttpSurfaces(clients, http_identities("rel", people))

@@ -2,7 +2,10 @@
 (memproj.serve: uvicorn + Celery worker + beat, embedded PostgreSQL and Redis
 of its own under a temporary directory, HTTP on loopback): every accepted write
 is present after recovery, no committed write is answered with an error, no
-retry duplicates a write, every follow-up is done. Plus a short load run.
+retry duplicates a write, every follow-up is done. The stack embeds through a
+fake OpenAI-compatible endpoint on loopback (real MiniLM vectors until told to
+fail), so embedder errors, malformed JSON and hangs are injected for real.
+Plus a short load run.
 
 CI size: a few seconds of load per fault; `make reliability` runs a minute each."""
 
@@ -17,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.reliability import Stack, fault_scenario, load
+from bench.reliability import FakeEmbeddingEndpoint, Stack, fault_scenario, load
 
 pytestmark = pytest.mark.slow
 
@@ -27,13 +30,17 @@ SECONDS, CLIENTS, DRAIN = 6.0, 3, 180.0
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     var_dir = Path(tempfile.mkdtemp(prefix="mp-rel-"))  # short: Unix socket paths
-    running = Stack(var_dir)
+    embedder = FakeEmbeddingEndpoint().start()
+    # A breaker cooldown of 1 s instead of 30: the CI window puts three embedder
+    # modes in a few seconds, and an open breaker would keep the later ones away.
+    running = Stack(var_dir, embedder=embedder, env_overrides={"MEMPROJ_EMBED_BREAKER_COOLDOWN": "1"})
     try:
         running.prepare()
         running.start()
         yield running
     finally:
         running.stop()
+        embedder.stop()
         shutil.rmtree(var_dir, ignore_errors=True)
 
 
@@ -76,6 +83,20 @@ def test_postgres_restart_under_writes_answers_coded_errors_and_loses_nothing(st
     assert report.committed_but_error == 0 and report.duplicates == 0
     assert report.bare_http_errors == 0 and report.uncoded_errors == 0, report.samples
     assert report.follow_ups_pending == 0
+
+
+def test_embedder_errors_malformed_json_and_hangs_under_writes_lose_nothing_and_reads_degrade(stack, token):
+    # One fault window with the endpoint answering HTTP 500, then broken JSON /
+    # wrong-sized vectors, then nothing at all (`make reliability` runs each alone).
+    report = fault_scenario(stack, token, "embedder errors/malformed/hang", seconds=14, clients=CLIENTS, drain=DRAIN)
+    assert report.accepted > 0
+    assert report.embedded_later > 0, report  # the fault was met: writes stored without their vector
+    assert report.error_answers == 0, report.samples  # an embedder failure never fails a write
+    assert (report.lost, report.committed_but_error, report.duplicates) == (0, 0, 0), report
+    assert report.fault_reads > 0 and report.fault_read_errors == 0, report.samples  # searches fall back to keyword
+    assert report.follow_ups_pending == 0, report  # every pending embedding done once the endpoint answers
+    # Each mode was met by real requests.
+    assert stack.embedder is not None and all(stack.embedder.requests[m] > 0 for m in ("error", "malformed", "hang"))
 
 
 def test_a_short_mixed_load_has_no_errors(stack, token):

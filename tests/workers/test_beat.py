@@ -39,7 +39,7 @@ def test_every_entry_expires_just_under_its_period():
 
 def test_cadences_are_overridable_and_can_be_switched_off():
     table = beat_schedule({"MEMPROJ_BEAT_DECAY": "*/10 * * * *", "MEMPROJ_BEAT_EXPIRE": "off"})
-    assert "episodes-expire" not in table
+    assert "memories-expire" not in table
     assert table["facts-decay"]["schedule"] == parse_crontab("*/10 * * * *")
     assert table["facts-decay"]["options"]["expires"] == expires_for(timedelta(minutes=10))
     assert shortest_period(parse_crontab("0 9,21 * * 1-5")) == timedelta(hours=12)

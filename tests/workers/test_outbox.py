@@ -108,3 +108,53 @@ def test_the_drain_runs_in_bounded_batches_and_leaves_pending_embeddings_to_thei
     assert FollowUp.objects.get(memory_id=pending.pk, kind=FollowUpKind.EMBED).done_at is not None
     assert FollowUp.objects.get(memory_id=pending.pk, kind=FollowUpKind.CONFLICT_CHECK).done_at is not None
     assert not FollowUp.objects.filter(done_at__isnull=True).exists()
+
+
+@pytest.mark.django_db(transaction=False)
+def test_concurrent_eager_follow_ups_leave_no_join_block_behind(monkeypatch):
+    """The root of an order-dependent failure ("Never call result.get() within a
+    task" in a later test): Celery's eager ``apply_async`` sets a process-global
+    flag for the task's duration and restores what it saw on entry, so two
+    threads enqueueing at once could leave it set. Here thread A's task ends
+    while thread B's runs - the order that left it set; the transport runs
+    eager tasks without touching the flag."""
+    import threading
+    import uuid
+    from types import SimpleNamespace
+
+    from celery._state import task_join_will_block
+
+    from memory.services import followups
+    from memory.services.followups import followup_transport
+
+    assert app.conf.task_always_eager
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
+    first_running, second_running, first_done = threading.Event(), threading.Event(), threading.Event()
+
+    def check(*, memory_id: uuid.UUID) -> SimpleNamespace:
+        if str(memory_id) == first:
+            first_running.set()
+            assert second_running.wait(10)
+        else:
+            second_running.set()
+            assert first_done.wait(10)
+        return SimpleNamespace(merged=[], candidates=[], skipped="")
+
+    monkeypatch.setattr(followups, "followup_conflict_check_run", check)
+    enqueue = followup_transport(FollowUpKind.CONFLICT_CHECK)
+    assert enqueue is not None
+
+    def run_first() -> None:
+        enqueue(first)
+        first_done.set()
+
+    threads = [threading.Thread(target=run_first)]
+    threads[0].start()
+    assert first_running.wait(10)
+    threads.append(threading.Thread(target=enqueue, args=(second,)))
+    threads[1].start()
+    for thread in threads:
+        thread.join(20)
+    assert second_running.is_set() and first_done.is_set()
+    assert task_join_will_block() is False
+    assert tasks.memory_conflict_check_task.apply(args=[first]).get()["skipped"] == ""

@@ -47,7 +47,7 @@ def test_a_sweep_re_enqueues_itself_until_its_backlog_is_done(settings):
                 episode_store(caller=identity.caller, content=f"old note {n}", butler="b", ttl=timedelta(days=1))
     # One batch holds at most 2 rows and 1 per tenant; the task keeps re-enqueueing
     # (eagerly here) until all 6 are gone.
-    assert tasks.episodes_expire_task.apply().get() == 2
+    assert tasks.memories_expire_task.apply().get() == 2
     assert not Memory.objects.filter(kind="episode").exists()
     assert MemoryEvent.objects.filter(event_type="expired_deleted").count() == 6
 

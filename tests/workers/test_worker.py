@@ -95,7 +95,7 @@ def test_expiry_and_decay_of_back_dated_memories(start_worker):
     recent = episode_store(caller=member.caller, content="Deploy succeeded", butler="ops")
 
     worker = start_worker()
-    tasks.episodes_expire_task.delay()
+    tasks.memories_expire_task.delay()
     tasks.facts_decay_task.delay()
     wait_until(
         lambda: (

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from memory.management.commands._pipeline import principal_by_name, tenant_by_slug
 from memory.services.purge import principal_purge, tenant_purge
+from memproj.dbroles import as_owner
 
 
 class Command(BaseCommand):
@@ -29,11 +30,14 @@ class Command(BaseCommand):
         )
         if not options["yes"]:
             raise CommandError(f"this deletes every memory and audit event of {target}; pass --yes to confirm.")
-        if options["principal"]:
-            principal = principal_by_name(tenant, options["principal"])
-            result = principal_purge(principal_id=principal.pk, reason=options["reason"])
-        else:
-            result = tenant_purge(tenant_id=tenant.pk, reason=options["reason"])
+        # The purge function is the owner's alone (memproj/dbroles.py): the whole
+        # purge runs on an owner connection (DATABASE_OWNER_URL), in one transaction.
+        with as_owner():
+            if options["principal"]:
+                principal = principal_by_name(tenant, options["principal"])
+                result = principal_purge(principal_id=principal.pk, reason=options["reason"])
+            else:
+                result = tenant_purge(tenant_id=tenant.pk, reason=options["reason"])
         self.stdout.write(
             f"purged {target}: {result.memories} memories, {result.events} events, "
             f"{result.conflicts} conflict candidates, {result.links} links"

@@ -217,3 +217,15 @@ def test_ingest_book_command_shows_progress(member, tmp_path):
     chunks = Memory.objects.filter(tenant_id=member.caller.tenant_id, collection="books")
     assert chunks.count() == 2 and all(c.tags == ["ops"] and c.embedding_status == "ready" for c in chunks)
     assert chunks.first().metadata["title"] == "guide.md"
+
+
+def test_every_book_chunk_has_its_own_stored_event(member):
+    """The reliability suite's consistency check: every memory row with its
+    'stored' audit event. A book records one event for the book and one per chunk."""
+    text = "\n\n".join(f"Chapter {n}. " + "The deploy checklist comes first. " * 40 for n in range(4))
+    chunk_ids = api.book_ingest(caller=member.caller, title="Handbook", text=text).chunk_ids
+    assert len(chunk_ids) > 1
+    stored = MemoryEvent.objects.filter(memory_id__in=chunk_ids, event_type="stored")
+    assert sorted(e.memory_id for e in stored) == sorted(chunk_ids)
+    assert {(e.memory_kind, e.payload["title"]) for e in stored} == {("document", "Handbook")}
+    assert MemoryEvent.objects.filter(event_type="book_ingested", payload__chunks=len(chunk_ids)).count() == 1

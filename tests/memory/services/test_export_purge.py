@@ -50,6 +50,8 @@ def without_event_ids(rows, skip_types=()):
     ]
 
 
+# The purge command reconnects as the database owner: no test transaction may span it.
+@pytest.mark.django_db(transaction=True)
 def test_export_purge_import_round_trips_everything(tmp_path):
     owner = make_identity("tenant-a", "owner", role="admin")
     populate(owner)
@@ -86,6 +88,7 @@ def test_import_refuses_a_file_that_is_not_an_export(tmp_path):
     assert not Memory.objects.exists()
 
 
+@pytest.mark.django_db(transaction=True)  # the purge reconnects as the owner
 def test_purge_one_principal(tmp_path):
     owner = make_identity("tenant-a", "owner", role="admin")
     member = make_identity("tenant-a", "member")
@@ -133,7 +136,7 @@ def test_operator_sweep_commands_run():
         call_command(command, stdout=out, stderr=out, **args)
     text = out.getvalue()
     assert "4 episodes consolidated, 1 facts/rules created" in text
-    assert "deleted 0 expired episodes" in text
+    assert "deleted 0 expired memories" in text
     assert "0 fact state changes recorded, 0 rule maturities changed" in text
     assert "5 memories re-embedded" in text
     assert MemoryLink.objects.count() == 4 and ConflictCandidate.objects.count() == 0
@@ -150,6 +153,7 @@ def test_import_over_existing_rows_imports_nothing(tmp_path):
     assert not Principal.objects.filter(tenant__slug="tenant-copy").exists()
 
 
+@pytest.mark.django_db(transaction=True)  # the purge reconnects as the owner
 def test_import_maps_legacy_forgotten_to_retracted(tmp_path):
     owner = make_identity("tenant-a", "owner", role="admin")
     fact = fact_store(caller=owner.caller, subject="user", predicate="pet", content="User has a cat").memory

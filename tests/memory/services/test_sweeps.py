@@ -47,17 +47,17 @@ def test_expired_episodes_leave_retrieval_then_rows_go_after_retention(member):
     with time_machine.travel(start + timedelta(days=2)):
         hits = memory_search(caller=member.caller, query="billing service")
         assert [h.memory.id for h in hits] == [kept.id]  # expired: out of retrieval at once
-        assert sweeps.episodes_expire().processed == 0  # but the row stays for the retention period
+        assert sweeps.memories_expire().processed == 0  # but the row stays for the retention period
         assert Memory.objects.filter(pk=episode.pk).exists()
 
     with time_machine.travel(start + timedelta(days=32)):
-        first = sweeps.episodes_expire()
+        first = sweeps.memories_expire()
         assert first.processed == 1 and first.ids == [episode.id]
         assert not Memory.objects.filter(pk=episode.pk).exists()
         assert Memory.objects.filter(pk=kept.pk).exists()
         [audit] = events(episode.id, "expired_deleted")
         assert audit.payload["content_hash"] == episode.content_hash
-        assert sweeps.episodes_expire().processed == 0  # safe to run twice
+        assert sweeps.memories_expire().processed == 0  # safe to run twice
 
 
 def test_decay_records_fact_state_transitions_once(member):
@@ -104,7 +104,7 @@ def test_sweeps_only_touch_what_they_should(member, outsider):
     rule_store(caller=outsider.caller, content="Tenant B rule")
     fact_store(caller=outsider.caller, subject="x", predicate="y", content="Tenant B fact", permanence="permanent")
     for sweep in (
-        sweeps.episodes_expire,
+        sweeps.memories_expire,
         sweeps.facts_decay,
         sweeps.rules_maturity,
         reembedding.embeddings_retry,
