@@ -24,6 +24,18 @@ occurrence). Abstention questions without turn evidence count only at session le
 Metrics: Recall@k = |top-k & gold| / |gold|; nDCG@k with binary gains and the
 ideal DCG of min(|gold|, k) hits.
 
+Chosen defaults (issue 14) and why: fusion ``conf`` (memory/scoring.py
+confidence_alpha, gain 2.0) with the policy's alpha 0.65 kept. Both channels
+are min-max spread over their own candidates, and the keyword channel's weight
+moves with its best hit's coverage of the query's IDF mass: short questions
+whose rare words a turn holds lean on BM25, long dialogue queries (MADial) on
+the vector channel. Measured against ``norm`` (the fusion before) on both sets:
+MADial nDCG@10 0.655 -> 0.662, LongMemEval (18 embedded q.) 0.661 -> 0.689, and
+hybrid is then at or above the better single channel on both (it was below the
+vector channel's nDCG@10 on LongMemEval). Plain episode text stays the default:
+``--embed-text ctx1`` (the previous turn in the embedding) lowered LongMemEval's
+vector nDCG@10 0.679 -> 0.625.
+
 Embeddings of both corpora are cached on disk (bench/_embcache.py, keyed by
 model + text) so repeated runs only embed what is new.
 """
@@ -63,7 +75,15 @@ AUTHORS = {
 }
 DIALOGUE_TIME = datetime(2024, 6, 16, tzinfo=UTC)  # the '<Time>' the authors put on every dialogue
 MODES = ("keyword", "semantic", "hybrid")
-MODE_LABEL = {"keyword": "keyword-only", "semantic": "vector-only", "hybrid": "hybrid"}
+MODE_LABEL = {
+    "keyword": "keyword-only",
+    "semantic": "vector-only",
+    "hybrid": "hybrid",
+    "hybrid-before": "hybrid before issue 14's fusion (norm)",
+}
+# The shipped fusion before this work (with the policy's alpha 0.65), run beside the
+# current defaults so every report shows before / after on the same tenants.
+BEFORE = {"fusion": "norm"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -76,7 +96,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--params", nargs="*", default=[], help="RetrievalParams overrides, name=value")
     p.add_argument("--no-sweep", action="store_true", help="skip the scorer, fusion and depth sweeps")
     p.add_argument(
-        "--warm-only", action="store_true", help="only fill the embedding cache (LongMemEval's 55k turns: hours here)"
+        "--embed-text",
+        choices=("plain", "ctx1"),
+        default=None,
+        help="what is embedded for an episode (memory/embedtext.py; default: the MEMPROJ_EMBED_TEXT setting)",
+    )
+    p.add_argument(
+        "--warm-only",
+        action="store_true",
+        help="only fill the embedding cache (LongMemEval's 55k turns: an hour or more on a busy 2-core machine)",
     )
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.add_argument("--tiny", action="store_true", help="smoke-test size")
@@ -228,12 +256,14 @@ def madial_texts(data_dir: Path) -> list[str]:
 
 
 def madial_dataset(data_dir: Path, limit: int) -> tuple[DataSet, list[dict]]:
+    from memory import embedtext
+
     memories, dialogues = load_madial(data_dir)
     if limit:
         dialogues = dialogues[:limit]
     callers = {}
     for user, items in memories.items():
-        caller = tenant_caller(f"bench-madial-{DATA_VERSION}-user{user}")
+        caller = tenant_caller(f"bench-madial-{DATA_VERSION}-{embedtext.text_version()}-user{user}")
         fill_tenant(
             caller,
             [
@@ -259,7 +289,20 @@ def madial_dataset(data_dir: Path, limit: int) -> tuple[DataSet, list[dict]]:
     return DataSet("MADial-Bench (en)", queries, KS, 20), dialogues
 
 
-def fill_lme_tenant(caller, q: _longmemeval.Question, embedder: _embcache.CachedEmbedder) -> bool:  # type: ignore[no-untyped-def]
+def lme_embedding_texts(q: _longmemeval.Question, version: str) -> list[str]:
+    """Each turn's text to embed, through the one mechanism (memory.embedtext):
+    the previous turn is the one before it in the same session, as the store
+    path's previous-turn lookup finds it when turns are stored in order."""
+    from memory.embedtext import embedding_text
+
+    out = []
+    for i, t in enumerate(q.turns):
+        prev = q.turns[i - 1] if i and q.turns[i - 1].session_id == t.session_id else None
+        out.append(embedding_text(t.content, kind="episode", previous=prev.content if prev else None, version=version))
+    return out
+
+
+def fill_lme_tenant(caller, q: _longmemeval.Question, embedder: _embcache.CachedEmbedder, version: str) -> bool:  # type: ignore[no-untyped-def]
     """One episode per turn, written as ``episode_store`` writes it (same
     fields, hash, search vector, term statistics) but in one bulk INSERT: 59k
     single store calls would cost more than the benchmark itself. Vectors come
@@ -305,30 +348,35 @@ def fill_lme_tenant(caller, q: _longmemeval.Question, embedder: _embcache.Cached
             """,
             [[t.index for t in q.turns], [t.when for t in q.turns], caller.tenant_id],
         )
-    pending = list(rows.filter(embedding__isnull=True).values_list("id", "content"))
+    pending = list(rows.filter(embedding__isnull=True).values_list("id", "metadata"))
     if not pending:
         return True
+    from memory.embedtext import embedding_identity
     from memory.retrieval import vector_literal
 
-    cached = embedder.cache.get_many([c for _, c in pending])
-    ready = [(pk, vector_literal(cached[c])) for pk, c in pending if c in cached]
+    texts = lme_embedding_texts(q, version)
+    wanted = {pk: texts[meta["turn"]] for pk, meta in pending}
+    cached = embedder.cache.get_many(list(wanted.values()))
+    ready = [(pk, vector_literal(cached[text])) for pk, text in wanted.items() if text in cached]
     with connection.cursor() as cursor:
         cursor.execute(
             """
             UPDATE memory_memory m SET embedding = x.v::vector, embedding_status = 'ready', embedding_model = %s
             FROM unnest(%s::uuid[], %s::text[]) AS x(id, v) WHERE m.id = x.id
             """,
-            [embedder.model_name, [pk for pk, _ in ready], [v for _, v in ready]],
+            [embedding_identity(embedder.model_name, version), [pk for pk, _ in ready], [v for _, v in ready]],
         )
     return len(ready) == len(pending)
 
 
-def lme_dataset(data_dir: Path, per_type: int, embedder: _embcache.CachedEmbedder) -> tuple[DataSet, DataSet]:
+def lme_dataset(
+    data_dir: Path, per_type: int, embedder: _embcache.CachedEmbedder, version: str
+) -> tuple[DataSet, DataSet]:
     """All questions (for the keyword channel) and those whose haystack is fully embedded."""
     queries, embedded = [], []
     for q in _longmemeval.load(data_dir, per_type):
-        caller = tenant_caller(f"bench-lme-{LME_VERSION}-{q.question_id}")
-        complete = fill_lme_tenant(caller, q, embedder)
+        caller = tenant_caller(f"bench-lme-{LME_VERSION}-{version}-{q.question_id}")
+        complete = fill_lme_tenant(caller, q, embedder, version)
         query = Query(
             caller=caller,
             text=q.question,
@@ -347,9 +395,9 @@ def lme_dataset(data_dir: Path, per_type: int, embedder: _embcache.CachedEmbedde
     )
 
 
-def lme_texts(data_dir: Path, per_type: int) -> list[str]:
+def lme_texts(data_dir: Path, per_type: int, version: str) -> list[str]:
     qs = _longmemeval.load(data_dir, per_type)
-    return [q.question for q in qs] + [t.content for q in qs for t in q.turns]
+    return [q.question for q in qs] + [text for q in qs for text in lme_embedding_texts(q, version)]
 
 
 def sessions_ranked(query: Query, ranked: Sequence[int]) -> list[str]:
@@ -398,7 +446,7 @@ def category_table(ds: DataSet, runs: dict[str, list[list[int]]]) -> str:
     rows = []
     for cat in cats:
         idx = [i for i, q in enumerate(ds.queries) if q.category == cat]
-        for mode in ds.modes:
+        for mode in [m for m in (*ds.modes, "hybrid-before") if m in runs]:
             m = score_ds(ds, [runs[mode][i] for i in idx], [ds.queries[i] for i in idx])
             rows.append([cat, MODE_LABEL[mode], len(idx)] + [f"{m[c]:.3f}" for c in cols])
     return _common.table(["type", "channel", "n"] + cols, rows)
@@ -440,6 +488,7 @@ def capped(hit, k_vec: int, k_txt: int):  # type: ignore[no-untyped-def]
         vector_rank=hit.vector_rank if vec_ok else None,
         text_rank_value=hit.text_rank_value if txt_ok else None,
         text_rank=hit.text_rank if txt_ok else None,
+        text_coverage=hit.text_coverage if txt_ok else None,
     )
 
 
@@ -478,9 +527,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"LongMemEval data not found in {args.lme_data}; skipping it", file=sys.stderr)
         want_lme = False
     _common.setup_django(db_name="memproj_bench_quality")
-    from memory import scoring
+    from django.conf import settings
+
+    from memory import embedtext, scoring
     from memory.scoring import RetrievalParams
 
+    if args.embed_text:
+        settings.MEMPROJ["EMBED_TEXT"] = args.embed_text
+    version = embedtext.text_version()
     embedder = _embcache.install()
     # MADial is small: embed what is missing now. LongMemEval's haystacks are
     # embedded by --warm-only (slow); until then its vector rows cover the
@@ -488,8 +542,10 @@ def main(argv: list[str] | None = None) -> int:
     _embcache.warm(embedder, madial_texts(args.data) if want_madial else [])
     if args.warm_only:
         if want_lme:
-            for per_type in sorted({3, 6, 10, args.lme_per_type or 20}):
-                _embcache.warm(embedder, lme_texts(args.lme_data, per_type))
+            # Smallest subsets first, so a long warm-up is usable early; only the
+            # asked subset with --lme-per-type.
+            for per_type in [args.lme_per_type] if args.lme_per_type else [3, 6, 10, 20]:
+                _embcache.warm(embedder, lme_texts(args.lme_data, per_type, version))
         return 0
 
     t0 = time.perf_counter()
@@ -499,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         madial, dialogues = madial_dataset(args.data, args.limit)
         datasets.append(madial)
     if want_lme:
-        datasets.extend(d for d in lme_dataset(args.lme_data, args.lme_per_type, embedder) if d.queries)
+        datasets.extend(d for d in lme_dataset(args.lme_data, args.lme_per_type, embedder, version) if d.queries)
     print(f"  tenants ready in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     # What a tenant's read gets (settings, then the tenant's policy: every bench
     # tenant has the default policy), then the command line's overrides.
@@ -509,14 +565,13 @@ def main(argv: list[str] | None = None) -> int:
     base = retrieval_params(first) if first is not None else RetrievalParams.resolve()
     params = base.with_(**parse_overrides(args.params))
 
-    label = {"alpha": f"alpha={params.alpha}", "norm": f"norm alpha={params.alpha}", "rrf": f"RRF k={params.rrf_k}"}[
-        params.fusion
-    ]
+    label = f"RRF k={params.rrf_k}" if params.fusion == "rrf" else f"{params.fusion} alpha={params.alpha}"
     out = [
         f"memproj retrieval quality - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"parameters: fusion {label}, keyword scorer {params.keyword_scorer}"
         + (f" (k1={params.bm25_k1}, b={params.bm25_b})" if params.keyword_scorer == "bm25" else "")
-        + f", k_vec={params.k_vec}, k_txt={params.k_txt} (settings + the default tenant policy"
+        + f", k_vec={params.k_vec}, k_txt={params.k_txt}, embedding text {version}"
+        + " (settings + the default tenant policy"
         + (f" + {' '.join(args.params)})" if args.params else ")"),
     ]
     figures: dict[str, object] = {"params": {k: str(v) for k, v in vars(params).items()}}
@@ -526,6 +581,10 @@ def main(argv: list[str] | None = None) -> int:
             (f"memproj {MODE_LABEL[m]}" + (f" ({label})" if m == "hybrid" else ""), score_ds(ds, runs[m]))
             for m in ds.modes
         ]
+        before = params.with_(**BEFORE)
+        if "hybrid" in ds.modes and before != params:
+            runs["hybrid-before"] = search_runs(ds, "hybrid", before)
+            rows.append((f"memproj {MODE_LABEL['hybrid-before']}", score_ds(ds, runs["hybrid-before"])))
         if ds.name.startswith("MADial"):
             from memory.selectors import memories as selectors
 
@@ -593,7 +652,12 @@ def sweeps(ds: DataSet, params, scoring, figures: dict, tiny: bool = False) -> l
         fusions.append((f"alpha={a}", params.with_(fusion="alpha", alpha=a)))
     for a in (0.3, 0.4, 0.5, 0.6, 0.65, 0.7, 0.8):
         fusions.append((f"norm alpha={a}", params.with_(fusion="norm", alpha=a)))
-    for k in (10, 30, 60):
+    for how in ("minmax", "dbsf"):
+        for a in (0.3, 0.4, 0.5, 0.6, 0.7):
+            fusions.append((f"{how} alpha={a}", params.with_(fusion=how, alpha=a)))
+    for gain in (1.0, 2.0, 2.8, 4.0, 6.0):
+        fusions.append((f"conf alpha={params.alpha} gain={gain}", params.with_(fusion="conf", conf_gain=gain)))
+    for k in (5, 10, 30, 60):
         fusions.append((f"RRF k={k}", params.with_(fusion="rrf", rrf_k=k)))
     fusion_rows = []
     per_query: dict[str, list[float]] = {}
@@ -601,6 +665,8 @@ def sweeps(ds: DataSet, params, scoring, figures: dict, tiny: bool = False) -> l
         wide = wides[scorer_name]
         base = dict(scorers)[scorer_name]
         for name, p in fusions:
+            if scorer_name == "cover_density" and not name.startswith(("alpha=0.65", "norm alpha=0.65")):
+                continue  # the scorer before BM25: only its old fusions, for the record
             fp = p.with_(keyword_scorer=base.keyword_scorer, bm25_k1=base.bm25_k1, bm25_b=base.bm25_b)
             run = rerank(ds, wide, fp)
             key = f"{scorer_name} + {name}"
@@ -608,7 +674,7 @@ def sweeps(ds: DataSet, params, scoring, figures: dict, tiny: bool = False) -> l
             per_query[key] = [ndcg_at(q.gold, r, 10) for q, r in zip(ds.queries, run, strict=True) if q.gold]
     out += ["", f"{ds.name}: fusion x keyword scorer (k_vec={params.k_vec}, k_txt={params.k_txt})"]
     out.append(ds_table(ds, fusion_rows, "fusion"))
-    today = "cover_density + alpha=0.65"  # the shipped default before this work (policy alpha 0.65)
+    today = "bm25 k1=1.2 b=0.75 + norm alpha=0.65"  # the shipped default before this work (policy alpha 0.65)
     best = max(fusion_rows, key=lambda r: r[1]["nDCG@10"])[0]
     if best != today:
         low, mean, high = paired_bootstrap(per_query[best], per_query[today])

@@ -252,11 +252,20 @@ class Memory(models.Model):
             models.Index(
                 fields=["expires_at"], name="memory_expiry_idx", condition=Q(kind="episode", validity="active")
             ),
+            # The expiry sweep: every kind with a TTL (memory.services.sweeps.memories_expire).
+            models.Index(fields=["expires_at"], name="memory_expires_at_idx", condition=Q(expires_at__isnull=False)),
             # The roampal lifecycle sweep and collection listings (days_back without a query).
             models.Index(
                 fields=["tenant", "collection", "-created_at"],
                 name="memory_collection_idx",
                 condition=~Q(collection=""),
+            ),
+            # A session's latest turns (memory.embedtext: the previous turn an
+            # episode is embedded with; one probe per store).
+            models.Index(
+                fields=["tenant", "session_id", "-created_at"],
+                name="memory_session_turn_idx",
+                condition=Q(kind="episode", validity="active") & ~Q(session_id=""),
             ),
             models.Index(
                 fields=["fact_state_changes_at"],

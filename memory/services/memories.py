@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from memory import scoring, validation
+from memory import embedtext, scoring, validation
 from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
@@ -39,16 +39,24 @@ class _Embedding:
     error: str = ""
 
 
-def _embed_for_store(content: str) -> _Embedding:
+def _embed_for_store(content: str, *, kind: str, caller: Caller | None = None, session_id: str = "") -> _Embedding:
     """Embed before the transaction opens. A failure never loses the write: the
-    memory is stored keyword-searchable and marked pending for the worker."""
+    memory is stored keyword-searchable and marked pending for the worker.
+    What is embedded is memory.embedtext's text (an episode with its session's
+    previous turn under EMBED_TEXT=ctx1: one index probe)."""
     if settings.MEMPROJ["EMBED_MODE"] == "async":
         return _Embedding(None, EmbeddingStatus.PENDING, "")
     embedder = get_embedder()
+    previous = None
+    if kind == Kind.EPISODE and caller is not None:
+        previous = embedtext.previous_turn_for_new(tenant_id=caller.tenant_id, session_id=session_id)
+    text = embedtext.embedding_text(content, kind=kind, previous=previous)
     try:
         # Any failure (load error, bad JSON, timeout, open breaker) arrives as
         # EmbeddingUnavailable with a bounded wait: the write is kept pending.
-        return _Embedding(embedder.embed_document(content), EmbeddingStatus.READY, embedder.model_name)
+        return _Embedding(
+            embedder.embed_document(text), EmbeddingStatus.READY, embedtext.embedding_identity(embedder.model_name)
+        )
     except EmbeddingUnavailable as exc:
         return _Embedding(None, EmbeddingStatus.PENDING, "", str(exc)[:2000])
 
@@ -108,7 +116,7 @@ def episode_store(
         # decides their expiry (7 d by default); 'inf' keeps them 100 years, since
         # an episode always carries an expiry.
         ttl = caller.policy.ttl_for("session") or timedelta(days=36500)
-    embedding = _embed_for_store(content)
+    embedding = _embed_for_store(content, kind=Kind.EPISODE, caller=caller, session_id=session)
     now = timezone.now()
     with transaction.atomic():
         memory = _new_memory(
@@ -202,7 +210,7 @@ def fact_store(
     scope = validation.label(scope, field="scope")
     tag_list = validation.tags(tags)
     namespace = [validation.text(part, field="namespace segment", max_chars=200) for part in namespace]
-    embedding = _embed_for_store(content)
+    embedding = _embed_for_store(content, kind=Kind.FACT)
     now = timezone.now()
     state, state_changes_at = scoring.fact_state_schedule(
         confidence=confidence, decay_rate=scoring.DECAY_RATES[permanence], confirmed_at=now, now=now
@@ -276,7 +284,7 @@ def rule_store(
     boundary_class = validation.choice(boundary_class, field="boundary_class", allowed=BOUNDARY_CLASSES)
     scope = validation.label(scope, field="scope")
     tag_list = validation.tags(tags)
-    embedding = _embed_for_store(content)
+    embedding = _embed_for_store(content, kind=Kind.RULE)
     with transaction.atomic():
         memory = _new_memory(
             caller=caller,
@@ -485,15 +493,16 @@ def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
         Memory.objects.without_vectors()
         .filter(pk__in=list(memory_ids))
         .exclude(embedding_status=EmbeddingStatus.READY)
-        .values_list("pk", "content", "content_hash")
+        .values_list("pk", "content", "content_hash", "kind")
     )
     if not pending:
         return 0
     embedder = get_embedder()
+    texts = embedtext.texts_for_embedding([(pk, kind, content) for pk, content, _, kind in pending])
     try:
-        vectors = embedder.embed([content for _, content, _ in pending])
+        vectors = embedder.embed(texts)
     except EmbeddingUnavailable as exc:
-        Memory.objects.filter(pk__in=[pk for pk, _, _ in pending]).update(
+        Memory.objects.filter(pk__in=[pk for pk, _, _, _ in pending]).update(
             embedding_attempts=F("embedding_attempts") + 1, embedding_error=str(exc)[:2000]
         )
         raise
@@ -501,7 +510,7 @@ def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
     # edit in between wins over a stale vector) and on the row still waiting.
     rows = ", ".join(["(%s::uuid, %s, %s::vector)"] * len(pending))
     params: list[Any] = []
-    for (pk, _, digest), vector in zip(pending, vectors, strict=True):
+    for (pk, _, digest, _), vector in zip(pending, vectors, strict=True):
         params += [pk, digest, vector_literal(vector)]
     with connection.cursor() as cursor:
         cursor.execute(
@@ -512,7 +521,7 @@ def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
             FROM (VALUES {rows}) AS v(id, content_hash, embedding)
             WHERE m.id = v.id AND m.content_hash = v.content_hash AND m.embedding_status <> 'ready'
             """,  # noqa: S608 - only placeholders are spliced in
-            [embedder.model_name, timezone.now(), *params],
+            [embedtext.embedding_identity(embedder.model_name), timezone.now(), *params],
         )
         return cursor.rowcount
 

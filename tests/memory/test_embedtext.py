@@ -1,0 +1,106 @@
+"""What is embedded for a memory (memory/embedtext.py): one mechanism for the
+sync store, the worker's batch path and re-embedding, and the text version is
+recorded with every vector."""
+
+import pytest
+
+from memory import embedtext
+from memory.embeddings import set_embedder
+from memory.models import Memory
+from memory.services import reembedding
+from memory.services.memories import episode_store, fact_store, memory_embed_batch
+from tests.embedders import HashingEmbedder
+
+pytestmark = pytest.mark.django_db
+
+
+class RecordingEmbedder(HashingEmbedder):
+    """The hashing embedder, remembering every text it was given."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        self.seen.extend(texts)
+        return super().embed(texts)
+
+
+@pytest.fixture
+def recorder():
+    embedder = RecordingEmbedder()
+    set_embedder(embedder)
+    return embedder
+
+
+@pytest.fixture
+def ctx1(settings):
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "ctx1"}
+
+
+def test_embedding_text_versions():
+    assert embedtext.embedding_text("Yes!", kind="episode", previous="Did you like Rome?", version="plain") == "Yes!"
+    assert (
+        embedtext.embedding_text("Yes!", kind="episode", previous="Did you like Rome?", version="ctx1")
+        == "Yes!\n(previous turn: Did you like Rome?)"
+    )
+    # Facts and rules are embedded as stored; the first turn of a session has no context.
+    assert embedtext.embedding_text("Yes!", kind="fact", previous="Rome?", version="ctx1") == "Yes!"
+    assert embedtext.embedding_text("Yes!", kind="episode", previous=None, version="ctx1") == "Yes!"
+    long = "x" * 1000
+    assert len(embedtext.embedding_text("a", kind="episode", previous=long, version="ctx1")) < 400
+    assert embedtext.embedding_identity("m", "plain") == "m" and embedtext.embedding_identity("m", "ctx1") == "m+ctx1"
+
+
+def test_unknown_text_version_is_refused(settings):
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "fancy"}
+    with pytest.raises(ValueError, match="MEMPROJ_EMBED_TEXT"):
+        embedtext.text_version()
+
+
+def test_store_embeds_an_episode_with_the_previous_turn_of_its_session(member, recorder, ctx1):
+    first = episode_store(caller=member.caller, content="Did you like Rome?", butler="b", session_id="s1")
+    episode_store(caller=member.caller, content="Another chat", butler="b", session_id="s2")
+    second = episode_store(caller=member.caller, content="Yeah, it was amazing!", butler="b", session_id="s1")
+    fact_store(caller=member.caller, subject="user", predicate="city", content="User lives in Rome")
+    assert recorder.seen == [
+        "Did you like Rome?",
+        "Another chat",
+        "Yeah, it was amazing!\n(previous turn: Did you like Rome?)",
+        "User lives in Rome",
+    ]
+    # The content is stored as given; the vector's identity says how it was made.
+    second.refresh_from_db()
+    assert second.content == "Yeah, it was amazing!"
+    assert second.embedding_model == "test-hashing-384+ctx1"
+    assert Memory.objects.get(pk=first.pk).embedding_model == "test-hashing-384+ctx1"
+
+
+def test_batch_path_builds_the_same_text_as_the_store_path(member, recorder, ctx1, settings):
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_MODE": "async"}
+    ids = [
+        episode_store(caller=member.caller, content=text, butler="b", session_id="s1").id
+        for text in ("Did you like Rome?", "Yeah, it was amazing!")
+    ]
+    assert recorder.seen == []
+    assert memory_embed_batch(memory_ids=ids) == 2
+    assert sorted(recorder.seen) == ["Did you like Rome?", "Yeah, it was amazing!\n(previous turn: Did you like Rome?)"]
+    assert set(Memory.objects.filter(pk__in=ids).values_list("embedding_model", flat=True)) == {"test-hashing-384+ctx1"}
+
+
+def test_switching_the_text_version_reembeds_what_was_made_the_other_way(member, recorder, settings):
+    episode_store(caller=member.caller, content="Did you like Rome?", butler="b", session_id="s1")
+    second = episode_store(caller=member.caller, content="Yeah, it was amazing!", butler="b", session_id="s1")
+    assert second.embedding_model == "test-hashing-384"
+    assert reembedding.memories_reembed().processed == 0  # nothing stale under the same setting
+
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "ctx1"}
+    recorder.seen.clear()
+    assert reembedding.memories_reembed().processed == 2
+    assert "Yeah, it was amazing!\n(previous turn: Did you like Rome?)" in recorder.seen
+    second.refresh_from_db()
+    assert second.embedding_model == "test-hashing-384+ctx1"
+
+
+def test_a_long_turn_is_embedded_alone():
+    long_turn = "word " * 200
+    assert embedtext.embedding_text(long_turn, kind="episode", previous="Rome?", version="ctx1") == long_turn
