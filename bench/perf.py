@@ -5,7 +5,16 @@ sizes with other tenants present; bulk-ingest throughput; and the baselines
 
     .venv/bin/python bench/perf.py                    # full run: 10k and 100k per tenant
     .venv/bin/python bench/perf.py --sizes 10000      # one size
+    .venv/bin/python bench/perf.py --sizes 10000,100000,1000000   # the cost curve, one command
+    nice -n 10 .venv/bin/python bench/perf.py --sizes 1000000 --database memproj_bench_1m --prepare-only
     .venv/bin/python bench/perf.py --tiny             # smoke test (seconds)
+
+Every size is one tenant of that many memories in one table, with other tenants
+present. Above 100k memories nothing new is embedded (BASE_VECTORS): the cached
+vectors are reused with small perturbations and varied texts (the header says so).
+A load drops and rebuilds the HNSW and GIN indexes and times COPY, both builds and
+ANALYZE; --prepare-only stops there (run it under nice: the server backend and its
+parallel workers get the same niceness).
 
 Runs against its own database (see bench/_common.py), never the dev database.
 The embedded synthetic dataset is cached under var/bench/ between runs.
@@ -15,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -47,9 +57,10 @@ GOALS_MS = {
 }
 MCP_MARGIN_MS = 15.0
 # Seed 002's latency targets for memento, measured end to end through /mcp/memento/ (floors).
+# Its search target (200 ms) is not listed: search_memories is a dialect read with the
+# issue's stricter hybrid-search goal (DIALECT_GOAL_OF).
 MEMENTO_FLOORS_MS = {
     "memento_store": 500.0,
-    "memento_search": 200.0,
     "memento_supersede": 100.0,
     "memento_list_recent": 100.0,
 }
@@ -58,6 +69,18 @@ CONCURRENCY_GOAL_X = 3.0  # throughput at 32 clients vs the 24 calls/s measured 
 CONCURRENCY_BEFORE_PER_S = 24.0
 CONCURRENCY_P95_MS = 300.0
 DATASET_VERSION = "v1"
+# Texts embedded once and cached (var/bench/synthetic-v1-100000.npy). A larger
+# tenant embeds nothing new: row i >= BASE_VECTORS reuses vector i % BASE_VECTORS
+# plus Gaussian noise of PERTURB_SIGMA per dimension, re-normalised (cosine to the
+# original ~0.98), with a varied text (synthetic.scaled_spec). Said in the header.
+BASE_VECTORS = 100_000
+PERTURB_SIGMA = 0.01
+VECTOR_FORMAT = "[" + ",".join(["%.6g"] * 384) + "]"
+LOAD_CHUNK = 20_000  # rows per COPY statement (bounded memory; one trigger call each)
+# Bench rows carry this source; a change of the row layout (namespaces for langmem)
+# changes it, so an older load is replaced rather than measured.
+BENCH_SOURCE = "bench-v2"
+LANGMEM_NAMESPACE = ("user", "bench")  # /mcp/langmem/?configurable.user_id=bench
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,6 +104,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="only compare the embedder backends (ONNX Runtime vs PyTorch, same weights) and exit",
     )
     p.add_argument("--tiny", action="store_true", help="smoke-test size (a few hundred memories, few repeats)")
+    p.add_argument(
+        "--database",
+        default=_common.BENCH_DB_NAME,
+        help="bench database on the embedded server (e.g. a separate one for the 1M tenant)",
+    )
+    p.add_argument("--prepare-only", action="store_true", help="load, index and analyse, then exit (run under nice)")
+    p.add_argument(
+        "--maintenance-work-mem",
+        default="",
+        help="for the index builds after a bulk load (default: 4GB above 500k rows loaded, else 1GB)",
+    )
+    p.add_argument("--explain", action="store_true", default=True, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.tiny:
         args.sizes, args.other_tenants, args.other_size = "300", 1, 100
@@ -182,80 +217,158 @@ COPY_COLUMNS = [
 ]
 
 
-def bulk_load(tenant_id: uuid.UUID, vectors, offset: int, n: int) -> None:  # type: ignore[no-untyped-def]
-    """COPY n synthetic memories (texts offset..offset+n-1, wrapping) into one tenant."""
+def _chunk_vectors(base, rows):  # type: ignore[no-untyped-def]
+    """Vectors of dataset rows ``rows`` (a numpy index array): row i is base row
+    i % len(base), perturbed and re-normalised when i >= len(base). The noise is
+    seeded by the chunk's first row (loads always start chunks at the same rows)."""
+    import numpy as np
+
+    n_base = len(base)
+    out = np.asarray(base[rows % n_base], dtype=np.float32)
+    reused = rows >= n_base
+    if reused.any():
+        noise = np.random.default_rng(int(rows[0])).normal(0.0, PERTURB_SIGMA, (int(reused.sum()), out.shape[1]))
+        v = out[reused] + noise.astype(np.float32)
+        out[reused] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return out
+
+
+def bulk_load(tenant_id: uuid.UUID, base, offset: int, n: int, *, namespace_facts: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """COPY n synthetic memories into one tenant, LOAD_CHUNK rows per statement.
+    A tenant that fits the embedded texts takes texts offset..offset+n-1 (wrapping);
+    a larger one takes rows 0..n-1 of the scaled dataset (synthetic.scaled_spec and
+    _chunk_vectors). ``namespace_facts``: every other fact lives in LANGMEM_NAMESPACE,
+    so langmem's search_memory finds data (the rest stay in the root namespace)."""
+    import numpy as np
     from django.db import connection
 
     from memory import scoring, validation
 
     now = datetime.now(UTC)
-    total = len(vectors)
-    buf = io.StringIO()
-    for j in range(n):
-        i = (offset + j) % total
-        spec = synthetic.memory_spec(i)
-        created = now - timedelta(minutes=(i * 37) % (90 * 24 * 60))
-        kind = spec["kind"]
-        permanence = "standard" if kind != "episode" else ""
-        row = {
-            "id": uuid.uuid4(),
-            "tenant_id": tenant_id,
-            "principal_id": None,
-            "kind": kind,
-            "content": spec["content"],
-            "content_hash": validation.content_hash(spec["content"]),
-            "butler": spec["butler"] if kind == "episode" else "",
-            "session_id": "",
-            "scope": "global" if (i % 5) < 3 else spec["butler"],
-            "namespace": "{}",
-            "tags": "{}",
-            "metadata": "{}",
-            "source": "bench",
-            "importance": spec["importance"],
-            "confidence": 0.5 if kind == "rule" else 1.0,
-            "permanence": permanence,
-            "decay_rate": scoring.DECAY_RATES["standard"] if kind != "episode" else 0.0,
-            "last_confirmed_at": created if kind != "episode" else None,
-            "expires_at": now + timedelta(days=365) if kind == "episode" else None,
-            "subject": spec.get("subject", ""),
-            "predicate": spec.get("predicate", ""),
-            "validity": "active",
-            "superseded_by_id": None,
-            "maturity": spec.get("maturity", ""),
-            "success_count": 0,
-            "harmful_count": 0,
-            "applied_count": 0,
-            "effectiveness_score": 0.0,
-            "last_applied_at": None,
-            "reference_count": 0,
-            "last_referenced_at": None,
-            "consolidated_at": None,
-            "embedding": "[" + ",".join(f"{x:.6g}" for x in vectors[i]) + "]",
-            "embedding_model": "all-MiniLM-L6-v2",
-            "embedding_status": "ready",
-            "embedding_attempts": 0,
-            "embedding_error": "",
-            "created_at": created,
-            "updated_at": created,
-        }
-        buf.write("\t".join(_pg_text(row[c]) for c in COPY_COLUMNS) + "\n")
-    buf.seek(0)
+    n_base = len(base)
+    scaled = n > n_base
+    ns_literal = "{" + ",".join(LANGMEM_NAMESPACE) + "}"
     connection.ensure_connection()
     raw = connection.connection
-    with raw.cursor() as cur, cur.copy(f"COPY memory_memory ({', '.join(COPY_COLUMNS)}) FROM STDIN") as copy:
-        while chunk := buf.read(1 << 20):
-            copy.write(chunk)
-    raw.commit() if not raw.autocommit else None
+    for lo in range(0, n, LOAD_CHUNK):
+        hi = min(n, lo + LOAD_CHUNK)
+        rows = np.arange(offset + lo, offset + hi) if scaled else (np.arange(offset + lo, offset + hi) % n_base)
+        vectors = _chunk_vectors(base, rows).tolist()
+        with raw.cursor() as cur, cur.copy(f"COPY memory_memory ({', '.join(COPY_COLUMNS)}) FROM STDIN") as copy:
+            buf = io.StringIO()
+            for k, (i, vector) in enumerate(zip(rows.tolist(), vectors, strict=True)):
+                spec = synthetic.scaled_spec(i, n_base)
+                created = now - timedelta(minutes=(i * 37) % (90 * 24 * 60))
+                kind = spec["kind"]
+                episode = kind == "episode"
+                row = {
+                    "id": uuid.uuid4(),
+                    "tenant_id": tenant_id,
+                    "principal_id": None,
+                    "kind": kind,
+                    "content": spec["content"],
+                    "content_hash": validation.content_hash(spec["content"]),
+                    "butler": spec["butler"] if episode else "",
+                    "session_id": "",
+                    "scope": "global" if (i % 5) < 3 else spec["butler"],
+                    "namespace": ns_literal if (namespace_facts and kind == "fact" and i % 2 == 0) else "{}",
+                    "tags": "{}",
+                    "metadata": "{}",
+                    "source": BENCH_SOURCE,
+                    "importance": spec["importance"],
+                    "confidence": 0.5 if kind == "rule" else 1.0,
+                    "permanence": "" if episode else "standard",
+                    "decay_rate": 0.0 if episode else scoring.DECAY_RATES["standard"],
+                    "last_confirmed_at": None if episode else created,
+                    "expires_at": now + timedelta(days=365) if episode else None,
+                    "subject": spec.get("subject", ""),
+                    "predicate": spec.get("predicate", ""),
+                    "validity": "active",
+                    "superseded_by_id": None,
+                    "maturity": spec.get("maturity", ""),
+                    "success_count": 0,
+                    "harmful_count": 0,
+                    "applied_count": 0,
+                    "effectiveness_score": 0.0,
+                    "last_applied_at": None,
+                    "reference_count": 0,
+                    "last_referenced_at": None,
+                    "consolidated_at": None,
+                    "embedding": VECTOR_FORMAT % tuple(vector),  # one C call per row: the load's hot spot
+                    "embedding_model": "all-MiniLM-L6-v2",
+                    "embedding_status": "ready",
+                    "embedding_attempts": 0,
+                    "embedding_error": "",
+                    "created_at": created,
+                    "updated_at": created,
+                }
+                buf.write("\t".join(_pg_text(row[c]) for c in COPY_COLUMNS) + "\n")
+                if k % 500 == 499:  # stream: the server parses while the next rows are formatted
+                    copy.write(buf.getvalue())
+                    buf = io.StringIO()
+            copy.write(buf.getvalue())
+        raw.commit() if not raw.autocommit else None
+        if n > 100_000:
+            print(f"    copied {hi}/{n} rows", file=sys.stderr, flush=True)
 
 
-def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
-    """The measured tenants (one per size) plus the others, each loaded once."""
+def _renice_backend(niceness: int, leaders: list[int], stop) -> None:  # type: ignore[no-untyped-def]
+    """While ``stop`` is unset, give the server backends ``leaders`` and their parallel
+    workers our niceness: ``nice -n 10 perf.py --prepare-only`` then slows the
+    COPY, index builds and ANALYZE for the other users of the machine, not only
+    this client (the server processes are not our children)."""
+    import threading
+
+    import psycopg
+
+    def loop() -> None:
+        with psycopg.connect(_owner_url(), autocommit=True) as other:
+            while not stop.is_set():
+                rows = other.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s) OR leader_pid = ANY(%s)", [leaders, leaders]
+                ).fetchall()
+                for (pid,) in rows:
+                    with contextlib.suppress(OSError):  # a worker that already ended
+                        os.setpriority(os.PRIO_PROCESS, pid, niceness)
+                stop.wait(2.0)
+
+    threading.Thread(target=loop, name="bench-renice", daemon=True).start()
+
+
+def _owner_url() -> str:
+    """The bench database as its schema owner (set by _common.setup_django): index
+    DDL and ANALYZE need the owner; the service's app role may only read and write rows."""
+    return os.environ.get("DATABASE_OWNER_URL") or os.environ["DATABASE_URL"]
+
+
+def _model_index_sql(name: str) -> str:
     from django.db import connection
 
     from memory.models import Memory
+
+    (index,) = [i for i in Memory._meta.indexes if i.name == name]
+    with connection.schema_editor(collect_sql=True) as editor:
+        return str(index.create_sql(Memory, editor))
+
+
+# Indexes rebuilt after a big load: one build is much cheaper than maintaining them row by row.
+REBUILT_INDEXES = ("memory_embedding_hnsw", "memory_search_vector_gin")
+
+
+def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
+    """The measured tenants (one per size) plus the others, each loaded once;
+    the timings of a load (COPY, index builds, ANALYZE) are returned for the header."""
+    import threading
+
+    import psycopg
+    from django.db import connection
+
+    from memory.models import Memory
+    from policy.document import SEED_EXAMPLE_YAML
+    from policy.selectors.policies import policy_is_applied
+    from policy.services.policies import policy_apply
     from policy.services.tokens import token_authenticate, token_issue
 
-    largest = max(args.size_list + [args.other_size])
     wanted = {f"{args.prefix}-{n}": (n, 0) for n in args.size_list}
     for j in range(args.other_tenants):
         wanted[f"{args.prefix}-other-{j}"] = (args.other_size, 104_729 * (j + 1))
@@ -265,43 +378,83 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
         issued = token_issue(tenant_slug=slug, principal_name="bench", role="admin")
         caller = token_authenticate(issued.token)
         assert caller is not None
-        have = Memory.objects.filter(tenant_id=caller.tenant_id, source="bench").count()
+        if not policy_is_applied(tenant_id=caller.tenant_id):
+            # pce's tools need an applied policy; the seed example has the default's values.
+            policy_apply(caller=caller, yaml=SEED_EXAMPLE_YAML)
+            caller = token_authenticate(issued.token)
+            assert caller is not None
+        have = Memory.objects.filter(tenant_id=caller.tenant_id, source=BENCH_SOURCE).count()
         if have != n or args.reload:
             to_load.append((slug, caller, n, offset, have))
         callers[slug] = (caller, issued.token)
+    timings: dict[str, float] = {}
     if to_load:
-        vectors = dataset_vectors(largest)
-        # A big load is faster as COPY then one index build than as row-by-row HNSW inserts.
-        rebuild = sum(n for _, _, n, _, _ in to_load) > 20_000
-        with connection.cursor() as cur:
-            cur.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_embedding_hnsw'")
-            indexdef = cur.fetchone()[0]
-            if rebuild:
-                cur.execute("DROP INDEX memory_embedding_hnsw")
+        base = dataset_vectors(min(BASE_VECTORS, max(n for _, _, n, _, _ in to_load)))
+        loaded = sum(n for _, _, n, _, _ in to_load)
+        rebuild = loaded > 20_000
+        stop = threading.Event()
+        owner = psycopg.connect(_owner_url(), autocommit=True)
+        if os.nice(0) > 0:
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_backend_pid()")
+                app_pid = cur.fetchone()[0]
+            _renice_backend(os.nice(0), [app_pid, owner.info.backend_pid], stop)
+        indexdefs = {}
+        for name in REBUILT_INDEXES:
+            row = owner.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [name]).fetchone()
+            # An index a killed load left dropped is rebuilt from the model's definition.
+            indexdefs[name] = row[0] if row else _model_index_sql(name)
+            if rebuild and row:
+                owner.execute(f"DROP INDEX {name}")
         try:
-            for slug, caller, n, offset, have in to_load:
-                if have:
-                    with connection.cursor() as cur:  # bench rows only; audit events are untouched
-                        cur.execute(
-                            "DELETE FROM memory_memory WHERE tenant_id = %s AND source = 'bench'", [caller.tenant_id]
-                        )
+            t_all = time.perf_counter()
+            for slug, caller, n, offset, _have in to_load:
+                with connection.cursor() as cur:  # bench rows only; audit events are untouched
+                    cur.execute(
+                        "DELETE FROM memory_memory WHERE tenant_id = %s AND source LIKE 'bench%%'", [caller.tenant_id]
+                    )
                 t0 = time.perf_counter()
-                bulk_load(caller.tenant_id, vectors, offset, n)
+                bulk_load(caller.tenant_id, base, offset, n, namespace_facts="-other-" not in slug)
                 print(f"  loaded {n} memories into {slug} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+            timings["copy_s"] = time.perf_counter() - t_all
+            timings["rows_loaded"] = loaded
         finally:
             if rebuild:
-                t0 = time.perf_counter()
-                with connection.cursor() as cur:
-                    cur.execute("SET maintenance_work_mem = '1GB'")
-                    cur.execute(indexdef)
-                print(f"  rebuilt the HNSW index in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-    with connection.cursor() as cur:
+                mwm = args.maintenance_work_mem or ("4GB" if loaded > 500_000 else "1GB")
+                # The HNSW graph is built in memory when it fits (else far slower);
+                # one parallel worker besides the leader on this 2-core machine.
+                owner.execute(f"SET maintenance_work_mem = '{mwm}'")
+                owner.execute("SET max_parallel_maintenance_workers = 1")
+                for name, indexdef in indexdefs.items():
+                    if (
+                        indexdef is None
+                        or owner.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [name]).fetchone()
+                    ):
+                        continue
+                    print(f"  building {name} ...", file=sys.stderr, flush=True)
+                    t0 = time.perf_counter()
+                    owner.execute(indexdef)
+                    timings[f"build_{name}_s"] = time.perf_counter() - t0
+                    print(f"  built {name} in {timings[f'build_{name}_s']:.1f}s", file=sys.stderr, flush=True)
+                timings["maintenance_work_mem"] = mwm  # type: ignore[assignment]
+            stop.set()
+            owner.close()
+    with psycopg.connect(_owner_url(), autocommit=True) as owner:
         # The keyword channel's BM25 statistics live in their own tables (kept by
-        # triggers): the planner needs them analysed after a bulk load too.
-        cur.execute("ANALYZE memory_memory, memory_termstat, memory_tenantstat")
-        cur.execute("SELECT count(*), count(DISTINCT tenant_id) FROM memory_memory")
-        rows, tenants = cur.fetchone()
-    return {"callers": callers, "rows": rows, "tenants": tenants}
+        # the COPY's statement triggers): the planner needs them analysed too.
+        # As the owner: the app role's ANALYZE would skip these tables with a warning.
+        t0 = time.perf_counter()
+        owner.execute("ANALYZE memory_memory, memory_termstat, memory_tenantstat")
+        timings["analyze_s"] = time.perf_counter() - t0
+        rows, tenants = owner.execute("SELECT count(*), count(DISTINCT tenant_id) FROM memory_memory").fetchone()
+        found = owner.execute(
+            "SELECT pg_size_pretty(pg_table_size('memory_memory')), "
+            "pg_size_pretty(pg_relation_size('memory_embedding_hnsw')), "
+            "pg_size_pretty(pg_relation_size('memory_search_vector_gin')), "
+            "pg_size_pretty(pg_total_relation_size('memory_termstat')), current_setting('shared_buffers')"
+        ).fetchone()
+        sizes = dict(zip(("heap", "hnsw", "gin", "termstat", "shared_buffers"), found, strict=True))
+    return {"callers": callers, "rows": rows, "tenants": tenants, "load_timings": timings, "sizes": sizes}
 
 
 # --------------------------------------------------------------------------- service layer
@@ -342,24 +495,6 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
 
     base["pgvector_topk"] = _common.timed(raw_topk, repeat)
 
-    # How much the approximate (HNSW, tenant-filtered, iterative scan) top-20
-    # agrees with the exact top-20 of the tenant: the price of the index.
-    def top20(qvec: str, exact: bool) -> list:
-        with transaction.atomic(), connection.cursor() as cur:
-            cur.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
-            cur.execute("SET LOCAL hnsw.ef_search = 100")
-            if exact:
-                cur.execute("SET LOCAL enable_indexscan = off")
-            cur.execute(
-                "SELECT id FROM memory_memory WHERE tenant_id = %s AND embedding IS NOT NULL "
-                "ORDER BY embedding <=> %s::vector LIMIT 20",
-                [caller.tenant_id, qvec],
-            )
-            return [r[0] for r in cur.fetchall()]
-
-    overlaps = [len(set(top20(v, False)) & set(top20(v, True))) / 20.0 for v in qvecs]
-    base["hnsw_recall_at_20"] = [sum(overlaps) / len(overlaps)]
-
     from memory.models import Memory
 
     counter = iter(range(10**9))
@@ -395,13 +530,204 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
         ("get", "get", get_one),
         ("context", "context", lambda: build_context(caller=caller, trigger_prompt=next_query(), butler="general")),
     ]
+    ops += dialect_service_ops(caller, next_query)
     rows = []
     for name, group, fn in ops:
         # Every timed call pays its query embedding: the query cache is emptied first
         # (the synthetic queries repeat; agents' real repeats would only make it faster).
+        found = count_found(fn())
         samples = _common.timed(lambda fn=fn: (embedder.clear_query_cache(), fn()), repeat)
-        rows.append({"size": size, "path": "service", "op": name, "group": group, "samples": samples})
+        rows.append({"size": size, "path": "service", "op": name, "group": group, "samples": samples, "found": found})
+    base["ann"] = ann_sweep(caller, qvecs)
+    base["explain"] = [
+        explain_search(caller, mode, qs[0], size, lambda q, mode=mode: memory_search(caller=caller, query=q, mode=mode))
+        for mode in ("hybrid", "keyword")
+    ]
+    # langmem's read: facts of one namespace (a filter the HNSW scan applies row by row).
+    base["explain"].append(
+        explain_search(
+            caller,
+            "hybrid facts in a namespace (langmem)",
+            qs[0],
+            size,
+            lambda q: memory_search(
+                caller=caller, query=q, types=["fact"], limit=10, namespace_prefix=LANGMEM_NAMESPACE
+            ),
+        )
+    )
     return rows, base
+
+
+# The dialects' main reads (issue 13) and the core operation whose goal each shares:
+# the two searches are hybrid searches of facts; get_context_insights, the hook's
+# get-context and pce's activate each build a context for a prompt.
+DIALECT_GOAL_OF = {
+    "memento_search_memories": "search_hybrid",
+    "langmem_search_memory": "search_hybrid",
+    "roampal_get_context_insights": "context",
+    "roampal_hook_get_context": "context",
+    "pce_activate": "context",
+}
+
+
+def dialect_service_ops(caller, next_query) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """What each dialect's tool (or the roampal hook's view) calls in memory.api,
+    with the arguments the bench's MCP calls send."""
+    from memory import api
+
+    def hook_get_context() -> object:
+        # The view's service calls, in its order (mcp_server/hooks.py get_context).
+        query = next_query()
+        pending = api.exchange_pending_scoring(caller=caller, conversation_id="bench")
+        context = api.known_context(caller=caller, query=query)
+        api.exchange_open(
+            caller=caller, conversation_id="bench", user_message=query, surfaced_ids=context.memory_ids, scores=pending
+        )
+        return context
+
+    return [
+        (
+            "memento_search_memories",
+            "dialect",
+            lambda: api.memory_search_accessed(caller=caller, query=next_query(), types=["fact"], limit=5),
+        ),
+        (
+            "langmem_search_memory",
+            "dialect",
+            lambda: api.memory_search_accessed(
+                caller=caller, query=next_query(), types=["fact"], limit=10, namespace_prefix=LANGMEM_NAMESPACE
+            ),
+        ),
+        ("roampal_get_context_insights", "dialect", lambda: api.known_context(caller=caller, query=next_query())),
+        ("roampal_hook_get_context", "dialect", hook_get_context),
+        ("pce_activate", "dialect", lambda: api.claims_activate(caller=caller, query=next_query())),
+    ]
+
+
+def count_found(result: object) -> int | None:
+    """How many memories a read returned (the first call of each operation): a
+    read that finds nothing would be measured cheaply and wrongly."""
+    if isinstance(result, list | tuple):
+        return len(result)
+    for names in (("user_facts", "relevant"), ("items",)):
+        if all(hasattr(result, n) for n in names):
+            return sum(len(getattr(result, n)) for n in names)
+    included = getattr(result, "included", None)  # a ContextBlock: memories per section
+    if isinstance(included, dict):
+        return sum(len(v) for v in included.values())
+    return None
+
+
+def ann_sweep(caller, qvecs: list[str]) -> list[dict]:  # type: ignore[no-untyped-def]
+    """The raw tenant-filtered top-20 at several ef_search values: p50 and two
+    recalls against the exact top-20 (a sequential scan of the tenant): the id
+    overlap, and the share of returned rows at most as far as the exact 20th
+    (the synthetic texts repeat, so exact ties make id overlap understate)."""
+    from django.db import connection, transaction
+
+    def top20(qvec: str, ef: int | None) -> list[tuple]:
+        with transaction.atomic(), connection.cursor() as cur:
+            if ef is None:
+                cur.execute("SET LOCAL enable_indexscan = off")
+            else:
+                cur.execute(f"SET LOCAL hnsw.iterative_scan = 'relaxed_order'; SET LOCAL hnsw.ef_search = {int(ef)}")
+            cur.execute(
+                "SELECT id, embedding <=> %s::vector FROM memory_memory WHERE tenant_id = %s "
+                "AND embedding IS NOT NULL ORDER BY embedding <=> %s::vector LIMIT 20",
+                [qvec, caller.tenant_id, qvec],
+            )
+            return cur.fetchall()
+
+    exact = []
+    exact_ms = []
+    for v in qvecs[:8]:
+        t0 = time.perf_counter()
+        exact.append(top20(v, None))
+        exact_ms.append((time.perf_counter() - t0) * 1000.0)
+    out = [{"ef_search": "exact (seq scan)", "p50": statistics.median(exact_ms), "recall": 1.0, "dist_recall": 1.0}]
+    for ef in (40, 100, 200, 400):
+        ms, overlap, within = [], [], []
+        for v, truth in zip(qvecs[:8], exact, strict=True):
+            top20(v, ef)  # warm
+            t0 = time.perf_counter()
+            got = top20(v, ef)
+            ms.append((time.perf_counter() - t0) * 1000.0)
+            overlap.append(len({r[0] for r in got} & {r[0] for r in truth}) / 20.0)
+            cut = max(r[1] for r in truth) + 1e-6
+            within.append(sum(1 for r in got if r[1] <= cut) / 20.0)
+        out.append(
+            {
+                "ef_search": ef,
+                "p50": statistics.median(ms),
+                "recall": sum(overlap) / len(overlap),
+                "dist_recall": sum(within) / len(within),
+            }
+        )
+    return out
+
+
+def explain_search(caller, mode: str, query: str, size: int, search) -> dict:  # type: ignore[no-untyped-def]
+    """EXPLAIN (ANALYZE, BUFFERS) of the retrieval statement of one search: the
+    statements are captured as the service runs them, then the slowest channel
+    statement is explained after replaying the SET statements that preceded it
+    (hnsw settings). The full plan goes to var/bench/explain-<size>-<mode>.txt."""
+    from django.db import connection, transaction
+
+    captured: list[tuple[str, object, float]] = []
+
+    def wrapper(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            captured.append((sql, params, (time.perf_counter() - t0) * 1000.0))
+
+    with connection.execute_wrapper(wrapper):
+        search(query)
+    selects = [(i, c) for i, c in enumerate(captured) if c[0].lstrip().upper().startswith(("SELECT", "WITH"))]
+    # The retrieval statement (vector top-k and/or BM25 channel) when there is one.
+    channel = [(i, c) for i, c in selects if "<=>" in c[0] or "memory_termstat" in c[0]]
+    selects = channel or selects
+    if not selects:
+        return {"size": size, "mode": mode, "statements": len(captured)}
+    index, (sql, params, ms) = max(selects, key=lambda x: x[1][2])
+    sets = [c[0] for c in captured[:index] if c[0].lstrip().upper().startswith("SET")]
+    with transaction.atomic(), connection.cursor() as cur:
+        for statement in sets:
+            cur.execute(statement)
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+        plan = cur.fetchone()[0]
+        plan = plan[0] if isinstance(plan, list) else json.loads(plan)[0]
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+        text = "\n".join(r[0] for r in cur.fetchall())
+    path = _common.VAR_BENCH / f"explain-{size}-{mode.split()[-1].strip('()')}.txt"
+    path.write_text(f"-- {mode} search, {size} memories in the tenant: {query!r}\n{sql}\n\n{text}\n")
+    top = plan["Plan"]
+    nodes: dict[str, float] = {}
+
+    def walk(node: dict) -> None:
+        # Each scan with the rows it produced (all loops): the candidates each channel ranked.
+        label = node["Node Type"] + (f" on {node.get('Index Name') or node.get('Relation Name')}")
+        scans = ("Index Scan", "Bitmap Index Scan", "Seq Scan", "Index Only Scan", "Bitmap Heap Scan")
+        if node["Node Type"] in scans:
+            produced = float(node.get("Actual Rows", 0)) * float(node.get("Actual Loops", 1))
+            nodes[label] = nodes.get(label, 0.0) + produced
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(top)
+    return {
+        "size": size,
+        "mode": mode,
+        "statements": len(captured),
+        "slowest_ms": ms,
+        "exec_ms": plan.get("Execution Time"),
+        "plan_ms": plan.get("Planning Time"),
+        "hit": top.get("Shared Hit Blocks", 0),
+        "read": top.get("Shared Read Blocks", 0),
+        "scans": ", ".join(f"{label} ({rows:.0f} rows)" for label, rows in nodes.items()),
+        "file": path.name,
+    }
 
 
 # --------------------------------------------------------------------------- MCP over HTTP
@@ -532,7 +858,101 @@ async def _bench_mcp_async(url: str, token: str, size: int, repeat: int, ids: li
                 samples = await timed(fn, repeat)
                 rows.append({"size": size, "path": "mcp_http", "op": name, "group": group, "samples": samples})
     rows += await _bench_memento(url.replace("/mcp/memory", "/mcp/memento"), headers, size, repeat, q)
+    rows += await _bench_dialects(url.removesuffix("/mcp/memory"), headers, size, repeat, q)
     return rows, ping
+
+
+def count_found_json(data: object) -> int | None:
+    """count_found for a tool's JSON answer (structured content or JSON text)."""
+    if isinstance(data, list):
+        return len(data)
+    if not isinstance(data, dict):
+        return None
+    if "user_facts" in data and "relevant_memories" in data:
+        return len(data["user_facts"]) + len(data["relevant_memories"])
+    for key in ("memories", "results", "result", "claims", "data"):
+        if key in data:
+            return count_found_json(data[key])
+    return None
+
+
+async def _bench_dialects(base: str, headers: dict, size: int, repeat: int, q) -> list[dict]:  # type: ignore[no-untyped-def]
+    """The dialects' main reads end to end: each toolset's own MCP endpoint (and
+    roampal's hook endpoint, a plain POST), same token, same tenant."""
+    import httpx
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    calls = [
+        ("memento_search_memories", "/mcp/memento", "search_memories", lambda: {"query": q(), "limit": 5}),
+        (
+            "langmem_search_memory",
+            f"/mcp/langmem?configurable.user_id={LANGMEM_NAMESPACE[1]}",
+            "search_memory",
+            lambda: {"query": q(), "limit": 10},
+        ),
+        ("roampal_get_context_insights", "/mcp/roampal", "get_context_insights", lambda: {"query": q()}),
+        ("pce_activate", "/mcp/pce", "pce_memory_activate", lambda: {"q": q()}),
+    ]
+    rows = []
+    for op, path, tool, arguments in calls:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=120.0) as http,
+            Client(streamable_http_client(base + path, http_client=http), cache=None) as client,
+        ):
+
+            async def call(tool: str = tool, arguments=arguments) -> int | None:  # type: ignore[no-untyped-def]
+                result = await client.call_tool(tool, arguments())
+                if result.is_error:
+                    raise RuntimeError(f"{tool} failed over MCP: {result.content}")
+                if result.structured_content:
+                    return count_found_json(result.structured_content)
+                text = result.content[0].text if result.content else ""
+                try:
+                    return count_found_json(json.loads(text))
+                except ValueError:
+                    return None
+
+            found = await call()
+            await call()
+            samples = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                await call()
+                samples.append((time.perf_counter() - t0) * 1000.0)
+        rows.append(
+            {"size": size, "path": "mcp_http", "op": op, "group": "dialect", "samples": samples, "found": found}
+        )
+
+    # The roampal hook (UserPromptSubmit): POST /api/hooks/get-context, JSON in and out.
+    async with httpx.AsyncClient(headers=headers, timeout=120.0) as http:
+
+        async def hook() -> int:
+            response = await http.post(base + "/api/hooks/get-context", json={"query": q(), "conversation_id": "bench"})
+            if response.status_code != 200:
+                raise RuntimeError(f"hook get-context answered {response.status_code}: {response.text[:200]}")
+            data = response.json()
+            return len(data["user_facts"]) + len(data["relevant_memories"])
+
+        found = await hook()
+        await hook()
+        samples = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            await hook()
+            samples.append((time.perf_counter() - t0) * 1000.0)
+    rows.append(
+        {
+            "size": size,
+            "path": "http_hook",
+            "op": "roampal_hook_get_context",
+            "group": "dialect",
+            "samples": samples,
+            "found": found,
+        }
+    )
+    return rows
 
 
 async def _bench_memento(url: str, headers: dict, size: int, repeat: int, q) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -569,7 +989,6 @@ async def _bench_memento(url: str, headers: dict, size: int, repeat: int, q) -> 
 
         ops = [
             ("memento_store", "store", store),
-            ("memento_search", "search", lambda: call("search_memories", {"query": q(), "limit": 5})),
             ("memento_supersede", "supersede", supersede),
             ("memento_list_recent", "list", lambda: call("list_recent_memories", {"limit": 10})),
         ]
@@ -770,18 +1189,63 @@ def bench_concurrency(url: str, token: str, levels: list[int], seconds: float, s
 
 
 def goal_cells(op: str, path: str, p95: float) -> tuple[str, str]:
-    """Service layer: the issue's p95 goal. MCP over HTTP: within MCP_MARGIN_MS of
-    that goal (the issue's 'within 15 ms of its service-layer figure', read
-    against the goal so an end-to-end row cannot pass on a slow service row)."""
+    """Service layer: the issue's p95 goal (a dialect read: the goal of the core
+    operation it shares, DIALECT_GOAL_OF). End to end (MCP over HTTP, or the hook's
+    HTTP endpoint): within MCP_MARGIN_MS of that goal (the issue's 'within 15 ms of
+    its service-layer figure', read against the goal so an end-to-end row cannot
+    pass on a slow service row)."""
     if op in MEMENTO_FLOORS_MS:
         floor = MEMENTO_FLOORS_MS[op]
         return f"< {floor:.0f}", "met" if p95 < floor else "MISSED"
-    target = GOALS_MS.get(op)
+    target = GOALS_MS.get(DIALECT_GOAL_OF.get(op, op))
     if target is None:
         return "-", "-"
-    if path == "mcp_http":
+    if path != "service":
         target += MCP_MARGIN_MS
     return f"<= {target:.0f}", "met" if p95 <= target else "MISSED"
+
+
+# The physical work each operation contains, from the same run's baselines: one
+# query embedding, one raw tenant-filtered pgvector top-k; end to end also one
+# authenticated MCP round trip (tools/list). p50 over that floor = our overhead.
+FLOOR_OF = {
+    "store_episode": ("embed_one",),
+    "store_fact_supersede": ("embed_one",),
+    "memento_store": ("embed_one",),
+    "search_keyword": ("pgvector_topk",),
+    **{
+        op: ("embed_one", "pgvector_topk")
+        for op in ("search_semantic", "search_hybrid", "recall", "context", *DIALECT_GOAL_OF)
+    },
+}
+
+
+def floor_of(op: str, path: str, base: dict) -> tuple[str, float] | None:
+    parts = FLOOR_OF.get(op)
+    if parts is None:
+        return None
+    if path != "service" and "mcp_list_tools" in base:
+        parts = (*parts, "mcp_list_tools")
+    if not all(p in base for p in parts):
+        return None
+    return " + ".join(parts), sum(_common.summary(base[p])[0] for p in parts)
+
+
+def machine() -> str:
+    """CPU model, cores and memory of this machine (Linux; '?' elsewhere)."""
+    model, mem_gb = "?", 0.0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_gb = int(line.split()[1]) / 1024 / 1024
+                break
+    except OSError:
+        pass
+    return f"{platform.node()}: {os.cpu_count()} cores ({model}), {mem_gb:.0f} GB RAM"
 
 
 def report(
@@ -793,14 +1257,34 @@ def report(
     concurrency: list[dict] | None = None,
 ) -> str:
     out = []
+    load1, load5, load15 = os.getloadavg()
     out.append(
-        f"memproj perf - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - {os.cpu_count()} cores - "
+        f"memproj perf - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - {machine()} - "
         f"Python {platform.python_version()} - {env['server']} - embedder {env.get('backend', '?')}"
     )
+    out.append(f"command: {env.get('command', '?')}")
     out.append(
-        f"table: {env['rows']} memories in {env['tenants']} tenants; repeats: service {args.repeat}, "
-        f"MCP {args.mcp_repeat}; load average at start {env.get('load', '?')}"
+        f"load average at start {env.get('load', '?')}, at the end {load1:.2f} {load5:.2f} {load15:.2f} "
+        "(a shared machine: absolute figures are from a loaded machine; the ratios to the same-run baselines "
+        "are the comparable part)"
     )
+    out.append(
+        f"table: {env['rows']} memories in {env['tenants']} tenants (measured tenants: "
+        f"{', '.join(str(n) for n in args.size_list)}; {args.other_tenants} others of {args.other_size}); "
+        f"repeats: service {args.repeat}, MCP {args.mcp_repeat}; sizes: {env.get('sizes', {})}"
+    )
+    if any(n > BASE_VECTORS for n in args.size_list):
+        out.append(
+            f"above {BASE_VECTORS} memories nothing new is embedded: memory i reuses the cached vector of text "
+            f"i mod {BASE_VECTORS} plus Gaussian noise (sigma {PERTURB_SIGMA} per dimension, re-normalised, "
+            "cosine ~0.98) and carries that text with a varied clause (bench/synthetic.py scaled_spec)"
+        )
+    timings = env.get("load_timings") or {}
+    if timings:
+        out.append(
+            "load this run: "
+            + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in timings.items())
+        )
     out.append("")
     rows = []
     svc_p95 = {}
@@ -812,83 +1296,98 @@ def report(
             svc_p95[(r["size"], r["op"])] = p95
         elif (r["size"], r["op"]) in svc_p95:
             extra = f"{p95 - svc_p95[(r['size'], r['op'])]:+.1f}"
-        rows.append([r["size"], r["path"], r["op"], len(r["samples"]), p50, p95, mx, goal, met, extra])
-    out.append("Latency (ms)")
+        floor = floor_of(r["op"], r["path"], baselines.get(r["size"], {}))
+        found = r.get("found")
+        rows.append(
+            [
+                r["size"],
+                r["path"],
+                r["op"],
+                len(r["samples"]),
+                "-" if found is None else found,
+                p50,
+                p95,
+                mx,
+                goal,
+                met,
+                extra,
+                f"{p50 / floor[1]:.2f}x" if floor else "-",
+                f"{floor[0]} = {floor[1]:.1f}" if floor else "-",
+            ]
+        )
+    out.append("Latency (ms); found = memories the first call returned; x_floor = p50 / the same-run floor")
     out.append(
         _common.table(
-            ["size", "path", "op", "n", "p50_ms", "p95_ms", "max_ms", "goal_p95", "met", "mcp_minus_service_p95"], rows
+            [
+                "size",
+                "path",
+                "op",
+                "n",
+                "found",
+                "p50_ms",
+                "p95_ms",
+                "max_ms",
+                "goal_p95",
+                "met",
+                "e2e_minus_service_p95",
+                "x_floor",
+                "floor_p50_ms",
+            ],
+            rows,
         )
     )
     out.append("")
     brows = []
     for size, base in baselines.items():
         for name, samples in base.items():
-            if name == "hnsw_recall_at_20":
+            if name in ("hnsw_recall_at_20", "ann", "explain"):
                 continue
             p50, p95, mx = _common.summary(samples)
             brows.append([size, name, len(samples), p50, p95, mx])
     out.append("Baselines measured in the same run (ms)")
     out.append(_common.table(["size", "baseline", "n", "p50_ms", "p95_ms", "max_ms"], brows))
     out.append("")
-    out.append("HNSW top-20 vs exact top-20 of the tenant (mean overlap over 16 queries)")
-    out.append(
-        _common.table(
-            ["size", "hnsw_recall_at_20"],
-            [[size, f"{base['hnsw_recall_at_20'][0]:.3f}"] for size, base in baselines.items()],
-        )
-    )
-    out.append("")
-    # Overhead ratios: what our call costs over the irreducible work it contains.
-    orows = []
-    by_key = {(r["size"], r["path"], r["op"]): _common.summary(r["samples"])[0] for r in results}
+    arows = []
     for size, base in baselines.items():
-        embed = _common.summary(base["embed_one"])[0]
-        topk = _common.summary(base["pgvector_topk"])[0]
-        ping = _common.summary(base["mcp_list_tools"])[0] if "mcp_list_tools" in base else None
-        floors = {
-            "store_episode": ("embed_one", embed),
-            "store_fact_supersede": ("embed_one", embed),
-            "search_semantic": ("embed_one + pgvector_topk", embed + topk),
-            "search_hybrid": ("embed_one + pgvector_topk", embed + topk),
-            "recall": ("embed_one + pgvector_topk", embed + topk),
-            "context": ("embed_one + pgvector_topk", embed + topk),
-            "search_keyword": ("pgvector_topk", topk),
-        }
-        for op, (label, floor_ms) in floors.items():
-            svc = by_key.get((size, "service", op))
-            mcp = by_key.get((size, "mcp_http", op))
-            orows.append(
+        for a in base.get("ann", []):
+            arows.append([size, a["ef_search"], a["p50"], f"{a['recall']:.3f}", f"{a['dist_recall']:.3f}"])
+    if arows:
+        out.append(
+            "Raw tenant-filtered top-20 (iterative HNSW scan) by ef_search: p50, id overlap with the exact top-20, "
+            "and the share no farther than the exact 20th (ties) (8 queries; the service uses ef_search 100)"
+        )
+        out.append(_common.table(["size", "ef_search", "p50_ms", "recall_at_20", "within_exact_20th"], arows))
+        out.append("")
+    erows = []
+    for size, base in baselines.items():
+        for e in base.get("explain", []):
+            if "exec_ms" not in e:
+                continue
+            erows.append(
                 [
                     size,
-                    op,
-                    label,
-                    floor_ms,
-                    svc if svc is not None else "-",
-                    f"{svc / floor_ms:.2f}x" if svc else "-",
-                    mcp if mcp is not None else "-",
-                    f"{mcp / floor_ms:.2f}x" if mcp else "-",
-                    f"{mcp - svc:.1f}" if (mcp and svc) else "-",
+                    e["mode"],
+                    e["statements"],
+                    e["slowest_ms"],
+                    e["plan_ms"],
+                    e["exec_ms"],
+                    e["hit"],
+                    e["read"],
+                    e["scans"],
+                    e["file"],
                 ]
             )
-        if ping is not None:
-            orows.append([size, "mcp_list_tools", "-", "-", "-", "-", ping, "-", "-"])
-    out.append("Overhead over baselines (p50)")
-    out.append(
-        _common.table(
-            [
-                "size",
-                "op",
-                "baseline",
-                "baseline_ms",
-                "service_ms",
-                "service_x",
-                "mcp_ms",
-                "mcp_x",
-                "mcp_minus_service_ms",
-            ],
-            orows,
+    if erows:
+        out.append(
+            "EXPLAIN (ANALYZE, BUFFERS) of the retrieval statement of one search (shared buffers: hit = in "
+            "PostgreSQL's cache, read = from the OS; plans in var/bench/)"
         )
-    )
+        out.append(
+            _common.table(
+                ["size", "mode", "statements", "slowest_ms", "plan_ms", "exec_ms", "hit", "read", "scans", "plan"],
+                erows,
+            )
+        )
     if ingest:
         out.append("")
         ratio = ingest["ingest_per_s"] / ingest["raw_embedder_per_s"]
@@ -977,7 +1476,7 @@ def main(argv: list[str] | None = None) -> int:
         _common.setup_django()
         print(bench_embedders(args.repeat))
         return 0
-    db_url = _common.setup_django()
+    db_url = _common.setup_django(db_name=args.database)
     from django.db import connection
 
     from memory.embeddings import embed_one
@@ -986,12 +1485,17 @@ def main(argv: list[str] | None = None) -> int:
         cur.execute("SELECT version(), (SELECT extversion FROM pg_extension WHERE extname = 'vector')")
         version, vector_version = cur.fetchone()
     server = f"{version.split(' on ')[0]} + pgvector {vector_version}"
-    embed_one("warm up")  # load the model before anything is timed
+    if not args.prepare_only:
+        embed_one("warm up")  # load the model before anything is timed
     from django.conf import settings
 
     from memory.embeddings import get_embedder
 
     env = ensure_tenants(args)
+    if args.prepare_only:
+        print(f"prepared: {env['rows']} rows in {env['tenants']} tenants; {env['load_timings']}; {env['sizes']}")
+        return 0
+    env["command"] = " ".join([Path(sys.executable).name, *sys.argv])
     env["server"] = server
     env["backend"] = get_embedder().backend
     env["load"] = f"{os.getloadavg()[0]:.1f}"

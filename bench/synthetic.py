@@ -244,3 +244,33 @@ def fresh_episode(i: int) -> str:
         f"Benchmark note {i}: {_pick(rng, PEOPLE)} {_pick(rng, ACTIVITIES)} {_pick(rng, PLACES)} "
         f"{_pick(rng, TIMES)} and {_pick(rng, FEELINGS)}."
     )
+
+
+# Clauses that vary a reused text (the 1M dataset): each adds words of the same
+# vocabulary, so the varied text stays close in meaning to the text whose vector
+# it reuses (with a small perturbation), and the keyword statistics grow as a
+# larger archive of similar notes would.
+VARIATIONS = [
+    lambda rng: f" Noted {_pick(rng, TIMES)}.",
+    lambda rng: f" Mentioned again {_pick(rng, PLACES)}.",
+    lambda rng: f" {_pick(rng, PEOPLE).capitalize()} brought it up {_pick(rng, TIMES)}.",
+    lambda rng: f" Related to {_pick(rng, THINGS)}.",
+    lambda rng: f" Reminder {_pick(rng, TIMES)} {_pick(rng, PLACES)}.",
+    lambda rng: "",
+]
+
+
+def scaled_spec(i: int, base: int) -> dict:
+    """Memory ``i`` of a dataset larger than ``base`` embedded texts: text ``i % base``
+    with a varied clause appended (the text itself for ``i < base``), and its own
+    unique fact key. Its vector is text ``i % base``'s, perturbed (bench/perf.py).
+    No per-row token (such as the row number) is added: it would put one rare
+    lexeme per memory into the tenant's term statistics, which no real archive has."""
+    spec = memory_spec(i % base)
+    if i < base:
+        return spec
+    rng = random.Random(5_000_011 * (i + 1))
+    spec = dict(spec, content=spec["content"] + VARIATIONS[rng.randrange(len(VARIATIONS))](rng))
+    if spec["kind"] == "fact":
+        spec["predicate"] = spec["predicate"].split("#", 1)[0] + f"#{i}"
+    return spec

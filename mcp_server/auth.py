@@ -13,13 +13,13 @@ from mcp.server.auth.provider import AccessToken
 
 from policy.caller import Caller
 from policy.errors import PermissionDenied
-from policy.services.tokens import token_authenticate
+from policy.services.tokens import token_authenticate_cached, token_cached_caller
 
 
 def _authenticate_in_thread(token: str) -> Caller | None:
     close_old_connections()
     try:
-        return token_authenticate(token)
+        return token_authenticate_cached(token)
     finally:
         close_old_connections()
 
@@ -28,7 +28,10 @@ class MemprojTokenVerifier:
     """mcp TokenVerifier: our hashed API tokens, with the resolved caller kept in claims."""
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        caller = await sync_to_async(_authenticate_in_thread, thread_sensitive=False)(token)
+        # A recently verified token needs no worker thread and no query.
+        caller = token_cached_caller(token)
+        if caller is None:
+            caller = await sync_to_async(_authenticate_in_thread, thread_sensitive=False)(token)
         if caller is None:
             return None
         return AccessToken(

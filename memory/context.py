@@ -4,6 +4,7 @@ ordered by score with deterministic tie-breakers, never over the budget."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -53,6 +54,13 @@ def render_line(item: ScoredMemory) -> str:
             return f"- [rule {short_id}] AVOID (proven harmful): {memory.content}"
         return f"- [rule {short_id}, {memory.maturity}] {memory.content}"
     return f"- [episode {memory.created_at:%Y-%m-%d %H:%M}] {memory.content}"
+
+
+# A line's token count depends on its text alone, and the same memories come back
+# turn after turn: counting each distinct line once per process saves most of the
+# tokenizer's share of a context call. Kept small: a line holds up to
+# MAX_CONTENT_CHARS, so 2,048 lines stay within ~32 MB per process at worst.
+_line_tokens = functools.lru_cache(maxsize=2048)(count_tokens)
 
 
 def _render(sections: Mapping[str, list[ScoredMemory]]) -> str:
@@ -122,14 +130,14 @@ def build_context(
     # rolls over to the next. Within a section the first item that does not fit
     # ends it, so lower-scored memories are always the ones omitted.
     chosen: dict[str, list[ScoredMemory]] = {key: [] for key, _ in SECTIONS}
-    fixed_cost = count_tokens(_render(chosen))
+    fixed_cost = _line_tokens(_render(chosen))
     available = budget - fixed_cost
     carry = 0
     for key, _title in SECTIONS:
         allowance = int(available * shares[key]) + carry
         used = 0
         for item in candidates[key]:
-            cost = count_tokens(render_line(item)) + 1  # +1 for the newline joining it
+            cost = _line_tokens(render_line(item)) + 1  # +1 for the newline joining it
             if used + cost > allowance:
                 break
             chosen[key].append(item)

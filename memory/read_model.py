@@ -3,8 +3,10 @@ it, with each derived value computed here and nowhere else."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from django.utils import timezone
 
@@ -25,7 +27,27 @@ class MemoryView:
     accessed_at: datetime  # last returned by a read; its creation until then
 
 
-def effective_confidence_of(memory: Memory, now: datetime) -> float | None:
+class Rankable(Protocol):
+    """What ranking reads of a memory: a full row, or just these columns
+    (memory.selectors.memories.RankRow)."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def importance(self) -> float: ...
+    @property
+    def confidence(self) -> float: ...
+    @property
+    def decay_rate(self) -> float: ...
+    @property
+    def last_confirmed_at(self) -> datetime | None: ...
+    @property
+    def created_at(self) -> datetime: ...
+
+
+def effective_confidence_of(memory: Rankable, now: datetime) -> float | None:
     if memory.kind == Kind.EPISODE:
         return None
     return scoring.effective_confidence(

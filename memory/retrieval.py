@@ -51,6 +51,22 @@ def boundary_where(caller: Caller, use_tags: Sequence[str]) -> tuple[str, dict]:
     return "m.boundary_class = ANY(%(boundary_classes)s)", {"boundary_classes": visible}
 
 
+# The namespace prefix filter (langmem). The slice alone has no statistics: the
+# planner takes it at the default equality selectivity (0.5%) and, expecting a
+# near-empty match, trades the vector channel's HNSW scan for a seq scan + sort of
+# the whole tenant (issue 13: 0.35 s at 100k memories, 4 s at 1M, for a namespace
+# holding 15% of them). The equality disjunct selects no other rows (a namespace
+# equal to the prefix starts with it) but is estimated from the column's
+# statistics, so memories stored exactly at the prefix (the common case) count at
+# their real share and the HNSW scan is kept; a namespace that really is rare
+# still estimates small and gets the exact scan, which is the faster plan there
+# and the only complete one (an iterative scan stops at hnsw.max_scan_tuples).
+# Without iterative scans (pgvector < 0.8) the slice stays alone: there an HNSW
+# scan would return only the prefix's share of the ef_search nearest rows.
+_NS_PREFIX_SLICE = "m.namespace[1:%(ns_depth)s] = %(ns_prefix)s::varchar[]"
+_NS_PREFIX_ESTIMABLE = f"(m.namespace = %(ns_prefix)s::varchar[] OR {_NS_PREFIX_SLICE})"
+
+
 def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
     clauses = [
         "m.tenant_id = %(tenant)s",
@@ -78,7 +94,7 @@ def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
         clauses.append(f"{EFFECTIVE_CONFIDENCE_SQL} >= %(min_conf)s")
         params["min_conf"] = flt.min_confidence
     if flt.namespace_prefix:
-        clauses.append("m.namespace[1:%(ns_depth)s] = %(ns_prefix)s::varchar[]")
+        clauses.append(_NS_PREFIX_ESTIMABLE if iterative_scan_supported() else _NS_PREFIX_SLICE)
         params["ns_depth"], params["ns_prefix"] = len(flt.namespace_prefix), list(flt.namespace_prefix)
     if flt.attributes:
         attributes = dict(flt.attributes)
@@ -109,20 +125,43 @@ def vector_literal(vector: Sequence[float]) -> str:
 _iterative_scan_supported: bool | None = None
 
 
-def _vector_scan_settings(cursor) -> None:  # type: ignore[no-untyped-def]
-    """pgvector >= 0.8 keeps scanning the HNSW graph until enough rows pass the
-    tenant filter; older servers (a user's PostgreSQL) simply skip this. One
-    round trip for both settings."""
+def iterative_scan_supported() -> bool:
+    """pgvector >= 0.8 (iterative index scans), asked once per process. Without
+    them an HNSW scan only filters the ef_search nearest rows, so filters the
+    planner would otherwise trust with the index keep their exact plan there."""
     global _iterative_scan_supported
     if _iterative_scan_supported is None:
-        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-        row = cursor.fetchone()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            row = cursor.fetchone()
         major_minor = tuple(int(p) for p in (row[0] if row else "0.0").split(".")[:2])
         _iterative_scan_supported = major_minor >= (0, 8)
-    if _iterative_scan_supported:
-        cursor.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'; SET LOCAL hnsw.ef_search = 100")
-    else:
-        cursor.execute("SET LOCAL hnsw.ef_search = 100")
+    return _iterative_scan_supported
+
+
+# The keyword channel ANDs the GIN bitmap with the tenant/kind index's; at 1M
+# memories in a tenant that bitmap (300k facts) overflows the default 4MB work_mem
+# and turns lossy, so the heap scan rechecks every row of the lossy pages (issue 13:
+# 200-300 ms of a memento read). 16MB keeps it exact; a server configured higher
+# keeps its own value. Transaction-local, like the hnsw settings.
+_WORK_MEM_SQL = (
+    "SELECT set_config('work_mem', '16MB', true)"
+    " WHERE pg_size_bytes(current_setting('work_mem')) < pg_size_bytes('16MB')"
+)
+
+
+def _statement_settings(cursor, run_vec: bool) -> None:  # type: ignore[no-untyped-def]
+    """pgvector >= 0.8 keeps scanning the HNSW graph until enough rows pass the
+    tenant filter; older servers (a user's PostgreSQL) simply skip this. One
+    round trip for all settings."""
+    settings = []
+    if run_vec:
+        settings.append("SET LOCAL hnsw.ef_search = 100")
+        if iterative_scan_supported():
+            settings.append("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+    # Last: bench/perf.py's EXPLAIN replays the statements that start with SET.
+    settings.append(_WORK_MEM_SQL)
+    cursor.execute("; ".join(settings))
 
 
 def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
@@ -204,7 +243,8 @@ _BM25_SQL = """
             w.idf * (coalesce(array_length(u.positions, 1), 1) * (%(k1)s::float8 + 1))
             / (coalesce(array_length(u.positions, 1), 1)
                + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * length(c.search_vector) / st.avgdl))
-        ) AS score
+        ) AS score,
+        (SELECT sum(idf) FROM weighted) AS idf_total
         FROM cand c
         CROSS JOIN stats st
         CROSS JOIN LATERAL unnest(
@@ -219,7 +259,8 @@ _BM25_SQL = """
 # Cover density (the scorer before BM25): no IDF, kept for comparison and policies.
 _COVER_DENSITY_SQL = """
     txt AS (
-        SELECT c.id, ts_rank_cd(c.search_vector, memproj_any_query(ARRAY(SELECT term FROM terms)), 32) AS score
+        SELECT c.id, ts_rank_cd(c.search_vector, memproj_any_query(ARRAY(SELECT term FROM terms)), 32) AS score,
+            NULL::float8 AS idf_total
         FROM cand c
         ORDER BY score DESC, c.id
         LIMIT %(k_txt)s
@@ -237,36 +278,62 @@ def channel_hits(
     """Top ``params.k_vec`` by cosine similarity and top ``params.k_txt`` by
     keyword score (BM25 or cover density), merged by id. Both channels run in
     one statement: one round trip, one snapshot, one tenant filter."""
+    statement = channel_statement(
+        caller=caller, flt=flt, query_text=query_text, query_vector=query_vector, params=params
+    )
+    if statement is None:
+        return {}
+    sql, params_sql, run_vec = statement
+    with transaction.atomic(), connection.cursor() as cursor:
+        _statement_settings(cursor, run_vec)
+        cursor.execute(sql, params_sql)
+        rows = cursor.fetchall()
+    return _hits_from_rows(rows)
+
+
+def channel_statement(
+    *,
+    caller: Caller,
+    flt: RetrievalFilter,
+    query_text: str | None,
+    query_vector: Sequence[float] | None,
+    params: RetrievalParams,
+) -> tuple[str, dict, bool] | None:
+    """The one statement of ``channel_hits`` (SQL, parameters, whether it runs the
+    vector channel), or None when neither channel runs. Separate so that the
+    bench scripts can EXPLAIN exactly what the service runs."""
     where, params_sql = _where(caller, flt)
     run_vec = query_vector is not None and params.k_vec > 0
     run_txt = bool(query_text) and params.k_txt > 0
     if not (run_vec or run_txt):
-        return {}
+        return None
     ctes: list[str] = []
     selects: list[str] = []
     if run_vec:
         assert query_vector is not None
         ctes.append(_VECTOR_SQL.format(where=where))
-        selects.append("SELECT 'v', id, score FROM vec")
+        selects.append("SELECT 'v', id, score, NULL::float8 FROM vec")
         params_sql.update(qvec=vector_literal(query_vector), k_vec=params.k_vec)
     if run_txt:
         ctes.append(_TERMS_SQL.format(where=where))
         scorer = _BM25_SQL if params.keyword_scorer == "bm25" else _COVER_DENSITY_SQL
         ctes.append(scorer.format())
-        selects.append("SELECT 't', id, score FROM txt")
+        selects.append("SELECT 't', id, score, idf_total FROM txt")
         params_sql.update(
             q=query_text, k_txt=params.k_txt, budget=params.txt_candidates, k1=params.bm25_k1, b=params.bm25_b
         )
     # {where} and the fragments are fixed text; every value is a bound parameter.
     sql = "WITH" + ",".join(ctes) + "\n" + "\nUNION ALL\n".join(selects)
-    with transaction.atomic(), connection.cursor() as cursor:
-        if run_vec:
-            _vector_scan_settings(cursor)
-        cursor.execute(sql, params_sql)
-        rows = cursor.fetchall()
+    return sql, params_sql, run_vec
+
+
+def _hits_from_rows(rows: list[tuple]) -> dict[uuid.UUID, ChannelHit]:
     by_channel: dict[str, list[tuple]] = {"v": [], "t": []}
-    for channel, memory_id, score in rows:
+    idf_total: float | None = None
+    for channel, memory_id, score, total in rows:
         by_channel[channel].append((memory_id, float(score)))
+        if total is not None:
+            idf_total = float(total)
     hits: dict[uuid.UUID, ChannelHit] = {}
     # Best first, ties by id, as each channel's ORDER BY had them.
     for (memory_id, similarity), rank in _competition_ranks(sorted(by_channel["v"], key=lambda r: (-r[1], r[0]))):
@@ -278,5 +345,6 @@ def channel_hits(
             vector_rank=previous.vector_rank,
             text_rank_value=value,
             text_rank=rank,
+            text_coverage=min(1.0, value / idf_total) if idf_total else None,
         )
     return hits

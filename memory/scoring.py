@@ -44,7 +44,7 @@ RECENCY_HALF_LIFE_DAYS = 30.0
 # MEMPROJ["FUSION"], MEMPROJ["FUSION_ALPHA"] override them, a tenant policy may
 # override per call). RRF stays available for tenant policies that ask for it.
 RRF_K = 60
-FUSIONS = ("alpha", "rrf", "norm")
+FUSIONS = ("alpha", "rrf", "norm", "minmax", "dbsf", "conf")
 
 
 def days_between(earlier: datetime, later: datetime) -> float:
@@ -135,6 +135,12 @@ class ChannelHit:
     vector_rank: int | None = None
     text_rank_value: float | None = None
     text_rank: int | None = None
+    # BM25 over the sum of the query terms' IDF (capped at 1): how much of the
+    # query's rare-word mass this memory matches. Unlike the raw score, it is
+    # comparable across queries: a short question whose rare words all occur in
+    # one turn gets near 1, a long dialogue whose best match shares a few words
+    # gets little. None for cover density (no IDF).
+    text_coverage: float | None = None
 
 
 KEYWORD_SCORERS = ("bm25", "cover_density")
@@ -150,6 +156,9 @@ class RetrievalParams:
     fusion: str = "alpha"  # alpha | rrf | norm (FUSIONS)
     alpha: float = 0.7  # weight of the vector channel in alpha / norm fusion
     rrf_k: int = RRF_K
+    # conf fusion: how strongly the keyword channel's coverage of the query
+    # moves weight to it (confidence_alpha).
+    conf_gain: float = 2.0
     k_vec: int = 48  # vector channel depth
     k_txt: int = 48  # keyword channel depth
     k_final: int = 50  # fused candidates a section of memory_context ranks
@@ -174,6 +183,8 @@ class RetrievalParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
                 raise ValueError(f"{name} must be an integer between 1 and 100000 (got {value!r})")
+        if not 0.0 <= self.conf_gain <= 100.0:
+            raise ValueError(f"conf_gain must be between 0 and 100 (got {self.conf_gain})")
         if self.bm25_k1 < 0 or not 0.0 <= self.bm25_b <= 1.0:
             raise ValueError("bm25_k1 must be >= 0 and bm25_b between 0 and 1")
         half_lives = dict(self.recency_half_life_days)
@@ -191,7 +202,12 @@ class RetrievalParams:
 
         conf = settings.MEMPROJ
         base: dict[str, Any] = {}
-        for name, key in (("fusion", "FUSION"), ("alpha", "FUSION_ALPHA"), ("keyword_scorer", "KEYWORD_SCORER")):
+        for name, key in (
+            ("fusion", "FUSION"),
+            ("alpha", "FUSION_ALPHA"),
+            ("keyword_scorer", "KEYWORD_SCORER"),
+            ("conf_gain", "FUSION_CONF_GAIN"),
+        ):
             if key in conf:
                 base[name] = conf[key]
         known = {f.name for f in fields(cls)}
@@ -247,6 +263,67 @@ def normalised_channels(hits: Mapping[K, ChannelHit]) -> dict[K, tuple[float, fl
     }
 
 
+def _spread_channel(values: Mapping[K, float], how: str, depth: int | None = None) -> dict[K, float]:
+    """One channel's scores over its own candidates mapped to [0, 1].
+    ``minmax``: the channel's best candidate 1, and 0 at its worst candidate
+    when the channel was cut at its depth (the memories beyond it scored lower:
+    that is the level of "not relevant" for this query), at score 0 when it
+    returned fewer (it saw every match; a small tenant's two facts with close
+    scores stay close instead of becoming 1 and 0). ``dbsf``
+    (distribution-based): mean - 3 sd .. mean + 3 sd clipped."""
+    if not values:
+        return {}
+    scores = list(values.values())
+    if how == "minmax":
+        low, high = min(scores), max(scores)
+        if depth is not None and len(scores) < depth:
+            low = min(0.0, low)
+    else:
+        mean = sum(scores) / len(scores)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in scores) / len(scores))
+        low, high = mean - 3 * sd, mean + 3 * sd
+    if high - low <= 1e-12:
+        return dict.fromkeys(values, 1.0)
+    return {key: min(1.0, max(0.0, (v - low) / (high - low))) for key, v in values.items()}
+
+
+def spread_channels(
+    hits: Mapping[K, ChannelHit], how: str, depths: tuple[int, int] | None = None
+) -> dict[K, tuple[float, float]]:
+    """(S_vec, S_text) in [0, 1] for every candidate of one query, each channel
+    spread over its own candidates (``_spread_channel``; ``depths`` = the
+    channels' LIMITs, k_vec and k_txt); 0 in a channel that did not return the
+    candidate. Unlike dividing by the best score, the vector channel's weakest
+    candidate does not keep most of the best's score (MiniLM cosines cluster in
+    0.2-0.7), so a strong keyword-only hit is not buried under every vector
+    candidate."""
+    k_vec, k_txt = depths if depths is not None else (None, None)
+    vec = _spread_channel(
+        {k: h.vector_similarity for k, h in hits.items() if h.vector_similarity is not None}, how, k_vec
+    )
+    txt = _spread_channel({k: h.text_rank_value for k, h in hits.items() if h.text_rank_value is not None}, how, k_txt)
+    return {key: (vec.get(key, 0.0), txt.get(key, 0.0)) for key in hits}
+
+
+def confidence_alpha(hits: Mapping[K, ChannelHit], alpha: float, gain: float) -> float:
+    """The vector channel's weight for one query under ``conf`` fusion:
+    alpha / (alpha + (1 - alpha) * gain * c), c = the keyword channel's best
+    coverage of the query (ChannelHit.text_coverage). With c = 1 / gain it is
+    ``alpha`` itself; a keyword hit holding all of a short question's rare
+    words (c near 1) moves the weight towards the keyword channel, a long
+    dialogue whose best keyword match shares a few of its words (c small)
+    leaves it to the vector channel. No keyword hit: the vector channel alone;
+    keyword hits without coverage (cover density): ``alpha``."""
+    text_hits = [h for h in hits.values() if h.text_rank_value is not None]
+    if not text_hits:
+        return 1.0
+    coverages = [h.text_coverage for h in text_hits if h.text_coverage is not None]
+    if not coverages:
+        return alpha
+    keyword_weight = (1.0 - alpha) * gain * max(coverages)
+    return alpha / (alpha + keyword_weight) if alpha + keyword_weight > 0 else 1.0
+
+
 def fuse_all(hits: Mapping[K, ChannelHit], params: RetrievalParams) -> dict[K, float]:
     """Hybrid relevance in [0, 1] of every candidate of one query, with the
     call's fusion. Fusion is a property of the candidate set (normalisation
@@ -258,6 +335,13 @@ def fuse_all(hits: Mapping[K, ChannelHit], params: RetrievalParams) -> dict[K, f
     if params.fusion == "alpha":
         return {key: fuse_alpha(hit, params.alpha) for key, hit in hits.items()}
     a = params.alpha
+    if params.fusion in ("minmax", "dbsf"):
+        spread = spread_channels(hits, params.fusion, (params.k_vec, params.k_txt))
+        return {key: a * v + (1.0 - a) * t for key, (v, t) in spread.items()}
+    if params.fusion == "conf":
+        a = confidence_alpha(hits, a, params.conf_gain)
+        spread = spread_channels(hits, "minmax", (params.k_vec, params.k_txt))
+        return {key: a * v + (1.0 - a) * t for key, (v, t) in spread.items()}
     return {key: a * v + (1.0 - a) * t for key, (v, t) in normalised_channels(hits).items()}
 
 

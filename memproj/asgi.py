@@ -32,7 +32,7 @@ from mcp_server.server import build_server  # noqa: E402
 from mcp_server.toolsets import TOOLSETS  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
 from memory.errors import StorageUnavailable  # noqa: E402
-from policy.middleware import RateLimitMiddleware, jsonrpc_body, register_rate_limit_body  # noqa: E402
+from policy.middleware import RateLimitMiddleware, register_dialect_rate_limit  # noqa: E402
 
 Scope = dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -156,7 +156,8 @@ class Router:
                 await send({"type": "lifespan.shutdown.complete"})
 
 
-# Every dialect's rate-limit error speaks its own error vocabulary (issue 11).
+# Every dialect's rate-limit error speaks its own error vocabulary (issue 11),
+# over MCP and over its REST route.
 for _name, _dialect in TOOLSETS.items():
-    register_rate_limit_body(_name, jsonrpc_body("RATE_LIMIT", render=_dialect.render_error))
+    register_dialect_rate_limit(_name, _dialect.render_error)
 application = RateLimitMiddleware(Router())

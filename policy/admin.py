@@ -8,14 +8,13 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 from django.utils.html import format_html
 
 from policy.admin_access import TenantScopedAdminMixin, admin_access
 from policy.admin_policies import PolicyEventAdmin, PolicyVersionAdmin  # noqa: F401  (registers them)
 from policy.models import ApiToken, Principal, Tenant
 from policy.services.tenants import tenant_get_or_create
-from policy.services.tokens import token_issue
+from policy.services.tokens import token_issue, token_revoke
 
 
 @admin.register(Tenant)
@@ -183,5 +182,5 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     @admin.action(description="Revoke selected tokens")
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         # The queryset comes from get_queryset, so only the user's tenant's tokens.
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = token_revoke(queryset)
         self.message_user(request, f"Revoked {count} token(s).")

@@ -3,13 +3,17 @@
 Every HTTP response carries ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and
 ``X-RateLimit-Reset`` (seconds until the window frees capacity). Over the limit
 the request never reaches the app: the answer is 429 with ``Retry-After``
-(seconds) and the rate-limit error of the dialect the path belongs to
-(``/mcp/<toolset>``), built by the body builder registered for that toolset —
-a JSON-RPC error for the ``memory`` dialect; other paths get a plain JSON error.
+(seconds) and the rate-limit error of the dialect the path belongs to: over
+MCP (``/mcp/<toolset>``) a JSON-RPC error whose message is in the dialect's
+error format, over its REST route (``/api/<toolset>/<tool>``) the dialect's
+error body itself, as the route answers its other errors (both from the
+renderer registered for the toolset); other paths get a plain JSON error.
 
 Buckets: a bearer token's bucket is its SHA-256 (no database hit to count), and
 its limit is the token's tenant policy ``rate_limit`` (looked up once and kept
-for ``RULE_CACHE_SECONDS``); requests without a token share a bucket per client
+for ``RULE_CACHE_SECONDS``, or until a policy apply anywhere bumps the policy
+generation in Redis, which every check compares in the same script: a new
+policy takes effect on the next request in every web process); requests without a token share a bucket per client
 address with the default policy's limit. If Redis cannot be reached the request
 is served without a limit (fail open, logged): a broken counter must not take
 the whole API down.
@@ -30,7 +34,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from policy.document import DEFAULT_POLICY, RateLimitPolicy
-from policy.ratelimit import AsyncRateLimiter, RateDecision
+from policy.ratelimit import AsyncRateLimiter, RateDecision, StaleRule
 
 logger = logging.getLogger(__name__)
 
@@ -104,14 +108,47 @@ MCP_DEFAULT_BODY: BodyBuilder = jsonrpc_body("RATE_LIMIT")
 RATE_LIMIT_BODIES: dict[str, BodyBuilder] = {"memory": MCP_DEFAULT_BODY}
 
 
+# toolset name -> builder for its REST route (/api/<toolset>/<tool>): the
+# dialect's own error body, not JSON-RPC.
+REST_RATE_LIMIT_BODIES: dict[str, BodyBuilder] = {}
+
+
 def register_rate_limit_body(toolset: str, builder: BodyBuilder) -> None:
     RATE_LIMIT_BODIES[toolset] = builder
+
+
+def dialect_body(render: Callable[[str, str, dict[str, Any]], str], code_name: str = "RATE_LIMIT") -> BodyBuilder:
+    """The dialect's error body as its REST route answers errors."""
+
+    def build(decision: RateDecision, _body: bytes) -> tuple[bytes, str]:
+        details = {"retry_after": max(1, decision.reset_seconds), "limit": decision.limit}
+        return render(code_name, _message(decision), details).encode(), "application/json; charset=utf-8"
+
+    return build
+
+
+def register_dialect_rate_limit(toolset: str, render: Callable[[str, str, dict[str, Any]], str]) -> None:
+    """Both answers of a dialect with its own error format: MCP and REST."""
+    RATE_LIMIT_BODIES[toolset] = jsonrpc_body("RATE_LIMIT", render=render)
+    REST_RATE_LIMIT_BODIES[toolset] = dialect_body(render)
 
 
 def _toolset_of(path: str) -> str | None:
     if not path.startswith("/mcp/"):
         return None
     return path[len("/mcp/") :].strip("/").split("/", 1)[0] or None
+
+
+def _rest_toolset_of(path: str) -> str | None:
+    """The toolset of the generic REST tool route, /api/<toolset>/<tool> (a tool
+    name has no slash), if registered; other /api/ endpoints (roampal's hooks,
+    /api/langmem/store/) keep the plain error."""
+    if not path.startswith("/api/"):
+        return None
+    parts = path[len("/api/") :].split("/")
+    if len(parts) != 2 or not all(parts):
+        return None
+    return parts[0] if parts[0] in REST_RATE_LIMIT_BODIES else None
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -124,6 +161,9 @@ def _bearer(scope: Scope) -> str | None:
 
 
 _rule_cache: dict[str, tuple[float, RateLimitPolicy]] = {}
+# The policy generation the cached rules were resolved under ("?" = not known yet:
+# the first check learns it).
+_rule_cache_generation = ["?"]
 
 
 def _rule_for_token_hash(token_hash: str) -> RateLimitPolicy:
@@ -180,8 +220,7 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)  # lifespan, websockets
             return
         try:
-            bucket, rule = await self.resolver(scope)
-            decision = await self.limiter.hit(bucket, rule)
+            decision = await self._check(scope)
         except Exception:  # Redis down or unreachable: serve, unlimited (fail open)
             if time.monotonic() - self._last_failure_log > 60:
                 self._last_failure_log = time.monotonic()
@@ -199,14 +238,31 @@ class RateLimitMiddleware:
 
         await self.app(scope, receive, send_with_headers)
 
+    async def _check(self, scope: Scope) -> RateDecision:
+        """Count the request under its rule; a rule cached before the last policy
+        apply is resolved again first (the stale check counts nothing)."""
+        for _ in range(2):
+            bucket, rule = await self.resolver(scope)
+            try:
+                return await self.limiter.hit(bucket, rule, generation=_rule_cache_generation[0])
+            except StaleRule as stale:
+                _rule_cache.clear()
+                _rule_cache_generation[0] = stale.generation
+        # Policies changing faster than two round trips: count under the fresh rule.
+        bucket, rule = await self.resolver(scope)
+        return await self.limiter.hit(bucket, rule)
+
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, decision: RateDecision) -> None:
-        toolset = _toolset_of(scope.get("path", ""))
+        path = scope.get("path", "")
+        toolset, rest_toolset = _toolset_of(path), _rest_toolset_of(path)
         builder: BodyBuilder
-        if toolset is None:
-            builder, body = plain_json_body, b""
-        else:
+        if toolset is not None:
             builder = RATE_LIMIT_BODIES.get(toolset, MCP_DEFAULT_BODY)
             body = await self._read_body(receive)
+        elif rest_toolset is not None:
+            builder, body = REST_RATE_LIMIT_BODIES[rest_toolset], b""
+        else:
+            builder, body = plain_json_body, b""
         payload, content_type = builder(decision, body)
         await send(
             {

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db.models import Count, Min, Q
@@ -17,7 +17,7 @@ from memory import scoring, validation
 from memory.embeddings import embed_query
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity, retrievable_q
-from memory.read_model import effective_confidence_of
+from memory.read_model import Rankable, effective_confidence_of
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ChannelHit, RetrievalParams
 from policy.boundary import BoundaryDecision, boundary_for, redact_content
@@ -92,6 +92,55 @@ def memories_for_hits(
     return [(rows[pk], hit) for pk, hit in hits.items() if pk in rows]
 
 
+class RankRow(NamedTuple):
+    """The columns ranking reads (relevance, tie-breakers, composite score,
+    effective confidence). A search ranks up to k_vec + k_txt candidates but
+    returns ``limit`` of them: building a full model row for each of ~96
+    candidates took about a third of a hybrid search's Python time (8.7 ms CPU
+    against 1.9 ms for these columns), so candidates are ranked on these columns
+    and only the returned rows are loaded in full (``_hydrate``)."""
+
+    id: uuid.UUID
+    kind: str
+    importance: float
+    confidence: float
+    decay_rate: float
+    last_confirmed_at: datetime | None
+    created_at: datetime
+
+
+def rank_rows_for_hits(
+    *, caller: Caller, hits: dict[uuid.UUID, ChannelHit], decision: BoundaryDecision
+) -> list[tuple[RankRow, ChannelHit]]:
+    """``memories_for_hits`` for ranking: the same filter (tenant, boundary),
+    the same order, only the ranking columns."""
+    found = (
+        Memory.objects.for_caller(caller)
+        .visible_in(decision.visible)
+        .filter(pk__in=list(hits))
+        .values_list(*RankRow._fields)
+    )
+    rows = {row[0]: RankRow(*row) for row in found}
+    return [(rows[pk], hit) for pk, hit in hits.items() if pk in rows]
+
+
+def _hydrate(
+    *, caller: Caller, decision: BoundaryDecision, ranked_ids: Sequence[uuid.UUID], want: int
+) -> dict[uuid.UUID, Memory]:
+    """Full rows (redacted) of the first ``want`` of ``ranked_ids`` that still
+    exist and are visible: a row deleted or reclassified since it was ranked is
+    replaced by the next one, as a single read would have ranked without it."""
+    base = Memory.objects.for_caller(caller).visible_in(decision.visible).without_vectors()
+    rows: dict[uuid.UUID, Memory] = {}
+    start = 0
+    while len(rows) < want and start < len(ranked_ids):
+        chunk = list(ranked_ids[start : start + want - len(rows)])
+        start += len(chunk)
+        rows.update(base.in_bulk(chunk))
+    boundary_apply(decision, list(rows.values()))
+    return rows
+
+
 @dataclass
 class ScoredMemory:
     memory: Memory
@@ -101,9 +150,13 @@ class ScoredMemory:
     hit: ChannelHit
 
 
-def tie_break_key(item: ScoredMemory) -> tuple:
+def order_key(score: float, created_at: datetime, memory_id: uuid.UUID) -> tuple:
     """Seed 000: score DESC, created_at DESC, id ASC."""
-    return (-round(item.score, 12), -item.memory.created_at.timestamp(), str(item.memory.id))
+    return (-round(score, 12), -created_at.timestamp(), str(memory_id))
+
+
+def tie_break_key(item: ScoredMemory) -> tuple:
+    return order_key(item.score, item.memory.created_at, item.memory.id)
 
 
 def query_vector(query: str, mode: str) -> list[float] | None:
@@ -119,7 +172,7 @@ def query_vector(query: str, mode: str) -> list[float] | None:
 
 def _candidates(
     *, caller: Caller, query: str, mode: str, flt: RetrievalFilter, params: RetrievalParams
-) -> list[tuple[Memory, ChannelHit]]:
+) -> tuple[list[tuple[RankRow, ChannelHit]], BoundaryDecision]:
     decision = read_boundary(caller, flt.use_tags)
     vector = query_vector(query, mode)
     hits = channel_hits(
@@ -129,7 +182,7 @@ def _candidates(
         query_vector=vector if mode != "keyword" else None,
         params=params,
     )
-    return memories_for_hits(caller=caller, hits=hits, decision=decision)
+    return rank_rows_for_hits(caller=caller, hits=hits, decision=decision), decision
 
 
 def memory_search(
@@ -182,20 +235,24 @@ def memory_search(
     )
     k = max(limit + offset, 1)
     params = params.with_(k_vec=max(params.k_vec, k), k_txt=max(params.k_txt, k))
-    candidates = _candidates(caller=caller, query=query, mode=mode, flt=flt, params=params)
-    relevance = scoring.channel_relevance({m.id: hit for m, hit in candidates}, mode, params)
-    scored = [
-        ScoredMemory(
-            memory=memory,
-            score=relevance[memory.id],
-            relevance=relevance[memory.id],
-            effective_confidence=effective_confidence_of(memory, now),
-            hit=hit,
-        )
-        for memory, hit in candidates
+    candidates, decision = _candidates(caller=caller, query=query, mode=mode, flt=flt, params=params)
+    relevance = scoring.channel_relevance({row.id: hit for row, hit in candidates}, mode, params)
+    hit_of = {row.id: hit for row, hit in candidates}
+    ordered = [
+        row.id for row, _ in sorted(candidates, key=lambda c: order_key(relevance[c[0].id], c[0].created_at, c[0].id))
     ]
-    scored.sort(key=tie_break_key)
-    return scored[offset : offset + limit]
+    rows = _hydrate(caller=caller, decision=decision, ranked_ids=ordered[offset:], want=limit)
+    return [
+        ScoredMemory(
+            memory=rows[pk],
+            score=relevance[pk],
+            relevance=relevance[pk],
+            effective_confidence=effective_confidence_of(rows[pk], now),
+            hit=hit_of[pk],
+        )
+        for pk in ordered[offset:]
+        if pk in rows
+    ]
 
 
 MAX_OFFSET = 10_000
@@ -376,29 +433,40 @@ def _path_matches(part: Sequence[str], pattern: Sequence[str]) -> bool:
     return len(part) == len(pattern) and all(p in ("*", e) for e, p in zip(part, pattern, strict=True))
 
 
-def composite_rank(
-    candidates: list[tuple[Memory, ChannelHit]], now: datetime, params: RetrievalParams
-) -> list[ScoredMemory]:
-    out = []
+def composite_scores(
+    candidates: Sequence[tuple[Rankable, ChannelHit]], now: datetime, params: RetrievalParams
+) -> dict[uuid.UUID, tuple[float, float, float | None]]:
+    """Per candidate: (composite score, fused relevance, effective confidence)."""
+    out = {}
     fused = scoring.fuse_all({m.id: hit for m, hit in candidates}, params)
-    for memory, hit in candidates:
+    for memory, _hit in candidates:
         relevance = fused[memory.id]
         confidence = effective_confidence_of(memory, now)
         reference_time = memory.last_confirmed_at or memory.created_at
-        out.append(
-            ScoredMemory(
-                memory=memory,
-                score=scoring.recall_score(
-                    relevance=relevance,
-                    importance=memory.importance,
-                    recency_value=scoring.recency(reference_time, now, params.half_life(memory.kind)),
-                    confidence=1.0 if confidence is None else confidence,
-                ),
-                relevance=relevance,
-                effective_confidence=confidence,
-                hit=hit,
-            )
+        score = scoring.recall_score(
+            relevance=relevance,
+            importance=memory.importance,
+            recency_value=scoring.recency(reference_time, now, params.half_life(memory.kind)),
+            confidence=1.0 if confidence is None else confidence,
         )
+        out[memory.id] = (score, relevance, confidence)
+    return out
+
+
+def composite_rank(
+    candidates: list[tuple[Memory, ChannelHit]], now: datetime, params: RetrievalParams
+) -> list[ScoredMemory]:
+    composite = composite_scores(candidates, now, params)
+    out = [
+        ScoredMemory(
+            memory=memory,
+            score=composite[memory.id][0],
+            relevance=composite[memory.id][1],
+            effective_confidence=composite[memory.id][2],
+            hit=hit,
+        )
+        for memory, hit in candidates
+    ]
     out.sort(key=tie_break_key)
     return out
 
@@ -426,8 +494,25 @@ def memory_recall_candidates(
         kinds=list(kinds), now=now, scopes=sorted({"global", scope}) if scope else None, use_tags=decision.use_tags
     )
     params = params.with_(k_vec=max(params.k_vec, limit))
-    candidates = _candidates(caller=caller, query=topic, mode="hybrid", flt=flt, params=params)
-    return composite_rank(candidates, now, params)[:limit]
+    candidates, decision = _candidates(caller=caller, query=topic, mode="hybrid", flt=flt, params=params)
+    composite = composite_scores(candidates, now, params)
+    hit_of = {row.id: hit for row, hit in candidates}
+    ordered = [
+        row.id
+        for row, _ in sorted(candidates, key=lambda c: order_key(composite[c[0].id][0], c[0].created_at, c[0].id))
+    ]
+    rows = _hydrate(caller=caller, decision=decision, ranked_ids=ordered, want=limit)
+    return [
+        ScoredMemory(
+            memory=rows[pk],
+            score=composite[pk][0],
+            relevance=composite[pk][1],
+            effective_confidence=composite[pk][2],
+            hit=hit_of[pk],
+        )
+        for pk in ordered
+        if pk in rows
+    ]
 
 
 def memory_fetch(*, caller: Caller, kind: str, memory_id: object, use_tags: Sequence[str] | None = None) -> Memory:

@@ -138,12 +138,14 @@ CELERY_TASK_EAGER_PROPAGATES = True
 
 # --- memproj ---------------------------------------------------------------------------
 MEMPROJ = {
-    # Seed 000: episodes expire 7 days after they are stored unless configured.
-    "EPISODE_TTL_DAYS": env.float("MEMPROJ_EPISODE_TTL_DAYS", default=7.0),
     "EMBED_MODE": env.str("MEMPROJ_EMBED_MODE", default="sync"),  # sync | async
     "EMBEDDER": env.str("MEMPROJ_EMBEDDER", default="local"),  # local | openai
     "EMBEDDING_MODEL": env.str("MEMPROJ_EMBEDDING_MODEL", default="all-MiniLM-L6-v2"),
     "EMBEDDING_DIM": 384,
+    # What is embedded for an episode (memory/embedtext.py): plain = its content;
+    # ctx1 = content + the session's previous turn (measured worse on LongMemEval).
+    # Recorded per memory (embedding_model "<model>+ctx1"), so a change re-embeds.
+    "EMBED_TEXT": env.str("MEMPROJ_EMBED_TEXT", default="plain"),
     "EMBEDDING_API_BASE": env.str("MEMPROJ_EMBEDDING_API_BASE", default=""),
     "EMBEDDING_API_KEY": env.str("MEMPROJ_EMBEDDING_API_KEY", default=""),
     "CONTEXT_TOKEN_BUDGET": env.int("MEMPROJ_CONTEXT_TOKEN_BUDGET", default=3000),
@@ -156,7 +158,10 @@ MEMPROJ = {
     # Hybrid fusion and keyword scorer (memory/scoring.py RetrievalParams; chosen on
     # MADial-Bench and LongMemEval-S dev, docs/benchmarks.md). A tenant policy's
     # retrieval.hybrid values (alpha, k_vec, k_txt) override per tenant.
-    "FUSION": env.str("MEMPROJ_FUSION", default="norm"),  # norm | alpha | rrf
+    # conf: per-query alpha from the keyword channel's coverage of the query
+    # (memory/scoring.py confidence_alpha); MADial +0.010 nDCG@10, LongMemEval +0.029.
+    "FUSION": env.str("MEMPROJ_FUSION", default="conf"),  # conf | norm | minmax | dbsf | alpha | rrf
+    "FUSION_CONF_GAIN": env.float("MEMPROJ_FUSION_CONF_GAIN", default=2.0),
     "KEYWORD_SCORER": env.str("MEMPROJ_KEYWORD_SCORER", default="bm25"),  # bm25 | cover_density
     "FUSION_ALPHA": env.float("MEMPROJ_FUSION_ALPHA", default=0.7),
     "MAX_CONTENT_CHARS": env.int("MEMPROJ_MAX_CONTENT_CHARS", default=16_000),
@@ -209,7 +214,7 @@ MEMPROJ_PIPELINE = {
     "SWEEP_BATCH": env.int("MEMPROJ_SWEEP_BATCH", default=500),
     "SWEEP_PER_TENANT": env.int("MEMPROJ_SWEEP_PER_TENANT", default=100),
     # Expired episodes leave retrieval at once; their rows stay for audit this long.
-    "EPISODE_RETENTION_DAYS": env.float("MEMPROJ_EPISODE_RETENTION_DAYS", default=30.0),
+    "EXPIRED_RETENTION_DAYS": env.float("MEMPROJ_EXPIRED_RETENTION_DAYS", default=30.0),
     # A pending embedding younger than this is left to the task enqueued at write time.
     "EMBED_RETRY_GRACE_SECONDS": env.int("MEMPROJ_EMBED_RETRY_GRACE_SECONDS", default=60),
     "EMBED_MAX_ATTEMPTS": env.int("MEMPROJ_EMBED_MAX_ATTEMPTS", default=20),

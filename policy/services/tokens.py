@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
+import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from policy.caller import Caller
@@ -63,6 +67,11 @@ def token_issue(
 
 def token_authenticate(token: str) -> Caller | None:
     """The caller a bearer token stands for, or None if it is unknown, revoked or expired."""
+    found = _authenticate(token)
+    return None if found is None else found[0]
+
+
+def _authenticate(token: str) -> tuple[Caller, datetime | None] | None:
     if not token or not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
     api_token = (
@@ -76,13 +85,67 @@ def token_authenticate(token: str) -> Caller | None:
     if api_token.last_used_at is None or (now - api_token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=now)
     principal = api_token.principal
-    return Caller(
+    caller = Caller(
         tenant_id=principal.tenant_id,
         principal_id=principal.id,
         role=principal.role,
         scopes=frozenset(api_token.scopes),
         token_id=api_token.id,
     )
+    return caller, api_token.expires_at
+
+
+# --- the HTTP tier's short-lived cache ----------------------------------------------
+# Every stateless MCP request carries its bearer token; looking it up cost a
+# worker-thread hop and one or two queries per request. A web process keeps what
+# it verified for TOKEN_CACHE_SECONDS (never past the token's expiry); a
+# revocation through token_revoke clears this process's cache at once, and other
+# processes (more web workers) notice within TOKEN_CACHE_SECONDS. Unknown tokens
+# are never cached, so a flood of made-up tokens cannot fill it.
+TOKEN_CACHE_SECONDS = 5.0
+_TOKEN_CACHE_MAX = 10_000
+_token_cache: dict[str, tuple[float, Caller]] = {}
+_token_cache_lock = threading.Lock()
+
+
+def token_cached_caller(token: str) -> Caller | None:
+    """The caller this process verified for ``token`` within the cache window, if any."""
+    entry = _token_cache.get(token)
+    if entry is None or entry[0] <= time.monotonic():
+        return None
+    # A copy: a Caller fixes its tenant policy on first use, and that must stay per request.
+    return replace(entry[1])
+
+
+def token_authenticate_cached(token: str) -> Caller | None:
+    """``token_authenticate`` through this process's short-lived cache."""
+    cached = token_cached_caller(token)
+    if cached is not None:
+        return cached
+    found = _authenticate(token)
+    if found is None:
+        return None
+    caller, expires_at = found
+    lifetime = TOKEN_CACHE_SECONDS
+    if expires_at is not None:
+        lifetime = min(lifetime, (expires_at - timezone.now()).total_seconds())
+    with _token_cache_lock:
+        if len(_token_cache) >= _TOKEN_CACHE_MAX:
+            _token_cache.clear()
+        _token_cache[token] = (time.monotonic() + lifetime, replace(caller))
+    return caller
+
+
+def token_cache_clear() -> None:
+    with _token_cache_lock:
+        _token_cache.clear()
+
+
+def token_revoke(tokens: QuerySet[ApiToken]) -> int:
+    """Revoke the given tokens (those not revoked yet); returns how many."""
+    count = tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+    token_cache_clear()
+    return count
 
 
 def caller_for_target_tenant(*, caller: Caller, tenant: str | None, elevate: bool = False) -> Caller:

@@ -8,10 +8,12 @@ import math
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from memory import scoring
 from memory.embeddings import set_embedder
 from memory.models import Memory
+from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ChannelHit, RetrievalParams
 from memory.selectors.memories import memory_search
 from memory.services.memories import episode_store
@@ -191,3 +193,125 @@ def test_recall_recency_uses_the_per_kind_half_life(caller):
     short = composite_rank([(old, hit)], now, RetrievalParams(recency_half_life_days={"episode": 1}))[0]
     long = composite_rank([(old, hit)], now, RetrievalParams(recency_half_life_days={"episode": 3650}))[0]
     assert long.score > short.score
+
+
+def test_minmax_does_not_bury_the_best_keyword_hit_under_every_vector_candidate():
+    # MiniLM cosines cluster: dividing by the best (norm) leaves the weakest vector
+    # candidate 0.75 of the top, above a keyword-only hit that is the keyword channel's best.
+    hits = {
+        "vec1": ChannelHit(vector_similarity=0.60, vector_rank=1),
+        "vec2": ChannelHit(vector_similarity=0.45, vector_rank=2),
+        "txt1": ChannelHit(text_rank_value=9.0, text_rank=1),
+        "txt2": ChannelHit(text_rank_value=2.0, text_rank=2),
+    }
+    norm = scoring.fuse_all(hits, RetrievalParams(fusion="norm", alpha=0.5))
+    # Both channels cut at their depth (2): each channel's last candidate is its "not relevant" level.
+    minmax = scoring.fuse_all(hits, RetrievalParams(fusion="minmax", alpha=0.5, k_vec=2, k_txt=2))
+    assert norm["vec2"] > norm["txt2"]
+    assert minmax["txt1"] == minmax["vec1"] == pytest.approx(0.5)
+    assert minmax["vec2"] == minmax["txt2"] == 0.0
+    # Channels that returned every match (fewer than their depth) are spread from 0:
+    # two close scores in a small tenant stay close.
+    whole = scoring.fuse_all(hits, RetrievalParams(fusion="minmax", alpha=0.5, k_vec=48, k_txt=48))
+    assert whole["vec2"] == pytest.approx(0.5 * 0.45 / 0.60)
+
+
+def test_conf_fusion_weighs_the_keyword_channel_by_its_coverage_of_the_query():
+    def hits(coverage):
+        return {
+            "vec": ChannelHit(vector_similarity=0.6, vector_rank=1),
+            "vec_low": ChannelHit(vector_similarity=0.3, vector_rank=2),
+            "txt": ChannelHit(text_rank_value=5.0, text_rank=1, text_coverage=coverage),
+            "txt_low": ChannelHit(text_rank_value=1.0, text_rank=2, text_coverage=coverage / 5),
+        }
+
+    params = RetrievalParams(fusion="conf", alpha=0.65, conf_gain=2.8)
+    confident = scoring.fuse_all(hits(1.0), params)
+    unsure = scoring.fuse_all(hits(0.1), params)
+    assert confident["txt"] > confident["vec"]  # the query's rare words all found: keyword leads
+    assert unsure["vec"] > unsure["txt"]  # a long query's best match shares few words: vector leads
+    assert confident["vec"] + confident["txt"] == pytest.approx(1.0)  # the per-query weights sum to 1
+    # At coverage 1 / gain the policy's alpha holds as given.
+    assert scoring.confidence_alpha(hits(1 / 2.8), 0.65, 2.8) == pytest.approx(0.65)
+    vector_only = {k: h for k, h in hits(1.0).items() if h.vector_rank is not None}
+    assert scoring.fuse_all(vector_only, params)["vec"] == pytest.approx(1.0)
+
+
+def test_keyword_hits_carry_their_coverage_of_the_query(caller):
+    store(caller, "The zeppelin landed in Friedrichshafen")
+    store(caller, "We talked about the weather")
+    flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
+    hits = channel_hits(caller=caller, flt=flt, query_text="zeppelin", query_vector=None, params=RetrievalParams())
+    [hit] = hits.values()
+    assert 0.5 < hit.text_coverage <= 1.0
+    both = channel_hits(
+        caller=caller, flt=flt, query_text="zeppelin weather", query_vector=None, params=RetrievalParams()
+    )
+    assert all(h.text_coverage is not None and h.text_coverage < 1.0 for h in both.values())
+
+
+@pytest.mark.parametrize("iterative", [True, False], ids=["estimable-prefix", "slice-prefix"])
+def test_vector_channel_honours_every_filter(caller, monkeypatch, iterative):
+    """Issue 13 rewrote the namespace prefix predicate so the planner keeps the HNSW
+    scan; both forms (pgvector >= 0.8 and older) must select exactly the same rows.
+    Every memory is a near neighbour of the query, so only the filters exclude."""
+    monkeypatch.setattr("memory.retrieval._iterative_scan_supported", iterative)
+    layout = {
+        # name: (kind, namespace, boundary class, collection)
+        "at_prefix": ("fact", ["user", "ann"], "internal", ""),
+        "below_prefix": ("fact", ["user", "ann", "work"], "public", ""),
+        "sibling": ("fact", ["user", "bob"], "internal", ""),
+        "parent": ("fact", ["user"], "internal", ""),
+        "elsewhere": ("fact", ["team", "user", "ann"], "internal", ""),
+        "no_namespace": ("fact", [], "internal", ""),
+        "episode_at_prefix": ("episode", ["user", "ann"], "internal", ""),
+        "secret_at_prefix": ("fact", ["user", "ann"], "secret", ""),
+        "episode_in_bank": ("episode", [], "internal", "memory_bank"),
+        "fact_in_books": ("fact", ["user", "ann"], "internal", "books"),
+    }
+    ids = {}
+    for name, (kind, namespace, boundary_class, collection) in layout.items():
+        [memory] = store(caller, f"zeppelin landed safely {name}")
+        Memory.objects.filter(pk=memory.pk).update(
+            kind=kind, namespace=namespace, boundary_class=boundary_class, collection=collection
+        )
+        ids[memory.pk] = name
+    [query_vector] = WordHashEmbedder().embed(["zeppelin landed safely"])
+
+    def vector_hits(**filters) -> set[str]:
+        flt = RetrievalFilter(now=timezone.now(), **filters)
+        hits = channel_hits(
+            caller=caller, flt=flt, query_text=None, query_vector=query_vector, params=RetrievalParams()
+        )
+        assert all(h.vector_rank is not None for h in hits.values())
+        return {ids[pk] for pk in hits}
+
+    assert vector_hits(kinds=["fact"], namespace_prefix=("user", "ann")) == {
+        "at_prefix",
+        "below_prefix",
+        "fact_in_books",
+    }
+    assert vector_hits(kinds=["fact"], namespace_prefix=("user",)) == {
+        "at_prefix",
+        "below_prefix",
+        "sibling",
+        "parent",
+        "fact_in_books",
+    }
+    assert vector_hits(kinds=["fact", "episode"], namespace_prefix=("user", "ann", "work")) == {"below_prefix"}
+    assert vector_hits(kinds=["fact", "episode"], namespace_prefix=("user", "ann"), collections=["memory_bank"]) == {
+        "at_prefix",
+        "below_prefix",
+    }
+    assert vector_hits(kinds=["fact", "episode"], collections=["memory_bank"]) == {
+        "at_prefix",
+        "below_prefix",
+        "sibling",
+        "parent",
+        "elsewhere",
+        "no_namespace",
+        "episode_in_bank",
+    }
+    # The secret one is a neighbour too, but never visible under the default use tags.
+    assert "secret_at_prefix" not in vector_hits(kinds=["fact", "episode"])
+    assert vector_hits(kinds=["episode"], namespace_prefix=("user", "ann")) == {"episode_at_prefix"}

@@ -11,10 +11,10 @@ from django.utils import timezone
 
 from memory.context import build_context
 from memory.errors import InvalidArgument
-from memory.models import Memory
+from memory.models import Memory, MemoryEvent
 from memory.selectors.memories import memory_search
-from memory.services.memories import episode_store, fact_store
-from memory.services.sweeps import episodes_expire
+from memory.services.memories import episode_store, fact_store, rule_store
+from memory.services.sweeps import memories_expire
 from policy.caller import Caller
 from policy.document import DEFAULT_POLICY
 from policy.selectors import policies as policy_reads
@@ -71,9 +71,55 @@ def test_scope_ttls_from_the_policy_drive_expiry(owner, member):
         found = {m.memory.id for m in memory_search(caller=fresh(member.caller), query="zebra", mode="keyword")}
         assert episode.id not in found and project.id not in found
         assert principle.id in found and ordinary.id in found
-    # The existing expiry sweep deletes the expired episode after its retention period.
-    result = episodes_expire(now=start + timedelta(days=2 + 31))
-    assert episode.id in result.ids and not Memory.objects.filter(pk=episode.id).exists()
+    # The expiry sweep deletes each expired memory after its retention period,
+    # whatever its kind: the episode first, then the project fact; never the others.
+    result = memories_expire(now=start + timedelta(days=2 + 31))
+    assert result.ids == [episode.id] and not Memory.objects.filter(pk=episode.id).exists()
+    result = memories_expire(now=start + timedelta(days=30 + 31))
+    assert result.ids == [project.id]
+    assert set(Memory.objects.values_list("id", flat=True)) == {principle.id, ordinary.id}
+
+
+def test_expired_facts_and_rules_of_a_project_scope_are_deleted_with_an_event_each(owner, member):
+    """Seed 004: a project-scoped fact or rule leaves retrieval at its TTL like an
+    episode, and its row goes after the retention period with an audit event.
+    An expired fact takes the older versions it superseded with it (each
+    audited), so no superseded row is left without its successor."""
+    policy_apply(caller=owner.caller, yaml="version: '0.4.0'\nscopes: { project: { ttl: '30d' } }\n")
+    start = timezone.now()
+    caller = fresh(member.caller)
+    older = fact_store(
+        caller=caller, subject="zebra", predicate="home", content="Zebra lives in Kenya", scope="project"
+    )
+    rule = rule_store(caller=caller, content="Always feed the zebra at noon", scope="project")
+    lasting = rule_store(caller=caller, content="Never ride the zebra", scope="principle")
+    policy_apply(caller=owner.caller, yaml="version: '0.5.0'\nscopes: { project: { ttl: '5d' } }\n")
+    newer = fact_store(
+        caller=fresh(member.caller),
+        subject="zebra",
+        predicate="home",
+        content="Zebra lives in Tanzania",
+        scope="project",
+    ).memory
+    older.memory.refresh_from_db()
+    assert older.memory.superseded_by_id == newer.id
+
+    assert memories_expire(now=start + timedelta(days=5 + 29)).processed == 0  # within the retention period
+    result = memories_expire(now=start + timedelta(days=5 + 31))
+    # The newer fact expired; the older one (its own TTL not yet past retention) goes as its history.
+    assert set(result.ids) == {newer.id, older.memory.id}
+    history = MemoryEvent.objects.get(memory_id=older.memory.id, event_type="expired_deleted")
+    assert history.payload["superseded_by"] == str(newer.id)
+    assert "superseded_by" not in MemoryEvent.objects.get(memory_id=newer.id, event_type="expired_deleted").payload
+    assert Memory.objects.filter(pk=rule.id).exists()
+
+    result = memories_expire(now=start + timedelta(days=30 + 31))
+    assert result.ids == [rule.id]
+    assert MemoryEvent.objects.get(memory_id=rule.id, event_type="expired_deleted").payload["content_hash"] == (
+        rule.content_hash
+    )
+    assert list(Memory.objects.values_list("id", flat=True)) == [lasting.id]
+    assert memories_expire(now=start + timedelta(days=400)).processed == 0  # principle: no TTL
 
 
 def test_max_tokens_bounds_a_context_answer(owner, member):
