@@ -1741,8 +1741,12 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
         "WHERE f.kind = 'embed' AND m.content LIKE %s",
         [f"%{run_id}x%"],
     )[0][0]
+    # Rows the writes made: not the facts and rules consolidation derives from a
+    # cluster of episodes (beat, every 30 min), which quote an episode's content.
     found = stack.sql(
-        "SELECT content, kind, validity, embedding_status, created_at, id FROM memory_memory WHERE content LIKE %s",
+        "SELECT content, kind, validity, embedding_status, created_at, id FROM memory_memory m "
+        "WHERE content LIKE %s AND NOT EXISTS "
+        "(SELECT 1 FROM memory_memorylink l WHERE l.from_memory_id = m.id AND l.kind = 'derived_from')",
         [f"%{run_id}x%"],
     )
     by_marker: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
