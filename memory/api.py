@@ -4,7 +4,7 @@ imports models, scoring or other core modules, so every rule (supersession,
 outcome counters, scopes, namespaces, TTLs, boundary classes, ranking) exists
 once, behind this surface.
 
-Writes: ``episode_store``, ``fact_store`` (keyed by subject+predicate, by a
+Writes: ``episode_store`` (``episodes_store_bulk`` for an import), ``fact_store`` (keyed by subject+predicate, by a
 subject alone, or keyless), ``rule_store``, ``memory_supersede``,
 ``memory_confirm``, ``memory_forget``, ``fact_retract_by_key``, ``memory_feedback``.
 Reads: ``memory_search``, ``memory_recall``, ``build_context``, ``memory_get``,
@@ -74,6 +74,7 @@ from memory.services.graph import EntityInput, RelationInput
 from memory.services.memories import (
     FactStoreResult,
     episode_store,
+    episodes_store_bulk,
     fact_retract_by_key,
     fact_store,
     memory_confirm,
@@ -143,6 +144,7 @@ __all__ = [
     "conflicts_open_for",
     "elevation_audit",
     "episode_store",
+    "episodes_store_bulk",
     "fact_get_by_key",
     "fact_retract_by_key",
     "fact_store",

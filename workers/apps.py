@@ -13,8 +13,9 @@ class WorkersConfig(AppConfig):
         from memory.services.followups import followup_register
         from workers import tasks
 
-        followup_register(FollowUpKind.EMBED, lambda pk: tasks.enqueue(tasks.embed_memory_task, (pk,), retry=False))
+        # One embed task per batch of ids (one model call); a conflict check per memory.
+        followup_register(FollowUpKind.EMBED, lambda ids: tasks.enqueue(tasks.embed_memories_task, (ids,), retry=False))
         followup_register(
             FollowUpKind.CONFLICT_CHECK,
-            lambda pk: tasks.enqueue(tasks.memory_conflict_check_task, (pk,), retry=False),
+            lambda ids: [tasks.enqueue(tasks.memory_conflict_check_task, (pk,), retry=False) for pk in ids],
         )

@@ -39,9 +39,16 @@ _retrying: dict[str, Any] = {
 # ten-minute backoff (the reliability suite's embedder faults left ~1,000
 # follow-ups waiting past a 3-minute drain with the 600 s cap).
 @shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **{**_retrying, "retry_backoff_max": 60})
+def embed_memories_task(self, memory_ids: list[str]) -> int:  # type: ignore[no-untyped-def]
+    # One model call for all of them; records each conflict check (outbox) once the vector is there.
+    return followups.followups_embed_run(memory_ids=[uuid.UUID(pk) for pk in memory_ids])
+
+
+# Messages queued by a release before batched enqueueing (one id each) still arrive.
+@shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **{**_retrying, "retry_backoff_max": 60})
 def embed_memory_task(self, memory_id: str) -> bool:  # type: ignore[no-untyped-def]
-    # Records the conflict check (outbox) once the vector is there; False if the memory is gone.
-    return followups.followup_embed_run(memory_id=uuid.UUID(memory_id))
+    # False if the memory is gone or already had its vector.
+    return followups.followups_embed_run(memory_ids=[uuid.UUID(memory_id)]) == 1
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)

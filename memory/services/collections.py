@@ -27,7 +27,7 @@ from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, V
 from memory.outcomes import collection_apply
 from memory.services.events import EventType, caller_event, event_append, events_append
 from memory.services.feedback import collection_event
-from memory.services.followups import followups_for_write
+from memory.services.followups import followups_for_writes
 from memory.services.memories import episode_store, fact_store, require_write
 from memory.services.sweeps import SweepResult
 from memory.services.system import system_caller
@@ -239,8 +239,7 @@ def book_ingest(
         ids = [row.pk for row in rows]
         # Through the outbox, like every write: each chunk's embedding survives a
         # broker outage, and the embedding retry sweep batches what is left.
-        for row in rows:
-            followups_for_write(row)
+        followups_for_writes(rows)
     return BookIngestResult(title=title, chunk_ids=ids)
 
 

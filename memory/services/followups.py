@@ -2,10 +2,10 @@
 transaction, so that a committed write answers success even when the broker is
 down and its follow-up is still done later.
 
-- ``followups_for_write`` records the follow-up (a ``FollowUp`` row) inside the
+- ``followups_for_writes`` records the follow-up (a ``FollowUp`` row) inside the
   write's transaction and, after commit, hands it to the transport registered
   for its kind: best effort, never raising to the writer.
-- The worker's tasks call ``followup_embed_run`` / ``followup_conflict_check_run``,
+- The worker's tasks call ``followups_embed_run`` / ``followup_conflict_check_run``,
   which do the work and close the row; a second run finds it closed.
 - ``followups_drain`` (a beat sweep) runs what is still open after a grace
   period: enqueues that never reached the broker, and tasks lost with it.
@@ -34,7 +34,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Enqueue = Callable[[str], object]  # takes the memory id
+# A transport takes the ids of the memories one transaction wrote (one, or a
+# bulk import's or a book's hundreds), at most FOLLOWUP_ENQUEUE_BATCH at a time:
+# the embed transport sends them as one task, so the worker embeds them with
+# one model call instead of one call per memory.
+Enqueue = Callable[[list[str]], object]
+FOLLOWUP_ENQUEUE_BATCH = 256
 _TRANSPORT: dict[str, Enqueue] = {}
 
 
@@ -48,19 +53,17 @@ def followup_transport(kind: FollowUpKind) -> Enqueue | None:
     return _TRANSPORT.get(kind.value)
 
 
-def _enqueue(kind: str, memory_id: str) -> None:
+def _enqueue(kind: str, memory_ids: list[str]) -> None:
     """After commit. The write has succeeded whatever happens here: a broker
-    outage is logged and the row waits for the drain sweep."""
+    outage is logged and the rows wait for the drain sweep."""
     enqueue = _TRANSPORT.get(kind)
     if enqueue is None:
-        logger.warning("follow-up %s of memory %s: no transport registered; the sweep will run it", kind, memory_id)
+        logger.warning("follow-up %s of %s: no transport registered; the sweep will run it", kind, memory_ids)
         return
     try:
-        enqueue(memory_id)
+        enqueue(memory_ids)
     except Exception:  # any broker or transport failure: the outbox row is the record
-        logger.warning(
-            "follow-up %s of memory %s not enqueued; the follow-up sweep will run it", kind, memory_id, exc_info=True
-        )
+        logger.warning("follow-up %s of %s not enqueued; the drain sweep will run it", kind, memory_ids, exc_info=True)
 
 
 def _record(memories: Sequence[tuple[uuid.UUID, uuid.UUID]], kind: FollowUpKind) -> None:
@@ -74,19 +77,22 @@ def _record(memories: Sequence[tuple[uuid.UUID, uuid.UUID]], kind: FollowUpKind)
     ids = [str(memory_id) for memory_id, _ in memories]
 
     def enqueue_all() -> None:
-        for pk in ids:
-            _enqueue(kind.value, pk)
+        for start in range(0, len(ids), FOLLOWUP_ENQUEUE_BATCH):
+            _enqueue(kind.value, ids[start : start + FOLLOWUP_ENQUEUE_BATCH])
 
     transaction.on_commit(enqueue_all)
 
 
-def followups_for_write(memory: Memory) -> None:
-    """What a new memory still needs once committed: a vector (which then
-    brings its conflict check), or for a fact or rule with a vector, the check."""
-    if memory.embedding_status != EmbeddingStatus.READY:
-        _record([(memory.id, memory.tenant_id)], FollowUpKind.EMBED)
-    elif memory.kind != Kind.EPISODE:
-        _record([(memory.id, memory.tenant_id)], FollowUpKind.CONFLICT_CHECK)
+def followups_for_writes(memories: Sequence[Memory]) -> None:
+    """What new memories still need once committed: a vector (which then
+    brings its conflict check), or for a fact or rule with a vector, the check.
+    One INSERT per kind however many memories one transaction wrote."""
+    ready = EmbeddingStatus.READY
+    _record([(m.id, m.tenant_id) for m in memories if m.embedding_status != ready], FollowUpKind.EMBED)
+    _record(
+        [(m.id, m.tenant_id) for m in memories if m.embedding_status == ready and m.kind != Kind.EPISODE],
+        FollowUpKind.CONFLICT_CHECK,
+    )
 
 
 def followups_embedded(*, memory_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
@@ -131,16 +137,19 @@ def _close_missing(memory_id: uuid.UUID) -> None:
     )
 
 
-def followup_embed_run(*, memory_id: uuid.UUID) -> bool:
-    """The embed task: give the memory its vector, then hand over to the
-    conflict check. Raises EmbeddingUnavailable for the task to retry."""
-    from memory.services.memories import memory_embed  # memories records follow-ups, so it imports this module
+def followups_embed_run(*, memory_ids: Sequence[uuid.UUID]) -> int:
+    """The embed task: give the memories their vectors (one model call), then
+    hand over to their conflict checks. Returns how many got a vector here.
+    Raises EmbeddingUnavailable for the task to retry."""
+    from memory.services.memories import memory_embed_batch  # memories records follow-ups, so it imports this module
 
-    if not Memory.objects.filter(pk=memory_id).exists():
+    present = set(Memory.objects.filter(pk__in=list(memory_ids)).values_list("pk", flat=True))
+    for memory_id in set(memory_ids) - present:
         _close_missing(memory_id)
-        return False
-    done = memory_embed(memory_id=memory_id)
-    followups_embedded(memory_ids=[memory_id])
+    if not present:
+        return 0
+    done = memory_embed_batch(memory_ids=sorted(present))
+    followups_embedded(memory_ids=sorted(present))
     return done
 
 

@@ -4,7 +4,7 @@ reference bumps. One transaction per write, with its audit event inside it."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -20,8 +20,8 @@ from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, Permi
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
 from memory.retrieval import vector_literal
 from memory.selectors.memories import boundary_view
-from memory.services.events import EventType, event_append
-from memory.services.followups import followups_for_write
+from memory.services.events import EventType, caller_event, event_append, events_append
+from memory.services.followups import followups_for_writes
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
@@ -64,16 +64,17 @@ def _embed_for_store(content: str, *, kind: str, caller: Caller | None = None, s
 def _after_commit(memory: Memory) -> None:
     """Record the write's follow-up in its own transaction (the outbox): the
     write answers success once committed, even with the broker down."""
-    followups_for_write(memory)
+    followups_for_writes([memory])
 
 
-def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
+def _memory_row(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
+    """A new memory of the caller's tenant, not saved yet."""
     # Seed 004 scope TTLs (session / project / principle) come from the tenant
     # policy; other scopes (seed 000 butler scopes, 'global') have none.
     if fields.get("expires_at") is None and fields.get("scope") in caller.policy.scopes:
         ttl = caller.policy.ttl_for(fields["scope"])
         fields["expires_at"] = timezone.now() + ttl if ttl is not None else None
-    memory = Memory(
+    return Memory(
         tenant_id=caller.tenant_id,
         principal_id=caller.principal_id if caller.elevated_from is None else None,
         kind=kind,
@@ -86,8 +87,44 @@ def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embeddin
         embedding_attempts=1 if embedding.error else 0,
         **fields,
     )
+
+
+def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
+    memory = _memory_row(caller=caller, kind=kind, content=content, embedding=embedding, **fields)
     memory.save(force_insert=True)
     return memory
+
+
+def _episode_values(
+    caller: Caller,
+    *,
+    content: object,
+    butler: object,
+    session_id: object = None,
+    importance: object = 5.0,
+    scope: object = "global",
+    tags: Iterable[object] | None = None,
+    metadata: object = None,
+    ttl: timedelta | None = None,
+) -> dict[str, Any]:
+    """An episode's validated columns (one set of rules for one and for many)."""
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidArgument("metadata must be an object.")
+    if ttl is None:
+        # Episodes are seed 004's session scope: the tenant policy's session TTL
+        # decides their expiry (7 d by default); 'inf' keeps them 100 years, since
+        # an episode always carries an expiry.
+        ttl = caller.policy.ttl_for("session") or timedelta(days=36500)
+    return {
+        "content": validation.text(content, field="content"),
+        "butler": validation.label(butler, field="butler"),
+        "session_id": validation.label(session_id, field="session_id") if session_id else "",
+        "importance": validation.number(importance, field="importance", low=0, high=10),
+        "scope": validation.label(scope, field="scope"),
+        "tags": validation.tags(tags),
+        "metadata": metadata or {},
+        "expires_at": timezone.now() + ttl,
+    }
 
 
 def episode_store(
@@ -105,38 +142,83 @@ def episode_store(
     outcome_score: float = scoring.UNSCORED_OUTCOME_SCORE,
 ) -> Memory:
     require_write(caller)
-    content = validation.text(content, field="content")
-    butler = validation.label(butler, field="butler")
-    session = validation.label(session_id, field="session_id") if session_id else ""
-    importance = validation.number(importance, field="importance", low=0, high=10)
-    scope = validation.label(scope, field="scope")
-    tag_list = validation.tags(tags)
-    if ttl is None:
-        # Episodes are seed 004's session scope: the tenant policy's session TTL
-        # decides their expiry (7 d by default); 'inf' keeps them 100 years, since
-        # an episode always carries an expiry.
-        ttl = caller.policy.ttl_for("session") or timedelta(days=36500)
-    embedding = _embed_for_store(content, kind=Kind.EPISODE, caller=caller, session_id=session)
-    now = timezone.now()
+    values = _episode_values(
+        caller,
+        content=content,
+        butler=butler,
+        session_id=session_id,
+        importance=importance,
+        scope=scope,
+        tags=tags,
+        metadata=metadata,
+        ttl=ttl,
+    )
+    embedding = _embed_for_store(values["content"], kind=Kind.EPISODE, caller=caller, session_id=values["session_id"])
     with transaction.atomic():
         memory = _new_memory(
             caller=caller,
             kind=Kind.EPISODE,
-            content=content,
             embedding=embedding,
-            butler=butler,
-            session_id=session,
-            importance=importance,
-            scope=scope,
-            tags=tag_list,
-            metadata=metadata or {},
-            expires_at=now + ttl,
             collection=collection,
             outcome_score=outcome_score,
+            **values,
         )
         event_append(caller=caller, tenant_id=caller.tenant_id, memory=memory, event_type=EventType.STORED)
         _after_commit(memory)
     return memory
+
+
+# What one item of a bulk store may hold: episode_store's own arguments.
+BULK_EPISODE_FIELDS = ("content", "butler", "session_id", "importance", "scope", "tags", "metadata")
+BULK_EPISODES_MAX = 1000
+
+
+def episodes_store_bulk(*, caller: Caller, episodes: Sequence[Mapping[str, Any]]) -> list[Memory]:
+    """Many episodes in one transaction (an import of past conversations): each
+    validated as ``episode_store`` validates one, all stored or none. Like a
+    book's chunks they are keyword-searchable at once and the worker embeds them
+    in batches (the outbox), so storing costs one INSERT per table, not one
+    transaction and one embedder call per episode."""
+    require_write(caller)
+    if isinstance(episodes, (str, bytes, Mapping)) or not isinstance(episodes, Sequence):
+        raise InvalidArgument("episodes must be a list of objects.")
+    if not episodes:
+        raise InvalidArgument("send at least one episode.")
+    if len(episodes) > BULK_EPISODES_MAX:
+        raise InvalidArgument(f"at most {BULK_EPISODES_MAX} episodes per call; split the list.")
+    pending = _Embedding(None, EmbeddingStatus.PENDING, "")
+    rows = []
+    for index, item in enumerate(episodes):
+        where = f"episodes[{index}]"
+        if not isinstance(item, Mapping):
+            raise InvalidArgument(f"{where} must be an object.")
+        unknown = sorted(set(item) - set(BULK_EPISODE_FIELDS))
+        if unknown:
+            raise InvalidArgument(f"{where} has unknown fields {unknown}; allowed: {', '.join(BULK_EPISODE_FIELDS)}.")
+        missing = [name for name in ("content", "butler") if name not in item]
+        if missing:
+            raise InvalidArgument(f"{where} needs {' and '.join(missing)}.")
+        try:
+            values = _episode_values(caller, **item)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{where}: {exc}") from exc
+        rows.append(_memory_row(caller=caller, kind=Kind.EPISODE, embedding=pending, **values))
+    with transaction.atomic():
+        Memory.objects.bulk_create(rows, batch_size=500)
+        events_append(
+            [
+                caller_event(
+                    caller=caller,
+                    tenant_id=caller.tenant_id,
+                    event_type=EventType.STORED,
+                    memory_id=row.pk,
+                    memory_kind=row.kind,
+                )
+                for row in rows
+            ]
+        )
+        followups_for_writes(rows)
+    return rows
 
 
 @dataclass

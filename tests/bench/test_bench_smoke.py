@@ -90,6 +90,8 @@ def test_perf_script_prints_its_tables() -> None:
     assert "mcp_http" in out
     assert "embed_one" in out and "pgvector_topk" in out
     assert "raw_embedder_per_s" in out and "ingest_per_s" in out
+    # Both store paths of the ingest: one call per memory and the bulk import.
+    assert "episode_store per memory" in out and "episodes_store_bulk x64" in out
     assert header_cells(out, "clients")[:3] == ["clients", "calls", "calls_per_s"]
 
 

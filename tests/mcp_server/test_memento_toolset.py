@@ -199,10 +199,10 @@ class BrokenEmbedder:
 
 
 async def test_store_memory_succeeds_during_an_embedder_outage(member, mcp_client_for, monkeypatch):
-    from workers import tasks
+    from memory.services import followups
 
     # The broker is a queue in production; here (eager) the retrying embed task would run inline.
-    monkeypatch.setattr(tasks.embed_memory_task, "delay", lambda *args, **kwargs: None)
+    monkeypatch.setitem(followups._TRANSPORT, "embed", lambda ids: None)
     real = get_embedder()
     set_embedder(BrokenEmbedder())
     try:
