@@ -1016,14 +1016,16 @@ def bench_mcp(url: str, token: str, size: int, caller, repeat: int) -> tuple[lis
 
 
 INGEST_BULK_BATCH = 250  # episodes per episodes_store_bulk call (an import's transaction)
+INGEST_WORKERS = int(os.environ.get("MEMPROJ_WORKER_CONCURRENCY", "2"))
 
 
 def bench_ingest(n: int, *, bulk: int = 0) -> dict:
     """Bulk ingest through the worker path, with the two phases overlapped as they
     are in production: a writer stores without a vector (the write commits and
     enqueues a job; here the enqueue goes to an in-process queue, the broker is
-    not measured) while a worker thread takes the queued ids in batches of up to
-    256 and runs the worker's ``memory_embed_batch``. The writer stores one
+    not measured) while worker threads take the queued ids in batches of up to
+    256 and run the worker's ``memory_embed_batch`` (two, as `make run` starts two
+    worker processes: one embeds while the other writes). The writer stores one
     ``episode_store`` call per memory (``bulk=0``: an agent's tool calls) or
     ``episodes_store_bulk`` calls of ``bulk`` memories (an import,
     ``manage.py ingest_episodes``). Wall time from the first store to the last
@@ -1063,7 +1065,7 @@ def bench_ingest(n: int, *, bulk: int = 0) -> dict:
     followup_register(FollowUpKind.EMBED, enqueue)
     previous_mode = settings.MEMPROJ["EMBED_MODE"]
     settings.MEMPROJ["EMBED_MODE"] = "async"
-    done = [0]
+    done: list[int] = []  # per batch; list.append is atomic
     stored_at = [0.0]
     errors: list[BaseException] = []
 
@@ -1084,7 +1086,7 @@ def bench_ingest(n: int, *, bulk: int = 0) -> dict:
                     else:
                         batch.append(item)
                 if batch:
-                    done[0] += memory_embed_batch(memory_ids=[uuid.UUID(x) for x in batch])
+                    done.append(memory_embed_batch(memory_ids=[uuid.UUID(x) for x in batch]))
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
         finally:
@@ -1092,8 +1094,11 @@ def bench_ingest(n: int, *, bulk: int = 0) -> dict:
 
     try:
         t0 = time.perf_counter()
-        thread = threading.Thread(target=worker, name="bench-ingest-worker")
-        thread.start()
+        # As many embedding workers as `make run` starts (MEMPROJ_WORKER_CONCURRENCY, 2):
+        # one embeds a batch while the other writes its vectors.
+        threads = [threading.Thread(target=worker, name=f"bench-ingest-worker-{i}") for i in range(INGEST_WORKERS)]
+        for thread in threads:
+            thread.start()
         if bulk:
             for start in range(0, n, bulk):
                 chunk = texts[start : start + bulk]
@@ -1102,8 +1107,10 @@ def bench_ingest(n: int, *, bulk: int = 0) -> dict:
             for text in texts:
                 episode_store(caller=caller, content=text, butler="general")
         stored_at[0] = time.perf_counter() - t0
-        queued.put(None)
-        thread.join()
+        for _ in threads:
+            queued.put(None)
+        for thread in threads:
+            thread.join()
         total_s = time.perf_counter() - t0
     finally:
         settings.MEMPROJ["EMBED_MODE"] = previous_mode
@@ -1111,7 +1118,7 @@ def bench_ingest(n: int, *, bulk: int = 0) -> dict:
             followup_register(FollowUpKind.EMBED, original_transport)
     if errors:
         raise errors[0]
-    assert done[0] == n, f"embedded {done[0]} of {n}"
+    assert sum(done) == n, f"embedded {sum(done)} of {n}"
     return {
         "n": n,
         "path": f"episodes_store_bulk x{bulk}" if bulk else "episode_store per memory",
