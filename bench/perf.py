@@ -1221,6 +1221,25 @@ def cpu_seconds(root: int, *, reaped: bool = False) -> float:
     return total / _CLK_TCK
 
 
+def loop_cpu_seconds(root: int) -> float:
+    """CPU time of the main thread of every process in the web tree: uvicorn's
+    event loop (the supervisor of several workers adds next to nothing). Tool
+    bodies, the embedder and its runtime run in other threads."""
+    tree = _children()
+    total = 0
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            raw = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])
+        stack.extend(tree.get(pid, []))
+    return total / _CLK_TCK
+
+
 def postmaster_pid() -> int | None:
     """The PostgreSQL server the bench runs against, when it is the embedded one."""
     from django.db import connection
@@ -1244,11 +1263,15 @@ def bench_concurrency(
     for i, clients in enumerate(levels):
         print(f"  concurrency: {clients} clients for {seconds:.0f}s ...", file=sys.stderr, flush=True)
         web0 = cpu_seconds(web_pid) if web_pid else None
+        loop0 = loop_cpu_seconds(web_pid) if web_pid else None
         pg0 = cpu_seconds(pg_pid, reaped=True) if pg_pid else None
         me0 = time.process_time()
         step = asyncio.run(_concurrency_step(url, token, clients, seconds, store_share, seed=100 + i))
         calls = max(1, step["calls"])
         step["web_cpu_ms"] = (cpu_seconds(web_pid) - web0) * 1000.0 / calls if web0 is not None else float("nan")
+        step["loop_cpu_ms"] = (
+            (loop_cpu_seconds(web_pid) - loop0) * 1000.0 / calls if loop0 is not None else float("nan")
+        )
         step["pg_cpu_ms"] = (
             (cpu_seconds(pg_pid, reaped=True) - pg0) * 1000.0 / calls if pg0 is not None else float("nan")
         )
@@ -1500,6 +1523,7 @@ def report(
                     c["search_p95"],
                     c["errors"],
                     c.get("web_cpu_ms", float("nan")),
+                    c.get("loop_cpu_ms", float("nan")),
                     c.get("pg_cpu_ms", float("nan")),
                     c.get("client_cpu_ms", float("nan")),
                 ]
@@ -1516,6 +1540,7 @@ def report(
                     "search_p95_ms",
                     "errors",
                     "web_cpu_ms_per_call",
+                    "of_which_loop_ms",
                     "pg_cpu_ms_per_call",
                     "client_cpu_ms_per_call",
                 ],
@@ -1523,8 +1548,9 @@ def report(
             )
         )
         out.append(
-            "cpu_ms_per_call: user+system CPU per answered call of the web process(es), of the PostgreSQL "
-            "server (its exited backends included) and of this bench client, over the step"
+            "cpu_ms_per_call: user+system CPU per answered call of the web process(es) (of_which_loop: their "
+            "main threads, the event loop; the rest is tool threads, the embedder and its runtime), of the "
+            "PostgreSQL server (its exited backends included) and of this bench client, over the step"
         )
         top = max(concurrency, key=lambda c: c["clients"])
         goal_rate = CONCURRENCY_GOAL_X * CONCURRENCY_BEFORE_PER_S
