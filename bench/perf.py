@@ -1201,11 +1201,106 @@ async def _concurrency_step(url: str, token: str, clients: int, seconds: float, 
     }
 
 
-def bench_concurrency(url: str, token: str, levels: list[int], seconds: float, store_share: float) -> list[dict]:
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_stat(pid: int) -> tuple[int, list[str]] | None:
+    """(parent pid, fields after the command name) of /proc/<pid>/stat, or None."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return int(fields[1]), fields
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _proc_stat(int(entry.name))
+            if stat is not None:
+                tree.setdefault(stat[0], []).append(int(entry.name))
+    return tree
+
+
+def cpu_seconds(root: int, *, reaped: bool = False) -> float:
+    """CPU time (user + system, every thread) of a process and its live descendants;
+    with ``reaped``, also of its children that have exited and been waited for
+    (PostgreSQL backends of closed connections count in the postmaster's cutime)."""
+    tree = _children()
+    total = 0
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        stat = _proc_stat(pid)
+        if stat is None:
+            continue
+        fields = stat[1]
+        # fields[0] is the state; utime, stime, cutime, cstime are stat fields 14-17.
+        total += int(fields[11]) + int(fields[12])
+        if reaped and pid == root:
+            total += int(fields[13]) + int(fields[14])
+        stack.extend(tree.get(pid, []))
+    return total / _CLK_TCK
+
+
+def loop_cpu_seconds(root: int) -> float:
+    """CPU time of the main thread of every process in the web tree: uvicorn's
+    event loop (the supervisor of several workers adds next to nothing). Tool
+    bodies, the embedder and its runtime run in other threads."""
+    tree = _children()
+    total = 0
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            raw = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])
+        stack.extend(tree.get(pid, []))
+    return total / _CLK_TCK
+
+
+def postmaster_pid() -> int | None:
+    """The PostgreSQL server the bench runs against, when it is the embedded one."""
+    from django.db import connection
+
+    if connection.settings_dict.get("HOST", "") and not str(connection.settings_dict["HOST"]).startswith("/"):
+        return None
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        backend = int(cur.fetchone()[0])
+    stat = _proc_stat(backend)
+    return stat[0] if stat is not None else None
+
+
+def bench_concurrency(
+    url: str, token: str, levels: list[int], seconds: float, store_share: float, web_pid: int | None = None
+) -> list[dict]:
+    """Each step also records the CPU time the web process(es), PostgreSQL and this
+    client spent per answered call: less noisy than latency on a shared machine."""
     out = []
+    pg_pid = postmaster_pid()
     for i, clients in enumerate(levels):
         print(f"  concurrency: {clients} clients for {seconds:.0f}s ...", file=sys.stderr, flush=True)
-        out.append(asyncio.run(_concurrency_step(url, token, clients, seconds, store_share, seed=100 + i)))
+        web0 = cpu_seconds(web_pid) if web_pid else None
+        loop0 = loop_cpu_seconds(web_pid) if web_pid else None
+        pg0 = cpu_seconds(pg_pid, reaped=True) if pg_pid else None
+        me0 = time.process_time()
+        step = asyncio.run(_concurrency_step(url, token, clients, seconds, store_share, seed=100 + i))
+        calls = max(1, step["calls"])
+        step["web_cpu_ms"] = (cpu_seconds(web_pid) - web0) * 1000.0 / calls if web0 is not None else float("nan")
+        step["loop_cpu_ms"] = (
+            (loop_cpu_seconds(web_pid) - loop0) * 1000.0 / calls if loop0 is not None else float("nan")
+        )
+        step["pg_cpu_ms"] = (
+            (cpu_seconds(pg_pid, reaped=True) - pg0) * 1000.0 / calls if pg0 is not None else float("nan")
+        )
+        step["client_cpu_ms"] = (time.process_time() - me0) * 1000.0 / calls
+        out.append(step)
     return out
 
 
@@ -1446,12 +1541,44 @@ def report(
         crow = []
         for c in concurrency:
             crow.append(
-                [c["clients"], c["calls"], c["per_s"], c["p50"], c["p95"], c["store_p95"], c["search_p95"], c["errors"]]
+                [
+                    c["clients"],
+                    c["calls"],
+                    c["per_s"],
+                    c["p50"],
+                    c["p95"],
+                    c["store_p95"],
+                    c["search_p95"],
+                    c["errors"],
+                    c.get("web_cpu_ms", float("nan")),
+                    c.get("loop_cpu_ms", float("nan")),
+                    c.get("pg_cpu_ms", float("nan")),
+                    c.get("client_cpu_ms", float("nan")),
+                ]
             )
         out.append(
             _common.table(
-                ["clients", "calls", "calls_per_s", "p50_ms", "p95_ms", "store_p95_ms", "search_p95_ms", "errors"], crow
+                [
+                    "clients",
+                    "calls",
+                    "calls_per_s",
+                    "p50_ms",
+                    "p95_ms",
+                    "store_p95_ms",
+                    "search_p95_ms",
+                    "errors",
+                    "web_cpu_ms_per_call",
+                    "of_which_loop_ms",
+                    "pg_cpu_ms_per_call",
+                    "client_cpu_ms_per_call",
+                ],
+                crow,
             )
+        )
+        out.append(
+            "cpu_ms_per_call: user+system CPU per answered call of the web process(es) (of_which_loop: their "
+            "main threads, the event loop; the rest is tool threads, the embedder and its runtime), of the "
+            "PostgreSQL server (its exited backends included) and of this bench client, over the step"
         )
         top = max(concurrency, key=lambda c: c["clients"])
         goal_rate = CONCURRENCY_GOAL_X * CONCURRENCY_BEFORE_PER_S
@@ -1552,7 +1679,9 @@ def main(argv: list[str] | None = None) -> int:
                 baselines[size]["mcp_list_tools"] = ping
         if proc is not None and args.conc_seconds > 0:
             caller, token = env["callers"][f"{args.prefix}-{args.size_list[-1]}"]
-            concurrency = bench_concurrency(url, token, args.client_list, args.conc_seconds, args.store_share)
+            concurrency = bench_concurrency(
+                url, token, args.client_list, args.conc_seconds, args.store_share, web_pid=proc.pid
+            )
     finally:
         if proc is not None:
             proc.terminate()

@@ -2,7 +2,9 @@
 per 10 s), fixed or sliding window as the tenant policy's ``rate_limit`` says.
 
 Each check is one Lua script, so it is atomic in Redis: any number of web
-processes share one count without a race. The clock is Redis's own (``TIME``),
+processes share one count without a race. The scripts are sent by their SHA1
+(``EVALSHA``); redis-py's Script objects load a script the server does not know
+(a restarted or another Redis: ``NOSCRIPT``) and retry once. The clock is Redis's own (``TIME``),
 so processes with skewed clocks still agree on the window.
 
 - fixed: one counter per window (``INCR`` + ``PEXPIRE`` on its first hit); every
@@ -155,25 +157,27 @@ class AsyncRateLimiter:
 
     def __init__(self, url: str | None = None) -> None:
         self._url = url
-        self._clients: dict[int, Any] = {}
+        # Per event loop: the client and its registered scripts.
+        self._clients: dict[int, tuple[Any, dict[str, Any]]] = {}
 
-    def _client(self) -> Any:
+    def _scripts(self) -> dict[str, Any]:
         import asyncio
 
         import redis.asyncio
 
         loop_id = id(asyncio.get_running_loop())
-        client = self._clients.get(loop_id)
-        if client is None:
+        entry = self._clients.get(loop_id)
+        if entry is None:
             client = redis.asyncio.from_url(self._url or redis_url(), socket_timeout=2, socket_connect_timeout=2)
-            self._clients = {loop_id: client}  # an old loop's client is of no use any more
-        return client
+            entry = (client, {name: client.register_script(text) for name, text in SCRIPTS.items()})
+            self._clients = {loop_id: entry}  # an old loop's client is of no use any more
+        return entry[1]
 
     async def hit(self, bucket: str, rule: RateLimitPolicy, generation: str | None = None) -> RateDecision:
         """Count one call; with ``generation``, raise StaleRule (counting
         nothing) if the policy generation is another one."""
         keys, args = _args(bucket, rule, generation)
-        reply = await self._client().eval(SCRIPTS[rule.algorithm], len(keys), *keys, *args)
+        reply = await self._scripts()[rule.algorithm](keys=keys, args=args)
         return _decision(reply, rule)
 
 
@@ -184,10 +188,11 @@ class RateLimiter:
         import redis
 
         self._client = redis.Redis.from_url(url or redis_url(), socket_timeout=2, socket_connect_timeout=2)
+        self._scripts = {name: self._client.register_script(text) for name, text in SCRIPTS.items()}
 
     def hit(self, bucket: str, rule: RateLimitPolicy, generation: str | None = None) -> RateDecision:
         keys, args = _args(bucket, rule, generation)
-        reply = self._client.eval(SCRIPTS[rule.algorithm], len(keys), *keys, *args)
+        reply = self._scripts[rule.algorithm](keys=keys, args=args)
         return _decision(reply, rule)
 
     def close(self) -> None:

@@ -61,6 +61,61 @@ def test_remaining_counts_down_and_reset_is_within_the_window(algorithm):
     assert decisions[-1].headers()[-1][0] == b"retry-after"
 
 
+def _commands(client, monkeypatch) -> list[str]:
+    """The names of the Redis commands ``client`` sends from now on."""
+    sent: list[str] = []
+    original = client.execute_command
+
+    def spy(*args, **options):
+        sent.append(str(args[0]).upper())
+        return original(*args, **options)
+
+    monkeypatch.setattr(client, "execute_command", spy)
+    return sent
+
+
+@pytest.mark.parametrize("algorithm", ["fixed", "sliding"])
+def test_the_script_is_sent_by_its_sha_and_reloaded_after_a_flush(algorithm, monkeypatch):
+    """EVALSHA, never the script text; a Redis that lost its scripts (restart,
+    SCRIPT FLUSH) answers NOSCRIPT once and the script is loaded again."""
+    limiter = RateLimiter()
+    sent = _commands(limiter._client, monkeypatch)
+    rule = RateLimitPolicy(limit=5, window_seconds=30, algorithm=algorithm)
+    bucket = f"test-{uuid.uuid4()}"
+    first = limiter.hit(bucket, rule)
+    limiter._client.script_flush()
+    second = limiter.hit(bucket, rule)
+    limiter.close()
+    assert [first.remaining, second.remaining] == [4, 3]
+    assert "EVAL" not in sent
+    assert sent.count("EVALSHA") >= 2 and "SCRIPT LOAD" in sent, sent
+
+
+async def test_the_async_limiter_sends_the_script_by_its_sha(monkeypatch):
+    from policy.ratelimit import AsyncRateLimiter
+
+    limiter = AsyncRateLimiter()
+    rule = RateLimitPolicy(limit=5, window_seconds=30, algorithm="fixed")
+    bucket = f"test-{uuid.uuid4()}"
+    scripts = limiter._scripts()
+    client = scripts["fixed"].registered_client
+    sent: list[str] = []
+    original = client.execute_command
+
+    async def spy(*args, **options):
+        sent.append(str(args[0]).upper())
+        return await original(*args, **options)
+
+    monkeypatch.setattr(client, "execute_command", spy)
+    first = await limiter.hit(bucket, rule)
+    await client.script_flush()
+    second = await limiter.hit(bucket, rule)
+    await client.aclose()
+    assert [first.remaining, second.remaining] == [4, 3]
+    assert "EVAL" not in sent
+    assert sent.count("EVALSHA") >= 2 and "SCRIPT LOAD" in sent, sent
+
+
 async def _ok_app(scope, receive, send):
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": b'{"ok": true}'})
