@@ -109,6 +109,11 @@ class RankRow(NamedTuple):
     decay_rate: float
     last_confirmed_at: datetime | None
     created_at: datetime
+    # What roampal's collection ranking reads besides (memory.selectors.collections.rank_score).
+    collection: str
+    success_count: float
+    applied_count: int
+    outcome_score: float
 
 
 def _hydrate(
@@ -209,6 +214,75 @@ def memory_search(
     attributes: Mapping[str, Any] | None = None,
     offset: int = 0,
 ) -> list[ScoredMemory]:
+    ranking = memory_search_ranking(
+        caller=caller,
+        query=query,
+        types=types,
+        scope=scope,
+        mode=mode,
+        limit=limit,
+        min_confidence=min_confidence,
+        namespace=namespace,
+        tags=tags,
+        collections=collections,
+        created_after=created_after,
+        use_tags=use_tags,
+        params=params,
+        namespace_prefix=namespace_prefix,
+        attributes=attributes,
+        offset=offset,
+    )
+    hits = {row.id: (relevance, hit) for row, relevance, hit in ranking.items}
+    ordered = list(hits)
+    rows = ranking.load(caller, ordered, ranking.limit)
+    return [
+        ScoredMemory(
+            memory=rows[pk],
+            score=hits[pk][0],
+            relevance=hits[pk][0],
+            effective_confidence=effective_confidence_of(rows[pk], ranking.now),
+            hit=hits[pk][1],
+        )
+        for pk in ordered
+        if pk in rows
+    ]
+
+
+@dataclass
+class SearchRanking:
+    """A search's candidates ranked on their ranking columns, best first from
+    ``offset`` on, before any full row is loaded: ``memory_search`` loads the
+    first ``limit``; a reader that ranks its first ``limit`` again (roampal's
+    collection_search) loads only the rows it returns."""
+
+    items: list[tuple[RankRow, float, ChannelHit]]  # (row, relevance, hit)
+    limit: int
+    decision: BoundaryDecision
+    now: datetime
+
+    def load(self, caller: Caller, ranked_ids: Sequence[uuid.UUID], want: int) -> dict[uuid.UUID, Memory]:
+        return _hydrate(caller=caller, decision=self.decision, ranked_ids=ranked_ids, want=want)
+
+
+def memory_search_ranking(
+    *,
+    caller: Caller,
+    query: str,
+    types: Sequence[str] | None = None,
+    scope: str | None = None,
+    mode: str = "hybrid",
+    limit: int = 20,
+    min_confidence: float | None = None,
+    namespace: Sequence[str] | None = None,
+    tags: Sequence[str] | None = None,
+    collections: Sequence[str] | None = None,
+    created_after: datetime | None = None,
+    use_tags: Sequence[str] | None = None,
+    params: RetrievalParams | None = None,
+    namespace_prefix: Sequence[str] | None = None,
+    attributes: Mapping[str, Any] | None = None,
+    offset: int = 0,
+) -> SearchRanking:
     require_read(caller)
     params = retrieval_params(caller, params)
     offset = _offset(offset)
@@ -242,22 +316,13 @@ def memory_search(
     params = params.with_(k_vec=max(params.k_vec, k), k_txt=max(params.k_txt, k))
     candidates, decision = _candidates(caller=caller, query=query, mode=mode, flt=flt, params=params)
     relevance = scoring.channel_relevance({row.id: hit for row, hit in candidates}, mode, params)
-    hit_of = {row.id: hit for row, hit in candidates}
-    ordered = [
-        row.id for row, _ in sorted(candidates, key=lambda c: order_key(relevance[c[0].id], c[0].created_at, c[0].id))
-    ]
-    rows = _hydrate(caller=caller, decision=decision, ranked_ids=ordered[offset:], want=limit)
-    return [
-        ScoredMemory(
-            memory=rows[pk],
-            score=relevance[pk],
-            relevance=relevance[pk],
-            effective_confidence=effective_confidence_of(rows[pk], now),
-            hit=hit_of[pk],
-        )
-        for pk in ordered[offset:]
-        if pk in rows
-    ]
+    ordered = sorted(candidates, key=lambda c: order_key(relevance[c[0].id], c[0].created_at, c[0].id))
+    return SearchRanking(
+        items=[(row, relevance[row.id], hit) for row, hit in ordered[offset:]],
+        limit=limit,
+        decision=decision,
+        now=now,
+    )
 
 
 MAX_OFFSET = 10_000
