@@ -115,11 +115,15 @@ def build_context(
     flt = RetrievalFilter(
         kinds=[Kind.FACT, Kind.RULE], now=now, scopes=sorted({"global", butler}), use_tags=decision.use_tags
     )
-    hits = channel_hits(
-        caller=caller, flt=flt, query_text=prompt, query_vector=query_vector_later(prompt, "hybrid"), params=params
-    )
+    # The model embeds the prompt while the recent episodes and the keyword channel are read.
+    vector = query_vector_later(prompt, "hybrid")
+    try:
+        episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section)
+    except BaseException:
+        vector()  # always awaited: the wait settles the embedder's breaker
+        raise
+    hits = channel_hits(caller=caller, flt=flt, query_text=prompt, query_vector=vector, params=params)
     ranked = composite_rank(memories_for_hits(caller=caller, hits=hits, decision=decision), now, params)
-    episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section)
     episode_hits = {e.id: hits.get(e.id, ChannelHit()) for e in episodes}
     candidates = {
         "facts": [s for s in ranked if s.memory.kind == Kind.FACT][:per_section],
