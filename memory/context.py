@@ -19,7 +19,7 @@ from memory.selectors.memories import (
     ScoredMemory,
     composite_rank,
     memories_for_hits,
-    query_vector,
+    query_vector_later,
     read_boundary,
     recent_episodes,
     require_read,
@@ -112,13 +112,18 @@ def build_context(
     now = timezone.now()
 
     # Facts and rules scoped to the butler (plus global), one hybrid pass.
-    vector = query_vector(prompt, "hybrid")
     flt = RetrievalFilter(
         kinds=[Kind.FACT, Kind.RULE], now=now, scopes=sorted({"global", butler}), use_tags=decision.use_tags
     )
+    # The model embeds the prompt while the recent episodes and the keyword channel are read.
+    vector = query_vector_later(prompt, "hybrid")
+    try:
+        episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section)
+    except BaseException:
+        vector()  # always awaited: the wait settles the embedder's breaker
+        raise
     hits = channel_hits(caller=caller, flt=flt, query_text=prompt, query_vector=vector, params=params)
     ranked = composite_rank(memories_for_hits(caller=caller, hits=hits, decision=decision), now, params)
-    episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section)
     episode_hits = {e.id: hits.get(e.id, ChannelHit()) for e in episodes}
     candidates = {
         "facts": [s for s in ranked if s.memory.kind == Kind.FACT][:per_section],

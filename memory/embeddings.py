@@ -460,6 +460,11 @@ class ResilientEmbedder:
         an ONNX export or importing torch - gets LOAD_TIMEOUT_SECONDS)."""
         if not texts:
             return []
+        return self._start(texts, timeout)()
+
+    def _start(self, texts: list[str], timeout: float | None) -> Callable[[], list[list[float]]]:
+        """Hand ``texts`` to the batcher now; the returned function waits for the
+        vectors (bounded) and settles the circuit breaker. Whoever starts must wait."""
         if not self.breaker.allow():
             raise EmbeddingUnavailable(f"the embedder is paused after repeated failures (last: {self.last_error})")
         load_timeout = float(embedder_setting("LOAD_TIMEOUT_SECONDS"))
@@ -471,19 +476,28 @@ class ResilientEmbedder:
             wait = max(wait, float(embedder_setting("LOCAL_TIMEOUT_SECONDS")))
         try:
             future = self.batcher.submit(texts)
-            vectors = future.result(timeout=wait)
-            if any(len(v) != self.dimensions for v in vectors):
-                raise EmbeddingUnavailable(f"the embedder returned vectors of the wrong size (want {self.dimensions})")
-        except FutureTimeout:
-            future.cancel()
-            raise self._failed(EmbeddingUnavailable(f"the embedder did not answer within {wait:g} s")) from None
-        except EmbeddingUnavailable as exc:
-            raise self._failed(exc) from exc
-        except Exception as exc:  # model-load error, RuntimeError, bad JSON...: all mean "cannot embed now"
-            logger.warning("embedder failed: %s: %s", type(exc).__name__, exc)
+        except Exception as exc:  # the dispatcher thread could not start: "cannot embed now"
             raise self._failed(EmbeddingUnavailable(f"the embedder failed: {type(exc).__name__}: {exc}")) from exc
-        self.breaker.success()
-        return vectors
+
+        def result() -> list[list[float]]:
+            try:
+                vectors = future.result(timeout=wait)
+                if any(len(v) != self.dimensions for v in vectors):
+                    raise EmbeddingUnavailable(
+                        f"the embedder returned vectors of the wrong size (want {self.dimensions})"
+                    )
+            except FutureTimeout:
+                future.cancel()
+                raise self._failed(EmbeddingUnavailable(f"the embedder did not answer within {wait:g} s")) from None
+            except EmbeddingUnavailable as exc:
+                raise self._failed(exc) from exc
+            except Exception as exc:  # model-load error, RuntimeError, bad JSON...: all mean "cannot embed now"
+                logger.warning("embedder failed: %s: %s", type(exc).__name__, exc)
+                raise self._failed(EmbeddingUnavailable(f"the embedder failed: {type(exc).__name__}: {exc}")) from exc
+            self.breaker.success()
+            return vectors
+
+        return result
 
     def _failed(self, exc: EmbeddingUnavailable) -> EmbeddingUnavailable:
         self.breaker.failure()
@@ -491,18 +505,32 @@ class ResilientEmbedder:
         return exc
 
     def embed_query(self, text: str) -> list[float]:
+        return self.embed_query_later(text)()
+
+    def embed_query_later(self, text: str) -> Callable[[], list[float]]:
+        """``embed_query`` started now, awaited by calling the result: a read runs
+        its keyword channel in PostgreSQL while the model embeds the query (the
+        forward pass runs in the batcher's thread and releases the GIL). Raises
+        ``EmbeddingUnavailable`` now (breaker open) or when called; the caller
+        must call it (it settles the breaker)."""
         with self._cache_lock:
             cached = self._cache.get(text)
             if cached is not None:
                 self._cache.move_to_end(text)
-                return list(cached)
-        vector = self.embed([text], timeout=float(embedder_setting("QUERY_TIMEOUT_SECONDS")))[0]
-        if self._cache_size > 0:
-            with self._cache_lock:
-                self._cache[text] = vector
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-        return list(vector)
+                found = list(cached)
+                return lambda: list(found)
+        wait = self._start([text], float(embedder_setting("QUERY_TIMEOUT_SECONDS")))
+
+        def result() -> list[float]:
+            vector = wait()[0]
+            if self._cache_size > 0:
+                with self._cache_lock:
+                    self._cache[text] = vector
+                    while len(self._cache) > self._cache_size:
+                        self._cache.popitem(last=False)
+            return list(vector)
+
+        return result
 
     def clear_query_cache(self) -> None:
         with self._cache_lock:
@@ -553,6 +581,12 @@ def set_embedder(embedder: Embedder | None) -> None:
 def embed_query(text: str) -> list[float]:
     """A search query's vector: short wait, recent queries cached."""
     return get_embedder().embed_query(text)
+
+
+def embed_query_later(text: str) -> Callable[[], list[float]]:
+    """``embed_query`` started now; call the result for the vector (see
+    ``ResilientEmbedder.embed_query_later``)."""
+    return get_embedder().embed_query_later(text)
 
 
 def embed_document(text: str) -> list[float]:

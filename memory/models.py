@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
@@ -52,7 +52,14 @@ class Collection(models.TextChoices):
 COLLECTION_OF_KIND = {"episode": "history", "fact": "memory_bank", "rule": "patterns", "document": "books"}
 
 
-def collection_of(memory: Memory) -> str:
+class _Collected(Protocol):
+    @property
+    def collection(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+
+
+def collection_of(memory: _Collected) -> str:
     return memory.collection or COLLECTION_OF_KIND.get(memory.kind, "")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -267,27 +267,62 @@ _COVER_DENSITY_SQL = """
     )"""
 
 
+# A query vector, or the wait for one (``memory.embeddings.embed_query_later``):
+# None from the wait means the embedder is unavailable, so the vector channel is skipped.
+QueryVector = Sequence[float] | Callable[[], Sequence[float] | None] | None
+
+
 def channel_hits(
     *,
     caller: Caller,
     flt: RetrievalFilter,
     query_text: str | None,
-    query_vector: Sequence[float] | None,
+    query_vector: QueryVector,
     params: RetrievalParams,
 ) -> dict[uuid.UUID, ChannelHit]:
     """Top ``params.k_vec`` by cosine similarity and top ``params.k_txt`` by
-    keyword score (BM25 or cover density), merged by id. Both channels run in
-    one statement: one round trip, one snapshot, one tenant filter."""
-    statement = channel_statement(
-        caller=caller, flt=flt, query_text=query_text, query_vector=query_vector, params=params
-    )
-    if statement is None:
-        return {}
-    sql, params_sql, run_vec = statement
+    keyword score (BM25 or cover density), merged by id (``channel_search``)."""
+    return channel_search(caller=caller, flt=flt, query_text=query_text, query_vector=query_vector, params=params)[0]
+
+
+def channel_search(
+    *,
+    caller: Caller,
+    flt: RetrievalFilter,
+    query_text: str | None,
+    query_vector: QueryVector,
+    params: RetrievalParams,
+    columns: Sequence[str] = (),
+) -> tuple[dict[uuid.UUID, ChannelHit], dict[uuid.UUID, tuple]]:
+    """The channel hits, and per hit the values of ``columns`` (memory_memory
+    columns, e.g. what ranking reads), so a reader need not load them again.
+
+    One transaction, the keyword channel first: when ``query_vector`` is a wait
+    for the query's embedding, PostgreSQL runs the keyword channel while the
+    model embeds the query, then the vector channel runs with the vector (each
+    statement sees its own snapshot, as any two reads would)."""
+    run_txt = bool(query_text) and params.k_txt > 0
+    may_vec = query_vector is not None and params.k_vec > 0
+    rows: list[tuple] = []
     with transaction.atomic(), connection.cursor() as cursor:
-        _statement_settings(cursor, run_vec)
-        cursor.execute(sql, params_sql)
-        rows = cursor.fetchall()
+        try:
+            if run_txt or may_vec:
+                _statement_settings(cursor, may_vec)
+            if run_txt:
+                sql, params_sql, _ = channel_statement(  # type: ignore[misc]
+                    caller=caller, flt=flt, query_text=query_text, query_vector=None, params=params, columns=columns
+                )
+                cursor.execute(sql, params_sql)
+                rows += cursor.fetchall()
+        finally:
+            # Always awaited, even when the keyword channel failed: the wait settles the embedder's breaker.
+            vector = query_vector() if callable(query_vector) else query_vector
+        if vector is not None and params.k_vec > 0:
+            sql, params_sql, _ = channel_statement(  # type: ignore[misc]
+                caller=caller, flt=flt, query_text=None, query_vector=vector, params=params, columns=columns
+            )
+            cursor.execute(sql, params_sql)
+            rows += cursor.fetchall()
     return _hits_from_rows(rows)
 
 
@@ -298,10 +333,13 @@ def channel_statement(
     query_text: str | None,
     query_vector: Sequence[float] | None,
     params: RetrievalParams,
+    columns: Sequence[str] = (),
 ) -> tuple[str, dict, bool] | None:
-    """The one statement of ``channel_hits`` (SQL, parameters, whether it runs the
-    vector channel), or None when neither channel runs. Separate so that the
-    bench scripts can EXPLAIN exactly what the service runs."""
+    """One statement of the channels (SQL, parameters, whether it runs the
+    vector channel), or None when neither channel runs. ``channel_search`` runs
+    each channel as its own statement (only ``query_text`` or only
+    ``query_vector``); given both, one statement runs both. Separate so that
+    the bench scripts can EXPLAIN exactly what the service runs."""
     where, params_sql = _where(caller, flt)
     run_vec = query_vector is not None and params.k_vec > 0
     run_txt = bool(query_text) and params.k_txt > 0
@@ -312,26 +350,34 @@ def channel_statement(
     if run_vec:
         assert query_vector is not None
         ctes.append(_VECTOR_SQL.format(where=where))
-        selects.append("SELECT 'v', id, score, NULL::float8 FROM vec")
+        selects.append("SELECT 'v' AS channel, id, score, NULL::float8 AS idf_total FROM vec")
         params_sql.update(qvec=vector_literal(query_vector), k_vec=params.k_vec)
     if run_txt:
         ctes.append(_TERMS_SQL.format(where=where))
         scorer = _BM25_SQL if params.keyword_scorer == "bm25" else _COVER_DENSITY_SQL
         ctes.append(scorer.format())
-        selects.append("SELECT 't', id, score, idf_total FROM txt")
+        selects.append("SELECT 't' AS channel, id, score, idf_total FROM txt")
         params_sql.update(
             q=query_text, k_txt=params.k_txt, budget=params.txt_candidates, k1=params.bm25_k1, b=params.bm25_b
         )
     # {where} and the fragments are fixed text; every value is a bound parameter.
-    sql = "WITH" + ",".join(ctes) + "\n" + "\nUNION ALL\n".join(selects)
+    select = "\nUNION ALL\n".join(selects)
+    if columns:
+        assert all(name.isidentifier() for name in columns), columns
+        # The hits' own columns, by primary key (rows the channels just read).
+        wanted = ", ".join(f"m.{name}" for name in columns)
+        select = f"SELECT h.*, {wanted} FROM (\n{select}\n) h JOIN memory_memory m ON m.id = h.id"
+    sql = "WITH" + ",".join(ctes) + "\n" + select
     return sql, params_sql, run_vec
 
 
-def _hits_from_rows(rows: list[tuple]) -> dict[uuid.UUID, ChannelHit]:
+def _hits_from_rows(rows: list[tuple]) -> tuple[dict[uuid.UUID, ChannelHit], dict[uuid.UUID, tuple]]:
     by_channel: dict[str, list[tuple]] = {"v": [], "t": []}
     idf_total: float | None = None
-    for channel, memory_id, score, total in rows:
+    columns: dict[uuid.UUID, tuple] = {}
+    for channel, memory_id, score, total, *values in rows:
         by_channel[channel].append((memory_id, float(score)))
+        columns[memory_id] = tuple(values)
         if total is not None:
             idf_total = float(total)
     hits: dict[uuid.UUID, ChannelHit] = {}
@@ -347,4 +393,4 @@ def _hits_from_rows(rows: list[tuple]) -> dict[uuid.UUID, ChannelHit]:
             text_rank=rank,
             text_coverage=min(1.0, value / idf_total) if idf_total else None,
         )
-    return hits
+    return hits, columns

@@ -24,7 +24,7 @@ from memory.scoring import ActivationScore, ChannelHit
 from memory.selectors.memories import (
     boundary_apply,
     memories_for_hits,
-    query_vector,
+    query_vector_later,
     read_boundary,
     require_read,
     retrieval_params,
@@ -89,7 +89,7 @@ def claims_rank(
         kinds=[Kind.FACT, Kind.RULE], now=timezone.now(), scopes=chosen or None, use_tags=decision.use_tags
     )
     hits = channel_hits(
-        caller=caller, flt=flt, query_text=query, query_vector=query_vector(query, "hybrid"), params=params
+        caller=caller, flt=flt, query_text=query, query_vector=query_vector_later(query, "hybrid"), params=params
     )
     threshold = caller.policy.retrieval.threshold
     ranked = [

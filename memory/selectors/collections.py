@@ -24,7 +24,13 @@ from django.utils import timezone
 from memory import scoring, validation
 from memory.errors import InvalidArgument, NotFound
 from memory.models import Collection, Memory, MemoryEvent, collection_of
-from memory.selectors.memories import boundary_apply, memory_search, read_boundary, require_read
+from memory.selectors.memories import (
+    RankRow,
+    boundary_apply,
+    memory_search_ranking,
+    read_boundary,
+    require_read,
+)
 from policy.caller import Caller
 
 COLLECTIONS = ("working", "history", "patterns", "memory_bank", "books")
@@ -146,7 +152,7 @@ def _hits(memories: Sequence[Memory], similarity: Mapping[uuid.UUID, float] | No
     return out
 
 
-def rank_score(memory: Memory, similarity: float) -> float:
+def rank_score(memory: Memory | RankRow, similarity: float) -> float:
     collection = collection_of(memory)
     quality = None
     if collection == Collection.MEMORY_BANK:
@@ -224,7 +230,7 @@ def collection_search(
     if meta_after is not None:
         created_after = meta_after if created_after is None else max(created_after, meta_after)
     if query and query.strip():
-        found = memory_search(
+        ranking = memory_search_ranking(
             caller=caller,
             query=query,
             types=sorted({KINDS_OF[c] for c in chosen}),
@@ -233,13 +239,21 @@ def collection_search(
             collections=chosen,
             created_after=created_after,
         )
-        ids = [item.memory.id for item in found]
+        # The search's first `limit` candidates ranked again by the collection
+        # rank on their ranking columns; only the rows returned are loaded.
+        found = ranking.items[: ranking.limit]
         if metadata:
+            ids = [row.id for row, _, _ in found]
             kept = set(Memory.objects.filter(pk__in=ids).filter(condition).values_list("pk", flat=True))
-            found = [item for item in found if item.memory.id in kept]
-        similarity = {item.memory.id: max(0.0, item.hit.vector_similarity or item.relevance) for item in found}
-        hits = _hits([item.memory for item in found], similarity)
+            found = [item for item in found if item[0].id in kept]
+        similarity = {row.id: max(0.0, hit.vector_similarity or relevance) for row, relevance, hit in found}
         order = sort_by or "relevance"
+        ranked = [
+            row.id
+            for row, _, _ in sorted(found, key=lambda f: _order_key(f[0], rank_score(f[0], similarity[f[0].id]), order))
+        ]
+        loaded = ranking.load(caller, ranked, limit)
+        hits = _hits([loaded[pk] for pk in ranked if pk in loaded], similarity)
     else:
         decision = read_boundary(caller)
         qs = (
@@ -264,12 +278,12 @@ def collection_search(
 
 def sort_hits(hits: list[CollectionHit], order: str) -> list[CollectionHit]:
     """relevance (final_rank_score), recency or score; ties: newer first, then id."""
+    return sorted(hits, key=lambda h: _order_key(h.memory, h.final_rank_score, order))
 
-    def key(h: CollectionHit) -> tuple[float, float, str]:
-        primary = {"recency": 0.0, "score": -h.memory.outcome_score}.get(order, -(h.final_rank_score or 0.0))
-        return (primary, -h.memory.created_at.timestamp(), str(h.memory.id))
 
-    return sorted(hits, key=key)
+def _order_key(memory: Memory | RankRow, final_rank_score: float | None, order: str) -> tuple[float, float, str]:
+    primary = {"recency": 0.0, "score": -memory.outcome_score}.get(order, -(final_rank_score or 0.0))
+    return (primary, -memory.created_at.timestamp(), str(memory.id))
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -14,11 +14,11 @@ from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from memory import scoring, validation
-from memory.embeddings import embed_query
+from memory.embeddings import embed_query_later
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity, retrievable_q
 from memory.read_model import Rankable, effective_confidence_of
-from memory.retrieval import RetrievalFilter, channel_hits
+from memory.retrieval import RetrievalFilter, channel_search
 from memory.scoring import ChannelHit, RetrievalParams
 from policy.boundary import BoundaryDecision, boundary_for, redact_content
 from policy.caller import Caller
@@ -98,7 +98,9 @@ class RankRow(NamedTuple):
     returns ``limit`` of them: building a full model row for each of ~96
     candidates took about a third of a hybrid search's Python time (8.7 ms CPU
     against 1.9 ms for these columns), so candidates are ranked on these columns
-    and only the returned rows are loaded in full (``_hydrate``)."""
+    and only the returned rows are loaded in full (``_hydrate``). The channel
+    statement returns them with its hits (``retrieval.channel_search``), already
+    filtered by tenant and boundary like every read here."""
 
     id: uuid.UUID
     kind: str
@@ -107,21 +109,11 @@ class RankRow(NamedTuple):
     decay_rate: float
     last_confirmed_at: datetime | None
     created_at: datetime
-
-
-def rank_rows_for_hits(
-    *, caller: Caller, hits: dict[uuid.UUID, ChannelHit], decision: BoundaryDecision
-) -> list[tuple[RankRow, ChannelHit]]:
-    """``memories_for_hits`` for ranking: the same filter (tenant, boundary),
-    the same order, only the ranking columns."""
-    found = (
-        Memory.objects.for_caller(caller)
-        .visible_in(decision.visible)
-        .filter(pk__in=list(hits))
-        .values_list(*RankRow._fields)
-    )
-    rows = {row[0]: RankRow(*row) for row in found}
-    return [(rows[pk], hit) for pk, hit in hits.items() if pk in rows]
+    # What roampal's collection ranking reads besides (memory.selectors.collections.rank_score).
+    collection: str
+    success_count: float
+    applied_count: int
+    outcome_score: float
 
 
 def _hydrate(
@@ -160,29 +152,47 @@ def tie_break_key(item: ScoredMemory) -> tuple:
 
 
 def query_vector(query: str, mode: str) -> list[float] | None:
+    return query_vector_later(query, mode)()
+
+
+def query_vector_later(query: str, mode: str) -> Callable[[], list[float] | None]:
+    """The query's vector for ``mode``, started now and awaited by calling the
+    result (``retrieval.channel_search`` runs the keyword channel meanwhile):
+    None for keyword mode, and for hybrid when the embedder is unavailable."""
     if mode == "keyword":
-        return None
+        return lambda: None
     try:
-        return embed_query(query)  # short wait, breaker and cache: a slow embedder costs ~nothing
+        # short wait, breaker and cache: a slow embedder costs ~nothing
+        wait: Callable[[], list[float] | None] = embed_query_later(query)
     except EmbeddingUnavailable:
         if mode == "semantic":
             raise
-        return None  # hybrid degrades to keyword-only rather than failing the read
+        return lambda: None  # hybrid degrades to keyword-only rather than failing the read
+
+    def result() -> list[float] | None:
+        try:
+            return wait()
+        except EmbeddingUnavailable:
+            if mode == "semantic":
+                raise
+            return None
+
+    return result
 
 
 def _candidates(
     *, caller: Caller, query: str, mode: str, flt: RetrievalFilter, params: RetrievalParams
 ) -> tuple[list[tuple[RankRow, ChannelHit]], BoundaryDecision]:
     decision = read_boundary(caller, flt.use_tags)
-    vector = query_vector(query, mode)
-    hits = channel_hits(
+    hits, columns = channel_search(
         caller=caller,
         flt=flt,
         query_text=query if mode != "semantic" else None,
-        query_vector=vector if mode != "keyword" else None,
+        query_vector=None if mode == "keyword" else query_vector_later(query, mode),
         params=params,
+        columns=RankRow._fields[1:],
     )
-    return rank_rows_for_hits(caller=caller, hits=hits, decision=decision), decision
+    return [(RankRow(pk, *columns[pk]), hit) for pk, hit in hits.items()], decision
 
 
 def memory_search(
@@ -204,6 +214,75 @@ def memory_search(
     attributes: Mapping[str, Any] | None = None,
     offset: int = 0,
 ) -> list[ScoredMemory]:
+    ranking = memory_search_ranking(
+        caller=caller,
+        query=query,
+        types=types,
+        scope=scope,
+        mode=mode,
+        limit=limit,
+        min_confidence=min_confidence,
+        namespace=namespace,
+        tags=tags,
+        collections=collections,
+        created_after=created_after,
+        use_tags=use_tags,
+        params=params,
+        namespace_prefix=namespace_prefix,
+        attributes=attributes,
+        offset=offset,
+    )
+    hits = {row.id: (relevance, hit) for row, relevance, hit in ranking.items}
+    ordered = list(hits)
+    rows = ranking.load(caller, ordered, ranking.limit)
+    return [
+        ScoredMemory(
+            memory=rows[pk],
+            score=hits[pk][0],
+            relevance=hits[pk][0],
+            effective_confidence=effective_confidence_of(rows[pk], ranking.now),
+            hit=hits[pk][1],
+        )
+        for pk in ordered
+        if pk in rows
+    ]
+
+
+@dataclass
+class SearchRanking:
+    """A search's candidates ranked on their ranking columns, best first from
+    ``offset`` on, before any full row is loaded: ``memory_search`` loads the
+    first ``limit``; a reader that ranks its first ``limit`` again (roampal's
+    collection_search) loads only the rows it returns."""
+
+    items: list[tuple[RankRow, float, ChannelHit]]  # (row, relevance, hit)
+    limit: int
+    decision: BoundaryDecision
+    now: datetime
+
+    def load(self, caller: Caller, ranked_ids: Sequence[uuid.UUID], want: int) -> dict[uuid.UUID, Memory]:
+        return _hydrate(caller=caller, decision=self.decision, ranked_ids=ranked_ids, want=want)
+
+
+def memory_search_ranking(
+    *,
+    caller: Caller,
+    query: str,
+    types: Sequence[str] | None = None,
+    scope: str | None = None,
+    mode: str = "hybrid",
+    limit: int = 20,
+    min_confidence: float | None = None,
+    namespace: Sequence[str] | None = None,
+    tags: Sequence[str] | None = None,
+    collections: Sequence[str] | None = None,
+    created_after: datetime | None = None,
+    use_tags: Sequence[str] | None = None,
+    params: RetrievalParams | None = None,
+    namespace_prefix: Sequence[str] | None = None,
+    attributes: Mapping[str, Any] | None = None,
+    offset: int = 0,
+) -> SearchRanking:
     require_read(caller)
     params = retrieval_params(caller, params)
     offset = _offset(offset)
@@ -237,22 +316,13 @@ def memory_search(
     params = params.with_(k_vec=max(params.k_vec, k), k_txt=max(params.k_txt, k))
     candidates, decision = _candidates(caller=caller, query=query, mode=mode, flt=flt, params=params)
     relevance = scoring.channel_relevance({row.id: hit for row, hit in candidates}, mode, params)
-    hit_of = {row.id: hit for row, hit in candidates}
-    ordered = [
-        row.id for row, _ in sorted(candidates, key=lambda c: order_key(relevance[c[0].id], c[0].created_at, c[0].id))
-    ]
-    rows = _hydrate(caller=caller, decision=decision, ranked_ids=ordered[offset:], want=limit)
-    return [
-        ScoredMemory(
-            memory=rows[pk],
-            score=relevance[pk],
-            relevance=relevance[pk],
-            effective_confidence=effective_confidence_of(rows[pk], now),
-            hit=hit_of[pk],
-        )
-        for pk in ordered[offset:]
-        if pk in rows
-    ]
+    ordered = sorted(candidates, key=lambda c: order_key(relevance[c[0].id], c[0].created_at, c[0].id))
+    return SearchRanking(
+        items=[(row, relevance[row.id], hit) for row, hit in ordered[offset:]],
+        limit=limit,
+        decision=decision,
+        now=now,
+    )
 
 
 MAX_OFFSET = 10_000

@@ -170,6 +170,23 @@ def test_any_failure_is_reported_as_embedding_unavailable(exc):
         embedder.embed_query("x")
 
 
+def test_a_query_started_early_is_embedded_meanwhile_and_fails_only_when_awaited():
+    """embed_query_later (issue 13: reads run their keyword channel while the query
+    is embedded): the work starts at once, the wait returns the vector (cached
+    like embed_query's), and a failure surfaces at the wait, counted by the breaker."""
+    inner = CountingEmbedder()
+    embedder = resilient(inner)
+    wait = embedder.embed_query_later("alpha")
+    assert wait() == fake_vector("alpha") and inner.calls == [["alpha"]]
+    assert embedder.embed_query_later("alpha")() == fake_vector("alpha") and len(inner.calls) == 1  # cached
+    breaker = CircuitBreaker(failures=1, cooldown=60.0)
+    failing = resilient(RaisingEmbedder(RuntimeError("boom")), breaker=breaker)
+    wait = failing.embed_query_later("beta")  # does not raise yet
+    with pytest.raises(EmbeddingUnavailable):
+        wait()
+    assert breaker.state == "open"
+
+
 def test_wrong_vector_size_is_a_failure():
     class Short(CountingEmbedder):
         def embed(self, texts):

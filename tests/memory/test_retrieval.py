@@ -7,10 +7,10 @@ import hashlib
 import math
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from memory import scoring
+from memory import retrieval, scoring
 from memory.embeddings import set_embedder
 from memory.models import Memory
 from memory.retrieval import RetrievalFilter, channel_hits
@@ -315,3 +315,69 @@ def test_vector_channel_honours_every_filter(caller, monkeypatch, iterative):
     # The secret one is a neighbour too, but never visible under the default use tags.
     assert "secret_at_prefix" not in vector_hits(kinds=["fact", "episode"])
     assert vector_hits(kinds=["episode"], namespace_prefix=("user", "ann")) == {"episode_at_prefix"}
+
+
+CHANNEL_TEXTS = [
+    "zeppelin landed safely in Friedrichshafen",
+    "the zeppelin hangar needs a new roof",
+    "weather over the lake was calm",
+    "calm weather, zeppelin flights resume",
+    "Maria baked bread for the zeppelin crew",
+    "budget review for the hangar roof",
+    "the crew slept late",
+]
+
+
+def test_channels_run_apart_as_they_would_together(caller):
+    """Issue 13 runs the keyword channel while the query is embedded, then the
+    vector channel: the hits, their ranks and scores, and the ranking columns
+    returned with them must be exactly those of the one statement running both."""
+    store(caller, *CHANNEL_TEXTS)
+    flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
+    params = RetrievalParams(k_vec=4, k_txt=4)
+    query = "zeppelin hangar roof"
+    [vector] = WordHashEmbedder().embed([query])
+    together = retrieval.channel_statement(caller=caller, flt=flt, query_text=query, query_vector=vector, params=params)
+    assert together is not None
+    with connection.cursor() as cursor:
+        cursor.execute(together[0], together[1])
+        expected, _ = retrieval._hits_from_rows(cursor.fetchall())
+    waited = []
+
+    def later() -> list[float]:
+        waited.append(True)
+        return vector
+
+    columns = ("kind", "importance", "created_at")
+    hits, rows = retrieval.channel_search(
+        caller=caller, flt=flt, query_text=query, query_vector=later, params=params, columns=columns
+    )
+    assert waited == [True]
+    assert hits == expected
+    assert any(h.vector_rank is not None and h.text_rank is None for h in hits.values())  # both channels ran
+    assert any(h.text_rank is not None for h in hits.values())
+    stored = {pk: values for pk, *values in Memory.objects.filter(pk__in=list(hits)).values_list("pk", *columns)}
+    assert {pk: list(values) for pk, values in rows.items()} == stored
+    # An embedder that cannot answer (the wait gives None): the keyword channel alone.
+    keyword_only = retrieval.channel_search(
+        caller=caller, flt=flt, query_text=query, query_vector=lambda: None, params=params
+    )[0]
+    assert keyword_only and all(h.vector_rank is None for h in keyword_only.values())
+
+
+def test_a_failing_keyword_channel_still_awaits_the_query_vector(caller, monkeypatch):
+    """The wait settles the embedder's circuit breaker (a half-open probe that is
+    never awaited would pause the embedder for good), so it runs whatever the
+    keyword channel does."""
+    store(caller, *CHANNEL_TEXTS)
+    monkeypatch.setattr(retrieval, "_BM25_SQL", "txt AS (SELECT NULL::uuid AS id, 1 / 0 AS score, 1.0 AS idf_total)")
+    waited = []
+    with pytest.raises(DatabaseError):
+        retrieval.channel_search(
+            caller=caller,
+            flt=RetrievalFilter(kinds=["episode"], now=timezone.now()),
+            query_text="zeppelin",
+            query_vector=lambda: waited.append(True),
+            params=RetrievalParams(),
+        )
+    assert waited == [True]

@@ -229,3 +229,34 @@ def test_every_book_chunk_has_its_own_stored_event(member):
     assert sorted(e.memory_id for e in stored) == sorted(chunk_ids)
     assert {(e.memory_kind, e.payload["title"]) for e in stored} == {("document", "Handbook")}
     assert MemoryEvent.objects.filter(event_type="book_ingested", payload__chunks=len(chunk_ids)).count() == 1
+
+
+def test_a_query_search_reranks_the_search_candidates_by_collection_rank(member):
+    """collection_search ranks the hybrid search's first candidates again by the
+    collection rank and loads only the rows it returns (issue 13): the answer must
+    be the best of those candidates by final_rank_score, as when every candidate
+    was loaded, and not simply the most relevant ones."""
+    from memory.selectors.collections import rank_score
+    from memory.selectors.memories import memory_search
+
+    caller = member.caller
+    stored = [api.working_store(caller=caller, content=f"deploy checklist step {i} of the release") for i in range(8)]
+    for i, memory in enumerate(stored):  # learned scores that disagree with the relevance order
+        _set(memory, applied_count=(i * 3) % 7, success_count=float(i % 4), outcome_score=(i * 37 % 10) / 10)
+    query = "deploy checklist release"
+    found = memory_search(
+        caller=caller, query=query, types=["episode"], mode="hybrid", limit=40, collections=["working"]
+    )
+    similarity = {f.memory.id: max(0.0, f.hit.vector_similarity or f.relevance) for f in found}
+    expected = sorted(
+        found,
+        key=lambda f: (
+            -rank_score(f.memory, similarity[f.memory.id]),
+            -f.memory.created_at.timestamp(),
+            str(f.memory.id),
+        ),
+    )
+    got = api.collection_search(caller=caller, query=query, collections=["working"], limit=3)
+    assert [h.memory.id for h in got] == [f.memory.id for f in expected[:3]]
+    assert [h.memory.id for h in got] != [f.memory.id for f in found[:3]]  # the learned scores reordered them
+    assert [h.final_rank_score for h in got] == [rank_score(f.memory, similarity[f.memory.id]) for f in expected[:3]]
