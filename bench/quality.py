@@ -43,6 +43,7 @@ model + text) so repeated runs only embed what is new.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -188,6 +189,7 @@ class Query:
     id_map: dict = field(default_factory=dict)  # memory uuid -> item id
     session_of: dict = field(default_factory=dict)  # item id -> session (LongMemEval)
     gold_sessions: set = field(default_factory=set)
+    now: datetime | None = None  # the time the question is asked (relative time expressions)
 
 
 @dataclass
@@ -283,6 +285,7 @@ def madial_dataset(data_dir: Path, limit: int) -> tuple[DataSet, list[dict]]:
             text="".join(d["dialogue"][: d["test-turn"][0]]),
             gold=set(d["relevant-id"]),
             id_map=callers[d["user-id"]][1],
+            now=DIALOGUE_TIME,
         )
         for d in dialogues
     ]
@@ -385,6 +388,7 @@ def lme_dataset(
             id_map=item_ids(caller, "turn"),
             session_of={t.index: t.session_id for t in q.turns},
             gold_sessions=set(q.answer_sessions),
+            now=q.question_date,
         )
         queries.append(query)
         if complete and embedder.cache.get_many([q.question]):
@@ -412,11 +416,23 @@ def search_runs(ds: DataSet, mode: str, params) -> list[list[int]]:  # type: ign
 
     runs = []
     for q in ds.queries:
-        found = selectors.memory_search(
-            caller=q.caller, query=q.text, mode=mode, limit=ds.depth, types=["episode"], params=params
-        )
+        with asked_at(q.now):
+            found = selectors.memory_search(
+                caller=q.caller, query=q.text, mode=mode, limit=ds.depth, types=["episode"], params=params
+            )
         runs.append([q.id_map[item.memory.id] for item in found])
     return runs
+
+
+def asked_at(now: datetime | None):  # type: ignore[no-untyped-def]
+    """The request time of a read set to the question's own date (LongMemEval's
+    question_date, MADial's dialogue time), so that "last week" means what it
+    meant when the question was asked."""
+    from unittest import mock
+
+    if now is None:
+        return contextlib.nullcontext()
+    return mock.patch("django.utils.timezone.now", return_value=now)
 
 
 def score_ds(ds: DataSet, runs: Sequence[Sequence[int]], queries: Sequence[Query] | None = None) -> dict[str, float]:
@@ -469,7 +485,7 @@ def wide_candidates(ds: DataSet, params) -> Wide:  # type: ignore[no-untyped-def
     wide: Wide = []
     deep = params.with_(k_vec=500, k_txt=500)
     for q in ds.queries:
-        flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
+        flt = RetrievalFilter(kinds=["episode"], now=q.now or timezone.now())
         vector = embed_one(q.text) if "semantic" in ds.modes else None
         hits = channel_hits(caller=q.caller, flt=flt, query_text=q.text, query_vector=vector, params=deep)
         created = dict(Memory.objects.filter(pk__in=list(hits)).values_list("id", "created_at"))

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from memory import temporal
 from memory.models import COLLECTION_OF_KIND, effective_confidence_sql
 from memory.scoring import ChannelHit, RetrievalParams
 from policy.boundary import DEFAULT_USE_TAGS, boundary_for
@@ -288,7 +289,9 @@ def channel_hits(
         _statement_settings(cursor, run_vec)
         cursor.execute(sql, params_sql)
         rows = cursor.fetchall()
-    return _hits_from_rows(rows)
+    hits = _hits_from_rows(rows)
+    # Time-aware ranking (issue 14): time_fit on each hit when the query names a period.
+    return temporal.annotate(hits, query_text, flt.now) if params.time_boost > 0 else hits
 
 
 def channel_statement(
