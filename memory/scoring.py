@@ -171,8 +171,9 @@ class RetrievalParams:
     # The keyword channel ranks at most this many matching memories, taken from
     # the rarest query terms first (bounds its work in a large tenant).
     txt_candidates: int = 1000
-    # Weight of the time fit after fusion (memory/temporal.py, time_boosted); 0 turns it off.
-    time_boost: float = 0.0
+    # Weight of the time fit after fusion (memory/temporal.py, time_boosted); 0 turns
+    # it off (MEMPROJ["TIME_BOOST"]). 0.2: bench/quality.py "Chosen defaults".
+    time_boost: float = 0.2
     # Recency half-life by kind (days); kinds not listed use the default.
     recency_half_life_days: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     default_half_life_days: float = RECENCY_HALF_LIFE_DAYS

@@ -64,9 +64,12 @@ def test_n_units_ago_is_a_loose_period_around_that_day():
         ("What is the order of airlines I flew with from earliest to latest?", None),
     ],
 )
-def test_orders(query, prefer):
+def test_orders(query, prefer, monkeypatch):
+    monkeypatch.setattr(temporal, "PREFER_ORDERS", frozenset(temporal.ORDERS))
     intent = temporal.parse(query, NOW)
     assert (intent.prefer if intent else None) == prefer
+    monkeypatch.setattr(temporal, "PREFER_ORDERS", frozenset())  # the default: orders do not count
+    assert temporal.parse(query, NOW) is None
 
 
 @pytest.mark.parametrize(
