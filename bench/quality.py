@@ -536,6 +536,7 @@ def capped(hit, k_vec: int, k_txt: int):  # type: ignore[no-untyped-def]
         text_rank_value=hit.text_rank_value if txt_ok else None,
         text_rank=hit.text_rank if txt_ok else None,
         text_coverage=hit.text_coverage if txt_ok else None,
+        time_fit=hit.time_fit,
     )
 
 
