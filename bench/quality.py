@@ -44,7 +44,8 @@ towards memories of that period. Measured on the 32 LongMemEval questions
 embedded here (18 = 3 per type, plus the 15 whose question has a time word;
 9 name a period): hybrid R@5 0.677 -> 0.708, nDCG@10 0.618 -> 0.621, R@10
 0.808 unchanged; on the 9 period questions R@5 0.426 -> 0.537, nDCG@10 0.511
--> 0.524; temporal-reasoning R@5 0.433 -> 0.633. MADial unchanged (nDCG@10
+-> 0.524; temporal-reasoning R@5 0.433 -> 0.633. With 6 per type warmed (47
+questions): R@5 0.656 -> 0.678, nDCG@10 0.588 -> 0.591. MADial unchanged (nDCG@10
 0.662; its dialogues are contexts: only question sentences of at most 400
 characters are read). 0.3 scored a little higher (nDCG@10 0.624), 0.5 lost
 session recall; 0.2 keeps a margin for a misread period. Orders ("currently",
