@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from memory import temporal
 from memory.models import COLLECTION_OF_KIND, effective_confidence_sql
 from memory.scoring import ChannelHit, RetrievalParams
 from policy.boundary import DEFAULT_USE_TAGS, boundary_for
@@ -323,7 +324,11 @@ def channel_search(
             )
             cursor.execute(sql, params_sql)
             rows += cursor.fetchall()
-    return _hits_from_rows(rows)
+    hits, columns_by_id = _hits_from_rows(rows)
+    if params.time_boost > 0:
+        # Time-aware ranking (issue 14): time_fit on each hit when the query names a period.
+        hits = temporal.annotate(hits, query_text, flt.now)
+    return hits, columns_by_id
 
 
 def channel_statement(

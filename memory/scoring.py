@@ -141,6 +141,9 @@ class ChannelHit:
     # one turn gets near 1, a long dialogue whose best match shares a few words
     # gets little. None for cover density (no IDF).
     text_coverage: float | None = None
+    # How well the memory's time fits the query's time expression, in [0, 1]
+    # (memory/temporal.py); None when the query has none.
+    time_fit: float | None = None
 
 
 KEYWORD_SCORERS = ("bm25", "cover_density")
@@ -168,6 +171,9 @@ class RetrievalParams:
     # The keyword channel ranks at most this many matching memories, taken from
     # the rarest query terms first (bounds its work in a large tenant).
     txt_candidates: int = 1000
+    # Weight of the time fit after fusion (memory/temporal.py, time_boosted); 0 turns
+    # it off (MEMPROJ["TIME_BOOST"]). 0.2: bench/quality.py "Chosen defaults".
+    time_boost: float = 0.2
     # Recency half-life by kind (days); kinds not listed use the default.
     recency_half_life_days: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     default_half_life_days: float = RECENCY_HALF_LIFE_DAYS
@@ -183,6 +189,8 @@ class RetrievalParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
                 raise ValueError(f"{name} must be an integer between 1 and 100000 (got {value!r})")
+        if not 0.0 <= self.time_boost <= 1.0:
+            raise ValueError(f"time_boost must be between 0 and 1 (got {self.time_boost})")
         if not 0.0 <= self.conf_gain <= 100.0:
             raise ValueError(f"conf_gain must be between 0 and 100 (got {self.conf_gain})")
         if self.bm25_k1 < 0 or not 0.0 <= self.bm25_b <= 1.0:
@@ -207,6 +215,7 @@ class RetrievalParams:
             ("alpha", "FUSION_ALPHA"),
             ("keyword_scorer", "KEYWORD_SCORER"),
             ("conf_gain", "FUSION_CONF_GAIN"),
+            ("time_boost", "TIME_BOOST"),
         ):
             if key in conf:
                 base[name] = conf[key]
@@ -325,6 +334,19 @@ def confidence_alpha(hits: Mapping[K, ChannelHit], alpha: float, gain: float) ->
 
 
 def fuse_all(hits: Mapping[K, ChannelHit], params: RetrievalParams) -> dict[K, float]:
+    """The fusion (``_fuse``), then the query's time preference if it has one."""
+    return time_boosted(_fuse(hits, params), hits, params.time_boost)
+
+
+def time_boosted(fused: dict[K, float], hits: Mapping[K, ChannelHit], boost: float) -> dict[K, float]:
+    """(1 - boost) * relevance + boost * time fit, when the query had a time
+    expression (memory/temporal.py); the fused relevance unchanged otherwise."""
+    if boost <= 0 or all(h.time_fit is None for h in hits.values()):
+        return fused
+    return {key: (1.0 - boost) * value + boost * (hits[key].time_fit or 0.0) for key, value in fused.items()}
+
+
+def _fuse(hits: Mapping[K, ChannelHit], params: RetrievalParams) -> dict[K, float]:
     """Hybrid relevance in [0, 1] of every candidate of one query, with the
     call's fusion. Fusion is a property of the candidate set (normalisation
     needs each channel's best), so it is computed for all of them at once.

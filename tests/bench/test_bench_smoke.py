@@ -115,3 +115,6 @@ def test_quality_script_prints_its_tables() -> None:
     assert "hybrid nDCG@10" in out and "better single channel" in out
     if (LME / "s").is_dir():
         assert "LongMemEval-S dev" in out and "multi-session" in out and "S-R@10" in out
+        if "LongMemEval-S dev (embedded haystacks)" in out:
+            # The time boost is on by default: its with / without comparison is reported.
+            assert "hybrid without the time boost" in out
