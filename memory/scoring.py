@@ -172,7 +172,7 @@ class RetrievalParams:
     # the rarest query terms first (bounds its work in a large tenant).
     txt_candidates: int = 1000
     # Weight of the time fit after fusion (memory/temporal.py, time_boosted); 0 turns
-    # it off (MEMPROJ["TIME_BOOST"]). 0.2: bench/quality.py "Chosen defaults".
+    # it off (MEMPROJ_TIME_BOOST). 0.2: bench/quality.py "Chosen defaults".
     time_boost: float = 0.2
     # Recency half-life by kind (days); kinds not listed use the default.
     recency_half_life_days: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))

@@ -164,6 +164,9 @@ MEMPROJ = {
     "FUSION_CONF_GAIN": env.float("MEMPROJ_FUSION_CONF_GAIN", default=2.0),
     "KEYWORD_SCORER": env.str("MEMPROJ_KEYWORD_SCORER", default="bm25"),  # bm25 | cover_density
     "FUSION_ALPHA": env.float("MEMPROJ_FUSION_ALPHA", default=0.7),
+    # Time-aware ranking (memory/temporal.py): weight of a memory's fit to a period the
+    # query names ("last week", "in May"), after fusion; 0 turns it off. bench/quality.py.
+    "TIME_BOOST": env.float("MEMPROJ_TIME_BOOST", default=0.2),
     "MAX_CONTENT_CHARS": env.int("MEMPROJ_MAX_CONTENT_CHARS", default=16_000),
     "MAX_QUERY_CHARS": env.int("MEMPROJ_MAX_QUERY_CHARS", default=2_000),
     "MAX_TAGS": 32,
