@@ -91,6 +91,55 @@ def test_onnx_failure_falls_back_to_torch(monkeypatch):
     assert local.backend == "torch" and len(vector) == 384
 
 
+def test_int8_precision_records_its_own_model_name():
+    from memory.embedtext import embedding_identity
+
+    fp32 = LocalEmbedder(backend="onnx")
+    int8 = LocalEmbedder(backend="onnx", precision="int8")
+    assert fp32.model_name == "all-MiniLM-L6-v2"
+    assert int8.model_name == "all-MiniLM-L6-v2+int8"
+    # The identity stored per vector differs in every text version, so the re-embed sweep catches up.
+    for version in ("plain", "ctx1"):
+        assert embedding_identity(int8.model_name, version) != embedding_identity(fp32.model_name, version)
+    with pytest.raises(ValueError):
+        LocalEmbedder(precision="fp16")
+    with pytest.raises(ValueError):
+        LocalEmbedder(backend="torch", precision="int8")
+
+
+def test_int8_failure_does_not_fall_back_to_torch(monkeypatch, tmp_path):
+    from memory import embeddings
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("onnxruntime is not installed")
+
+    monkeypatch.setattr(embeddings, "onnx_model_path", lambda model_dir=None: tmp_path / "m.onnx")
+    monkeypatch.setattr(embeddings, "export_onnx", lambda *args, **kwargs: None)
+    monkeypatch.setattr(embeddings, "quantize_onnx", lambda *args, **kwargs: None)
+    monkeypatch.setattr(embeddings, "OnnxBackend", broken)
+    local = LocalEmbedder(backend="onnx", precision="int8")
+    with pytest.raises(RuntimeError):
+        local.embed(["no fp32 vectors under the int8 name"])
+    assert not local.loaded
+
+
+@pytest.mark.slow
+def test_int8_graph_gives_unit_vectors_close_to_fp32():
+    fp32 = LocalEmbedder(backend="onnx")
+    int8 = LocalEmbedder(backend="onnx", precision="int8")
+    a = np.asarray(fp32.embed(TEXTS))
+    b = np.asarray(int8.embed(TEXTS))
+    assert int8.backend == "onnx"
+    assert b.shape == (len(TEXTS), 384)
+    assert np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-4)
+    cosines = (a * b).sum(axis=1)
+    assert cosines.min() > 0.97, cosines
+    assert cosines.max() < 0.99999, cosines  # it is the quantized graph, not the fp32 one again
+    # Ranking survives: each text's nearest neighbour among the others is the same.
+    self_match = 2 * np.eye(len(TEXTS))
+    assert ((a @ a.T) - self_match).argmax(1).tolist() == ((b @ b.T) - self_match).argmax(1).tolist()
+
+
 def test_query_cache_answers_repeats_without_the_model():
     inner = CountingEmbedder()
     embedder = resilient(inner, cache_size=2)

@@ -11,7 +11,8 @@ from memory.services.reembedding import memories_failed_requeue, memories_mark_s
 class Command(BaseCommand):
     help = (
         "Re-embed memories whose vector came from another embedding model than the configured one "
-        "(run after changing MEMPROJ_EMBEDDER / MEMPROJ_EMBEDDING_MODEL). --all re-embeds everything, "
+        "(run after changing MEMPROJ_EMBEDDER / MEMPROJ_EMBEDDING_MODEL / MEMPROJ_EMBEDDER_PRECISION). "
+        "--all re-embeds everything, "
         "--failed gives memories whose embedding finally failed another round."
     )
 
