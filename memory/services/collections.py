@@ -25,10 +25,9 @@ from memory import scoring, validation
 from memory.errors import InvalidArgument, NotFound
 from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, Validity, collection_of
 from memory.outcomes import collection_apply
-from memory.services.events import EventType, caller_event, event_append, events_append
+from memory.services.events import EventType, event_append
 from memory.services.feedback import collection_event
-from memory.services.followups import followups_for_writes
-from memory.services.memories import episode_store, fact_store, require_write
+from memory.services.memories import episode_store, fact_store, memories_insert, require_write
 from memory.services.sweeps import SweepResult
 from memory.services.system import system_caller
 from policy.caller import Caller
@@ -214,33 +213,23 @@ def book_ingest(
         for index, chunk in enumerate(chunks)
     ]
     with transaction.atomic():
-        Memory.objects.bulk_create(rows, batch_size=500)
         event_append(
             caller=caller,
             tenant_id=caller.tenant_id,
             event_type=EventType.BOOK_INGESTED,
             payload={"title": title, "chunks": len(rows), "bytes": len(text.encode("utf-8")), "source": source[:200]},
         )
-        # Every memory row has its own 'stored' event, chunks too (one INSERT for
-        # the whole book): the audit trail of a chunk does not depend on its title.
-        events_append(
-            [
-                caller_event(
-                    caller=caller,
-                    tenant_id=caller.tenant_id,
-                    event_type=EventType.STORED,
-                    memory_id=row.pk,
-                    memory_kind=row.kind,
-                    payload={"collection": Collection.BOOKS.value, "title": title, "chunk": index},
-                )
-                for index, row in enumerate(rows)
-            ]
+        # Every chunk has its own 'stored' event (the audit trail of a chunk does not
+        # depend on its title) and goes through the outbox like every write: its
+        # embedding survives a broker outage.
+        memories_insert(
+            caller=caller,
+            rows=rows,
+            payloads=[
+                {"collection": Collection.BOOKS.value, "title": title, "chunk": index} for index in range(len(rows))
+            ],
         )
-        ids = [row.pk for row in rows]
-        # Through the outbox, like every write: each chunk's embedding survives a
-        # broker outage, and the embedding retry sweep batches what is left.
-        followups_for_writes(rows)
-    return BookIngestResult(title=title, chunk_ids=ids)
+    return BookIngestResult(title=title, chunk_ids=[row.pk for row in rows])
 
 
 def book_progress(*, caller: Caller, chunk_ids: Sequence[uuid.UUID]) -> tuple[int, int]:

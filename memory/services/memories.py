@@ -204,21 +204,32 @@ def episodes_store_bulk(*, caller: Caller, episodes: Sequence[Mapping[str, Any]]
             raise InvalidArgument(f"{where}: {exc}") from exc
         rows.append(_memory_row(caller=caller, kind=Kind.EPISODE, embedding=pending, **values))
     with transaction.atomic():
-        Memory.objects.bulk_create(rows, batch_size=500)
-        events_append(
-            [
-                caller_event(
-                    caller=caller,
-                    tenant_id=caller.tenant_id,
-                    event_type=EventType.STORED,
-                    memory_id=row.pk,
-                    memory_kind=row.kind,
-                )
-                for row in rows
-            ]
-        )
-        followups_for_writes(rows)
+        memories_insert(caller=caller, rows=rows)
     return rows
+
+
+def memories_insert(
+    *, caller: Caller, rows: Sequence[Memory], payloads: Sequence[dict[str, Any]] | None = None
+) -> None:
+    """Insert many new memories inside the caller's transaction: one INSERT for
+    the rows, one for their 'stored' audit events (``payloads``: one per row),
+    one per follow-up kind (the outbox). The bulk writes (an episode import, a
+    book's chunks) share it."""
+    Memory.objects.bulk_create(rows, batch_size=500)
+    events_append(
+        [
+            caller_event(
+                caller=caller,
+                tenant_id=caller.tenant_id,
+                event_type=EventType.STORED,
+                memory_id=row.pk,
+                memory_kind=row.kind,
+                payload=payloads[index] if payloads is not None else None,
+            )
+            for index, row in enumerate(rows)
+        ]
+    )
+    followups_for_writes(rows)
 
 
 @dataclass
