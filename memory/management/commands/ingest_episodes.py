@@ -7,9 +7,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memory import api
+from memory.management.commands._pipeline import tenant_by_slug
 from memory.services.memories import BULK_EPISODE_FIELDS, BULK_EPISODES_MAX
 from memory.services.system import system_caller
-from policy.models import Tenant
 
 
 class Command(BaseCommand):
@@ -27,9 +27,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         path: Path = options["file"]
-        tenant = Tenant.objects.filter(slug=options["tenant"]).first()
-        if tenant is None:
-            raise CommandError(f"no tenant {options['tenant']!r}")
+        tenant = tenant_by_slug(options["tenant"])
         if not path.is_file():
             raise CommandError(f"no file {path}")
         batch_size = options["batch"]
