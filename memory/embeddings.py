@@ -113,6 +113,34 @@ def onnx_model_path(model_dir: Path | None = None) -> Path:
     return VAR_DIR / "models" / f"all-MiniLM-L6-v2-{digest}.onnx"
 
 
+def _build_once(out: Path, build: Callable[[Path], None]) -> Path:
+    """Make ``out`` once across processes: under a file lock the first caller
+    has ``build`` write and check a temporary file (raising if it is wrong),
+    which is then moved into place; the others find it there."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if out.exists():
+            return out
+        tmp = out.with_suffix(f".tmp{os.getpid()}")
+        try:
+            build(tmp)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return out
+
+
+def _check_close(vectors: Any, reference: Any, minimum: float, what: str) -> float:
+    """The least cosine between two sets of unit vectors; raises below ``minimum``."""
+    import numpy as np
+
+    cosines = (np.asarray(vectors) * np.asarray(reference)).sum(axis=1)
+    if float(cosines.min()) < minimum:
+        raise RuntimeError(f"{what} (cosines {cosines.tolist()})")
+    return float(cosines.min())
+
+
 def export_onnx(model_dir: Path | None = None, out: Path | None = None) -> Path:
     """Export MiniLM (encoder + mean pooling + L2 normalisation) from the packaged
     weights to ONNX, check it against PyTorch, and move it into place. Safe to
@@ -121,12 +149,8 @@ def export_onnx(model_dir: Path | None = None, out: Path | None = None) -> Path:
     onnxruntime and tokenizers."""
     model_dir = model_dir or _model_dir()
     out = out or onnx_model_path(model_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if out.exists():
-            return out
-        import numpy as np
+
+    def build(tmp: Path) -> None:
         import torch
         from transformers import AutoModel
 
@@ -144,9 +168,7 @@ def export_onnx(model_dir: Path | None = None, out: Path | None = None) -> Path:
                 return torch.nn.functional.normalize(mean, p=2, dim=1)
 
         encoder = AutoModel.from_pretrained(str(model_dir)).eval()
-        tokenizer = _tokenizer(model_dir)
-        ids, mask = _encode(tokenizer, _PROBES[:2])
-        tmp = out.with_suffix(f".tmp{os.getpid()}")
+        ids, mask = _encode(_tokenizer(model_dir), _PROBES[:2])
         axes = {0: "batch", 1: "tokens"}
         with torch.no_grad():
             torch.onnx.export(
@@ -159,17 +181,15 @@ def export_onnx(model_dir: Path | None = None, out: Path | None = None) -> Path:
                 opset_version=17,
                 dynamo=False,  # the TorchScript exporter needs no onnxscript and handles BERT exactly
             )
-        try:
-            onnx_vectors = np.asarray(OnnxBackend(tmp, model_dir).embed(_PROBES))
-            torch_vectors = np.asarray(TorchBackend(model_dir).embed(_PROBES))
-            cosines = (onnx_vectors * torch_vectors).sum(axis=1)
-            if float(cosines.min()) < ONNX_MIN_COSINE:
-                raise RuntimeError(f"ONNX export differs from PyTorch (cosines {cosines.tolist()})")
-            os.replace(tmp, out)
-        finally:
-            tmp.unlink(missing_ok=True)
-        logger.info("exported %s (cosine with PyTorch >= %.5f)", out, float(cosines.min()))
-        return out
+        least = _check_close(
+            OnnxBackend(tmp, model_dir).embed(_PROBES),
+            TorchBackend(model_dir).embed(_PROBES),
+            ONNX_MIN_COSINE,
+            "ONNX export differs from PyTorch",
+        )
+        logger.info("exported %s (cosine with PyTorch >= %.5f)", out, least)
+
+    return _build_once(out, build)
 
 
 def quantized_model_path(fp32_path: Path) -> Path:
@@ -184,26 +204,20 @@ def quantize_onnx(fp32_path: Path, out: Path | None = None, model_dir: Path | No
     processes at once, like :func:`export_onnx`. Needs onnx besides onnxruntime."""
     model_dir = model_dir or _model_dir()
     out = out or quantized_model_path(fp32_path)
-    with open(out.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if out.exists():
-            return out
-        import numpy as np
+
+    def build(tmp: Path) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        tmp = out.with_suffix(f".tmp{os.getpid()}")
-        try:
-            quantize_dynamic(str(fp32_path), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
-            int8_vectors = np.asarray(OnnxBackend(tmp, model_dir).embed(_PROBES))
-            fp32_vectors = np.asarray(OnnxBackend(fp32_path, model_dir).embed(_PROBES))
-            cosines = (int8_vectors * fp32_vectors).sum(axis=1)
-            if float(cosines.min()) < INT8_MIN_COSINE:
-                raise RuntimeError(f"INT8 graph differs too much from fp32 (cosines {cosines.tolist()})")
-            os.replace(tmp, out)
-        finally:
-            tmp.unlink(missing_ok=True)
-        logger.info("quantized %s (cosine with fp32 >= %.4f)", out, float(cosines.min()))
-        return out
+        quantize_dynamic(str(fp32_path), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+        least = _check_close(
+            OnnxBackend(tmp, model_dir).embed(_PROBES),
+            OnnxBackend(fp32_path, model_dir).embed(_PROBES),
+            INT8_MIN_COSINE,
+            "INT8 graph differs too much from fp32",
+        )
+        logger.info("quantized %s (cosine with fp32 >= %.4f)", out, least)
+
+    return _build_once(out, build)
 
 
 def _tokenizer(model_dir: Path) -> Any:
