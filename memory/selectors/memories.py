@@ -151,10 +151,6 @@ def tie_break_key(item: ScoredMemory) -> tuple:
     return order_key(item.score, item.memory.created_at, item.memory.id)
 
 
-def query_vector(query: str, mode: str) -> list[float] | None:
-    return query_vector_later(query, mode)()
-
-
 def query_vector_later(query: str, mode: str) -> Callable[[], list[float] | None]:
     """The query's vector for ``mode``, started now and awaited by calling the
     result (``retrieval.channel_search`` runs the keyword channel meanwhile):
