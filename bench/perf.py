@@ -352,7 +352,7 @@ def _model_index_sql(name: str) -> str:
 
 
 # Indexes rebuilt after a big load: one build is much cheaper than maintaining them row by row.
-REBUILT_INDEXES = ("memory_embedding_hnsw", "memory_search_vector_gin")
+REBUILT_INDEXES = ("memory_embedding_hnsw", "memory_knowledge_hnsw", "memory_search_vector_gin")
 
 
 def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:

@@ -381,3 +381,32 @@ def test_a_failing_keyword_channel_still_awaits_the_query_vector(caller, monkeyp
             params=RetrievalParams(),
         )
     assert waited == [True]
+
+
+@pytest.mark.parametrize(
+    ("kinds", "index"),
+    [
+        (["fact"], "memory_knowledge_hnsw"),
+        (["rule"], "memory_knowledge_hnsw"),
+        (["fact", "rule"], "memory_knowledge_hnsw"),
+        (["episode"], "memory_embedding_hnsw"),
+        (["episode", "fact", "rule"], "memory_embedding_hnsw"),
+    ],
+)
+def test_fact_and_rule_reads_can_walk_the_knowledge_index(caller, kinds, index):
+    """Issue 13: reads of facts and rules walk the HNSW graph of the active facts
+    and rules (memory_knowledge_hnsw), not the one where episodes crowd them out.
+    The planner may only take it when the vector statement's own filter implies
+    the index's predicate; with the other orderings turned off, the plan shows
+    which graph the statement can walk."""
+    [vector] = WordHashEmbedder().embed(["any query"])
+    flt = RetrievalFilter(kinds=kinds, now=timezone.now(), namespace_prefix=["user", "u1"])
+    statement = retrieval.channel_statement(
+        caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=10)
+    )
+    assert statement is not None
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off")
+        cursor.execute("EXPLAIN " + statement[0], statement[1])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert f"Index Scan using {index} " in plan, plan
