@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Annotated, Any, Literal
 
@@ -23,6 +23,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcp_server.pooled import in_worker_thread
 from mcp_server.toolsets import roampal as text
 from memory import api
 from policy.caller import Caller
@@ -74,11 +75,12 @@ def _read_body(request: HttpRequest, limit: int) -> bytes | JsonResponse:
     return data
 
 
-def hook_view(limit: int = HOOK_BODY_LIMIT) -> Callable[[View], Callable[[HttpRequest], HttpResponse]]:
+def hook_view(limit: int = HOOK_BODY_LIMIT) -> Callable[[View], Callable[[HttpRequest], Awaitable[HttpResponse]]]:
     """POST only, authenticated, bounded body, errors as JSON and never a traceback."""
 
-    def decorate(view: View) -> Callable[[HttpRequest], HttpResponse]:
+    def decorate(view: View) -> Callable[[HttpRequest], Awaitable[HttpResponse]]:
         @csrf_exempt
+        @in_worker_thread
         @wraps(view)
         def wrapper(request: HttpRequest) -> HttpResponse:
             if request.method != "POST":

@@ -27,6 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from mcp_server.dialect import TENANT_SELECTORS
+from mcp_server.pooled import in_worker_thread
 from mcp_server.toolsets import langmem
 from memory import api
 from policy.caller import Caller
@@ -120,6 +121,7 @@ def _run(caller: Caller, op: dict[str, Any]) -> Any:
 
 @csrf_exempt
 @require_POST
+@in_worker_thread
 def langmem_store(request: HttpRequest) -> JsonResponse:
     header = request.headers.get("Authorization", "")
     caller = token_authenticate(header.removeprefix("Bearer ").strip()) if header.startswith("Bearer ") else None
