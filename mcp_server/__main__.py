@@ -58,6 +58,7 @@ def main() -> None:
     ensure_for_settings()
     from mcp_server.server import build_server
     from memory.embeddings import warm_up
+    from memproj.heap import freeze_startup_heap
     from policy.services.tokens import token_authenticate
 
     token = os.environ.get("MEMPROJ_TOKEN", "")
@@ -73,7 +74,9 @@ def main() -> None:
 
     # Set before the server starts: every task it spawns inherits the options.
     connection_options.set(connection)
-    build_server(args.toolset, static_caller=caller).run("stdio")
+    server = build_server(args.toolset, static_caller=caller)
+    freeze_startup_heap()
+    server.run("stdio")
 
 
 if __name__ == "__main__":

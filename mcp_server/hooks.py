@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from functools import wraps
 from typing import Annotated, Any, Literal
 
@@ -38,6 +38,7 @@ TOOLSET = "roampal"
 STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403}
 
 View = Callable[[HttpRequest, Caller], HttpResponse]
+AsyncView = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponse]]
 
 
 def _error(status: int, message: str, **headers: str) -> JsonResponse:
@@ -75,10 +76,10 @@ def _read_body(request: HttpRequest, limit: int) -> bytes | JsonResponse:
     return data
 
 
-def hook_view(limit: int = HOOK_BODY_LIMIT) -> Callable[[View], Callable[[HttpRequest], Awaitable[HttpResponse]]]:
+def hook_view(limit: int = HOOK_BODY_LIMIT) -> Callable[[View], AsyncView]:
     """POST only, authenticated, bounded body, errors as JSON and never a traceback."""
 
-    def decorate(view: View) -> Callable[[HttpRequest], Awaitable[HttpResponse]]:
+    def decorate(view: View) -> AsyncView:
         @csrf_exempt
         @in_worker_thread
         @wraps(view)

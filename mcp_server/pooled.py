@@ -11,7 +11,7 @@ reused, closed when stale (CONN_MAX_AGE) or broken, around every call."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -19,7 +19,7 @@ from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse
 
 
-def in_worker_thread(view: Callable[..., HttpResponse]) -> Callable[..., Awaitable[HttpResponse]]:
+def in_worker_thread(view: Callable[..., HttpResponse]) -> Callable[..., Coroutine[Any, Any, HttpResponse]]:
     """The sync ``view`` as an async view that runs it in a reused worker thread."""
 
     def run(*args: Any, **kwargs: Any) -> HttpResponse:

@@ -17,6 +17,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
 django.setup()
 
 from memproj.embedded import ensure_for_settings  # noqa: E402
+from memproj.heap import freeze_startup_heap  # noqa: E402
 
 ensure_for_settings()  # the web process needs the database and the broker
 
@@ -149,6 +150,7 @@ class Router:
                 for server in self.servers.values():
                     await stack.enter_async_context(server.session_manager.run())
                 warm_up()
+                freeze_startup_heap()
                 await send({"type": "lifespan.startup.complete"})
             message = await receive()
             if message["type"] == "lifespan.shutdown":
