@@ -181,16 +181,26 @@ def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
 
 
 # Vector channel: the tenant-filtered HNSW walk, top k_vec by cosine distance.
+# One probe per kind, each in that kind's own graph (Memory.Meta.indexes: one
+# partial HNSW index per kind of active memories, which the planner takes
+# because each probe's filter names the kind), then the k_vec nearest of all:
+# the same rows a single walk of one graph would return, without walking past
+# the other kinds' rows (issue 13).
+_VECTOR_PROBE_SQL = """
+        (SELECT m.id, m.embedding <=> %(qvec)s::vector AS distance
+         FROM memory_memory m
+         WHERE {where} AND m.kind = %(vec_kind_{i})s AND m.embedding IS NOT NULL
+         ORDER BY distance
+         LIMIT %(k_vec)s)"""
+
 _VECTOR_SQL = """
     vec AS (
-        SELECT id, 1 - distance AS score FROM (
-            SELECT m.id, m.embedding <=> %(qvec)s::vector AS distance
-            FROM memory_memory m
-            WHERE {where} AND m.embedding IS NOT NULL
-            ORDER BY distance
-            LIMIT %(k_vec)s
+        SELECT id, 1 - distance AS score FROM ({probes}
         ) nearest
+        ORDER BY distance
+        LIMIT %(k_vec)s
     )"""
+
 
 # Keyword channel, common part: the query's terms analysed as documents are
 # (memproj_query_terms, migration 0010), their document frequencies in this
@@ -358,9 +368,12 @@ def channel_statement(
     selects: list[str] = []
     if run_vec:
         assert query_vector is not None
-        ctes.append(_VECTOR_SQL.format(where=where))
+        kinds = sorted(set(flt.kinds))
+        probes = "\n        UNION ALL".join(_VECTOR_PROBE_SQL.format(where=where, i=i) for i in range(len(kinds)))
+        ctes.append(_VECTOR_SQL.format(probes=probes))
         selects.append("SELECT 'v' AS channel, id, score, NULL::float8 AS idf_total FROM vec")
         params_sql.update(qvec=vector_literal(query_vector), k_vec=params.k_vec)
+        params_sql.update({f"vec_kind_{i}": kind for i, kind in enumerate(kinds)})
     if run_txt:
         ctes.append(_TERMS_SQL.format(where=where))
         scorer = _BM25_SQL if params.keyword_scorer == "bm25" else _COVER_DENSITY_SQL

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 
 import pytest
 from django.db import DatabaseError, connection
@@ -16,7 +17,7 @@ from memory.models import Memory
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ChannelHit, RetrievalParams
 from memory.selectors.memories import memory_search
-from memory.services.memories import episode_store
+from memory.services.memories import episode_store, fact_store
 from tests.conftest import make_identity
 
 pytestmark = pytest.mark.django_db
@@ -384,21 +385,15 @@ def test_a_failing_keyword_channel_still_awaits_the_query_vector(caller, monkeyp
 
 
 @pytest.mark.parametrize(
-    ("kinds", "index"),
-    [
-        (["fact"], "memory_knowledge_hnsw"),
-        (["rule"], "memory_knowledge_hnsw"),
-        (["fact", "rule"], "memory_knowledge_hnsw"),
-        (["episode"], "memory_embedding_hnsw"),
-        (["episode", "fact", "rule"], "memory_embedding_hnsw"),
-    ],
+    "kinds",
+    [["fact"], ["rule"], ["fact", "rule"], ["episode"], ["document"], ["episode", "fact", "rule", "document"]],
 )
-def test_fact_and_rule_reads_can_walk_the_knowledge_index(caller, kinds, index):
-    """Issue 13: reads of facts and rules walk the HNSW graph of the active facts
-    and rules (memory_knowledge_hnsw), not the one where episodes crowd them out.
-    The planner may only take it when the vector statement's own filter implies
-    the index's predicate; with the other orderings turned off, the plan shows
-    which graph the statement can walk."""
+def test_each_kind_is_read_from_its_own_graph(caller, kinds):
+    """Issue 13: every vector read walks only the HNSW graphs of its kinds (one
+    partial index per kind of active memories), never one where other kinds
+    crowd its rows out. The planner may only take a partial index when the
+    probe's own filter implies the index's predicate; with the other orderings
+    turned off, the plan shows which graphs the statement can walk."""
     [vector] = WordHashEmbedder().embed(["any query"])
     flt = RetrievalFilter(kinds=kinds, now=timezone.now(), namespace_prefix=["user", "u1"])
     statement = retrieval.channel_statement(
@@ -409,4 +404,29 @@ def test_fact_and_rule_reads_can_walk_the_knowledge_index(caller, kinds, index):
         cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off")
         cursor.execute("EXPLAIN " + statement[0], statement[1])
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert f"Index Scan using {index} " in plan, plan
+    walked = sorted(set(re.findall(r"Index Scan using memory_(\w+)_hnsw ", plan)))
+    assert walked == sorted(kinds), plan
+
+
+def test_a_read_of_several_kinds_returns_the_nearest_of_all(caller):
+    """One probe per kind, then the k nearest of all: the same rows as one exact
+    ranking of every kind (a kind with no row near the query adds nothing)."""
+    store(caller, "zeppelin hangar roof", "zeppelin hangar door", "garden hose")
+    fact_store(caller=caller, subject="user", predicate="likes", content="zeppelin hangar tours")
+    fact_store(caller=caller, subject="user", predicate="owns", content="a garden shed")
+    [vector] = WordHashEmbedder().embed(["zeppelin hangar"])
+    flt = RetrievalFilter(kinds=["episode", "fact", "rule"], now=timezone.now())
+    hits = retrieval.channel_hits(
+        caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=3)
+    )
+    exact = [
+        pk
+        for pk, _ in sorted(
+            (
+                (m.pk, -sum(a * b for a, b in zip(vector, m.embedding, strict=True)))
+                for m in Memory.objects.filter(tenant_id=caller.tenant_id)
+            ),
+            key=lambda item: (item[1], item[0]),
+        )[:3]
+    ]
+    assert sorted(hits, key=lambda pk: (hits[pk].vector_rank, pk)) == exact
