@@ -1285,9 +1285,15 @@ class Stack:
         if embedder is not None:
             self.env.update(MEMPROJ_EMBEDDER="openai", MEMPROJ_EMBEDDING_API_BASE=embedder.url)
 
-    def run(self, *args: str, timeout: float = 600) -> str:
+    def run(self, *args: str, timeout: float = 600, stdin: str | None = None) -> str:
         proc = subprocess.run(
-            [sys.executable, *args], cwd=BASE_DIR, env=self.env, capture_output=True, text=True, timeout=timeout
+            [sys.executable, *args],
+            cwd=BASE_DIR,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=stdin,
         )
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -1309,10 +1315,19 @@ class Stack:
         self.run("-m", "memproj.embedded", "start")  # creates (and sets up) the database again
         self.run("manage.py", "migrate", "--noinput")
 
-    def issue_token(self, tenant: str, principal: str) -> str:
-        return (
+    def issue_token(self, tenant: str, principal: str, *, rate_limit: int | None = None) -> str:
+        """A token in ``tenant``; with ``rate_limit``, the tenant's policy allows
+        that many calls a minute (the fault scenarios measure durability, and a
+        faster server would otherwise meet the default limit instead of the fault)."""
+        token = (
             self.run("manage.py", "issue_token", "--tenant", tenant, "--principal", principal).strip().splitlines()[-1]
         )
+        if rate_limit is not None:
+            from policy.document import SEED_EXAMPLE_YAML
+
+            document = f"{SEED_EXAMPLE_YAML}rate_limit:\n  limit: {int(rate_limit)}\n  window_seconds: 60\n"
+            self.run("manage.py", "policy_apply", "--tenant", tenant, "--file", "-", stdin=document)
+        return token
 
     def start(self, *, timeout: float = 300) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
@@ -1856,6 +1871,11 @@ def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> s
     return "\n".join(lines)
 
 
+# Calls a minute the fault and load tenants may make: far above what the load
+# sends, so a 429 can only mean a rate-limit bug, never a server fast enough to
+# reach the default policy's 1,000 (CI met it once the server got faster).
+FAULT_RATE_LIMIT = 1_000_000
+
 FULL = {
     "isolation_examples": 50,
     "isolation_steps": 200,
@@ -1965,7 +1985,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 fake_embedder = FakeEmbeddingEndpoint().start()
                 stack.use_embedder(fake_embedder)
             stack.start()
-            tokens = [stack.issue_token(f"http{run_id}-t{i}", f"agent{i}") for i in range(3)]
+            tokens = [
+                stack.issue_token(f"http{run_id}-t{i}", f"agent{i}", rate_limit=FAULT_RATE_LIMIT) for i in range(3)
+            ]
             if "faults" in parts:
                 failures += _faults_part(stack, tokens[0], size, [f for f in options.faults.split(",") if f])
             if "load" in parts:

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.reliability import FakeEmbeddingEndpoint, Stack, fault_scenario, load
+from bench.reliability import FAULT_RATE_LIMIT, FakeEmbeddingEndpoint, Stack, fault_scenario, load
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def stack() -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def token(stack: Stack) -> str:
-    return stack.issue_token("faults", "agent")
+    return stack.issue_token("faults", "agent", rate_limit=FAULT_RATE_LIMIT)
 
 
 def test_supervisor_brings_a_killed_worker_back_and_web_keeps_serving(stack):
