@@ -353,7 +353,7 @@ def _model_index_sql(name: str) -> str:
 
 # Indexes rebuilt after a big load: one build is much cheaper than maintaining them row by row.
 REBUILT_INDEXES = (
-    "memory_episode_hnsw",
+    "memory_embedding_hnsw",
     "memory_fact_hnsw",
     "memory_rule_hnsw",
     "memory_document_hnsw",
@@ -455,7 +455,7 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
         rows, tenants = owner.execute("SELECT count(*), count(DISTINCT tenant_id) FROM memory_memory").fetchone()
         found = owner.execute(
             "SELECT pg_size_pretty(pg_table_size('memory_memory')), "
-            "pg_size_pretty(pg_relation_size('memory_episode_hnsw') + pg_relation_size('memory_fact_hnsw') "
+            "pg_size_pretty(pg_relation_size('memory_embedding_hnsw') + pg_relation_size('memory_fact_hnsw') "
             "+ pg_relation_size('memory_rule_hnsw') + pg_relation_size('memory_document_hnsw')), "
             "pg_size_pretty(pg_relation_size('memory_search_vector_gin')), "
             "pg_size_pretty(pg_total_relation_size('memory_termstat')), current_setting('shared_buffers')"

@@ -99,6 +99,10 @@ def retrievable_q(now: object) -> Q:
     return Q(validity=Validity.ACTIVE) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
 
 
+# The kinds with an HNSW graph of their own besides the graph of every memory.
+KINDS_WITH_OWN_GRAPH: tuple[str, ...] = (Kind.FACT.value, Kind.RULE.value, Kind.DOCUMENT.value)
+
+
 def _kind_hnsw(kind: str) -> HnswIndex:
     """The HNSW graph of one kind's active memories (cosine, the vector channel's
     metric); the planner takes it for any read whose filter names the kind and
@@ -255,13 +259,22 @@ class Memory(models.Model):
         ordering = ["-created_at", "id"]
         verbose_name_plural = "memories"
         indexes = [
-            # One HNSW graph per kind, of the active memories (issue 13). With one
-            # graph for all, a read of facts walked past the episodes near its
-            # query one by one (at 100k memories ~25,000 rows for 96 facts, 50 ms;
-            # at 1M a facts-and-rules graph still walked ~17,000 rules): each read
-            # now walks only its kinds' graphs (memory.retrieval, one probe per
-            # kind), and each write inserts into one graph.
-            *(_kind_hnsw(kind) for kind in Kind.values),
+            # The graph of every memory: reads that include episodes, the bulk kind.
+            HnswIndex(
+                name="memory_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            # And one graph per minority kind, of its active memories (issue 13).
+            # In the graph of every memory, a read of facts walked past the
+            # episodes near its query one by one (at 100k memories ~25,000 rows
+            # for 96 facts, 50 ms; at 1M a facts-and-rules graph still walked
+            # ~17,000 rules). Reads of these kinds only walk their own graphs
+            # (memory.retrieval: one probe per kind); a fact or rule write
+            # inserts into two graphs, an episode into one.
+            *(_kind_hnsw(kind) for kind in KINDS_WITH_OWN_GRAPH),
             GinIndex(fields=["search_vector"], name="memory_search_vector_gin"),
             models.Index(fields=["tenant", "kind", "validity", "-created_at"], name="memory_tenant_kind_idx"),
             models.Index(fields=["tenant", "content_hash"], name="memory_tenant_hash_idx"),
