@@ -54,7 +54,11 @@ def child_pids(proc: subprocess.Popen[str]) -> dict[str, int]:
     children = psutil.Process(proc.pid).children()
     pids = {}
     for child in children:
-        with_marker = [a for a in child.cmdline() if a.startswith("#")]
+        try:
+            argv = child.cmdline()
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue  # a crashed child the supervisor has not reaped yet (the crash loop's)
+        with_marker = [a for a in argv if a.startswith("#")]
         if with_marker:
             pids[with_marker[0][1:]] = child.pid
     return pids
