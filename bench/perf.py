@@ -485,7 +485,7 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
         return qs[next(qi) % len(qs)]
 
     # Baselines: the raw embedder on one query; the raw pgvector top-k query
-    # (the tenant's episodes, one graph: same HNSW settings, a precomputed vector, no ORM).
+    # (same tenant filter and HNSW settings, a precomputed vector, no ORM).
     base = {}
     base["embed_one"] = _common.timed(lambda: embedder.embed([next_query()]), repeat)
     qvecs = [vector_literal(v) for v in embedder.embed(qs[:16])]
@@ -495,8 +495,7 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
             cur.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
             cur.execute("SET LOCAL hnsw.ef_search = 100")
             cur.execute(
-                "SELECT id FROM memory_memory WHERE tenant_id = %s AND kind = 'episode' AND validity = 'active' "
-                "ORDER BY embedding <=> %s::vector LIMIT 20",
+                "SELECT id FROM memory_memory WHERE tenant_id = %s ORDER BY embedding <=> %s::vector LIMIT 20",
                 [caller.tenant_id, qvecs[next(qi) % len(qvecs)]],
             )
             cur.fetchall()
@@ -627,7 +626,7 @@ def count_found(result: object) -> int | None:
 
 
 def ann_sweep(caller, qvecs: list[str]) -> list[dict]:  # type: ignore[no-untyped-def]
-    """The raw top-20 of the tenant's episodes at several ef_search values: p50 and two
+    """The raw tenant-filtered top-20 at several ef_search values: p50 and two
     recalls against the exact top-20 (a sequential scan of the tenant): the id
     overlap, and the share of returned rows at most as far as the exact 20th
     (the synthetic texts repeat, so exact ties make id overlap understate)."""
@@ -640,8 +639,8 @@ def ann_sweep(caller, qvecs: list[str]) -> list[dict]:  # type: ignore[no-untype
             else:
                 cur.execute(f"SET LOCAL hnsw.iterative_scan = 'relaxed_order'; SET LOCAL hnsw.ef_search = {int(ef)}")
             cur.execute(
-                "SELECT id, embedding <=> %s::vector FROM memory_memory WHERE tenant_id = %s AND kind = 'episode' "
-                "AND validity = 'active' AND embedding IS NOT NULL ORDER BY embedding <=> %s::vector LIMIT 20",
+                "SELECT id, embedding <=> %s::vector FROM memory_memory WHERE tenant_id = %s "
+                "AND embedding IS NOT NULL ORDER BY embedding <=> %s::vector LIMIT 20",
                 [qvec, caller.tenant_id, qvec],
             )
             return cur.fetchall()
@@ -1480,9 +1479,8 @@ def report(
             arows.append([size, a["ef_search"], a["p50"], f"{a['recall']:.3f}", f"{a['dist_recall']:.3f}"])
     if arows:
         out.append(
-            "Raw top-20 of the tenant's episodes (iterative HNSW scan of their graph) by ef_search: p50, "
-            "id overlap with the exact top-20, and the share no farther than the exact 20th (ties) "
-            "(8 queries; the service uses ef_search 100)"
+            "Raw tenant-filtered top-20 (iterative HNSW scan) by ef_search: p50, id overlap with the exact top-20, "
+            "and the share no farther than the exact 20th (ties) (8 queries; the service uses ef_search 100)"
         )
         out.append(_common.table(["size", "ef_search", "p50_ms", "recall_at_20", "within_exact_20th"], arows))
         out.append("")
