@@ -80,6 +80,9 @@ LOAD_CHUNK = 20_000  # rows per COPY statement (bounded memory; one trigger call
 # Bench rows carry this source; a change of the row layout (namespaces for langmem)
 # changes it, so an older load is replaced rather than measured.
 BENCH_SOURCE = "bench-v2"
+# Calls a minute the measured tenants may make: the concurrency steps send more
+# than the default policy's 1,000, and an answer of 429 is no measurement.
+BENCH_RATE_LIMIT = 1_000_000
 LANGMEM_NAMESPACE = ("user", "bench")  # /mcp/langmem/?configurable.user_id=bench
 
 
@@ -371,7 +374,7 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
 
     from memory.models import Memory
     from policy.document import SEED_EXAMPLE_YAML
-    from policy.selectors.policies import policy_is_applied
+    from policy.selectors.policies import policy_current, policy_is_applied
     from policy.services.policies import policy_apply
     from policy.services.tokens import token_authenticate, token_issue
 
@@ -384,9 +387,14 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
         issued = token_issue(tenant_slug=slug, principal_name="bench", role="admin")
         caller = token_authenticate(issued.token)
         assert caller is not None
-        if not policy_is_applied(tenant_id=caller.tenant_id):
-            # pce's tools need an applied policy; the seed example has the default's values.
-            policy_apply(caller=caller, yaml=SEED_EXAMPLE_YAML)
+        if (
+            not policy_is_applied(tenant_id=caller.tenant_id)
+            or policy_current(tenant_id=caller.tenant_id).rate_limit.limit < BENCH_RATE_LIMIT
+        ):
+            # pce's tools need an applied policy; the seed example has the default's values,
+            # and a rate limit the concurrency steps cannot reach.
+            rate_limit = f"rate_limit:\n  limit: {BENCH_RATE_LIMIT}\n  window_seconds: 60\n"
+            policy_apply(caller=caller, yaml=SEED_EXAMPLE_YAML + rate_limit)
             caller = token_authenticate(issued.token)
             assert caller is not None
         have = Memory.objects.filter(tenant_id=caller.tenant_id, source=BENCH_SOURCE).count()
