@@ -276,6 +276,15 @@ class Memory(models.Model):
             # inserts into two graphs, an episode into one.
             *(_kind_hnsw(kind) for kind in KINDS_WITH_OWN_GRAPH),
             GinIndex(fields=["search_vector"], name="memory_search_vector_gin"),
+            # The keyword channel's twin of the graphs above: the active facts, rules
+            # and documents alone. A facts read's keyword candidates came from the GIN
+            # index of every memory ANDed with a bitmap of the tenant's facts (at 1M
+            # memories 300,000 rows, 30-36 ms to build); here they come from one scan.
+            GinIndex(
+                fields=["search_vector"],
+                name="memory_knowledge_search_gin",
+                condition=Q(kind__in=KINDS_WITH_OWN_GRAPH, validity="active"),
+            ),
             models.Index(fields=["tenant", "kind", "validity", "-created_at"], name="memory_tenant_kind_idx"),
             models.Index(fields=["tenant", "content_hash"], name="memory_tenant_hash_idx"),
             models.Index(
