@@ -110,7 +110,13 @@ def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
         params["excl_maturity"] = list(flt.exclude_maturity)
     if flt.collections:
         # The SQL twin of MemoryQuerySet.in_collections (stored or derived from the kind).
-        clauses.append("(m.collection = ANY(%(collections)s) OR (m.collection = '' AND m.kind = ANY(%(ckinds)s)))")
+        # As a CASE, which no index matches: written as an OR, the planner built a
+        # bitmap of every fact of the tenant (the kind-derived memory_bank) to AND
+        # with the keyword matches (issue 13: 50-60 ms at 1M memories) instead of
+        # taking the keyword index of the read's kinds and checking the collection.
+        clauses.append(
+            "(CASE WHEN m.collection = '' THEN m.kind = ANY(%(ckinds)s) ELSE m.collection = ANY(%(collections)s) END)"
+        )
         params["collections"] = list(flt.collections)
         params["ckinds"] = [k for k, name in COLLECTION_OF_KIND.items() if name in flt.collections]
     if flt.created_after is not None:
