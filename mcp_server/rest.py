@@ -10,11 +10,11 @@ import json
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from mcp_server.pooled import fresh_connections
 from mcp_server.server import build_server
 from mcp_server.toolsets import TOOLSETS
 from policy.caller import Caller
@@ -24,13 +24,10 @@ MAX_BODY_BYTES = 256 * 1024
 _servers: dict[str, Any] = {}
 
 
+@fresh_connections
 def _authenticate(header: str) -> Caller | None:
-    close_old_connections()
-    try:
-        scheme, _, token = header.partition(" ")
-        return token_authenticate(token.strip()) if scheme.lower() == "bearer" else None
-    finally:
-        close_old_connections()
+    scheme, _, token = header.partition(" ")
+    return token_authenticate(token.strip()) if scheme.lower() == "bearer" else None
 
 
 def _server(toolset: str) -> Any:
