@@ -100,6 +100,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clients", default="1,2,4,8,16,32", help="concurrency curve: HTTP clients per step")
     p.add_argument("--conc-seconds", type=float, default=15.0, help="seconds per concurrency step (0 = skip)")
     p.add_argument("--store-share", type=float, default=0.3, help="share of stores in the mixed workload")
+    p.add_argument(
+        "--open-rates",
+        default="24,48,72,96",
+        help="open loop: arrival rates (calls/s) over the largest --clients connections, --conc-seconds each",
+    )
     p.add_argument("--web-workers", type=int, default=0, help="uvicorn worker processes (0 = MEMPROJ_WEB_WORKERS)")
     p.add_argument(
         "--embedder",
@@ -123,9 +128,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.tiny:
         args.sizes, args.other_tenants, args.other_size = "300", 1, 100
         args.repeat, args.mcp_repeat, args.ingest = 5, 3, 64
-        args.clients, args.conc_seconds = "1,4", 2.0
+        args.clients, args.conc_seconds, args.open_rates = "1,4", 2.0, "10"
     args.size_list = [int(s) for s in str(args.sizes).split(",") if s.strip()]
     args.client_list = [int(c) for c in str(args.clients).split(",") if c.strip()]
+    args.open_rate_list = [float(r) for r in str(args.open_rates).split(",") if r.strip()]
     args.prefix = "benchtiny" if args.tiny else "bench"  # the smoke test never churns the full dataset
     return args
 
@@ -1147,63 +1153,42 @@ def bench_ingest(n: int, *, bulk: int = 0) -> dict:
 # --------------------------------------------------------------------------- concurrency
 
 
-async def _concurrency_step(url: str, token: str, clients: int, seconds: float, store_share: float, seed: int):  # type: ignore[no-untyped-def]
-    """``clients`` HTTP clients, each sending one JSON-RPC tool call after the
-    other (stateless streamable HTTP: one POST per call) for ``seconds``: a mixed
-    workload of memory_store_episode and hybrid memory_search."""
-    import random
+MCP_HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "Content-Type": "application/json",
+    "MCP-Protocol-Version": "2025-06-18",
+}
 
-    import httpx
 
-    qs = synthetic.queries(512, seed=seed)
-    headers = {
-        "Authorization": f"Bearer {token}",
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-        "MCP-Protocol-Version": "2025-06-18",
-    }
-    latencies: dict[str, list[float]] = {"store": [], "search": []}
-    errors: list[str] = []
-    deadline = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+def _mixed_call(rng, queries: list[str], store_share: float, text_seed: int, k: int) -> tuple[str, dict]:  # type: ignore[no-untyped-def]
+    """One call of the mixed workload: (kind, JSON-RPC body), memory_store_episode
+    with ``store_share`` probability, else a hybrid memory_search."""
+    if rng.random() < store_share:
+        kind, name = "store", "memory_store_episode"
+        arguments = {"content": synthetic.fresh_episode(text_seed), "butler": "general"}
+    else:
+        kind, name = "search", "memory_search"
+        arguments = {"query": queries[rng.randrange(len(queries))], "mode": "hybrid"}
+    return kind, {"jsonrpc": "2.0", "id": k, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
 
-    async with httpx.AsyncClient(headers=headers, timeout=60.0, limits=limits) as http:
 
-        async def client(c: int) -> None:
-            rng = random.Random(seed * 1000 + c)
-            k = 0
-            while time.perf_counter() < deadline:
-                k += 1
-                if rng.random() < store_share:
-                    kind, name = "store", "memory_store_episode"
-                    arguments = {"content": synthetic.fresh_episode(seed * 10**6 + c * 10**4 + k), "butler": "general"}
-                else:
-                    kind, name = "search", "memory_search"
-                    arguments = {"query": qs[rng.randrange(len(qs))], "mode": "hybrid"}
-                body = {
-                    "jsonrpc": "2.0",
-                    "id": k,
-                    "method": "tools/call",
-                    "params": {"name": name, "arguments": arguments},
-                }
-                t0 = time.perf_counter()
-                try:
-                    response = await http.post(url, json=body)
-                    payload = response.json()
-                    if response.status_code != 200 or "error" in payload or payload["result"].get("isError"):
-                        errors.append(f"{response.status_code} {str(payload)[:200]}")
-                        continue
-                except Exception as exc:  # noqa: BLE001 - counted as an error of the run
-                    errors.append(f"{type(exc).__name__}: {exc}")
-                    continue
-                latencies[kind].append((time.perf_counter() - t0) * 1000.0)
+async def _post_call(http, url: str, body: dict, errors: list[str]) -> bool:  # type: ignore[no-untyped-def]
+    """POST one tool call; False (and the error noted) unless it answered without an error."""
+    try:
+        response = await http.post(url, json=body)
+        payload = response.json()
+        if response.status_code != 200 or "error" in payload or payload["result"].get("isError"):
+            errors.append(f"{response.status_code} {str(payload)[:200]}")
+            return False
+    except Exception as exc:  # noqa: BLE001 - counted as an error of the run
+        errors.append(f"{type(exc).__name__}: {exc}")
+        return False
+    return True
 
-        start = time.perf_counter()
-        await asyncio.gather(*(client(c) for c in range(clients)))
-        elapsed = time.perf_counter() - start
+
+def _step_summary(latencies: dict[str, list[float]], errors: list[str], elapsed: float) -> dict:
     every = latencies["store"] + latencies["search"]
     return {
-        "clients": clients,
         "seconds": elapsed,
         "calls": len(every),
         "per_s": len(every) / elapsed,
@@ -1214,6 +1199,84 @@ async def _concurrency_step(url: str, token: str, clients: int, seconds: float, 
         "errors": len(errors),
         "first_error": errors[0] if errors else "",
     }
+
+
+async def _concurrency_step(url: str, token: str, clients: int, seconds: float, store_share: float, seed: int):  # type: ignore[no-untyped-def]
+    """``clients`` HTTP clients, each sending one JSON-RPC tool call after the
+    other (stateless streamable HTTP: one POST per call) for ``seconds``: a mixed
+    workload of memory_store_episode and hybrid memory_search (closed loop)."""
+    import random
+
+    import httpx
+
+    qs = synthetic.queries(512, seed=seed)
+    latencies: dict[str, list[float]] = {"store": [], "search": []}
+    errors: list[str] = []
+    deadline = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+
+    async with httpx.AsyncClient(
+        headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"}, timeout=60.0, limits=limits
+    ) as http:
+
+        async def client(c: int) -> None:
+            rng = random.Random(seed * 1000 + c)
+            k = 0
+            while time.perf_counter() < deadline:
+                k += 1
+                kind, body = _mixed_call(rng, qs, store_share, seed * 10**6 + c * 10**4 + k, k)
+                t0 = time.perf_counter()
+                if await _post_call(http, url, body, errors):
+                    latencies[kind].append((time.perf_counter() - t0) * 1000.0)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client(c) for c in range(clients)))
+        elapsed = time.perf_counter() - start
+    return {"clients": clients, **_step_summary(latencies, errors, elapsed)}
+
+
+async def _open_loop_step(
+    url: str, token: str, rate: float, clients: int, seconds: float, store_share: float, seed: int
+):  # type: ignore[no-untyped-def]
+    """Calls arriving at ``rate`` per second (Poisson) for ``seconds``, sent over
+    at most ``clients`` HTTP connections (a call that finds them all busy waits
+    its turn): the same mixed workload as the closed loop. Each latency runs from
+    the call's scheduled arrival, so the time a call waits for a connection counts
+    (no coordinated omission)."""
+    import random
+
+    import httpx
+
+    qs = synthetic.queries(512, seed=seed)
+    rng = random.Random(seed)
+    latencies: dict[str, list[float]] = {"store": [], "search": []}
+    errors: list[str] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(
+        headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"},
+        timeout=httpx.Timeout(60.0, pool=None),
+        limits=limits,
+    ) as http:
+
+        async def call(kind: str, body: dict, due: float) -> None:
+            if await _post_call(http, url, body, errors):
+                latencies[kind].append((time.perf_counter() - due) * 1000.0)
+
+        start = time.perf_counter()
+        due = start
+        tasks = []
+        k = 0
+        while True:
+            due += rng.expovariate(rate)
+            if due - start >= seconds:
+                break
+            k += 1
+            kind, body = _mixed_call(rng, qs, store_share, seed * 10**6 + k, k)
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            tasks.append(asyncio.create_task(call(kind, body, due)))
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - start
+    return {"rate": rate, "clients": clients, "offered": k, **_step_summary(latencies, errors, elapsed)}
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -1319,6 +1382,29 @@ def bench_concurrency(
     return out
 
 
+def bench_open_loop(
+    url: str, token: str, rates: list[float], clients: int, seconds: float, store_share: float
+) -> list[dict]:
+    """The same workload at fixed arrival rates over ``clients`` connections: the
+    throughput the server sustains at a p95 goal (the closed loop's p95 at 32
+    clients is 32 / throughput by Little's law, whatever the server does)."""
+    out = []
+    for i, rate in enumerate(rates):
+        print(
+            f"  open loop: {rate:g} calls/s over {clients} connections for {seconds:.0f}s ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        out.append(asyncio.run(_open_loop_step(url, token, rate, clients, seconds, store_share, seed=300 + i)))
+    return out
+
+
+def open_loop_sustained(step: dict) -> bool:
+    """A rate is sustained when every call offered was answered without an error
+    and the p95 (from arrival, so a growing queue shows) is within the goal."""
+    return step["errors"] == 0 and step["calls"] == step["offered"] and step["p95"] <= CONCURRENCY_P95_MS
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -1389,6 +1475,7 @@ def report(
     baselines: dict,
     ingest: list[dict] | None,  # type: ignore[no-untyped-def]
     concurrency: list[dict] | None = None,
+    open_loop: list[dict] | None = None,
 ) -> str:
     out = []
     load1, load5, load15 = os.getloadavg()
@@ -1605,6 +1692,52 @@ def report(
         )
         if top["first_error"]:
             out.append(f"first error: {top['first_error']}")
+    if open_loop:
+        out.append("")
+        out.append(
+            f"Open loop: calls arriving at a fixed rate (Poisson) over {open_loop[0]['clients']} HTTP connections, "
+            f"the same workload, {args.conc_seconds:.0f} s per rate; latency from each call's arrival, its wait "
+            "for a free connection included"
+        )
+        orow = [
+            [
+                o["rate"],
+                o["offered"],
+                o["calls"],
+                o["per_s"],
+                o["p50"],
+                o["p95"],
+                o["store_p95"],
+                o["search_p95"],
+                o["errors"],
+                "yes" if open_loop_sustained(o) else "no",
+            ]
+            for o in open_loop
+        ]
+        out.append(
+            _common.table(
+                [
+                    "offered_per_s",
+                    "calls_offered",
+                    "answered",
+                    "answered_per_s",
+                    "p50_ms",
+                    "p95_ms",
+                    "store_p95_ms",
+                    "search_p95_ms",
+                    "errors",
+                    f"sustained_at_p95<={CONCURRENCY_P95_MS:.0f}",
+                ],
+                orow,
+            )
+        )
+        goal_rate = CONCURRENCY_GOAL_X * CONCURRENCY_BEFORE_PER_S
+        sustained = [o["rate"] for o in open_loop if open_loop_sustained(o)]
+        best = max(sustained, default=0.0)
+        out.append(
+            f"throughput at p95 <= {CONCURRENCY_P95_MS:.0f} ms over {open_loop[0]['clients']} connections: the highest "
+            f"rate sustained, {best:g} calls/s (goal >= {goal_rate:.0f}) -> {'met' if best >= goal_rate else 'MISSED'}"
+        )
     return "\n".join(out)
 
 
@@ -1671,6 +1804,7 @@ def main(argv: list[str] | None = None) -> int:
     env["load"] = f"{os.getloadavg()[0]:.1f}"
     env["web_workers"] = args.web_workers or settings.MEMPROJ_WEB_WORKERS
     concurrency: list[dict] = []
+    open_loop: list[dict] = []
     results: list[dict] = []
     baselines: dict[int, dict] = {}
     proc = None
@@ -1697,6 +1831,9 @@ def main(argv: list[str] | None = None) -> int:
             concurrency = bench_concurrency(
                 url, token, args.client_list, args.conc_seconds, args.store_share, web_pid=proc.pid
             )
+            open_loop = bench_open_loop(
+                url, token, args.open_rate_list, max(args.client_list), args.conc_seconds, args.store_share
+            )
     finally:
         if proc is not None:
             proc.terminate()
@@ -1710,7 +1847,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.ingest > 0
         else None
     )
-    text = report(args, env, results, baselines, ingest, concurrency)
+    text = report(args, env, results, baselines, ingest, concurrency, open_loop)
     print(text)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -1721,6 +1858,7 @@ def main(argv: list[str] | None = None) -> int:
                     "baselines": {str(k): v for k, v in baselines.items()},
                     "ingest": ingest,
                     "concurrency": concurrency,
+                    "open_loop": open_loop,
                     "env": {k: v for k, v in env.items() if k != "callers"},
                 },
                 default=str,

@@ -12,29 +12,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def fresh_connections(fn: Callable[P, R]) -> Callable[P, R]:
-    """``fn`` for a reused worker thread: the thread's stale or broken database
-    connections are closed before and after it runs."""
-
-    @functools.wraps(fn)
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        close_old_connections()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            close_old_connections()
-
-    return run
+from memproj.dbthreads import fresh_connections
 
 
 def in_worker_thread(view: Callable[..., HttpResponse]) -> Callable[..., Coroutine[Any, Any, HttpResponse]]:

@@ -14,9 +14,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from mcp_server.pooled import fresh_connections
 from mcp_server.server import build_server
 from mcp_server.toolsets import TOOLSETS
+from memproj.dbthreads import fresh_connections
 from policy.caller import Caller
 from policy.services.tokens import token_authenticate
 

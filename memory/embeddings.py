@@ -498,6 +498,30 @@ class MicroBatcher:
                 at += len(r.texts)
 
 
+class _SharedWait:
+    """One embedder wait shared by every read of the same query in flight: the
+    first caller waits (and so settles the breaker), the others get its vectors
+    or its error."""
+
+    def __init__(self, wait: Callable[[], list[list[float]]]) -> None:
+        self._wait = wait
+        self._lock = threading.Lock()
+        self._vectors: list[list[float]] | None = None
+        self._error: BaseException | None = None
+
+    def __call__(self) -> list[list[float]]:
+        with self._lock:
+            if self._vectors is None and self._error is None:
+                try:
+                    self._vectors = self._wait()
+                except BaseException as exc:  # noqa: BLE001 - re-raised to every caller
+                    self._error = exc
+        if self._error is not None:
+            raise self._error
+        assert self._vectors is not None
+        return self._vectors
+
+
 class ResilientEmbedder:
     """The embedder the rest of memproj calls: wraps a raw embedder with the
     micro-batcher, bounded waits, the circuit breaker and one error type."""
@@ -525,6 +549,9 @@ class ResilientEmbedder:
         self._cache: OrderedDict[str, list[float]] = OrderedDict()
         self._cache_size = embedder_setting("QUERY_CACHE_SIZE") if cache_size is None else cache_size
         self._cache_lock = threading.Lock()
+        # Queries being embedded right now: a second read of the same query in
+        # the same moment (roampal's two collection searches) waits for that pass.
+        self._in_flight: dict[str, _SharedWait] = {}
         self.last_error = ""
 
     @property
@@ -596,10 +623,18 @@ class ResilientEmbedder:
                 self._cache.move_to_end(text)
                 found = list(cached)
                 return lambda: list(found)
-        wait = self._start([text], float(embedder_setting("QUERY_TIMEOUT_SECONDS")))
+            shared = self._in_flight.get(text)
+            if shared is None:
+                shared = _SharedWait(self._start([text], float(embedder_setting("QUERY_TIMEOUT_SECONDS"))))
+                self._in_flight[text] = shared
 
         def result() -> list[float]:
-            vector = wait()[0]
+            try:
+                vector = shared()[0]
+            finally:
+                with self._cache_lock:
+                    if self._in_flight.get(text) is shared:
+                        del self._in_flight[text]
             if self._cache_size > 0:
                 with self._cache_lock:
                     self._cache[text] = vector

@@ -31,6 +31,7 @@ from memory.selectors.memories import (
     read_boundary,
     require_read,
 )
+from memproj.dbthreads import side_by_side
 from policy.caller import Caller
 
 COLLECTIONS = ("working", "history", "patterns", "memory_bank", "books")
@@ -312,17 +313,19 @@ def known_context(*, caller: Caller, query: str, facts: int = 3, memories: int =
         .order_by("-importance", "-created_at")[:MEMORY_BANK_ALWAYS_INJECT_MAX]
     )
     boundary_apply(decision, pinned)
-    found = (
-        collection_search(caller=caller, query=query, collections=["memory_bank"], limit=facts, now=now)
-        if query.strip()
-        else []
-    )
-    user_facts = _hits(pinned) + [h for h in found if h.memory.id not in {m.id for m in pinned}]
-    relevant = (
-        collection_search(
-            caller=caller, query=query, collections=["working", "history", "patterns", "books"], limit=memories, now=now
+    found: list[CollectionHit] = []
+    relevant: list[CollectionHit] = []
+    if query.strip():
+        # Two independent searches: side by side, each on its own connection.
+        found, relevant = side_by_side(
+            lambda: collection_search(caller=caller, query=query, collections=["memory_bank"], limit=facts, now=now),
+            lambda: collection_search(
+                caller=caller,
+                query=query,
+                collections=["working", "history", "patterns", "books"],
+                limit=memories,
+                now=now,
+            ),
         )
-        if query.strip()
-        else []
-    )
+    user_facts = _hits(pinned) + [h for h in found if h.memory.id not in {m.id for m in pinned}]
     return KnownContext(user_facts=user_facts, relevant=relevant)

@@ -172,6 +172,9 @@ MEMPROJ = {
     "MAX_TAGS": 32,
     "MAX_TAG_CHARS": 64,
     "MAX_LIMIT": 100,
+    # Threads (each with its own database connection) that run a request's
+    # independent reads side by side (memproj/dbthreads.py); 0 runs them in turn.
+    "SIDE_READ_THREADS": env.int("MEMPROJ_SIDE_READ_THREADS", default=4),
 }
 
 # Embedder runtime (memory/embeddings.py; issue 13 speed, issue 15 item 4 resilience).

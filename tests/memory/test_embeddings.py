@@ -302,3 +302,43 @@ def test_an_idle_dispatcher_exits_and_the_next_request_restarts_it(monkeypatch):
     while batcher._pid != -1:  # the dispatcher notices it is idle and leaves
         threading.Event().wait(0.02)
     assert batcher.submit(["two"]).result(30) == [fake_vector("two")]
+
+
+class GatedEmbedder(CountingEmbedder):
+    """Holds every forward pass until released, so callers can pile up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        self.release.wait(30)
+        return [fake_vector(t) for t in texts]
+
+
+@pytest.mark.parametrize("cache_size", [0, 4])
+def test_reads_of_one_query_in_flight_share_its_forward_pass(cache_size):
+    inner = GatedEmbedder()
+    embedder = resilient(inner, cache_size=cache_size)
+    waits = [embedder.embed_query_later("same question") for _ in range(3)]
+    other = embedder.embed_query_later("another question")
+    inner.release.set()
+    assert [w() for w in waits] == [fake_vector("same question")] * 3
+    assert other() == fake_vector("another question")
+    assert sorted(t for call in inner.calls for t in call) == ["another question", "same question"]
+    # Once answered, the query is no longer in flight: with no cache, a new read embeds again.
+    embedder.embed_query("same question")
+    assert sum(call.count("same question") for call in inner.calls) == (1 if cache_size else 2)
+
+
+def test_a_failed_pass_fails_every_read_that_shared_it():
+    inner = RaisingEmbedder(RuntimeError("model crashed"))
+    embedder = resilient(inner, breaker=CircuitBreaker(failures=2, cooldown=60.0))
+    waits = [embedder.embed_query_later("q") for _ in range(2)]
+    for wait in waits:
+        with pytest.raises(EmbeddingUnavailable):
+            wait()
+    assert inner.calls == 1
+    # The breaker counted one failure (the pass), not one per waiting read (two would open it).
+    assert embedder.breaker.allow()
