@@ -102,7 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--store-share", type=float, default=0.3, help="share of stores in the mixed workload")
     p.add_argument(
         "--open-rates",
-        default="24,48,72,96",
+        default="24,32,40,48,56,64,72,96",
         help="open loop: arrival rates (calls/s) over the largest --clients connections, --conc-seconds each",
     )
     p.add_argument("--web-workers", type=int, default=0, help="uvicorn worker processes (0 = MEMPROJ_WEB_WORKERS)")
