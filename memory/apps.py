@@ -7,7 +7,10 @@ class MemoryConfig(AppConfig):
     verbose_name = "Memories"
 
     def ready(self) -> None:
+        from memproj import pgtypes
         from memproj.dbroles import grant_app_privileges
+
+        pgtypes.connect()
 
         # After every migrate, as the owner: the app role's table privileges.
         post_migrate.connect(grant_app_privileges, sender=self, dispatch_uid="memproj.grant_app_privileges")

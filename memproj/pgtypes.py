@@ -1,0 +1,60 @@
+"""timestamptz values parsed by psycopg's C loader (issue 13).
+
+Django registers its own timestamptz loader on every connection: a Python
+subclass of psycopg's pure-Python loader that sets Django's tzinfo, so the C
+implementation that ``psycopg[binary]`` ships is never used for timestamps. A
+search reads ~300 of them (two per ranked candidate, several per returned
+row), and parsing them in Python was about a tenth of the web process's Python
+time under load. The loader registered here gives the same values (the session
+time zone Django set, with Django's tzinfo object) from the C parser.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime, tzinfo
+from typing import Any
+
+from django.db.backends.signals import connection_created
+
+
+@functools.cache
+def timestamptz_loader(tz: tzinfo) -> type:
+    """A text-format timestamptz loader in Django's time zone ``tz``. Its
+    ``timezone`` attribute is what Django's ``create_cursor`` compares with the
+    connection's, so Django keeps it instead of registering its own per cursor."""
+    from psycopg import abc
+    from psycopg.adapt import Loader
+    from psycopg.postgres import adapters
+    from psycopg.pq import Format
+
+    found = adapters.get_loader(adapters.types["timestamptz"].oid, Format.TEXT)
+    assert found is not None, "psycopg registers a timestamptz loader"
+    fast: type[abc.Loader] = found  # the C one with psycopg[binary]
+
+    class DjangoTimeZoneTimestamptzLoader(Loader):
+        timezone = tz
+
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._parse = fast(oid, context).load  # the session time zone is read here, per query
+
+        def load(self, data: Any) -> datetime:
+            return self._parse(data).replace(tzinfo=tz)
+
+    return DjangoTimeZoneTimestamptzLoader
+
+
+def use_c_timestamptz_loader(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """``connection_created``: on a PostgreSQL connection with USE_TZ (Django's
+    loader is replaced only where Django registered one)."""
+    if connection.vendor != "postgresql" or connection.timezone is None:
+        return
+    from psycopg.postgres import adapters
+
+    oid = adapters.types["timestamptz"].oid
+    connection.connection.adapters.register_loader(oid, timestamptz_loader(connection.timezone))
+
+
+def connect() -> None:
+    connection_created.connect(use_c_timestamptz_loader, dispatch_uid="memproj.pgtypes.c_timestamptz")
