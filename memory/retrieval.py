@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from memory import temporal
 from memory.models import COLLECTION_OF_KIND, KINDS_WITH_OWN_GRAPH, effective_confidence_sql
 from memory.scoring import ChannelHit, RetrievalParams
+from memproj.dbthreads import side_by_side
 from policy.boundary import DEFAULT_USE_TAGS, boundary_for
 from policy.caller import Caller
 
@@ -320,37 +321,47 @@ def channel_search(
     """The channel hits, and per hit the values of ``columns`` (memory_memory
     columns, e.g. what ranking reads), so a reader need not load them again.
 
-    One transaction, the keyword channel first: when ``query_vector`` is a wait
-    for the query's embedding, PostgreSQL runs the keyword channel while the
-    model embeds the query, then the vector channel runs with the vector (each
-    statement sees its own snapshot, as any two reads would)."""
+    The two channels run side by side (``memproj.dbthreads.side_by_side``): the
+    keyword channel in this thread while a side-read thread, on its own
+    connection, waits for the query's embedding (``query_vector`` may be that
+    wait) and runs the vector channel. Inside a transaction, or when the
+    side-read threads are busy, they run in turn here, keyword first, so that
+    PostgreSQL still works while the model embeds. Each statement sees its own
+    snapshot, as any two reads would."""
     run_txt = bool(query_text) and params.k_txt > 0
-    may_vec = query_vector is not None and params.k_vec > 0
-    rows: list[tuple] = []
-    with transaction.atomic(), connection.cursor() as cursor:
-        try:
-            if run_txt or may_vec:
-                _statement_settings(cursor, may_vec)
-            if run_txt:
-                sql, params_sql, _ = channel_statement(  # type: ignore[misc]
-                    caller=caller, flt=flt, query_text=query_text, query_vector=None, params=params, columns=columns
-                )
-                cursor.execute(sql, params_sql)
-                rows += cursor.fetchall()
-        finally:
-            # Always awaited, even when the keyword channel failed: the wait settles the embedder's breaker.
-            vector = query_vector() if callable(query_vector) else query_vector
-        if vector is not None and params.k_vec > 0:
-            sql, params_sql, _ = channel_statement(  # type: ignore[misc]
-                caller=caller, flt=flt, query_text=None, query_vector=vector, params=params, columns=columns
-            )
-            cursor.execute(sql, params_sql)
-            rows += cursor.fetchall()
+
+    def keyword_rows() -> list[tuple]:
+        sql, params_sql, _ = channel_statement(  # type: ignore[misc]
+            caller=caller, flt=flt, query_text=query_text, query_vector=None, params=params, columns=columns
+        )
+        return _channel_rows(sql, params_sql, run_vec=False)
+
+    def vector_rows() -> list[tuple]:
+        vector = query_vector() if callable(query_vector) else query_vector
+        if vector is None or params.k_vec <= 0:
+            return []
+        sql, params_sql, _ = channel_statement(  # type: ignore[misc]
+            caller=caller, flt=flt, query_text=None, query_vector=vector, params=params, columns=columns
+        )
+        return _channel_rows(sql, params_sql, run_vec=True)
+
+    # Both always run: the vector channel's wait settles the embedder's breaker
+    # even when the keyword channel fails.
+    rows, rows_vec = side_by_side(keyword_rows, vector_rows) if run_txt else ([], vector_rows())
+    rows += rows_vec
     hits, columns_by_id = _hits_from_rows(rows)
     if params.time_boost > 0:
         # Time-aware ranking (issue 14): time_fit on each hit when the query names a period.
         hits = temporal.annotate(hits, query_text, flt.now)
     return hits, columns_by_id
+
+
+def _channel_rows(sql: str, params_sql: dict, *, run_vec: bool) -> list[tuple]:
+    """One channel's statement in a transaction of its own, with its settings."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        _statement_settings(cursor, run_vec)
+        cursor.execute(sql, params_sql)
+        return cursor.fetchall()
 
 
 def channel_statement(

@@ -6,9 +6,10 @@ keeps its connection between calls, so stale or broken connections are closed
 around each call (``fresh_connections``), as Django does around a request.
 
 ``side_by_side`` runs independent reads of one request at the same time, each
-on its own connection: roampal's known context runs two searches (memory_bank
-facts, then the other collections) whose statements each wait on PostgreSQL
-while the other core is idle. Inside a transaction the reads run one after the
+on its own connection: a hybrid search's keyword channel runs while its vector
+channel waits for the query's embedding and runs; roampal's known context runs
+its two searches (memory_bank facts, the other collections). Each statement
+waits on PostgreSQL while the other core would otherwise be idle. Inside a transaction the reads run one after the
 other in the caller's thread instead, since another connection could not see
 the transaction's own writes (and a test's transaction is one of them)."""
 
@@ -44,31 +45,65 @@ def fresh_connections(fn: Callable[P, R]) -> Callable[P, R]:
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_slots_taken = 0  # side calls running now, at most MEMPROJ_SIDE_READ_THREADS
 
 
-def _side_pool() -> ThreadPoolExecutor | None:
-    """The process's side-read threads (and so at most this many extra database
-    connections), started on first use; None when MEMPROJ_SIDE_READ_THREADS is 0."""
-    global _pool
+def _side_reads_available() -> bool:
+    """Whether ``side_by_side`` may run its calls at the same time here: outside
+    a transaction, with side-read threads configured (MEMPROJ_SIDE_READ_THREADS)."""
+    return not connection.in_atomic_block and int(settings.MEMPROJ["SIDE_READ_THREADS"]) > 0
+
+
+def _take_slots(count: int) -> ThreadPoolExecutor | None:
+    """The side-read pool with ``count`` of its threads reserved, or None when
+    they are taken: a process that already overlaps that many reads keeps its
+    cores busy anyway, and a reserved thread is never queued behind another
+    request's call (a side call may itself run ``side_by_side``)."""
+    global _pool, _slots_taken
     threads = int(settings.MEMPROJ["SIDE_READ_THREADS"])
-    if threads <= 0:
-        return None
     with _pool_lock:
+        if _slots_taken + count > threads:
+            return None
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="side-read")
+        _slots_taken += count
         return _pool
+
+
+def _give_slots(count: int) -> None:
+    global _slots_taken
+    with _pool_lock:
+        _slots_taken -= count
+
+
+def _in_turn(calls: list[Callable[[], R]]) -> list[R]:
+    results: list[R] = []
+    error: BaseException | None = None
+    for call in calls:
+        try:
+            results.append(call())
+        except BaseException as exc:  # noqa: BLE001 - the first one is raised once every call ran
+            error = error or exc
+    if error is not None:
+        raise error
+    return results
 
 
 def side_by_side(first: Callable[[], R], *others: Callable[[], R]) -> list[R]:
     """The results of ``first`` (run in this thread) and of ``others`` (run in
-    the side-read threads meanwhile), in that order. Every call is waited for
-    before an error is raised (the first error, in that order)."""
-    pool = None if connection.in_atomic_block else _side_pool()
-    if pool is None or not others:
-        return [first(), *(call() for call in others)]
-    futures: list[Future[R]] = [pool.submit(fresh_connections(call)) for call in others]
+    side-read threads meanwhile), in that order; in turn, in that order, in this
+    thread inside a transaction or when the side-read threads are busy. Every
+    call runs to its end before an error is raised (the first error, in that
+    order), even after another one failed."""
+    pool = _take_slots(len(others)) if others and _side_reads_available() else None
+    if pool is None:
+        return _in_turn([first, *others])
     try:
-        head = first()
+        futures: list[Future[R]] = [pool.submit(fresh_connections(call)) for call in others]
+        try:
+            head = first()
+        finally:
+            wait(futures)  # even when ``first`` failed: no side read outlives the request
     finally:
-        wait(futures)  # even when ``first`` failed: no side read outlives the request
+        _give_slots(len(others))
     return [head, *(future.result() for future in futures)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import threading
 
 import pytest
 from django.db import DatabaseError, connection
@@ -439,3 +440,34 @@ def test_a_read_of_several_kinds_returns_the_nearest_of_all(caller):
         )[:3]
     ]
     assert sorted(hits, key=lambda pk: (hits[pk].vector_rank, pk)) == exact
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_channels_run_side_by_side_with_the_same_hits(caller, monkeypatch):
+    """The keyword channel runs in this thread while a side-read thread, on its
+    own connection, waits for the query's vector and runs the vector channel
+    (memproj.dbthreads.side_by_side); the hits are those of one statement."""
+    store(caller, *CHANNEL_TEXTS)
+    flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
+    params = RetrievalParams(k_vec=4, k_txt=2)
+    query = "zeppelin hangar roof"
+    [vector] = WordHashEmbedder().embed([query])
+    together = retrieval.channel_statement(caller=caller, flt=flt, query_text=query, query_vector=vector, params=params)
+    assert together is not None
+    with connection.cursor() as cursor:
+        cursor.execute(together[0], together[1])
+        expected, _ = retrieval._hits_from_rows(cursor.fetchall())
+    threads: dict[bool, str] = {}
+    settings_of = retrieval._statement_settings
+
+    def record(cursor, run_vec: bool) -> None:  # type: ignore[no-untyped-def]
+        threads[run_vec] = threading.current_thread().name
+        settings_of(cursor, run_vec)
+
+    monkeypatch.setattr(retrieval, "_statement_settings", record)
+    hits, _ = retrieval.channel_search(
+        caller=caller, flt=flt, query_text=query, query_vector=lambda: vector, params=params
+    )
+    assert hits == expected
+    assert threads[False] == threading.current_thread().name  # the keyword channel: this thread
+    assert threads[True].startswith("side-read")  # the vector channel: a side-read thread

@@ -77,3 +77,31 @@ def test_an_error_is_raised_only_after_every_side_read_finished():
 
     with pytest.raises(KeyError, match="side read failed"):
         side_by_side(lambda: 1, failing_side_read)
+
+
+@pytest.mark.django_db
+def test_in_turn_every_read_runs_even_after_one_failed():
+    ran = []
+
+    def failing() -> int:
+        ran.append("first")
+        raise ValueError("first read failed")
+
+    with pytest.raises(ValueError, match="first read failed"):
+        side_by_side(failing, lambda: ran.append("second") or 2)
+    assert ran == ["first", "second"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_every_side_thread_busy_a_nested_call_runs_in_turn_instead_of_waiting(settings):
+    """A side call may run side_by_side itself (roampal's second search runs its
+    two channels): with the only side-read thread taken, that inner call runs in
+    turn in the side thread rather than queue behind a thread that waits for it."""
+    settings.MEMPROJ = {**settings.MEMPROJ, "SIDE_READ_THREADS": 1}
+
+    def inner() -> list[str]:
+        return side_by_side(lambda: threading.current_thread().name, lambda: threading.current_thread().name)
+
+    outer_thread, (inner_first, inner_second) = side_by_side(lambda: threading.current_thread().name, inner)
+    assert outer_thread == threading.current_thread().name
+    assert inner_first == inner_second and inner_first.startswith("side-read")
