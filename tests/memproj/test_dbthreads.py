@@ -10,6 +10,7 @@ import time
 import pytest
 from django.db import connection, transaction
 
+from memproj import dbthreads
 from memproj.dbthreads import side_by_side
 
 
@@ -105,3 +106,12 @@ def test_with_every_side_thread_busy_a_nested_call_runs_in_turn_instead_of_waiti
     outer_thread, (inner_first, inner_second) = side_by_side(lambda: threading.current_thread().name, inner)
     assert outer_thread == threading.current_thread().name
     assert inner_first == inner_second and inner_first.startswith("side-read")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_busy_process_runs_the_reads_in_turn(monkeypatch):
+    """More reads in flight than cores: the cores are busy anyway, and a second
+    connection's transaction would only add work."""
+    monkeypatch.setattr(dbthreads, "_BUSY_READS", 0)
+    threads = side_by_side(threading.get_ident, threading.get_ident)
+    assert threads == [threading.get_ident()] * 2
