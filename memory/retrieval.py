@@ -69,10 +69,15 @@ _NS_PREFIX_SLICE = "m.namespace[1:%(ns_depth)s] = %(ns_prefix)s::varchar[]"
 _NS_PREFIX_ESTIMABLE = f"(m.namespace = %(ns_prefix)s::varchar[] OR {_NS_PREFIX_SLICE})"
 
 
-def _where(caller: Caller, flt: RetrievalFilter) -> tuple[str, dict]:
+def _where(caller: Caller, flt: RetrievalFilter, *, kinds: bool = True) -> tuple[str, dict]:
+    """The read's filter; without ``kinds`` for a probe of one kind's graph,
+    which names its kind itself: the planner multiplies the selectivities of
+    two predicates on the kind as if they were independent (a facts read of a
+    100k tenant was estimated at 589 rows for 14,901, and sorted every fact by
+    distance instead of walking the facts' graph: 74 ms instead of ~3)."""
     clauses = [
         "m.tenant_id = %(tenant)s",
-        "m.kind = ANY(%(kinds)s)",
+        *(["m.kind = ANY(%(kinds)s)"] if kinds else []),
         "m.validity = 'active'",
         "(m.expires_at IS NULL OR m.expires_at > %(now)s)",
     ]
@@ -389,8 +394,10 @@ def channel_statement(
         assert query_vector is not None
         kinds = sorted(set(flt.kinds))
         if set(kinds) <= set(KINDS_WITH_OWN_GRAPH):
+            probe_where = _where(caller, flt, kinds=False)[0]
             probes = "\n        UNION ALL".join(
-                _VECTOR_PROBE_SQL.format(where=where, kind=f" AND m.kind = %(vec_kind_{i})s") for i in range(len(kinds))
+                _VECTOR_PROBE_SQL.format(where=probe_where, kind=f" AND m.kind = %(vec_kind_{i})s")
+                for i in range(len(kinds))
             )
             params_sql.update({f"vec_kind_{i}": kind for i, kind in enumerate(kinds)})
         else:

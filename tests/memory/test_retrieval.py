@@ -471,3 +471,20 @@ def test_outside_a_transaction_the_channels_run_side_by_side_with_the_same_hits(
     assert hits == expected
     assert threads[False] == threading.current_thread().name  # the keyword channel: this thread
     assert threads[True].startswith("side-read")  # the vector channel: a side-read thread
+
+
+@pytest.mark.parametrize("kinds", [["fact"], ["fact", "rule"]])
+def test_a_probe_of_one_kinds_graph_names_its_kind_once(caller, kinds):
+    """The planner multiplies the selectivities of two predicates on the kind as
+    if independent: with the read's ``kind = ANY(kinds)`` and the probe's own
+    ``kind = 'fact'`` together it underestimated a 100k tenant's facts 25x and
+    sorted all of them by distance instead of walking the facts' graph."""
+    flt = RetrievalFilter(kinds=kinds, now=timezone.now())
+    statement = retrieval.channel_statement(
+        caller=caller, flt=flt, query_text=None, query_vector=[0.1] * 384, params=RetrievalParams()
+    )
+    assert statement is not None
+    probes = re.findall(r"\(SELECT m\.id, m\.embedding <=>.*?LIMIT", statement[0], flags=re.S)
+    assert len(probes) == len(kinds)
+    for probe in probes:
+        assert probe.count("m.kind") == 1 and "m.kind = %(vec_kind_" in probe
