@@ -330,10 +330,9 @@ CHANNEL_TEXTS = [
 ]
 
 
-def test_channels_run_apart_as_they_would_together(caller):
-    """Issue 13 runs the keyword channel while the query is embedded, then the
-    vector channel: the hits, their ranks and scores, and the ranking columns
-    returned with them must be exactly those of the one statement running both."""
+def channels_in_one_statement(caller):  # type: ignore[no-untyped-def]
+    """CHANNEL_TEXTS stored, a query, and the hits of the one statement running
+    both channels: what channel_search must return however it runs them."""
     store(caller, *CHANNEL_TEXTS)
     flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
     params = RetrievalParams(k_vec=4, k_txt=2)  # more vector hits than keyword ones: some are vector-only
@@ -344,6 +343,14 @@ def test_channels_run_apart_as_they_would_together(caller):
     with connection.cursor() as cursor:
         cursor.execute(together[0], together[1])
         expected, _ = retrieval._hits_from_rows(cursor.fetchall())
+    return flt, params, query, vector, expected
+
+
+def test_channels_run_apart_as_they_would_together(caller):
+    """Issue 13 runs the keyword channel while the query is embedded, then the
+    vector channel: the hits, their ranks and scores, and the ranking columns
+    returned with them must be exactly those of the one statement running both."""
+    flt, params, query, vector, expected = channels_in_one_statement(caller)
     waited = []
 
     def later() -> list[float]:
@@ -447,16 +454,7 @@ def test_outside_a_transaction_the_channels_run_side_by_side_with_the_same_hits(
     """The keyword channel runs in this thread while a side-read thread, on its
     own connection, waits for the query's vector and runs the vector channel
     (memproj.dbthreads.side_by_side); the hits are those of one statement."""
-    store(caller, *CHANNEL_TEXTS)
-    flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
-    params = RetrievalParams(k_vec=4, k_txt=2)
-    query = "zeppelin hangar roof"
-    [vector] = WordHashEmbedder().embed([query])
-    together = retrieval.channel_statement(caller=caller, flt=flt, query_text=query, query_vector=vector, params=params)
-    assert together is not None
-    with connection.cursor() as cursor:
-        cursor.execute(together[0], together[1])
-        expected, _ = retrieval._hits_from_rows(cursor.fetchall())
+    flt, params, query, vector, expected = channels_in_one_statement(caller)
     threads: dict[bool, str] = {}
     settings_of = retrieval._statement_settings
 
