@@ -488,6 +488,7 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
 
     from memory.context import build_context
     from memory.embeddings import get_embedder
+    from memory.models import EMBEDDING_DIM, GRAPH_VECTOR_SQL
     from memory.retrieval import vector_literal
     from memory.selectors.memories import memory_search
     from memory.services.memories import episode_store, fact_store
@@ -511,7 +512,8 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
             cur.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
             cur.execute("SET LOCAL hnsw.ef_search = 100")
             cur.execute(
-                "SELECT id FROM memory_memory WHERE tenant_id = %s ORDER BY embedding <=> %s::vector LIMIT 20",
+                "SELECT id FROM memory_memory m WHERE tenant_id = %s "
+                f"ORDER BY {GRAPH_VECTOR_SQL} <=> %s::halfvec({EMBEDDING_DIM}) LIMIT 20",
                 [caller.tenant_id, qvecs[next(qi) % len(qvecs)]],
             )
             cur.fetchall()
@@ -648,15 +650,19 @@ def ann_sweep(caller, qvecs: list[str]) -> list[dict]:  # type: ignore[no-untype
     (the synthetic texts repeat, so exact ties make id overlap understate)."""
     from django.db import connection, transaction
 
+    from memory.models import EMBEDDING_DIM, GRAPH_VECTOR_SQL
+
     def top20(qvec: str, ef: int | None) -> list[tuple]:
         with transaction.atomic(), connection.cursor() as cur:
             if ef is None:
                 cur.execute("SET LOCAL enable_indexscan = off")
             else:
                 cur.execute(f"SET LOCAL hnsw.iterative_scan = 'relaxed_order'; SET LOCAL hnsw.ef_search = {int(ef)}")
+            # The exact order in float32; the graphs' walk in their half precision.
+            order = "embedding <=> %s::vector" if ef is None else f"{GRAPH_VECTOR_SQL} <=> %s::halfvec({EMBEDDING_DIM})"
             cur.execute(
-                "SELECT id, embedding <=> %s::vector FROM memory_memory WHERE tenant_id = %s "
-                "AND embedding IS NOT NULL ORDER BY embedding <=> %s::vector LIMIT 20",
+                "SELECT id, embedding <=> %s::vector FROM memory_memory m WHERE tenant_id = %s "
+                f"AND embedding IS NOT NULL ORDER BY {order} LIMIT 20",
                 [qvec, caller.tenant_id, qvec],
             )
             return cur.fetchall()

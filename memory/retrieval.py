@@ -15,7 +15,13 @@ from typing import Any
 from django.db import connection, transaction
 
 from memory import temporal
-from memory.models import COLLECTION_OF_KIND, KINDS_WITH_OWN_GRAPH, effective_confidence_sql
+from memory.models import (
+    COLLECTION_OF_KIND,
+    EMBEDDING_DIM,
+    GRAPH_VECTOR_SQL,
+    KINDS_WITH_OWN_GRAPH,
+    effective_confidence_sql,
+)
 from memory.scoring import ChannelHit, RetrievalParams
 from memproj.dbthreads import side_by_side
 from policy.boundary import DEFAULT_USE_TAGS, boundary_for
@@ -192,7 +198,8 @@ def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
     return ranked
 
 
-# Vector channel: the tenant-filtered HNSW walk, top k_vec by cosine distance.
+# Vector channel: the tenant-filtered HNSW walk, top k_vec by cosine distance
+# (at the graphs' half precision, memory.models.GRAPH_VECTOR_SQL).
 # A read of facts, rules or documents only probes each kind's own graph
 # (Memory.Meta.indexes: a partial HNSW index per such kind, which the planner
 # takes because the probe's filter names the kind), merged in distance order:
@@ -200,10 +207,10 @@ def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
 # near the query (issue 13). A read that includes episodes, the bulk kind,
 # walks the graph of every memory once (a probe per kind there measured ~5 ms
 # more per read of a 10k tenant, ~2 ms at 100k).
-_VECTOR_PROBE_SQL = """
-        (SELECT m.id, m.embedding <=> %(qvec)s::vector AS distance
+_VECTOR_PROBE_SQL = f"""
+        (SELECT m.id, {GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM}) AS distance
          FROM memory_memory m
-         WHERE {where}{kind} AND m.embedding IS NOT NULL
+         WHERE {{where}}{{kind}} AND m.embedding IS NOT NULL
          ORDER BY distance
          LIMIT %(k_vec)s)"""
 

@@ -11,12 +11,11 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.db.models import Count, Min, Q
 from django.utils import timezone
-from pgvector.django import CosineDistance
 
 from memory import scoring, validation
 from memory.embeddings import embed_query_later
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
-from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity, retrievable_q
+from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity, graph_distance, retrievable_q
 from memory.read_model import Rankable, effective_confidence_of
 from memory.retrieval import RetrievalFilter, channel_search
 from memory.scoring import ChannelHit, RetrievalParams
@@ -414,7 +413,7 @@ def memory_similar(
         .retrievable(timezone.now())
         .filter(kind=memory.kind, namespace=memory.namespace, embedding__isnull=False)
         .exclude(pk=memory.pk)
-        .annotate(distance=CosineDistance("embedding", memory.embedding))
+        .annotate(distance=graph_distance(memory.embedding))
         .filter(distance__lte=1.0 - threshold)
         .without_vectors()
         .order_by("distance", "id")[:limit]

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from pgvector.django import CosineDistance
 
 from memory import validation
 from memory.errors import InvalidArgument, NotFound, PermissionDenied
@@ -34,6 +33,7 @@ from memory.models import (
     Kind,
     Memory,
     Validity,
+    graph_distance,
 )
 from memory.services.events import EventType, event_append
 from memory.services.memories import memory_confirm, memory_supersede
@@ -91,7 +91,7 @@ def memory_conflict_check(*, memory_id: uuid.UUID) -> ConflictCheckResult:
         rows = (
             _peers(memory)
             .filter(embedding__isnull=False)
-            .annotate(distance=CosineDistance("embedding", memory.embedding))
+            .annotate(distance=graph_distance(memory.embedding))
             .without_vectors()
             .order_by("distance", "id")[:NEIGHBOURS]
         )

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 from django.db import DatabaseError, connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memory import retrieval, scoring
@@ -17,7 +18,8 @@ from memory.embeddings import set_embedder
 from memory.models import Memory
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ChannelHit, RetrievalParams
-from memory.selectors.memories import memory_search
+from memory.selectors.memories import memory_search, memory_similar
+from memory.services.conflicts import memory_conflict_check
 from memory.services.memories import episode_store, fact_store, rule_store
 from tests.conftest import make_identity
 
@@ -482,7 +484,37 @@ def test_a_probe_of_one_kinds_graph_names_its_kind_once(caller, kinds):
         caller=caller, flt=flt, query_text=None, query_vector=[0.1] * 384, params=RetrievalParams()
     )
     assert statement is not None
-    probes = re.findall(r"\(SELECT m\.id, m\.embedding <=>.*?LIMIT", statement[0], flags=re.S)
+    probes = re.findall(r"\(SELECT m\.id, m\.embedding::halfvec\(384\) <=>.*?LIMIT", statement[0], flags=re.S)
     assert len(probes) == len(kinds)
     for probe in probes:
         assert probe.count("m.kind") == 1 and "m.kind = %(vec_kind_" in probe
+
+
+def _plan_of_the_nearest_read(run) -> str:  # type: ignore[no-untyped-def]
+    """EXPLAIN of the one statement ``run`` orders by vector distance, with the
+    other orderings turned off: the plan shows whether it can walk a graph."""
+    with CaptureQueriesContext(connection) as queries:
+        run()
+    [sql] = [query["sql"] for query in queries if "<=>" in query["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off")
+        cursor.execute("EXPLAIN " + sql)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_nearest_neighbour_reads_walk_the_kinds_graph(caller):
+    """Issue 13: the graphs index the embedding at half precision, so a read
+    walks one only when it orders by that same expression; otherwise it is still
+    correct but sorts every candidate. The ORM reads by distance (similar
+    memories, the conflict check's neighbours) walk the facts' graph like the
+    vector channel does."""
+    for index, text in enumerate(["zeppelin hangar roof", "zeppelin hangar door", "garden hose"]):
+        fact_store(caller=caller, subject="user", predicate=f"p{index}", content=text)
+    memory = Memory.objects.filter(tenant_id=caller.tenant_id, kind="fact", content__endswith="roof").get()
+    assert memory.embedding is not None
+    for run in (
+        lambda: memory_similar(caller=caller, memory=memory, threshold=0.0),
+        lambda: memory_conflict_check(memory_id=memory.pk),
+    ):
+        plan = _plan_of_the_nearest_read(run)
+        assert re.findall(r"Index Scan using memory_(\w+)_hnsw ", plan) == ["fact"], plan
