@@ -31,7 +31,7 @@ EMBEDDING_DIM = 384
 # build, grow and walk (bench/graph_cost.py at 139k rows: graph 157 -> 89 MB,
 # insertion 1.03 -> 0.90 ms per row, a top-10 probe 1.48 -> 1.19 ms, recall@10
 # .875 -> .868 against the exact top 10). A read walks a graph only when it
-# orders by the same expression; raw SQL spells it GRAPH_VECTOR_SQL.
+# orders by the same expression; raw SQL (table alias m) spells it GRAPH_VECTOR_SQL.
 GRAPH_VECTOR_SQL = f"m.embedding::halfvec({EMBEDDING_DIM})"
 
 
