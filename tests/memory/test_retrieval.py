@@ -4,9 +4,11 @@ statistics and BM25, the candidate bound, fusion and per-call parameters."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import math
 import re
 import threading
+from types import SimpleNamespace
 
 import pytest
 from django.db import DatabaseError, connection
@@ -518,3 +520,35 @@ def test_nearest_neighbour_reads_walk_the_kinds_graph(caller):
     ):
         plan = _plan_of_the_nearest_read(run)
         assert re.findall(r"Index Scan using memory_(\w+)_hnsw ", plan) == ["fact"], plan
+
+
+class _VersionCursor:
+    def __init__(self, version: str | None) -> None:
+        self.version = version
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def execute(self, sql: str) -> None:
+        assert "pg_extension" in sql
+
+    def fetchone(self):  # type: ignore[no-untyped-def]
+        return None if self.version is None else (self.version,)
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"), [("0.8.6", False), ("0.7.0", False), ("0.6.2", True), ("0.5.1", True), (None, True)]
+)
+def test_the_half_precision_migration_names_the_pgvector_it_needs(version, refused):
+    """Migration 0034 refuses, saying why, on a server whose pgvector predates
+    halfvec, instead of failing on the index DDL with 'type "halfvec" does not exist'."""
+    migration = importlib.import_module("memory.migrations.0034_hnsw_half_precision")
+    editor = SimpleNamespace(connection=SimpleNamespace(cursor=lambda: _VersionCursor(version)))
+    if refused:
+        with pytest.raises(RuntimeError, match=r"pgvector >= 0\.7.*ALTER EXTENSION vector UPDATE"):
+            migration.require_halfvec(None, editor)
+    else:
+        migration.require_halfvec(None, editor)
