@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=160_000, help="graph size (the bench database's embeddings)")
     parser.add_argument("--ef-constructions", default="64,32")
     parser.add_argument("--types", default="vector,halfvec")
+    parser.add_argument("--ms", default="16", help="HNSW m values (neighbours per node)")
     parser.add_argument("--inserts", type=int, default=3, help="rolled-back statements of 256 rows per graph")
     parser.add_argument("--queries", type=int, default=200)
     args = parser.parse_args()
@@ -57,70 +58,76 @@ def main() -> None:
             ]
             for n, q in queries.items()
         }
-        for kind in args.types.split(","):
-            for efc in (int(x) for x in args.ef_constructions.split(",")):
-                conn.execute(f"DROP TABLE IF EXISTS {SCHEMA}.g")
-                conn.execute(
-                    f"CREATE TABLE {SCHEMA}.g AS SELECT n, v::{kind}(384) AS v FROM {SCHEMA}.source WHERE n <= %s",
-                    [base],
-                )
-                start = time.perf_counter()
-                conn.execute(
-                    f"CREATE INDEX g_hnsw ON {SCHEMA}.g USING hnsw (v {kind}_cosine_ops) "
-                    f"WITH (m = 16, ef_construction = {efc})"
-                )
-                build_s = time.perf_counter() - start
-                graph_mb = conn.execute(
-                    "SELECT pg_relation_size(%s) / 1048576.0::float8", [f"{SCHEMA}.g_hnsw"]
-                ).fetchone()[0]
-                per_row = []
-                for i in range(args.inserts):
-                    low = base + i * INSERT_BATCH
-                    with conn.transaction(force_rollback=True):
+        for kind, m, efc in (
+            (kind, int(m), int(efc))
+            for kind in args.types.split(",")
+            for m in args.ms.split(",")
+            for efc in args.ef_constructions.split(",")
+        ):
+            conn.execute(f"DROP TABLE IF EXISTS {SCHEMA}.g")
+            conn.execute(
+                f"CREATE TABLE {SCHEMA}.g AS SELECT n, v::{kind}(384) AS v FROM {SCHEMA}.source WHERE n <= %s",
+                [base],
+            )
+            start = time.perf_counter()
+            conn.execute(
+                f"CREATE INDEX g_hnsw ON {SCHEMA}.g USING hnsw (v {kind}_cosine_ops) "
+                f"WITH (m = {m}, ef_construction = {efc})"
+            )
+            build_s = time.perf_counter() - start
+            graph_mb = conn.execute("SELECT pg_relation_size(%s) / 1048576.0::float8", [f"{SCHEMA}.g_hnsw"]).fetchone()[
+                0
+            ]
+            per_row = []
+            for i in range(args.inserts):
+                low = base + i * INSERT_BATCH
+                with conn.transaction(force_rollback=True):
+                    start = time.perf_counter()
+                    conn.execute(
+                        f"INSERT INTO {SCHEMA}.g SELECT n, v::{kind}(384) FROM {SCHEMA}.source "
+                        "WHERE n > %s AND n <= %s",
+                        [low, low + INSERT_BATCH],
+                    )
+                    per_row.append((time.perf_counter() - start) * 1000 / INSERT_BATCH)
+            recalls = {}
+            probe_ms = []
+            for ef in (40, 100):
+                found = []
+                with conn.transaction():
+                    conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
+                    for n, truth in exact.items():
                         start = time.perf_counter()
-                        conn.execute(
-                            f"INSERT INTO {SCHEMA}.g SELECT n, v::{kind}(384) FROM {SCHEMA}.source "
-                            "WHERE n > %s AND n <= %s",
-                            [low, low + INSERT_BATCH],
-                        )
-                        per_row.append((time.perf_counter() - start) * 1000 / INSERT_BATCH)
-                recalls = {}
-                probe_ms = []
-                for ef in (40, 100):
-                    found = []
-                    with conn.transaction():
-                        conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
-                        for n, truth in exact.items():
-                            start = time.perf_counter()
-                            got = [
-                                r[0]
-                                for r in conn.execute(
-                                    f"SELECT n FROM {SCHEMA}.g ORDER BY v <=> %s::{kind}(384) LIMIT 10", [queries[n]]
-                                )
-                            ]
-                            if ef == 100:
-                                probe_ms.append((time.perf_counter() - start) * 1000)
-                            found.append(len(set(got) & set(truth)) / 10)
-                    recalls[ef] = statistics.mean(found)
-                rows_out.append(
-                    [
-                        kind,
-                        efc,
-                        base,
-                        build_s,
-                        graph_mb,
-                        statistics.median(per_row),
-                        recalls[40],
-                        recalls[100],
-                        statistics.median(probe_ms),
-                    ]
-                )
-                print(rows_out[-1], flush=True)
+                        got = [
+                            r[0]
+                            for r in conn.execute(
+                                f"SELECT n FROM {SCHEMA}.g ORDER BY v <=> %s::{kind}(384) LIMIT 10", [queries[n]]
+                            )
+                        ]
+                        if ef == 100:
+                            probe_ms.append((time.perf_counter() - start) * 1000)
+                        found.append(len(set(got) & set(truth)) / 10)
+                recalls[ef] = statistics.mean(found)
+            rows_out.append(
+                [
+                    kind,
+                    m,
+                    efc,
+                    base,
+                    build_s,
+                    graph_mb,
+                    statistics.median(per_row),
+                    recalls[40],
+                    recalls[100],
+                    statistics.median(probe_ms),
+                ]
+            )
+            print(rows_out[-1], flush=True)
         conn.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
     print(
         table(
             [
                 "type",
+                "m",
                 "ef_construction",
                 "rows",
                 "build s",
