@@ -46,6 +46,12 @@ def main() -> None:
         )
         total = conn.execute(f"SELECT count(*) FROM {SCHEMA}.source").fetchone()[0]
         base = total - held_out
+        if total < args.rows + held_out:
+            conn.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
+            raise SystemExit(
+                f"the bench database holds {total} embeddings, {args.rows + held_out} are needed (--rows plus "
+                f"{held_out} held out): run `bench/perf.py --prepare-only` first, or lower --rows"
+            )
         queries_from = base + INSERT_BATCH * args.inserts
         conn.execute("SET maintenance_work_mem = '2GB'")
         queries = dict(conn.execute(f"SELECT n, v::text FROM {SCHEMA}.source WHERE n > %s", [queries_from]).fetchall())
