@@ -124,17 +124,18 @@ def retrievable_q(now: object) -> Q:
 KINDS_WITH_OWN_GRAPH: tuple[str, ...] = (Kind.FACT.value, Kind.RULE.value, Kind.DOCUMENT.value)
 
 
-def _kind_hnsw(kind: str) -> HnswIndex:
-    """The HNSW graph of one kind's active memories (cosine, the vector channel's
-    metric); the planner takes it for any read whose filter names the kind and
-    validity 'active', as every vector read does."""
+def _hnsw_graph(name: str, condition: Q | None = None) -> HnswIndex:
+    """An HNSW graph of ``graph_vector()`` (cosine, the vector channel's metric),
+    of every memory or of the rows ``condition`` selects."""
     return HnswIndex(
-        OpClass(graph_vector(), name="halfvec_cosine_ops"),
-        name=f"memory_{kind}_hnsw",
-        m=16,
-        ef_construction=64,
-        condition=Q(kind=kind, validity="active"),
+        OpClass(graph_vector(), name="halfvec_cosine_ops"), name=name, m=16, ef_construction=64, condition=condition
     )
+
+
+def _kind_hnsw(kind: str) -> HnswIndex:
+    """The HNSW graph of one kind's active memories; the planner takes it for any
+    read whose filter names the kind and validity 'active', as every vector read does."""
+    return _hnsw_graph(f"memory_{kind}_hnsw", Q(kind=kind, validity="active"))
 
 
 class MemoryQuerySet(models.QuerySet["Memory"]):
@@ -280,12 +281,7 @@ class Memory(models.Model):
         verbose_name_plural = "memories"
         indexes = [
             # The graph of every memory: reads that include episodes, the bulk kind.
-            HnswIndex(
-                OpClass(graph_vector(), name="halfvec_cosine_ops"),
-                name="memory_embedding_hnsw",
-                m=16,
-                ef_construction=64,
-            ),
+            _hnsw_graph("memory_embedding_hnsw"),
             # And one graph per minority kind, of its active memories (issue 13).
             # In the graph of every memory, a read of facts walked past the
             # episodes near its query one by one (at 100k memories ~25,000 rows

@@ -24,6 +24,7 @@ from memory.models import (
 )
 from memory.scoring import ChannelHit, RetrievalParams
 from memproj.dbthreads import side_by_side
+from memproj.pgtypes import pgvector_version
 from policy.boundary import DEFAULT_USE_TAGS, boundary_for
 from policy.caller import Caller
 
@@ -151,10 +152,7 @@ def iterative_scan_supported() -> bool:
     global _iterative_scan_supported
     if _iterative_scan_supported is None:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-            row = cursor.fetchone()
-        major_minor = tuple(int(p) for p in (row[0] if row else "0.0").split(".")[:2])
-        _iterative_scan_supported = major_minor >= (0, 8)
+            _iterative_scan_supported = pgvector_version(cursor) >= (0, 8)
     return _iterative_scan_supported
 
 

@@ -1,4 +1,5 @@
-"""timestamptz values parsed by psycopg's C loader (issue 13).
+"""PostgreSQL types: timestamptz values parsed by psycopg's C loader (issue 13),
+and which pgvector types the server has.
 
 Django registers its own timestamptz loader on every connection: a Python
 subclass of psycopg's pure-Python loader that sets Django's tzinfo, so the C
@@ -58,3 +59,13 @@ def use_c_timestamptz_loader(sender: Any, connection: Any, **kwargs: Any) -> Non
 
 def connect() -> None:
     connection_created.connect(use_c_timestamptz_loader, dispatch_uid="memproj.pgtypes.c_timestamptz")
+
+
+def pgvector_version(cursor: Any) -> tuple[int, int]:
+    """The installed pgvector's (major, minor), (0, 0) without the extension:
+    halfvec needs 0.7, iterative HNSW scans 0.8."""
+    cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    row = cursor.fetchone()
+    numbers = [int(part) for part in (row[0] if row else "").split(".")[:2] if part.isdigit()]
+    major, minor = (numbers + [0, 0])[:2]
+    return major, minor

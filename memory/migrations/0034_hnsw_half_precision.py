@@ -10,6 +10,8 @@ import pgvector.django.halfvec
 import pgvector.django.indexes
 from django.db import migrations, models
 
+from memproj.pgtypes import pgvector_version
+
 HALFVEC_SINCE = (0, 7)
 
 
@@ -17,14 +19,12 @@ def require_halfvec(apps, schema_editor):
     """Refuse, with the reason, on a server whose pgvector predates halfvec
     (the index DDL below would fail with 'type "halfvec" does not exist')."""
     with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-        row = cursor.fetchone()
-    version = row[0] if row else "not installed"
-    numbers = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
-    if len(numbers) < 2 or numbers < HALFVEC_SINCE:
+        version = pgvector_version(cursor)
+    if version < HALFVEC_SINCE:
+        found = "not installed" if version == (0, 0) else "%d.%d" % version
         raise RuntimeError(
             f"memproj needs pgvector >= 0.7 (its HNSW graphs are of halfvec); this database has pgvector "
-            f"{version}. Upgrade the extension (ALTER EXTENSION vector UPDATE) and migrate again."
+            f"{found}. Upgrade the extension (ALTER EXTENSION vector UPDATE) and migrate again."
         )
 
 
