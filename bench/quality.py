@@ -266,6 +266,10 @@ def load_madial(data_dir: Path) -> tuple[dict[int, list[dict]], list[dict]]:
     return memories, dialogues
 
 
+def madial_time(item: dict) -> datetime:
+    return datetime.fromisoformat(item["time"]).replace(tzinfo=UTC)
+
+
 def madial_texts(data_dir: Path) -> list[str]:
     memories, dialogues = load_madial(data_dir)
     return [m["event"].strip() for ms in memories.values() for m in ms] + [
@@ -288,7 +292,7 @@ def madial_dataset(data_dir: Path, limit: int) -> tuple[DataSet, list[dict]]:
                 (
                     item["event"],
                     {"madial_id": item["id"], "scene": item["scene"], "emotion": item["emotion"]},
-                    datetime.fromisoformat(item["time"]).replace(tzinfo=UTC),
+                    madial_time(item),
                     "",
                 )
                 for item in items
@@ -500,6 +504,178 @@ def time_table(ds: DataSet, runs: dict[str, list[list[int]]]) -> list[str]:
     return ["", f"{ds.name}: questions with a time expression", _common.table(["channel", "n"] + cols, rows)]
 
 
+# --------------------------------------------------------------------------- dialects
+
+# The retrieval settings when issue 14 began: the raw alpha blend (with the
+# policy's alpha) of cosine and squashed cover density, no time boost. What the
+# dialect table compares against, so "no dialect's search gets worse" is measured
+# on each dialect's own write and read path, not inferred from memory_search.
+ISSUE_START_SETTINGS = {"FUSION": "alpha", "KEYWORD_SCORER": "cover_density", "TIME_BOOST": 0.0}
+
+
+@dataclass
+class DialectRead:
+    name: str  # "<dialect>: <tool>"
+    store: Any  # (caller, content, when) -> None, through the dialect's own write service
+    search: Any  # (caller, query, limit) -> memory ids, best first, through its own read
+
+
+def dialect_reads() -> list[DialectRead]:
+    """Each dialect's write and its search tool's ranking, as its MCP tool calls
+    them (mcp_server/toolsets/*), with the tools' defaults. The reads are the
+    rankings without the tools' bookkeeping (memory_recall's reference bump,
+    memento's and langmem's accessed_at), so that a run does not change the next."""
+    from memory import api
+    from memory.selectors.memories import memory_recall_candidates
+
+    def episode(caller, content, when):  # type: ignore[no-untyped-def]
+        api.episode_store(caller=caller, content=content, butler="bench", ttl=timedelta(days=36500))
+
+    def keyed_fact(caller, content, when):  # type: ignore[no-untyped-def]
+        # memory_store_fact: one subject, a predicate per memory (no supersession between them)
+        predicate = f"event-{uuid.uuid5(uuid.NAMESPACE_URL, content).hex[:12]}"
+        api.fact_store(caller=caller, subject="user", predicate=predicate, content=content)
+
+    def fact(caller, content, when):  # type: ignore[no-untyped-def]
+        api.fact_store(caller=caller, subject=None, predicate=None, content=content, confidence=1.0)
+
+    def langmem_item(caller, content, when):  # type: ignore[no-untyped-def]
+        key = str(uuid.uuid5(uuid.NAMESPACE_URL, content))
+        api.fact_store(caller=caller, subject=key, predicate=None, namespace=LANGMEM_BENCH_NAMESPACE, content=content)
+
+    def memory_bank(caller, content, when):  # type: ignore[no-untyped-def]
+        api.memory_bank_store(caller=caller, content=content)
+
+    def claim(caller, content, when):  # type: ignore[no-untyped-def]
+        api.claim_upsert(caller=caller, text=content, provenance={"at": when.isoformat()}, kind="fact", scope="project")
+
+    return [
+        DialectRead(
+            "memory: memory_search",
+            episode,
+            lambda c, q, k: [i.memory.id for i in api.memory_search(caller=c, query=q, types=["episode"], limit=k)],
+        ),
+        DialectRead(
+            "memory: memory_recall",
+            keyed_fact,
+            lambda c, q, k: [i.memory.id for i in memory_recall_candidates(caller=c, topic=q, limit=k)],
+        ),
+        DialectRead(
+            "memento: search_memories",
+            fact,
+            lambda c, q, k: [i.memory.id for i in api.memory_search(caller=c, query=q, types=["fact"], limit=k)],
+        ),
+        DialectRead(
+            "langmem: search_memory",
+            langmem_item,
+            lambda c, q, k: [
+                i.memory.id
+                for i in api.memory_search(
+                    caller=c, query=q, types=["fact"], limit=k, namespace_prefix=LANGMEM_BENCH_NAMESPACE
+                )
+            ],
+        ),
+        DialectRead(
+            "roampal: search_memory",
+            memory_bank,
+            lambda c, q, k: [h.memory.id for h in api.collection_search(caller=c, query=q, limit=k)],
+        ),
+        DialectRead(
+            "pce: activate",
+            claim,
+            lambda c, q, k: [r.memory.id for r in api.claims_activate(caller=c, query=q, top_k=k).items],
+        ),
+    ]
+
+
+LANGMEM_BENCH_NAMESPACE = ("user", "bench")
+
+
+def dialect_table(data_dir: Path, dialogues: list[dict], ks: Sequence[int]) -> list[str]:
+    """MADial's archives stored through every dialect's own write (a tenant per
+    dialect and user) and each dialogue sent to its search tool, with today's
+    settings and with those of when issue 14 began."""
+    from django.conf import settings
+    from django.db import connection
+
+    from memory import validation
+    from memory.models import Memory
+
+    memories, _ = load_madial(data_dir)
+    rows = []
+    for read in dialect_reads():
+        slug = read.name.split(":")[0] + ("-recall" if "recall" in read.name else "")
+        tenants = {}
+        for user, items in memories.items():
+            caller = tenant_caller(f"bench-madial-{DATA_VERSION}-dialect-{slug}-user{user}")
+            active = Memory.objects.filter(tenant_id=caller.tenant_id, validity="active")
+            if active.count() != len(items):
+                Memory.objects.filter(tenant_id=caller.tenant_id).delete()
+                for item in items:
+                    read.store(caller, item["event"], madial_time(item))
+                with connection.cursor() as cursor:  # the archive's own dates, as fill_tenant sets them
+                    cursor.execute(
+                        """
+                        UPDATE memory_memory m SET created_at = x.at, updated_at = x.at
+                        FROM unnest(%s::text[], %s::timestamptz[]) AS x(h, at)
+                        WHERE m.tenant_id = %s AND m.content_hash = x.h
+                        """,
+                        [
+                            [validation.content_hash(i["event"]) for i in items],
+                            [madial_time(i) for i in items],
+                            caller.tenant_id,
+                        ],
+                    )
+            by_hash = {validation.content_hash(i["event"]): i["id"] for i in items}
+            tenants[user] = (caller, {pk: by_hash[h] for pk, h in active.values_list("id", "content_hash")})
+        golds = [set(d["relevant-id"]) for d in dialogues]
+        runs_by_setting = []
+        for conf in ({}, ISSUE_START_SETTINGS):
+            saved = dict(settings.MEMPROJ)
+            settings.MEMPROJ.update(conf)
+            try:
+                runs = []
+                for d in dialogues:
+                    caller, id_map = tenants[d["user-id"]]
+                    query = "".join(d["dialogue"][: d["test-turn"][0]])
+                    with asked_at(DIALOGUE_TIME):
+                        runs.append([id_map[pk] for pk in read.search(caller, query, max(ks))])
+            finally:
+                settings.MEMPROJ.clear()
+                settings.MEMPROJ.update(saved)
+            runs_by_setting.append(runs)
+        now, start = (score_run(golds, runs, ks) for runs in runs_by_setting)
+        low, mean, high = paired_bootstrap(
+            *([ndcg_at(g, r, 10) for g, r in zip(golds, runs, strict=True)] for runs in runs_by_setting)
+        )
+        verdict = "worse" if high < 0 else "better" if low > 0 else "no significant change"
+        rows.append(
+            [read.name]
+            + [f"{now[c]:.3f}" for c in ("R@5", "R@10", "R@20", "nDCG@10")]
+            + [f"{start[c]:.3f}" for c in ("R@10", "nDCG@10")]
+            + [f"{mean:+.3f} ({low:+.3f} .. {high:+.3f})", verdict]
+        )
+    return [
+        "",
+        f"MADial-Bench through each dialect's own write and search tool - {len(dialogues)} queries "
+        "(now, and with the settings of when issue 14 began: alpha fusion, cover density, no time boost)",
+        _common.table(
+            [
+                "dialect: tool",
+                "R@5",
+                "R@10",
+                "R@20",
+                "nDCG@10",
+                "start R@10",
+                "start nDCG@10",
+                "nDCG@10 now - start (95% CI)",
+                "verdict",
+            ],
+            rows,
+        ),
+    ]
+
+
 # --------------------------------------------------------------------------- sweeps
 
 
@@ -657,6 +833,8 @@ def main(argv: list[str] | None = None) -> int:
                         raise SystemExit(f"{filename}: line order differs from the dialogue file")
                 rows.append((f"authors: {name}", score_ds(ds, [e["top-20-ids"] for e in lists])))
         out += ["", f"{ds.name} - {len(ds.queries)} queries - Recall@k and nDCG@k", ds_table(ds, rows)]
+        if ds.name.startswith("MADial"):
+            out += dialect_table(args.data, dialogues, ds.ks)
         if ds.sessions:
             out.append("(R/nDCG: turn level; S-: session level, ranked turns mapped to their sessions)")
         if "hybrid" in ds.modes:
