@@ -645,9 +645,10 @@ def dialect_table(data_dir: Path, dialogues: list[dict], ks: Sequence[int]) -> l
                 settings.MEMPROJ.update(saved)
             runs_by_setting.append(runs)
         now, start = (score_run(golds, runs, ks) for runs in runs_by_setting)
-        low, mean, high = paired_bootstrap(
-            *([ndcg_at(g, r, 10) for g, r in zip(golds, runs, strict=True)] for runs in runs_by_setting)
+        now_ndcg, start_ndcg = (
+            [ndcg_at(g, r, 10) for g, r in zip(golds, runs, strict=True)] for runs in runs_by_setting
         )
+        low, mean, high = paired_bootstrap(now_ndcg, start_ndcg)
         verdict = "worse" if high < 0 else "better" if low > 0 else "no significant change"
         rows.append(
             [read.name]
