@@ -123,12 +123,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="only fill the embedding cache (LongMemEval's 55k turns: an hour or more on a busy 2-core machine)",
     )
+    p.add_argument(
+        "--dialects-lme-per-type",
+        type=int,
+        default=3,
+        help="LongMemEval questions per type stored through every dialect's write (0 = MADial only)",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.add_argument("--tiny", action="store_true", help="smoke-test size")
     args = p.parse_args(argv)
     if args.tiny:
         args.limit = args.limit or 20
         args.lme_per_type = args.lme_per_type or 1
+        args.dialects_lme_per_type = min(args.dialects_lme_per_type, 1)
     return args
 
 
@@ -591,81 +598,112 @@ def dialect_reads() -> list[DialectRead]:
 LANGMEM_BENCH_NAMESPACE = ("user", "bench")
 
 
-def dialect_table(data_dir: Path, dialogues: list[dict], ks: Sequence[int]) -> list[str]:
-    """MADial's archives stored through every dialect's own write (a tenant per
-    dialect and user) and each dialogue sent to its search tool, with today's
-    settings and with those of when issue 14 began."""
+@dataclass
+class DialectCorpus:
+    """What the dialect table stores and asks: per tenant, (item id, content,
+    date) items; per query, its tenant, text, gold item ids and request time."""
+
+    name: str
+    tenants: dict[str, list[tuple[int, str, datetime]]]
+    queries: list[tuple[str, str, set, datetime]]
+
+
+def madial_corpus(data_dir: Path, dialogues: list[dict]) -> DialectCorpus:
+    memories, _ = load_madial(data_dir)
+    return DialectCorpus(
+        f"MADial-Bench, {len(dialogues)} queries",
+        {f"user{u}": [(i["id"], i["event"], madial_time(i)) for i in items] for u, items in memories.items()},
+        [
+            (f"user{d['user-id']}", "".join(d["dialogue"][: d["test-turn"][0]]), set(d["relevant-id"]), DIALOGUE_TIME)
+            for d in dialogues
+        ],
+    )
+
+
+def lme_corpus(data_dir: Path, per_type: int) -> DialectCorpus:
+    questions = _longmemeval.load(data_dir, per_type)
+    return DialectCorpus(
+        f"LongMemEval-S dev, {len(questions)} questions ({per_type} per type)",
+        {q.question_id: [(t.index, t.content, t.when) for t in q.turns] for q in questions},
+        [(q.question_id, q.question, set(q.answer_turns), q.question_date) for q in questions],
+    )
+
+
+def dialect_table(corpus: DialectCorpus, k: int) -> list[str]:
+    """The corpus stored through every dialect's own write (a tenant per dialect
+    and corpus tenant) and each query sent to its search tool, with today's
+    settings and with those of when issue 14 began. Items of equal content are
+    one memory (a write of the same text returns the stored one): each counts as
+    its first item, in the gold sets too."""
     from django.conf import settings
     from django.db import connection
 
     from memory import validation
     from memory.models import Memory
 
-    memories, _ = load_madial(data_dir)
+    first_of: dict[str, dict[int, int]] = {}  # corpus tenant -> item -> first item of its content
+    for key, items in corpus.tenants.items():
+        by_hash: dict[str, int] = {}
+        first_of[key] = {i: by_hash.setdefault(validation.content_hash(text), i) for i, text, _ in items}
     rows = []
     for read in dialect_reads():
         slug = read.name.split(":")[0] + ("-recall" if "recall" in read.name else "")
         tenants = {}
-        for user, items in memories.items():
-            caller = tenant_caller(f"bench-madial-{DATA_VERSION}-dialect-{slug}-user{user}")
+        for key, items in corpus.tenants.items():
+            caller = tenant_caller(f"bench-dialect-{DATA_VERSION}-{LME_VERSION}-{slug}-{key}")
+            distinct = {validation.content_hash(text): (i, text, when) for i, text, when in reversed(items)}
             active = Memory.objects.filter(tenant_id=caller.tenant_id, validity="active")
-            if active.count() != len(items):
+            if active.count() != len(distinct):
                 Memory.objects.filter(tenant_id=caller.tenant_id).delete()
-                for item in items:
-                    read.store(caller, item["event"], madial_time(item))
-                with connection.cursor() as cursor:  # the archive's own dates, as fill_tenant sets them
+                for _, text, when in sorted(distinct.values(), key=lambda item: item[0]):
+                    read.store(caller, text, when)
+                with connection.cursor() as cursor:  # the items' own dates, as fill_tenant sets them
                     cursor.execute(
                         """
                         UPDATE memory_memory m SET created_at = x.at, updated_at = x.at
                         FROM unnest(%s::text[], %s::timestamptz[]) AS x(h, at)
                         WHERE m.tenant_id = %s AND m.content_hash = x.h
                         """,
-                        [
-                            [validation.content_hash(i["event"]) for i in items],
-                            [madial_time(i) for i in items],
-                            caller.tenant_id,
-                        ],
+                        [list(distinct), [when for _, _, when in distinct.values()], caller.tenant_id],
                     )
-            by_hash = {validation.content_hash(i["event"]): i["id"] for i in items}
-            tenants[user] = (caller, {pk: by_hash[h] for pk, h in active.values_list("id", "content_hash")})
-        golds = [set(d["relevant-id"]) for d in dialogues]
+            tenants[key] = (caller, {pk: distinct[h][0] for pk, h in active.values_list("id", "content_hash")})
+        golds = [{first_of[key][i] for i in gold} for key, _, gold, _ in corpus.queries]
         runs_by_setting = []
         for conf in ({}, ISSUE_START_SETTINGS):
             saved = dict(settings.MEMPROJ)
             settings.MEMPROJ.update(conf)
             try:
                 runs = []
-                for d in dialogues:
-                    caller, id_map = tenants[d["user-id"]]
-                    query = "".join(d["dialogue"][: d["test-turn"][0]])
-                    with asked_at(DIALOGUE_TIME):
-                        runs.append([id_map[pk] for pk in read.search(caller, query, max(ks))])
+                for key, text, _, now in corpus.queries:
+                    caller, id_map = tenants[key]
+                    with asked_at(now):
+                        runs.append([id_map[pk] for pk in read.search(caller, text, k)])
             finally:
                 settings.MEMPROJ.clear()
                 settings.MEMPROJ.update(saved)
             runs_by_setting.append(runs)
-        now, start = (score_run(golds, runs, ks) for runs in runs_by_setting)
+        now_fig, start_fig = (score_run(golds, runs, (5, 10, k)) for runs in runs_by_setting)
         now_ndcg, start_ndcg = (
-            [ndcg_at(g, r, 10) for g, r in zip(golds, runs, strict=True)] for runs in runs_by_setting
+            [ndcg_at(g, r, 10) for g, r in zip(golds, runs, strict=True) if g] for runs in runs_by_setting
         )
         low, mean, high = paired_bootstrap(now_ndcg, start_ndcg)
         verdict = "worse" if high < 0 else "better" if low > 0 else "no significant change"
         rows.append(
             [read.name]
-            + [f"{now[c]:.3f}" for c in ("R@5", "R@10", "R@20", "nDCG@10")]
-            + [f"{start[c]:.3f}" for c in ("R@10", "nDCG@10")]
+            + [f"{now_fig[c]:.3f}" for c in ("R@5", "R@10", f"R@{k}", "nDCG@10")]
+            + [f"{start_fig[c]:.3f}" for c in ("R@10", "nDCG@10")]
             + [f"{mean:+.3f} ({low:+.3f} .. {high:+.3f})", verdict]
         )
     return [
         "",
-        f"MADial-Bench through each dialect's own write and search tool - {len(dialogues)} queries "
+        f"{corpus.name}, through each dialect's own write and search tool "
         "(now, and with the settings of when issue 14 began: alpha fusion, cover density, no time boost)",
         _common.table(
             [
                 "dialect: tool",
                 "R@5",
                 "R@10",
-                "R@20",
+                f"R@{k}",
                 "nDCG@10",
                 "start R@10",
                 "start nDCG@10",
@@ -835,7 +873,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((f"authors: {name}", score_ds(ds, [e["top-20-ids"] for e in lists])))
         out += ["", f"{ds.name} - {len(ds.queries)} queries - Recall@k and nDCG@k", ds_table(ds, rows)]
         if ds.name.startswith("MADial"):
-            out += dialect_table(args.data, dialogues, ds.ks)
+            out += dialect_table(madial_corpus(args.data, dialogues), 20)
+        elif "embedded" in ds.name and args.dialects_lme_per_type:
+            out += dialect_table(lme_corpus(args.lme_data, args.dialects_lme_per_type), 20)
         if ds.sessions:
             out.append("(R/nDCG: turn level; S-: session level, ranked turns mapped to their sessions)")
         if "hybrid" in ds.modes:

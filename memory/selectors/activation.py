@@ -56,13 +56,20 @@ class ActivationPage:
     context: ActiveContext | None = None
 
 
-def _rank(caller: Caller, memory: Memory, hit: ChannelHit, reason: str) -> RankedClaim:
+def _rank(caller: Caller, memory: Memory, channels: tuple[float, float], reason: str) -> RankedClaim:
+    """``channels``: the claim's (S_vec, S_text), each channel's score over the
+    query's best in that channel (scoring.normalised_channels): the seed's
+    scores normalised to [0, 1]. Measured on MADial and LongMemEval through
+    pce's own write and activate (bench/quality.py, dialect table) against
+    upstream's (cos + 1) / 2 with the squashed keyword score used before (a
+    vector term confined to a fraction of its range, a keyword term near 1 for
+    any match): see the README's dialect table."""
     policy = caller.policy.retrieval
     now = timezone.now()
+    s_vec, s_text = channels
     breakdown = scoring.activation_score(
-        # Upstream maps cosine [-1, 1] onto [0, 1]; keyword scores are squashed.
-        s_vec=(1.0 + hit.vector_similarity) / 2.0 if hit.vector_similarity is not None else 0.0,
-        s_text=scoring.squash_text(hit.text_rank_value),
+        s_vec=s_vec,
+        s_text=s_text,
         alpha=policy.alpha,
         utility=memory.utility,
         confidence=memory.confidence,
@@ -92,11 +99,12 @@ def claims_rank(
         caller=caller, flt=flt, query_text=query, query_vector=query_vector_later(query, "hybrid"), params=params
     )
     threshold = caller.policy.retrieval.threshold
+    channels = scoring.normalised_channels(hits)
     ranked = [
         r
         for r in (
-            _rank(caller, m, hit, "hybrid match")
-            for m, hit in memories_for_hits(caller=caller, hits=hits, decision=decision)
+            _rank(caller, m, channels[m.id], "hybrid match")
+            for m, _ in memories_for_hits(caller=caller, hits=hits, decision=decision)
         )
         if r.breakdown.combined >= threshold
     ]
@@ -106,7 +114,7 @@ def claims_rank(
         near = [pk for pk in claims_near(caller=caller, claim_ids=list(found), hops=hops) if pk not in found]
         neighbours = memories_for_hits(caller=caller, hits={pk: ChannelHit() for pk in near}, decision=decision)
         ranked += [
-            _rank(caller, m, ChannelHit(), f"graph neighbour within {hops} hop(s)")
+            _rank(caller, m, (0.0, 0.0), f"graph neighbour within {hops} hop(s)")
             for m, _ in neighbours
             if m.kind in (Kind.FACT, Kind.RULE) and (not chosen or m.scope in chosen)
         ]

@@ -1,0 +1,55 @@
+"""Seed 004 activation ranking: S = alpha * S_vec + (1 - alpha) * S_text with each
+channel normalised to [0, 1] over the query's best hit, then g."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory.selectors.activation import claims_rank
+from memory.services.claims import claim_upsert
+from tests.conftest import make_identity
+
+pytestmark = pytest.mark.django_db
+
+AT = {"at": "2026-11-01T00:00:00Z"}
+TEXTS = [
+    "Cancel the API subscription before the renewal date",
+    "The API gateway rejects requests without a bearer token",
+    "Lunch on Fridays is pizza with the whole team",
+]
+
+
+@pytest.fixture
+def caller():
+    caller = make_identity("tenant-a", "member").caller
+    for text in TEXTS:
+        claim_upsert(caller=caller, text=text, provenance=AT)
+    return caller
+
+
+def test_each_channel_is_normalised_to_its_best_hit(caller):
+    ranked = claims_rank(caller=caller, query="cancel the API subscription")
+    scores = {r.memory.content: r.breakdown for r in ranked}
+    best = scores[TEXTS[0]]
+    # The claim holding every query word is the best of both channels: 1 in each, whatever
+    # the raw cosine or BM25 value, so the combined score spans [0, 1] as the seed asks.
+    assert best.vector == pytest.approx(1.0) and best.text == pytest.approx(1.0)
+    assert best.combined == pytest.approx(1.0)
+    assert ranked[0].memory.content == TEXTS[0]
+    partial = scores[TEXTS[1]]  # shares only "API"
+    assert 0.0 < partial.text < 1.0
+    alpha = caller.policy.retrieval.alpha
+    for breakdown in scores.values():
+        assert breakdown.combined == pytest.approx(alpha * breakdown.vector + (1 - alpha) * breakdown.text)
+        assert 0.0 <= breakdown.vector <= 1.0 and 0.0 <= breakdown.text <= 1.0
+    # Without a keyword match a claim keeps only its normalised vector term (the policy's
+    # threshold drops it when that is weak).
+    lunch = scores.get(TEXTS[2])
+    assert lunch is None or lunch.text == 0.0
+
+
+def test_a_query_without_keyword_matches_ranks_by_the_vector_channel_alone(caller):
+    ranked = claims_rank(caller=caller, query="zzqx")
+    assert all(r.breakdown.text == 0.0 for r in ranked)
+    if ranked:
+        assert max(r.breakdown.vector for r in ranked) == pytest.approx(1.0)
