@@ -113,6 +113,17 @@ def test_quality_script_prints_its_tables() -> None:
         assert row in out
     assert header_cells(out, "fusion")[0] == "fusion"
     assert "hybrid nDCG@10" in out and "better single channel" in out
+    # Every dialect's own search, today's settings against those of when issue 14 began.
+    assert header_cells(out, "dialect: tool")[-2:] == ["nDCG@10 now - start (95% CI)", "verdict"]
+    for tool in (
+        "memory: memory_search",
+        "memory: memory_recall",
+        "memento: search_memories",
+        "langmem: search_memory",
+        "roampal: search_memory",
+        "pce: activate",
+    ):
+        assert f"| {tool}" in out
     if (LME / "s").is_dir():
         assert "LongMemEval-S dev" in out and "multi-session" in out and "S-R@10" in out
         if "LongMemEval-S dev (embedded haystacks)" in out:
