@@ -21,6 +21,13 @@ Turn-level evidence is ``has_answer``; session-level evidence is
 ``answer_session_ids``, with the ranked turns mapped to their sessions (first
 occurrence). Abstention questions without turn evidence count only at session level.
 
+Dialect tables: MADial's archives, and the haystacks of LongMemEval's first
+``--dialects-lme-per-type`` questions of each type, stored through each
+dialect's own write and searched through its search tool's ranking (memory,
+memento, langmem, roampal, pce), today's settings against those of when issue
+14 began, with a paired bootstrap of the nDCG@10 difference: "no dialect's
+search gets worse", measured on each dialect's own path.
+
 Metrics: Recall@k = |top-k & gold| / |gold|; nDCG@k with binary gains and the
 ideal DCG of min(|gold|, k) hits.
 
@@ -66,7 +73,7 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -518,13 +525,14 @@ def time_table(ds: DataSet, runs: dict[str, list[list[int]]]) -> list[str]:
 # dialect table compares against, so "no dialect's search gets worse" is measured
 # on each dialect's own write and read path, not inferred from memory_search.
 ISSUE_START_SETTINGS = {"FUSION": "alpha", "KEYWORD_SCORER": "cover_density", "TIME_BOOST": 0.0}
+LANGMEM_BENCH_NAMESPACE = ("user", "bench")
 
 
 @dataclass
 class DialectRead:
     name: str  # "<dialect>: <tool>"
-    store: Any  # (caller, content, when) -> None, through the dialect's own write service
-    search: Any  # (caller, query, limit) -> memory ids, best first, through its own read
+    store: Callable[[Any, str, datetime], None]  # (caller, content, date): the dialect's own write service
+    search: Callable[[Any, str, int], list[uuid.UUID]]  # (caller, query, limit): memory ids, best first
 
 
 def dialect_reads() -> list[DialectRead]:
@@ -593,9 +601,6 @@ def dialect_reads() -> list[DialectRead]:
             lambda c, q, k: [r.memory.id for r in api.claims_activate(caller=c, query=q, top_k=k).items],
         ),
     ]
-
-
-LANGMEM_BENCH_NAMESPACE = ("user", "bench")
 
 
 @dataclass
