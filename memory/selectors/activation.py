@@ -99,13 +99,12 @@ def claims_rank(
         caller=caller, flt=flt, query_text=query, query_vector=query_vector_later(query, "hybrid"), params=params
     )
     threshold = caller.policy.retrieval.threshold
-    channels = scoring.normalised_channels(hits)
+    visible = memories_for_hits(caller=caller, hits=hits, decision=decision)
+    # Normalised over what this read may see, so no hidden memory sets the scale.
+    channels = scoring.normalised_channels({m.id: hit for m, hit in visible})
     ranked = [
         r
-        for r in (
-            _rank(caller, m, channels[m.id], "hybrid match")
-            for m, _ in memories_for_hits(caller=caller, hits=hits, decision=decision)
-        )
+        for r in (_rank(caller, m, channels[m.id], "hybrid match") for m, _ in visible)
         if r.breakdown.combined >= threshold
     ]
     hops = settings.MEMPROJ.get("PCE_GRAPH_HOPS", 0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from memory.scoring import ChannelHit
+from memory.selectors import activation
 from memory.selectors.activation import claims_rank
 from memory.services.claims import claim_upsert
 from tests.conftest import make_identity
@@ -53,3 +55,21 @@ def test_a_query_without_keyword_matches_ranks_by_the_vector_channel_alone(calle
     assert all(r.breakdown.text == 0.0 for r in ranked)
     if ranked:
         assert max(r.breakdown.vector for r in ranked) == pytest.approx(1.0)
+
+
+def test_a_memory_the_read_may_not_see_does_not_set_the_scale(caller, monkeypatch):
+    hidden = claim_upsert(
+        caller=caller, text="Cancel the API subscription: secret steps", provenance=AT, boundary_class="secret"
+    ).memory
+    real = activation.channel_hits
+
+    def with_hidden_best(**kwargs):
+        # As if a channel had returned it: the read's boundary drops it when loading rows.
+        hits = real(**kwargs)
+        hits[hidden.id] = ChannelHit(vector_similarity=1.0, vector_rank=1, text_rank_value=99.0, text_rank=1)
+        return hits
+
+    monkeypatch.setattr(activation, "channel_hits", with_hidden_best)
+    ranked = claims_rank(caller=caller, query="cancel the API subscription")
+    assert hidden.id not in {r.memory.id for r in ranked}
+    assert ranked[0].breakdown.vector == pytest.approx(1.0) and ranked[0].breakdown.text == pytest.approx(1.0)
