@@ -70,6 +70,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 import uuid
@@ -240,6 +241,24 @@ def tenant_caller(slug: str):  # type: ignore[no-untyped-def]
     return caller
 
 
+def backdate(tenant_id: uuid.UUID, key_sql: str, key_type: str, keys: Sequence, dates: Sequence[datetime]) -> None:
+    """Set created_at (auto_now_add on insert) to each memory's own date, in one
+    statement: the memories of the tenant whose ``key_sql`` (an expression of
+    alias m) equals a key get that key's date. Cheap to repeat: rows already
+    dated are left alone."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE memory_memory m SET created_at = x.at, updated_at = x.at
+            FROM unnest(%s::{key_type}[], %s::timestamptz[]) AS x(k, at)
+            WHERE m.tenant_id = %s AND {key_sql} = x.k AND m.created_at <> x.at
+            """,
+            [list(keys), list(dates), tenant_id],
+        )
+
+
 def fill_tenant(caller, items: list[tuple[str, dict, datetime, str]]) -> None:  # type: ignore[no-untyped-def]
     """Store (content, metadata, when, session) episodes through the real store
     service, created_at set to the item's own date so recency means something.
@@ -250,16 +269,18 @@ def fill_tenant(caller, items: list[tuple[str, dict, datetime, str]]) -> None:  
     if Memory.objects.filter(tenant_id=caller.tenant_id, validity="active").count() == len(items):
         return
     Memory.objects.filter(tenant_id=caller.tenant_id).delete()
-    for content, metadata, when, session in items:
-        memory = episode_store(
+    stored = [
+        episode_store(
             caller=caller,
             content=content,
             butler="bench",
             session_id=session or None,
             ttl=timedelta(days=36500),
             metadata=metadata,
-        )
-        Memory.objects.filter(pk=memory.pk).update(created_at=when, updated_at=when)
+        ).pk
+        for content, metadata, _, session in items
+    ]
+    backdate(caller.tenant_id, "m.id", "uuid", stored, [when for _, _, when, _ in items])
 
 
 def item_ids(caller, key: str) -> dict[uuid.UUID, int]:  # type: ignore[no-untyped-def]
@@ -374,17 +395,10 @@ def fill_lme_tenant(caller, q: _longmemeval.Question, embedder: _embcache.Cached
             ],
             batch_size=1000,
         )
-    # auto_now_add overrides created_at on insert: set the session dates after,
-    # in one statement (and again on every run: cheap, and repairs an interrupted fill).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE memory_memory m SET created_at = x.at, updated_at = x.at
-            FROM unnest(%s::int[], %s::timestamptz[]) AS x(turn, at)
-            WHERE m.tenant_id = %s AND (m.metadata ->> 'turn')::int = x.turn AND m.created_at <> x.at
-            """,
-            [[t.index for t in q.turns], [t.when for t in q.turns], caller.tenant_id],
-        )
+    # The session dates, again on every run (cheap, and repairs an interrupted fill).
+    backdate(
+        caller.tenant_id, "(m.metadata ->> 'turn')::int", "int", [t.index for t in q.turns], [t.when for t in q.turns]
+    )
     pending = list(rows.filter(embedding__isnull=True).values_list("id", "metadata"))
     if not pending:
         return True
@@ -641,51 +655,43 @@ def dialect_table(corpus: DialectCorpus, k: int) -> list[str]:
     one memory (a write of the same text returns the stored one): each counts as
     its first item, in the gold sets too."""
     from django.conf import settings
-    from django.db import connection
+    from django.test import override_settings
 
     from memory import validation
     from memory.models import Memory
 
-    first_of: dict[str, dict[int, int]] = {}  # corpus tenant -> item -> first item of its content
+    # Per corpus tenant, each content's first item (what its memory stands for).
+    distinct: dict[str, dict[str, tuple[int, str, datetime]]] = {}
     for key, items in corpus.tenants.items():
-        by_hash: dict[str, int] = {}
-        first_of[key] = {i: by_hash.setdefault(validation.content_hash(text), i) for i, text, _ in items}
+        distinct[key] = {}
+        for i, text, when in items:
+            distinct[key].setdefault(validation.content_hash(text), (i, text, when))
+    first_of = {
+        key: {i: distinct[key][validation.content_hash(text)][0] for i, text, _ in items}
+        for key, items in corpus.tenants.items()
+    }
     rows = []
     for read in dialect_reads():
-        slug = read.name.split(":")[0] + ("-recall" if "recall" in read.name else "")
+        slug = re.sub(r"\W+", "-", read.name)
         tenants = {}
-        for key, items in corpus.tenants.items():
+        for key, firsts in distinct.items():
             caller = tenant_caller(f"bench-dialect-{DATA_VERSION}-{LME_VERSION}-{slug}-{key}")
-            distinct = {validation.content_hash(text): (i, text, when) for i, text, when in reversed(items)}
             active = Memory.objects.filter(tenant_id=caller.tenant_id, validity="active")
-            if active.count() != len(distinct):
+            if active.count() != len(firsts):
                 Memory.objects.filter(tenant_id=caller.tenant_id).delete()
-                for _, text, when in sorted(distinct.values(), key=lambda item: item[0]):
+                for _, text, when in firsts.values():
                     read.store(caller, text, when)
-                with connection.cursor() as cursor:  # the items' own dates, as fill_tenant sets them
-                    cursor.execute(
-                        """
-                        UPDATE memory_memory m SET created_at = x.at, updated_at = x.at
-                        FROM unnest(%s::text[], %s::timestamptz[]) AS x(h, at)
-                        WHERE m.tenant_id = %s AND m.content_hash = x.h
-                        """,
-                        [list(distinct), [when for _, _, when in distinct.values()], caller.tenant_id],
-                    )
-            tenants[key] = (caller, {pk: distinct[h][0] for pk, h in active.values_list("id", "content_hash")})
+                backdate(caller.tenant_id, "m.content_hash", "text", list(firsts), [w for _, _, w in firsts.values()])
+            tenants[key] = (caller, {pk: firsts[h][0] for pk, h in active.values_list("id", "content_hash")})
         golds = [{first_of[key][i] for i in gold} for key, _, gold, _ in corpus.queries]
         runs_by_setting = []
         for conf in ({}, ISSUE_START_SETTINGS):
-            saved = dict(settings.MEMPROJ)
-            settings.MEMPROJ.update(conf)
-            try:
-                runs = []
+            runs = []
+            with override_settings(MEMPROJ={**settings.MEMPROJ, **conf}):
                 for key, text, _, now in corpus.queries:
                     caller, id_map = tenants[key]
                     with asked_at(now):
                         runs.append([id_map[pk] for pk in read.search(caller, text, k)])
-            finally:
-                settings.MEMPROJ.clear()
-                settings.MEMPROJ.update(saved)
             runs_by_setting.append(runs)
         now_fig, start_fig = (score_run(golds, runs, (5, 10, k)) for runs in runs_by_setting)
         now_ndcg, start_ndcg = (
