@@ -145,7 +145,22 @@ def memory_anchor(memory_id: uuid.UUID | None) -> str:
     return format_html('<a href="{}">{}</a>', url, str(memory_id)[:8])
 
 
+# A spreadsheet reads a cell starting with one of these as a formula (or, for
+# tab and CR, strips them and then may): memories hold what agents and users
+# wrote, so "=HYPERLINK(...)" in a memory must reach the reviewer as text.
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> str:
+    """One exported cell: text, with a leading single quote when a spreadsheet
+    would otherwise evaluate it."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(FORMULA_TRIGGERS) else text
+
+
 def csv_response(filename: str, header: list[str], rows: Any) -> StreamingHttpResponse:
+    """The one place the admin writes CSV; every cell goes through ``csv_cell``."""
+
     class Echo:
         def write(self, value: str) -> str:
             return value
@@ -153,9 +168,9 @@ def csv_response(filename: str, header: list[str], rows: Any) -> StreamingHttpRe
     writer = csv.writer(Echo())
 
     def lines() -> Any:
-        yield writer.writerow(header)
+        yield writer.writerow([csv_cell(cell) for cell in header])
         for row in rows:
-            yield writer.writerow(row)
+            yield writer.writerow([csv_cell(cell) for cell in row])
 
     response = StreamingHttpResponse(lines(), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
