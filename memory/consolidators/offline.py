@@ -18,6 +18,7 @@ import numpy as np
 from django.conf import settings
 
 from memory.consolidators.base import EpisodeView, Plan, Proposal
+from memory.statements import same_statement
 
 _WORD = re.compile(r"[a-z][a-z0-9']{2,}")
 _STOPWORD_TEXT = (
@@ -38,11 +39,10 @@ class OfflineConsolidator:
     needs_embeddings = True
 
     def __init__(
-        self, *, cluster_similarity: float, min_size: int, duplicate_similarity: float, settle: timedelta
+        self, *, cluster_similarity: float, min_size: int, settle: timedelta
     ) -> None:
         self.cluster_similarity = cluster_similarity
         self.min_size = min_size
-        self.duplicate_similarity = duplicate_similarity
         self.settle = settle
 
     @classmethod
@@ -51,7 +51,6 @@ class OfflineConsolidator:
         return cls(
             cluster_similarity=conf["CLUSTER_SIMILARITY"],
             min_size=conf["CLUSTER_MIN_SIZE"],
-            duplicate_similarity=conf["DUPLICATE_SIMILARITY"],
             settle=timedelta(hours=conf["CONSOLIDATE_SETTLE_HOURS"]),
         )
 
@@ -80,8 +79,7 @@ class OfflineConsolidator:
         for i in idx:  # idx is oldest first, so each group's head is its oldest episode
             for group in groups:
                 head = group[0]
-                same = episodes[head].content_hash == episodes[i].content_hash
-                if same or float(self._vectors[head] @ self._vectors[i]) >= self.duplicate_similarity:
+                if same_statement(episodes[head].content, episodes[i].content):
                     group.append(i)
                     break
             else:

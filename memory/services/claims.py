@@ -16,6 +16,7 @@ from memory import validation
 from memory.errors import Duplicate, InvalidArgument
 from memory.models import Kind, Memory
 from memory.services.graph import EntityInput, RelationInput, graph_merge
+from memory.services.locks import tenant_write_lock
 from memory.services.memories import fact_store, require_write, rule_store
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
@@ -61,6 +62,7 @@ def claim_upsert(
             "hash the text after NFC, CRLF->LF, trimming and collapsing whitespace, or leave content_hash out."
         )
     with transaction.atomic():
+        tenant_write_lock(caller.tenant_id)  # memory/services/locks.py
         with connection.cursor() as cursor:  # one writer per (tenant, text): the check below cannot race
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", [f"{caller.tenant_id}:{digest}"])
         existing = (

@@ -27,6 +27,7 @@ from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, V
 from memory.outcomes import collection_apply
 from memory.services.events import EventType, event_append
 from memory.services.feedback import collection_event
+from memory.services.locks import memories_tenant_write_lock
 from memory.services.memories import episode_store, fact_store, memories_insert, require_write
 from memory.services.sweeps import SweepResult
 from memory.services.system import system_caller
@@ -190,10 +191,9 @@ def book_ingest(
     title = validation.text(title, field="title", max_chars=200)
     if not isinstance(text, str) or not text.strip():
         raise InvalidArgument("the document is empty; send UTF-8 text or Markdown.")
+    validation.encodable(text, field="the document")
     if len(text.encode("utf-8")) > BOOK_MAX_BYTES:
         raise InvalidArgument(f"the document is over the limit of {BOOK_MAX_BYTES} bytes (10 MB); split it.")
-    if "\x00" in text:
-        raise InvalidArgument("the document must be text (it contains NUL characters).")
     tag_list = validation.tags(tags)
     chunks = book_chunks(text)
     rows = [
@@ -251,6 +251,9 @@ def exchange_open(
 ) -> Exchange:
     """The UserPromptSubmit side of a turn: what was asked, what KNOWN CONTEXT
     showed, and which earlier turn the prompt asked the model to score."""
+    require_write(caller)
+    conversation_id = validation.identifier(conversation_id, field="conversation_id")
+    user_message = validation.encodable(user_message, field="user_message")
     return Exchange.objects.create(
         tenant_id=caller.tenant_id,
         principal_id=caller.principal_id,
@@ -263,6 +266,7 @@ def exchange_open(
 
 def exchange_pending_scoring(*, caller: Caller, conversation_id: str) -> Exchange | None:
     """The conversation's last completed turn, if the model has not scored it yet."""
+    conversation_id = validation.identifier(conversation_id, field="conversation_id")
     last = (
         Exchange.objects.for_caller(caller)
         .filter(principal_id=caller.principal_id, conversation_id=conversation_id, completed_at__isnull=False)
@@ -287,6 +291,10 @@ def exchange_complete(
     """The Stop side of a turn: the exchange is stored as a working memory (so
     it can be scored next turn and earn its way to history) and its row is
     completed, in one transaction."""
+    require_write(caller)
+    conversation_id = validation.identifier(conversation_id, field="conversation_id")
+    for name, value in (("user_message", user_message), ("assistant_response", assistant_response), ("transcript", transcript)):
+        validation.encodable(value, field=name)
     content = f"User: {user_message}\n\nAssistant: {assistant_response}"
     limit = settings.MEMPROJ["MAX_CONTENT_CHARS"]
     if len(content) > limit:
@@ -320,7 +328,9 @@ def exchange_complete(
 def exchange_mark_scored(*, caller: Caller) -> Exchange | None:
     """score_response was called: the turn the caller's latest prompt asked to
     have scored is scored now. Returns it (the exchange outcome applies to its
-    stored working memory), or None when nothing was waiting."""
+    stored working memory), or None when nothing was waiting. A read-only
+    caller is refused before anything is marked."""
+    require_write(caller)
     with transaction.atomic():
         latest = (
             Exchange.objects.for_caller(caller)
@@ -382,6 +392,7 @@ def collections_lifecycle(*, now: datetime | None = None, batch_size: int | None
     moved: list[uuid.UUID] = []
     with transaction.atomic():
         ids = list(due.order_by("created_at", "id").values_list("pk", flat=True)[:batch_size])
+        memories_tenant_write_lock(ids)
         for memory in Memory.objects.filter(pk__in=ids).without_vectors().select_for_update().order_by("pk"):
             fields, before = collection_apply(memory, now)
             if before is None:

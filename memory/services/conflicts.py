@@ -2,14 +2,17 @@
 memories (run by a worker after the write commits), and the review actions
 that resolve what it found.
 
-- Exact duplicates (same content hash, or cosine similarity at or above
-  DUPLICATE_SIMILARITY) merge: the newer memory is superseded by the older one
-  through ``memory_supersede``, and the older one counts as confirmed again
-  (restating a fact is evidence for it).
-- Likely conflicts (a fact with the same subject and related content, or
-  anything highly similar but not a duplicate) become ``ConflictCandidate``
-  rows that tools and the admin show until someone accepts (the newer memory
-  supersedes the older) or dismisses them.
+- Duplicates merge only when they say the same thing: the same content hash,
+  or the same words (memory/statements.py: case, punctuation and articles
+  aside, so every number, date, name and identifier must agree); embedding
+  similarity alone never merges. The group's newest memory is kept and the older ones are
+  superseded by it through ``memory_supersede`` (audited, reversible with the
+  admin's restore), so nothing a user could want is hidden: the text survives,
+  with its latest date; a fact or rule kept counts as confirmed.
+- Everything weaker is a ``ConflictCandidate`` that tools and the admin show
+  until someone accepts (the newer memory supersedes the older) or dismisses
+  it: a fact with the same subject and related content, or anything highly
+  similar but not the same statement (the reason names the words that differ).
 
 Episodes are not checked: a repeated episode is the signal consolidation
 looks for, not a conflict."""
@@ -36,8 +39,10 @@ from memory.models import (
     graph_distance,
 )
 from memory.services.events import EventType, event_append
+from memory.services.locks import tenant_write_lock
 from memory.services.memories import memory_confirm, memory_supersede
 from memory.services.system import pipeline_setting, system_caller
+from memory.statements import differing_words, statement_words
 from policy.caller import Caller
 
 logger = logging.getLogger(__name__)
@@ -53,9 +58,13 @@ class ConflictCheckResult:
     skipped: str = ""
 
 
+def _age(memory: Memory) -> tuple[object, str]:
+    """A total order by age: two checks racing on the same pair agree on it."""
+    return (memory.created_at, str(memory.pk))
+
+
 def _older_first(a: Memory, b: Memory) -> tuple[Memory, Memory]:
-    """Deterministic winner: two checks racing on the same pair agree on it."""
-    return (a, b) if (a.created_at, str(a.pk)) <= (b.created_at, str(b.pk)) else (b, a)
+    return (a, b) if _age(a) <= _age(b) else (b, a)
 
 
 def _peers(memory: Memory):  # type: ignore[no-untyped-def]
@@ -82,10 +91,15 @@ def memory_conflict_check(*, memory_id: uuid.UUID) -> ConflictCheckResult:
         return ConflictCheckResult(skipped="episode")
     if memory.validity != Validity.ACTIVE:
         return ConflictCheckResult(skipped=memory.validity)
+    with transaction.atomic():
+        tenant_write_lock(memory.tenant_id)
+        return _check(memory)
+
+
+def _check(memory: Memory) -> ConflictCheckResult:
     caller = system_caller(memory.tenant_id)
     result = ConflictCheckResult()
 
-    exact = list(_peers(memory).filter(content_hash=memory.content_hash).without_vectors())
     similar: list[tuple[Memory, float]] = []
     if memory.embedding_status == EmbeddingStatus.READY and memory.embedding is not None:
         rows = (
@@ -97,18 +111,20 @@ def memory_conflict_check(*, memory_id: uuid.UUID) -> ConflictCheckResult:
         )
         similar = [(row, 1.0 - float(row.distance)) for row in rows]
 
-    duplicates = {m.pk: (m, 1.0) for m in exact}
-    for other, sim in similar:
-        if sim >= pipeline_setting("DUPLICATE_SIMILARITY"):
-            duplicates.setdefault(other.pk, (other, sim))
-    if memory.namespace and memory.subject:
-        # A LangGraph store item is addressed by (namespace, key): merging it
-        # away would make get(key) fail. Duplicates stay for review instead.
-        duplicates = {}
+    duplicates: dict[uuid.UUID, Memory] = {}
+    if not (memory.namespace and memory.subject):
+        # (A LangGraph store item is addressed by (namespace, key): merging it
+        # away would make get(key) fail. Its duplicates stay for review.)
+        words = statement_words(memory.content)
+        for other in _peers(memory).filter(content_hash=memory.content_hash).without_vectors():
+            duplicates[other.pk] = other
+        for other, _ in similar:
+            if other.pk not in duplicates and statement_words(other.content) == words:
+                duplicates[other.pk] = other
     if duplicates:
-        # Merge everything into the oldest of the group.
-        group = [memory] + [m for m, _ in duplicates.values()]
-        keeper = min(group, key=lambda m: (m.created_at, str(m.pk)))
+        # The newest of the group stays; the others are superseded by it.
+        group = [memory, *duplicates.values()]
+        keeper = max(group, key=_age)
         for other in group:
             if other.pk == keeper.pk:
                 continue
@@ -137,7 +153,8 @@ def memory_conflict_check(*, memory_id: uuid.UUID) -> ConflictCheckResult:
         if same_subject and sim >= pipeline_setting("SAME_SUBJECT_SIMILARITY"):
             kind, reason = ConflictKind.CONTRADICTION, f"same subject {memory.subject!r}, different content"
         elif sim >= pipeline_setting("NEAR_DUPLICATE_SIMILARITY"):
-            kind, reason = ConflictKind.DUPLICATE, "highly similar content"
+            differs = differing_words(memory.content, other.content)
+            kind, reason = ConflictKind.DUPLICATE, f"highly similar content; differs in: {differs}"
         else:
             continue
         newer, older = _older_first(memory, other)[::-1]
@@ -186,6 +203,7 @@ def _require_review(caller: Caller) -> None:
 
 def _locked_open(caller: Caller, conflict_id: object) -> ConflictCandidate:
     pk = validation.memory_id(conflict_id)
+    tenant_write_lock(caller.tenant_id)
     candidate = ConflictCandidate.objects.for_caller(caller).select_for_update().filter(pk=pk).first()
     if candidate is None:
         raise NotFound(f"no conflict candidate with id {pk} in this tenant.")

@@ -26,8 +26,10 @@ from memory.consolidators import Consolidator, EpisodeView, Proposal, get_consol
 from memory.errors import InvalidArgument, NotFound
 from memory.models import EmbeddingStatus, Kind, LinkKind, Memory, MemoryLink
 from memory.services.events import EventType, event_append
+from memory.services.locks import tenant_write_lock
 from memory.services.memories import fact_store, memory_supersede, rule_store
 from memory.services.system import pipeline_setting, system_caller
+from memory.statements import same_statement
 from policy.caller import Caller
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ def _unconsolidated(tenant_id: uuid.UUID | None, now: datetime, *, embedded: boo
 
 
 def _mark_consolidated(caller: Caller, ids: list[uuid.UUID], now: datetime, into: uuid.UUID | None) -> int:
+    tenant_write_lock(caller.tenant_id)
     marked = list(
         Memory.objects.filter(pk__in=ids, tenant_id=caller.tenant_id, consolidated_at__isnull=True)
         .select_for_update()
@@ -77,6 +80,7 @@ def _mark_consolidated(caller: Caller, ids: list[uuid.UUID], now: datetime, into
 
 def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, now: datetime) -> uuid.UUID | None:
     with transaction.atomic():
+        tenant_write_lock(caller.tenant_id)
         sources = list(
             Memory.objects.filter(
                 pk__in=proposal.source_ids,
@@ -167,17 +171,21 @@ def episodes_consolidate(
             if created is not None:
                 result.created.append(created)
                 result.consumed += len(proposal.source_ids)
+        by_id = {e.id: e for e in episodes}
         for group in plan.duplicates:
-            members = [pk for pk in group if pk in offered]
+            members = [by_id[pk] for pk in group if pk in offered]
+            # Whatever a consolidator (an LLM) groups, only the same statement
+            # merges (memory/statements.py), into the newest of the group.
             if len(members) < 2:
                 continue
-            keeper, *others = members
+            keeper = max(members, key=lambda e: (e.created_at, str(e.id)))
+            others = [e.id for e in members if e is not keeper and same_statement(e.content, keeper.content)]
             for other in others:
                 try:
-                    memory_supersede(caller=caller, old_id=other, new_id=keeper, reason="duplicate episode")
+                    memory_supersede(caller=caller, old_id=other, new_id=keeper.id, reason="duplicate episode")
                     result.merged += 1
                 except (InvalidArgument, NotFound) as exc:
-                    logger.info("duplicate episode %s not merged into %s: %s", other, keeper, exc)
+                    logger.info("duplicate episode %s not merged into %s: %s", other, keeper.id, exc)
         with transaction.atomic():
             result.consumed += _mark_consolidated(caller, sorted(plan.consumed & offered), now, None)
     # Re-enqueue only when this run made progress: a batch of young episodes that

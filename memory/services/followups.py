@@ -27,6 +27,7 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from memory.models import EmbeddingStatus, FollowUp, FollowUpKind, Kind, Memory
+from memory.services.locks import tenant_write_lock
 
 if TYPE_CHECKING:
     from memory.services.conflicts import ConflictCheckResult
@@ -159,7 +160,10 @@ def followup_conflict_check_run(*, memory_id: uuid.UUID) -> ConflictCheckResult:
     waiting on it then finds it closed and does nothing."""
     from memory.services.conflicts import ConflictCheckResult, memory_conflict_check
 
+    tenant_id = Memory.objects.filter(pk=memory_id).values_list("tenant_id", flat=True).first()
     with transaction.atomic():
+        if tenant_id is not None:
+            tenant_write_lock(tenant_id)  # before the follow-up row (memory/services/locks.py)
         open_rows = list(
             FollowUp.objects.select_for_update()
             .filter(memory_id=memory_id, kind=FollowUpKind.CONFLICT_CHECK, done_at__isnull=True)
@@ -193,6 +197,8 @@ def followups_drain(*, now: datetime | None = None, batch_size: int | None = Non
         if not sweep_lock("followups_drain"):
             return SweepResult(skipped=True)
         rows = list(due.order_by("attempts", "id").values_list("pk", "memory_id", "kind")[:batch_size])
+        # Every tenant of the batch now, in order, not one by one as the rows come.
+        tenant_write_lock(FollowUp.objects.filter(pk__in=[r[0] for r in rows]).values_list("tenant_id", flat=True))
         processed = failed = 0
         for pk, memory_id, kind in rows:
             try:

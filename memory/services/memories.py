@@ -22,6 +22,7 @@ from memory.retrieval import vector_literal
 from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, caller_event, event_append, events_append
 from memory.services.followups import followups_for_writes
+from memory.services.locks import tenant_write_lock
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
@@ -91,6 +92,7 @@ def _memory_row(*, caller: Caller, kind: str, content: str, embedding: _Embeddin
 
 def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
     memory = _memory_row(caller=caller, kind=kind, content=content, embedding=embedding, **fields)
+    tenant_write_lock(caller.tenant_id)  # before the insert's term-statistics triggers (memory/services/locks.py)
     memory.save(force_insert=True)
     return memory
 
@@ -108,8 +110,7 @@ def _episode_values(
     ttl: timedelta | None = None,
 ) -> dict[str, Any]:
     """An episode's validated columns (one set of rules for one and for many)."""
-    if metadata is not None and not isinstance(metadata, dict):
-        raise InvalidArgument("metadata must be an object.")
+    metadata = validation.metadata(metadata)
     if ttl is None:
         # Episodes are seed 004's session scope: the tenant policy's session TTL
         # decides their expiry (7 d by default); 'inf' keeps them 100 years, since
@@ -215,6 +216,7 @@ def memories_insert(
     the rows, one for their 'stored' audit events (``payloads``: one per row),
     one per follow-up kind (the outbox). The bulk writes (an episode import, a
     book's chunks) share it."""
+    tenant_write_lock(caller.tenant_id)
     Memory.objects.bulk_create(rows, batch_size=500)
     events_append(
         [
@@ -241,6 +243,7 @@ class FactStoreResult:
 def _lock_fact_key(tenant_id: uuid.UUID, namespace: Sequence[str], subject: str, predicate: str) -> None:
     """Serialise writers of one subject+predicate: an advisory lock taken inside
     the transaction, released at commit. The partial unique index is the backstop."""
+    tenant_write_lock(tenant_id)
     key = "\x1f".join([str(tenant_id), "\x1e".join(namespace), subject, predicate])
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
@@ -302,7 +305,8 @@ def fact_store(
     permanence = validation.choice(permanence, field="permanence", allowed=scoring.DECAY_RATES)
     scope = validation.label(scope, field="scope")
     tag_list = validation.tags(tags)
-    namespace = [validation.text(part, field="namespace segment", max_chars=200) for part in namespace]
+    namespace = validation.namespace(namespace)
+    metadata = validation.metadata(metadata)
     embedding = _embed_for_store(content, kind=Kind.FACT)
     now = timezone.now()
     state, state_changes_at = scoring.fact_state_schedule(
@@ -377,6 +381,7 @@ def rule_store(
     boundary_class = validation.choice(boundary_class, field="boundary_class", allowed=BOUNDARY_CLASSES)
     scope = validation.label(scope, field="scope")
     tag_list = validation.tags(tags)
+    metadata = validation.metadata(metadata)
     embedding = _embed_for_store(content, kind=Kind.RULE)
     with transaction.atomic():
         memory = _new_memory(
@@ -401,9 +406,11 @@ def rule_store(
 
 
 def memory_lock(*, caller: Caller, memory_id: object, kinds: Iterable[str]) -> Memory:
-    """Load one of the caller's memories FOR UPDATE (inside a transaction)."""
+    """Load one of the caller's memories FOR UPDATE (inside a transaction),
+    after the tenant's write lock."""
     kinds = list(kinds)
     pk = validation.memory_id(memory_id)
+    tenant_write_lock(caller.tenant_id)
     memory = (
         Memory.objects.for_caller(caller).filter(pk=pk, kind__in=kinds).without_vectors().select_for_update().first()
     )
@@ -479,7 +486,7 @@ def fact_retract_by_key(
     """Retract the active fact held under a key in a namespace (a LangGraph
     store delete). None when nothing holds the key: deleting twice is fine."""
     require_write(caller)
-    namespace = [validation.text(part, field="namespace segment", max_chars=200) for part in namespace]
+    namespace = validation.namespace(namespace)
     subject, predicate = _fact_key(subject, predicate or None)
     with transaction.atomic():
         _lock_fact_key(caller.tenant_id, namespace, subject, predicate)
@@ -512,6 +519,7 @@ def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: 
     if old_pk == new_pk:
         raise InvalidArgument("a memory cannot supersede itself; pass two different ids.")
     with transaction.atomic():
+        tenant_write_lock(caller.tenant_id)
         # Lock both rows in a stable order so two opposite supersessions cannot deadlock.
         rows = {
             m.pk: m

@@ -15,6 +15,7 @@ from django.db import connection, models, transaction
 from memory.errors import NotFound, PermissionDenied
 from memory.models import ConflictCandidate, FollowUp, Memory, MemoryLink
 from memory.services.events import EventType
+from memory.services.locks import tenant_write_lock
 from memproj.dbroles import owner_user, separate_roles
 from policy.models import Principal, Tenant
 
@@ -82,6 +83,7 @@ def tenant_purge(*, tenant_id: uuid.UUID, reason: str = "", actor_principal_id: 
     if not Tenant.objects.filter(pk=tenant_id).exists():
         raise NotFound(f"no tenant with id {tenant_id}.")
     with transaction.atomic():
+        tenant_write_lock(tenant_id)  # memory/services/locks.py
         memory_ids = list(Memory.objects.filter(tenant_id=tenant_id).values_list("pk", flat=True))
         memories, conflicts, links = _delete_memories(memory_ids)
         conflicts += ConflictCandidate.objects.filter(tenant_id=tenant_id).delete()[0]
@@ -112,6 +114,7 @@ def principal_purge(
         raise NotFound(f"no principal with id {principal_id}.")
     tenant_id = principal.tenant_id
     with transaction.atomic():
+        tenant_write_lock(tenant_id)
         memory_ids = list(Memory.objects.filter(principal_id=principal_id).values_list("pk", flat=True))
         memories, conflicts, links = _delete_memories(memory_ids)
         principal.delete()

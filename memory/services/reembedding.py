@@ -18,6 +18,7 @@ from memory.errors import EmbeddingUnavailable
 from memory.models import EmbeddingStatus, Memory
 from memory.services.events import EventType
 from memory.services.followups import followups_embedded
+from memory.services.locks import memories_tenant_write_lock
 from memory.services.memories import memory_embed_batch
 from memory.services.sweeps import SweepResult, audit_rows, fair_batch, sweep_lock, sweep_sizes
 from memory.services.system import pipeline_setting
@@ -99,6 +100,7 @@ def memories_reembed(
         if not sweep_lock("memories_reembed"):
             return SweepResult(skipped=True)
         ids = fair_batch(stale, order_by=["created_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
+        memories_tenant_write_lock(ids)
         rows = list(
             stale.filter(pk__in=ids).select_for_update().values_list("pk", "tenant_id", "kind", "embedding_model")
         )

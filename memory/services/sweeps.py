@@ -22,9 +22,10 @@ from django.db.models.functions import Random, RowNumber
 from django.utils import timezone
 
 from memory import scoring
-from memory.models import Kind, Maturity, Memory, Validity
+from memory.models import ActiveContext, Kind, Maturity, Memory, Validity
 from memory.outcomes import maturity_set
 from memory.services.events import EventType, NewEvent, events_append
+from memory.services.locks import memories_tenant_write_lock
 from memory.services.system import pipeline_setting
 
 
@@ -100,6 +101,7 @@ def memories_expire(
             return SweepResult(skipped=True)
         ids = fair_batch(due, order_by=["expires_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
         fields = ("pk", "tenant_id", "kind", "expires_at", "content_hash", "validity", "superseded_by_id")
+        memories_tenant_write_lock(ids)  # a successor's history is always in its own tenant
         rows = list(Memory.objects.filter(pk__in=ids, expires_at__lte=cutoff).select_for_update().values_list(*fields))
         expired = [row[0] for row in rows]
         history: list[tuple[Any, ...]] = []
@@ -155,6 +157,7 @@ def facts_decay(
             return SweepResult(skipped=True)
         ids = fair_batch(due, order_by=["fact_state_changes_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
         changes = []
+        memories_tenant_write_lock(ids)
         facts = list(due.filter(pk__in=ids).without_vectors().select_for_update().order_by("pk"))
         for fact in facts:
             confirmed_at = fact.last_confirmed_at or fact.created_at
@@ -230,6 +233,7 @@ def rules_maturity(
     with transaction.atomic():
         if not sweep_lock("rules_maturity"):
             return SweepResult(skipped=True)
+        memories_tenant_write_lock(due)
         for rule in Memory.objects.filter(pk__in=due).without_vectors().select_for_update().order_by("pk"):
             before = rule.maturity or Maturity.CANDIDATE
             after = _settled_maturity(rule, now)
@@ -243,3 +247,25 @@ def rules_maturity(
             )
             changed.append(rule.pk)
     return SweepResult(processed=len(changed), more=more, ids=changed)
+
+
+# --- Active contexts (pce) -----------------------------------------------------------------
+
+
+def active_contexts_expire(*, now: datetime | None = None, batch_size: int | None = None) -> SweepResult:
+    """Delete pce active contexts whose expiry has passed, oldest first, one
+    bounded batch per run. No read serves an expired context (its cursor
+    answers Gone before and after this sweep), so deleting one changes no
+    answer and is not audited: a context is a snapshot of a ranking, not a
+    memory. Locks only the rows it deletes, which no write path locks (an
+    activation only inserts), so it stands outside the tenant lock order."""
+    now = now or timezone.now()
+    batch_size, _ = sweep_sizes(batch_size, None)
+    due = ActiveContext.objects.filter(expires_at__lte=now)
+    with transaction.atomic():
+        if not sweep_lock("active_contexts_expire"):
+            return SweepResult(skipped=True)
+        ids = list(due.order_by("expires_at", "id").values_list("pk", flat=True)[:batch_size])
+        deleted, _ = ActiveContext.objects.filter(pk__in=ids, expires_at__lte=now).delete()
+        more = due.exists()
+    return SweepResult(processed=deleted, more=more, ids=ids)

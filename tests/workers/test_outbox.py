@@ -4,6 +4,7 @@ the drain sweep does it once the broker is back - exactly once."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -71,15 +72,15 @@ async def test_writes_answer_success_with_the_broker_down_and_are_followed_up_on
         result = followups_drain(now=later())
         assert (result.processed, result.failed, result.more) == (3, 0, False)
         assert not FollowUp.objects.filter(done_at__isnull=True).exists()
-        # The conflict check ran: the restatement merged into the older fact, once.
-        merged = Memory.objects.get(pk=newer["id"])
-        assert (merged.validity, merged.superseded_by_id) == ("superseded", older.memory.id)
-        assert MemoryEvent.objects.filter(memory_id=newer["id"], event_type=EventType.SUPERSEDED).count() == 1
-        assert MemoryEvent.objects.filter(memory_id=older.memory.id, event_type=EventType.CONFIRMED).count() == 1
+        # The conflict check ran: the older fact merged into its restatement, once.
+        merged = Memory.objects.get(pk=older.memory.id)
+        assert (merged.validity, merged.superseded_by_id) == ("superseded", uuid.UUID(newer["id"]))
+        assert MemoryEvent.objects.filter(memory_id=older.memory.id, event_type=EventType.SUPERSEDED).count() == 1
+        assert MemoryEvent.objects.filter(memory_id=newer["id"], event_type=EventType.CONFIRMED).count() == 1
         # A second drain, or the task redelivered late, finds nothing to do.
         assert followups_drain(now=later()).processed == 0
         assert tasks.memory_conflict_check_task.apply(args=[newer["id"]]).get()["skipped"] == "done"
-        assert MemoryEvent.objects.filter(memory_id=older.memory.id, event_type=EventType.CONFIRMED).count() == 1
+        assert MemoryEvent.objects.filter(memory_id=newer["id"], event_type=EventType.CONFIRMED).count() == 1
 
     await sync_to_async(drain_and_check)()
 

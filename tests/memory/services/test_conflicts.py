@@ -1,13 +1,16 @@
-"""Semantic conflict check: duplicates merge into the older memory, likely
-conflicts become candidates, review accepts or dismisses, all inside one tenant.
-(These tests call the check directly; with ``db`` the on-commit task does not run.)"""
+"""Semantic conflict check: only the same statement merges (into the newest
+memory), likely conflicts and near-identical facts become candidates, review
+accepts or dismisses, all inside one tenant. (These tests call the check
+directly; with ``db`` the on-commit task does not run.)"""
 
 import pytest
 
 from memory.errors import InvalidArgument, NotFound
 from memory.models import ConflictCandidate, Memory, MemoryEvent
 from memory.services.conflicts import conflict_accept, conflict_dismiss, memory_conflict_check
-from memory.services.memories import episode_store, fact_store, memory_forget, rule_store
+from memory.services.memories import episode_store, fact_store, memory_forget, memory_restore, rule_store
+from memory.selectors.memories import memory_search
+from memory.statements import same_statement
 
 # Similarity thresholds and clustering are tuned to the real model's vectors.
 pytestmark = [pytest.mark.django_db, pytest.mark.real_embedder]
@@ -22,33 +25,74 @@ def state(memory):
     return memory.validity, memory.superseded_by_id
 
 
-def test_exact_duplicate_merges_into_the_older_memory(member):
+def test_exact_duplicate_merges_into_the_newer_memory(member):
     older = fact(member, "user", "allergy", "User is allergic to peanuts")
     newer = fact(member, "ana", "food allergy", "User is allergic to peanuts")
-    confirmed_before = Memory.objects.get(pk=older.pk).last_confirmed_at
+    confirmed_before = Memory.objects.get(pk=newer.pk).last_confirmed_at
 
     result = memory_conflict_check(memory_id=newer.id)
-    assert result.merged == [newer.id] and result.merged_into == older.id
-    assert state(newer) == ("superseded", older.id)
-    assert state(older) == ("active", None)
-    assert Memory.objects.get(pk=older.pk).last_confirmed_at > confirmed_before  # restating confirms
-    [event] = MemoryEvent.objects.filter(memory_id=newer.id, event_type="superseded")
+    assert result.merged == [older.id] and result.merged_into == newer.id
+    assert state(older) == ("superseded", newer.id)
+    assert state(newer) == ("active", None)
+    assert Memory.objects.get(pk=newer.pk).last_confirmed_at > confirmed_before  # restating confirms
+    [event] = MemoryEvent.objects.filter(memory_id=older.id, event_type="superseded")
     assert event.payload["reason"] == "duplicate"
 
-    # Twice is harmless: the newer one is no longer active, the older finds nothing.
+    # Twice is harmless: the older one is no longer active, the newer finds nothing.
     count = MemoryEvent.objects.count()
-    assert memory_conflict_check(memory_id=newer.id).skipped == "superseded"
-    assert memory_conflict_check(memory_id=older.id).merged == []
+    assert memory_conflict_check(memory_id=older.id).skipped == "superseded"
+    assert memory_conflict_check(memory_id=newer.id).merged == []
     assert MemoryEvent.objects.count() == count
 
+    # Reversible: the admin's restore brings the older one back.
+    memory_restore(caller=member.caller, memory_id=older.id)
+    assert state(older) == ("active", None)
 
-def test_near_identical_wording_merges_even_when_checked_from_the_older_side(member):
-    older = fact(member, "user", "colour", "User's favourite colour is blue")
-    newer = fact(member, "user", "favorite color", "User's favorite color is blue")
-    # Whichever memory's check runs, the newer one is the one superseded.
+
+def test_same_words_merge_whichever_side_is_checked(member):
+    older = fact(member, "user", "colour", "The user's favourite colour is blue.")
+    newer = fact(member, "user", "favourite colour", "user's Favourite colour is blue")
     result = memory_conflict_check(memory_id=older.id)
-    assert result.merged == [newer.id]
-    assert state(newer) == ("superseded", older.id)
+    assert result.merged == [older.id] and result.merged_into == newer.id
+    assert state(older) == ("superseded", newer.id) and state(newer) == ("active", None)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("The staging database password was rotated on 2026-11-02", "The staging database password was rotated on 2026-11-09"),
+        ("Invoice 4411 from Acme was paid on March 3", "Invoice 4412 from Acme was paid on March 3"),
+        ("Alice approved the deployment of build 7f3a", "Bob approved the deployment of build 7f3a"),
+        ("The API rate limit is 500 requests per minute", "The API rate limit is 5000 requests per minute"),
+        ("User's favourite colour is blue", "User's favorite color is blue"),
+    ],
+)
+def test_near_identical_facts_that_differ_both_stay_active(member, first, second):
+    """Embedding similarity cannot tell "same" from "differs in one number,
+    date, name or id": such pairs are open candidates, never merged."""
+    older = fact(member, None, None, first)
+    newer = fact(member, None, None, second)
+    for memory in (newer, older):
+        assert memory_conflict_check(memory_id=memory.id).merged == []
+    assert state(older) == ("active", None) and state(newer) == ("active", None)
+    # What a user sees: a search for each text finds it.
+    for memory in (older, newer):
+        hits = memory_search(caller=member.caller, query=memory.content, limit=5)
+        assert memory.id in [hit.memory.id for hit in hits]
+    # Highly similar pairs are open for review, naming what differs.
+    for candidate in ConflictCandidate.objects.filter(memory=newer, other=older):
+        assert candidate.kind == "duplicate" and candidate.status == "open"
+        assert "differs in" in candidate.reason
+    assert not same_statement(first, second)
+
+
+def test_statement_words_keep_what_a_fact_turns_on():
+    assert same_statement("The user likes tea.", "user likes tea")
+    assert not same_statement("Alice paid Bob", "Bob paid Alice")
+    assert not same_statement("It is -5 degrees", "It is 5 degrees")
+    assert not same_statement("It costs $5", "It costs €5")
+    assert not same_statement("The user is not vegan", "The user is vegan")
+    assert same_statement("Ｖｅｒｓｉｏｎ ２", "version 2")  # NFKC
 
 
 def test_same_subject_different_content_is_a_contradiction_candidate(member):

@@ -1,0 +1,60 @@
+"""The one lock order of every write path (web, worker, beat, admin, purge).
+
+A write transaction takes, in this order and never the other way round:
+
+1. the tenant write lock of each tenant it will change (``tenant_write_lock``),
+   tenants in ascending id order;
+2. a fact key's advisory lock (``memories._lock_fact_key``);
+3. memory rows ``FOR UPDATE``, in primary-key order where there are several;
+4. the rows that hang off memories (follow-ups, conflict candidates, entities);
+5. the term-statistics rows, which the INSERT/DELETE triggers of
+   ``memory_memory`` upsert in (tenant, term) order (migration 0011).
+
+The tenant write lock is the same advisory lock the audit writer
+(``memproj_events_append``) takes to chain a tenant's events, so a write that
+reaches its audit append already holds it (advisory locks are re-entrant).
+Taking it first is what keeps two writers of one tenant from holding steps
+2-5 in opposite orders: an insert that took the term-statistics rows and then
+waited for the audit lock, against a duplicate merge that held the audit lock
+and then waited for a term-statistics or memory row, was a deadlock.
+
+The primitives that lock (``memory_lock``, ``_lock_fact_key``, the inserts,
+``memory_supersede``) take it themselves; a service that locks rows of its own
+calls ``tenant_write_lock`` before it does. Writes that only touch one row and
+append nothing (a vector, an access time) need not take it: they wait on a row
+lock while holding none, which cannot close a cycle."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from django.db import connection
+
+# The key memproj_events_append locks (migration 0028): keep the two in step.
+_TENANT_LOCK_PREFIX = "memproj.events."
+
+
+def tenant_write_lock(tenant_ids: uuid.UUID | Iterable[uuid.UUID]) -> None:
+    """Take the write lock of one or more tenants, inside the caller's
+    transaction (released at commit or rollback), in ascending id order."""
+    ids = [tenant_ids] if isinstance(tenant_ids, uuid.UUID) else list(tenant_ids)
+    ordered = sorted({str(tenant_id) for tenant_id in ids})
+    if not ordered:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            # unnest keeps the array's (sorted) order.
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s::text || t, 0)) FROM unnest(%s::text[]) AS t",
+            [_TENANT_LOCK_PREFIX, ordered],
+        )
+
+
+def memories_tenant_write_lock(memory_ids: Iterable[uuid.UUID]) -> None:
+    """A sweep's form: the write locks of every tenant owning one of the
+    memories it is about to lock, before it locks any of them."""
+    from memory.models import Memory
+
+    ids = list(memory_ids)
+    if ids:
+        tenant_write_lock(Memory.objects.filter(pk__in=ids).values_list("tenant_id", flat=True).distinct())
