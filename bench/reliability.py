@@ -1503,7 +1503,7 @@ class FaultReport:
     bare_http_errors: int = 0  # an HTTP error status without a code
     uncoded_errors: int = 0  # an error answer without the dialect's code
     timeouts: int = 0  # no answer within the client's 30 s
-    lost: int = 0  # accepted, but no row
+    lost: int = 0  # accepted, but a search for its own text does not find it
     committed_but_error: int = 0  # rows beyond the ok answers: an attempt answered an error yet committed
     duplicates: int = 0  # writes with more than one row (not explained by an unanswered attempt)
     # Rows from attempts that got no answer at all (the client's 30 s timeout or a
@@ -1703,13 +1703,8 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
     reads: list[Read] = []
 
     def accepted() -> list[str]:
-        # Episodes only: a fact or rule may be merged into a near-identical one by
-        # its conflict check (these differ by their marker alone), and then rightly not found.
-        return [
-            m
-            for m, attempts in list(answers.items())
-            if attempts and attempts[-1].outcome == "ok" and WRITE_KINDS[int(m.rsplit("x", 1)[1]) % 3] == "episode"
-        ]
+        # Every kind: writes that differ by their marker are never merged.
+        return [m for m, attempts in list(answers.items()) if attempts and attempts[-1].outcome == "ok"]
 
     async def reader(stop_at: float) -> None:
         reads.extend(await read_load(stack, token, accepted, stop_at))
@@ -1768,6 +1763,13 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
     for row in found:
         by_marker[re.search(rf"({run_id}x\d+)", row[0]).group(1)].append(row)  # type: ignore[union-attr]
     rows = Counter({marker: len(same) for marker, same in by_marker.items()})
+    # Lost is what a user would call lost: an acknowledged write a search for its own text does not find.
+    texts = {
+        marker: write_arguments(WRITE_KINDS[int(marker.rsplit("x", 1)[1]) % 3], marker)[1]["content"]
+        for marker, attempts in answers.items()
+        if any(a.outcome == "ok" for a in attempts)
+    }
+    not_found = set(asyncio.run(texts_not_found(stack, token, list(texts.values()))))
     for marker, attempts in answers.items():
         ok = sum(a.outcome == "ok" for a in attempts)
         report.writes += 1
@@ -1788,13 +1790,180 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
         unanswered = sum(a.outcome in ("hang", "exception") for a in attempts)
         extra = max(0, present - ok)
         explained = min(extra, unanswered)
-        report.lost += ok > 0 and present == 0
+        report.lost += ok > 0 and texts[marker] in not_found
         report.committed_unanswered += explained
         report.committed_but_error += extra - explained
         report.duplicates += present - explained > 1
         if present > max(ok, 1) and len(report.samples) < 4:
             # What the extra rows are (kind, validity, when) tells a retry from a second writer.
             report.samples.append(f"{marker}: {len(attempts)} attempts, rows {[r[1:] for r in by_marker[marker]]}")
+    return report
+
+
+async def texts_not_found(
+    stack: Stack, token: str, texts: Sequence[str], *, clients: int = 8, limit: int = 10
+) -> list[str]:
+    """The texts that a ``memory_search`` for the text itself does not return:
+    what a user calls lost, whatever rows the database holds."""
+    import httpx
+
+    pending = list(dict.fromkeys(texts))
+    missing: list[str] = []
+    url = f"{stack.url}/mcp/memory"
+
+    async def searcher(http: Any) -> None:
+        while pending:
+            text = pending.pop()
+            for attempt in range(4):
+                answer = await mcp_call(http, url, token, "memory_search", {"query": text, "limit": limit})
+                if answer.outcome == "ok":
+                    break
+                await asyncio.sleep(0.5 * 2**attempt)
+            if text not in answer_text(answer):
+                missing.append(text)
+
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60, connect=5)) as http:
+        await asyncio.gather(*(searcher(http) for _ in range(clients)))
+    return missing
+
+
+def deadlocks_so_far(stack: Stack) -> int:
+    """PostgreSQL's own count of transactions it aborted as deadlock victims."""
+    return int(stack.sql("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")[0][0])
+
+
+# A write-heavy stack for contention runs: every beat sweep each minute, and the
+# drain sweep racing the worker's own follow-up tasks after two seconds.
+CONTENTION_ENV = {
+    **{
+        name: "* * * * *"
+        for name in (
+            "MEMPROJ_BEAT_FOLLOWUPS",
+            "MEMPROJ_BEAT_EMBEDDINGS_RETRY",
+            "MEMPROJ_BEAT_CONSOLIDATE",
+            "MEMPROJ_BEAT_EXPIRE",
+            "MEMPROJ_BEAT_DECAY",
+            "MEMPROJ_BEAT_MATURITY",
+            "MEMPROJ_BEAT_LIFECYCLE",
+        )
+    },
+    "MEMPROJ_FOLLOWUP_GRACE_SECONDS": "2",
+    "MEMPROJ_EMBED_RETRY_GRACE_SECONDS": "2",
+    "MEMPROJ_CONSOLIDATE_SETTLE_HOURS": "0",
+}
+
+
+@dataclass
+class ContentionReport:
+    writers: int
+    seconds: float
+    writes: int = 0
+    accepted: int = 0
+    error_answers: int = 0
+    deadlocks: int = 0  # pg_stat_database.deadlocks during the run
+    merged: int = 0  # superseded by the conflict check as the same statement (the text stays findable)
+    open_candidates: int = 0  # near-identical pairs left for review
+    replaced_by_key: int = 0  # keyed facts superseded by a newer write of the same subject+predicate
+    lost: int = 0  # accepted, not found by a search for its own text, and retired by no audited rule
+    follow_ups_pending: int = 0
+    samples: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not (self.error_answers or self.deadlocks or self.lost or self.follow_ups_pending)
+
+
+def contention_write(run_id: str, n: int, accepted_memento: Sequence[str]) -> tuple[str, str, dict[str, Any]]:
+    """The n-th write of a contention run: (toolset, tool, arguments). A mix
+    that makes every write path meet the others in one tenant: restatements
+    (the worker merges them), near-identical facts differing in a date (left
+    for review), keyed facts sharing a subject+predicate (fact-key lock and
+    supersession), rules and episodes (the sweeps and consolidation)."""
+    marker = f"{run_id}x{n}"
+    slot = n % 8
+    if slot == 0 and accepted_memento:
+        return "memento", "store_memory", {"content": accepted_memento[-1 - (n // 8) % len(accepted_memento)]}
+    if slot == 1:
+        day = 2 + 7 * ((n // 8) % 4)
+        return "memento", "store_memory", {"content": f"Deploy key {run_id}k{n // 32} was rotated on 2026-11-{day:02d}"}
+    if slot in (0, 2, 3):
+        return "memento", "store_memory", {"content": f"Service {marker} is owned by team {n % 13}"}
+    if slot == 4:
+        return "memory", "memory_store_fact", {"subject": marker, "predicate": "status", "content": f"{marker} is live"}
+    if slot == 5:
+        return "memory", "memory_store_rule", {"content": f"Always page {marker} before a release"}
+    if slot == 6:
+        return "memory", "memory_store_episode", {"content": f"Deployed {marker} to staging", "butler": "ops"}
+    group = f"{run_id}g{n % 5}"
+    return "memory", "memory_store_fact", {"subject": group, "predicate": "owner", "content": f"{group} is {marker}"}
+
+
+def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: float, drain: float) -> ContentionReport:
+    """``writers`` concurrent clients of one tenant write for ``seconds`` while
+    the worker checks conflicts and the beat sweeps run; then, once every
+    follow-up is done, each acknowledged write is searched for by its own text."""
+    import httpx
+
+    run_id = f"ct{uuid.uuid4().hex[:6]}"
+    report = ContentionReport(writers, seconds)
+    deadlocks_before = deadlocks_so_far(stack)
+    accepted: list[tuple[str, dict[str, Any]]] = []
+    accepted_memento: list[str] = []
+    counter = itertools.count()
+    stop_at = time.monotonic() + seconds
+
+    async def writer(http: Any) -> None:
+        while time.monotonic() < stop_at:
+            toolset, name, args = contention_write(run_id, next(counter), accepted_memento)
+            report.writes += 1
+            answer = await mcp_call(http, f"{stack.url}/mcp/{toolset}", token, name, args)
+            if answer.outcome != "ok":
+                report.error_answers += 1
+                if len(report.samples) < 6:
+                    report.samples.append(f"{name}: {answer.outcome} {answer.text[:200]}")
+                continue
+            report.accepted += 1
+            accepted.append((name, args))
+            if name == "store_memory" and "Service" in args["content"]:
+                accepted_memento.append(args["content"])
+
+    async def run() -> None:
+        limits = httpx.Limits(max_connections=writers + 4)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(60, connect=5), limits=limits) as http:
+            await asyncio.gather(*(writer(http) for _ in range(writers)))
+
+    asyncio.run(run())
+    deadline = time.monotonic() + drain
+    while pending_follow_ups(stack, run_id) and time.monotonic() < deadline:
+        time.sleep(1)
+    report.follow_ups_pending = pending_follow_ups(stack, run_id)
+    report.deadlocks = deadlocks_so_far(stack) - deadlocks_before
+    like = [f"%{run_id}%"]
+    report.merged = stack.sql(
+        "SELECT count(*) FROM memory_memoryevent e JOIN memory_memory m ON m.id = e.memory_id "
+        "WHERE e.event_type = 'superseded' AND e.payload->>'reason' = 'duplicate' AND m.content LIKE %s",
+        like,
+    )[0][0]
+    report.open_candidates = stack.sql(
+        "SELECT count(*) FROM memory_conflictcandidate c JOIN memory_memory m ON m.id = c.memory_id "
+        "WHERE c.status = 'open' AND m.content LIKE %s",
+        like,
+    )[0][0]
+    replaced = {
+        content
+        for (content,) in stack.sql(
+            "SELECT m.content FROM memory_memory m JOIN memory_memoryevent e ON e.memory_id = m.id "
+            "WHERE m.validity = 'superseded' AND e.event_type = 'superseded' "
+            "AND e.payload->>'reason' = 'same subject and predicate' AND m.content LIKE %s",
+            like,
+        )
+    }
+    texts = [args["content"] for _, args in accepted]
+    missing = asyncio.run(texts_not_found(stack, token, texts))
+    report.replaced_by_key = len(replaced)
+    lost = [text for text in missing if text not in replaced]
+    report.lost = len(lost)
+    report.samples += [f"not found: {text}" for text in lost[:4]]
     return report
 
 
@@ -1885,6 +2054,8 @@ FULL = {
     "drain_seconds": 180.0,
     "load_clients": 32,
     "load_seconds": 60.0,
+    "contention_writers": 32,
+    "contention_seconds": 125.0,
 }
 SMALL = {
     "isolation_examples": 2,
@@ -1895,8 +2066,10 @@ SMALL = {
     "drain_seconds": 180.0,
     "load_clients": 4,
     "load_seconds": 8.0,
+    "contention_writers": 32,
+    "contention_seconds": 65.0,
 }
-PARTS = ("isolation", "fuzz", "faults", "load")
+PARTS = ("isolation", "fuzz", "faults", "load", "contention")
 
 
 def setup_django(stack: Stack) -> None:
@@ -1997,6 +2170,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     stack.use_embedder(None)
                     stack.start()
                 failures += _load_part(stack, tokens, size)
+        if "contention" in parts:
+            # Every beat sweep each minute, as CONTENTION_ENV says, on the packaged model.
+            stack.stop_serving()
+            stack.use_embedder(None)
+            stack.env.update(CONTENTION_ENV)
+            stack.start()
+            token = stack.issue_token(f"ct{run_id}", "agent", rate_limit=FAULT_RATE_LIMIT)
+            failures += _contention_part(stack, token, size)
     finally:
         if fake_embedder is not None:
             fake_embedder.stop()
@@ -2201,6 +2382,25 @@ def _load_part(stack: Stack, tokens: Sequence[str], size: dict[str, Any]) -> lis
     for sample in r.samples[:3]:
         print("  e.g.", sample)
     return [f"load: {r.errors} errors"] if r.errors else []
+
+
+
+def _contention_part(stack: Stack, token: str, size: dict[str, Any]) -> list[str]:
+    writers, seconds = int(size["contention_writers"]), float(size["contention_seconds"])
+    r = contention_scenario(stack, token, writers=writers, seconds=seconds, drain=size["drain_seconds"])
+    print(
+        table(
+            "Contention (one tenant, MCP HTTP writers, worker conflict checks, every beat sweep each minute; "
+            "lost = acknowledged, not found by a search for its own text, retired by no audited rule)",
+            ["writers", "s", "writes", "accepted", "error answers", "deadlocks", "merged (same statement)",
+             "open candidates", "replaced by key", "lost", "follow-ups pending"],
+            [[r.writers, r.seconds, r.writes, r.accepted, r.error_answers, r.deadlocks, r.merged,
+              r.open_candidates, r.replaced_by_key, r.lost, r.follow_ups_pending]],
+        )
+    )
+    for sample in r.samples[:4]:
+        print("  e.g.", sample)
+    return [] if r.passed else [f"contention: {r}"]
 
 
 if __name__ == "__main__":
