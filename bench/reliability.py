@@ -1860,6 +1860,8 @@ class ContentionReport:
     writes: int = 0
     accepted: int = 0
     error_answers: int = 0
+    reads: int = 0  # memento searches and memory recalls beside the writers (their access bookkeeping writes)
+    read_errors: int = 0
     deadlocks: int = 0  # pg_stat_database.deadlocks during the run
     merged: int = 0  # superseded by the conflict check as the same statement (the text stays findable)
     open_candidates: int = 0  # near-identical pairs left for review
@@ -1870,7 +1872,7 @@ class ContentionReport:
 
     @property
     def passed(self) -> bool:
-        return not (self.error_answers or self.deadlocks or self.lost or self.follow_ups_pending)
+        return not (self.error_answers or self.read_errors or self.deadlocks or self.lost or self.follow_ups_pending)
 
 
 def contention_write(run_id: str, n: int, accepted_memento: Sequence[str]) -> tuple[str, str, dict[str, Any]]:
@@ -1899,8 +1901,8 @@ def contention_write(run_id: str, n: int, accepted_memento: Sequence[str]) -> tu
 
 
 def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: float, drain: float) -> ContentionReport:
-    """``writers`` concurrent clients of one tenant write for ``seconds`` while
-    the worker checks conflicts and the beat sweeps run; then, once every
+    """``writers`` concurrent clients of one tenant write for ``seconds`` (four
+    more read) while the worker checks conflicts and the beat sweeps run; then, once every
     follow-up is done, each acknowledged write is searched for by its own text."""
     import httpx
 
@@ -1927,10 +1929,25 @@ def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: floa
             if name == "store_memory" and "Service" in args["content"]:
                 accepted_memento.append(args["content"])
 
+    async def reader(http: Any, index: int) -> None:
+        # Reads that write: memento's search moves accessed_at, memory_recall bumps reference counts.
+        memento = ("memento", "search_memories", "query")
+        toolset, name, query = memento if index % 2 else ("memory", "memory_recall", "topic")
+        while time.monotonic() < stop_at:
+            if not accepted_memento:
+                await asyncio.sleep(0.2)
+                continue
+            answer = await mcp_call(http, f"{stack.url}/mcp/{toolset}", token, name, {query: accepted_memento[-1]})
+            report.reads += 1
+            if answer.outcome != "ok":
+                report.read_errors += 1
+                if len(report.samples) < 6:
+                    report.samples.append(f"{name}: {answer.outcome} {answer.text[:200]}")
+
     async def run() -> None:
-        limits = httpx.Limits(max_connections=writers + 4)
+        limits = httpx.Limits(max_connections=writers + 8)
         async with httpx.AsyncClient(timeout=httpx.Timeout(60, connect=5), limits=limits) as http:
-            await asyncio.gather(*(writer(http) for _ in range(writers)))
+            await asyncio.gather(*(writer(http) for _ in range(writers)), *(reader(http, i) for i in range(4)))
 
     asyncio.run(run())
     deadline = time.monotonic() + drain
@@ -2392,10 +2409,11 @@ def _contention_part(stack: Stack, token: str, size: dict[str, Any]) -> list[str
         table(
             "Contention (one tenant, MCP HTTP writers, worker conflict checks, every beat sweep each minute; "
             "lost = acknowledged, not found by a search for its own text, retired by no audited rule)",
-            ["writers", "s", "writes", "accepted", "error answers", "deadlocks", "merged (same statement)",
+            ["writers", "s", "writes", "accepted", "error answers", "reads", "read errors", "deadlocks",
+             "merged (same statement)",
              "open candidates", "replaced by key", "lost", "follow-ups pending"],
-            [[r.writers, r.seconds, r.writes, r.accepted, r.error_answers, r.deadlocks, r.merged,
-              r.open_candidates, r.replaced_by_key, r.lost, r.follow_ups_pending]],
+            [[r.writers, r.seconds, r.writes, r.accepted, r.error_answers, r.reads, r.read_errors, r.deadlocks,
+              r.merged, r.open_candidates, r.replaced_by_key, r.lost, r.follow_ups_pending]],
         )
     )
     for sample in r.samples[:4]:
