@@ -90,6 +90,13 @@ SCHEDULE: tuple[BeatEntry, ...] = (
         "27 * * * *",
         "delete hooked-conversation exchange transcripts older than 7 days",
     ),
+    BeatEntry(
+        "active-contexts-expire",
+        "workers.tasks.active_contexts_expire_task",
+        "MEMPROJ_BEAT_ACTIVE_CONTEXTS",
+        "*/10 * * * *",
+        "delete pce active contexts whose MEMPROJ_ACTIVE_CONTEXT_TTL_SECONDS has passed",
+    ),
 )
 
 

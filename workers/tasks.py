@@ -100,3 +100,5 @@ episodes_consolidate_task = _sweep_task(
 # Seed 003 (roampal): the collection lifecycle, transcript retention, book embedding.
 collections_lifecycle_task = _sweep_task("collections_lifecycle_task", collections.collections_lifecycle)
 transcripts_retention_task = _sweep_task("transcripts_retention_task", collections.transcripts_retention)
+# Seed 004 (pce): expired active contexts.
+active_contexts_expire_task = _sweep_task("active_contexts_expire_task", sweeps.active_contexts_expire)

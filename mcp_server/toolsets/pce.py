@@ -27,6 +27,7 @@ from memory import api
 INSTRUCTIONS = """\
 pce-memory: project knowledge as claims with provenance.
 1. Call pce.memory.activate with the task as q before you work; put the claims in your context.
+   (A read-only token cannot build an active context: call pce.memory.search instead.)
 2. Before generating or sending text outside, call pce.memory.boundary.validate; if allowed=false,
    send the redacted text instead.
 3. After a decision is made, store it with pce.memory.upsert (text, kind, scope, provenance.at required).
@@ -229,7 +230,8 @@ def activate(
 ) -> dict[str, Any]:
     """Build an active context (AC) for a query under the tenant policy: the claims to put at the
     top of your prompt, ranked by hybrid relevance x critic (utility, confidence, recency), within
-    the boundary your use tags (allow) may see. Page with next_cursor; an expired AC answers 410."""
+    the boundary your use tags (allow) may see. Page with next_cursor; an expired AC answers 410.
+    An AC is stored, so a read-only token is refused (UNAUTHORIZED): use pce.memory.search."""
     _require_policy()
     caller = dialect.caller()
     page = api.claims_activate(

@@ -2,7 +2,10 @@
 the one retrieval path times the critic's g (memory.scoring.activation_score),
 boundary-first by the read's use tags, with the tenant policy's parameters.
 ``claims_activate`` keeps the ranking as an active context that a cursor pages
-through until it expires."""
+through until it expires; the ``active-contexts-expire`` beat sweep deletes it
+after that (``sweeps.active_contexts_expire``). Building one is a write, so it
+needs the 'write' scope; ``claims_search`` gives a read-only token the same
+ranking without one."""
 
 from __future__ import annotations
 
@@ -11,13 +14,13 @@ import binascii
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.utils import timezone
 
 from memory import scoring, validation
-from memory.errors import Gone, InvalidArgument
+from memory.errors import Gone, InvalidArgument, PermissionDenied
 from memory.models import ActiveContext, Kind, Memory
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ActivationScore, ChannelHit
@@ -136,6 +139,42 @@ def _parse_cursor(cursor: str, kind: str) -> tuple[str, int]:
         raise InvalidArgument("cursor is not one this tool returned; start again without a cursor.") from exc
 
 
+def _context_handle(context: ActiveContext) -> str:
+    """A context cursor's handle: its id and when it expires, so a cursor of a
+    context the sweep has deleted still answers Gone rather than unknown."""
+    return f"{context.id.hex}.{int(context.expires_at.timestamp())}"
+
+
+def _parse_context_handle(handle: str) -> tuple[uuid.UUID, datetime | None]:
+    """(context id, expiry the cursor carries); cursors issued before the
+    expiry was part of the handle carry none."""
+    context_id, _, expiry = handle.partition(".")
+    try:
+        expires_at = datetime.fromtimestamp(int(expiry), tz=UTC) if expiry else None
+        return uuid.UUID(context_id), expires_at
+    except (ValueError, OverflowError, OSError) as exc:
+        raise InvalidArgument("cursor is not one this tool returned; start again without a cursor.") from exc
+
+
+def _live_context(caller: Caller, handle: str) -> ActiveContext:
+    """The context a cursor names, if it has not expired: an expired one's
+    claims are never served, whether or not the sweep has deleted it yet."""
+    context_id, cursor_expiry = _parse_context_handle(handle)
+    now = timezone.now()
+    context = ActiveContext.objects.filter(pk=context_id, tenant_id=caller.tenant_id, expires_at__gt=now).first()
+    if context is not None:
+        return context
+    expired = (
+        ActiveContext.objects.filter(pk=context_id, tenant_id=caller.tenant_id)
+        .values_list("expires_at", flat=True)
+        .first()
+        or cursor_expiry
+    )
+    if expired is not None and expired <= now:
+        raise Gone(f"active context ac_{context_id.hex} expired at {expired.isoformat()}; activate again.")
+    raise InvalidArgument("cursor is not one this tool returned; start again without a cursor.")
+
+
 def _page(items: list[RankedClaim], offset: int, top_k: int, kind: str, handle: str) -> tuple[list, str | None, bool]:
     page = items[offset : offset + top_k]
     more = offset + top_k < len(items)
@@ -172,21 +211,12 @@ def claims_activate(
     cursor: str | None = None,
 ) -> ActivationPage:
     """Build an active context (or page through one by cursor). A cursor of an
-    expired context is Gone (HTTP 410)."""
+    expired context is Gone (HTTP 410), whether or not the sweep deleted it."""
+    require_read(caller)
     top_k = validation.limit(top_k or caller.policy.retrieval.k_final, field="top_k", maximum=MAX_TOP_K)
     if cursor:
         handle, offset = _parse_cursor(cursor, "a")
-        try:
-            context_id = uuid.UUID(handle)
-        except ValueError as exc:
-            raise InvalidArgument("cursor is not one this tool returned; start again without a cursor.") from exc
-        context = ActiveContext.objects.filter(pk=context_id, tenant_id=caller.tenant_id).first()
-        if context is None:
-            raise InvalidArgument("cursor is not one this tool returned; start again without a cursor.")
-        if context.expires_at <= timezone.now():
-            raise Gone(
-                f"active context ac_{context.id.hex} expired at {context.expires_at.isoformat()}; activate again."
-            )
+        context = _live_context(caller, handle)
         # The snapshot keeps its order, but what a claim may show is decided now:
         # still retrievable, and visible to the read's use tags.
         decision = read_boundary(caller, context.params.get("use_tags"))
@@ -200,10 +230,17 @@ def claims_activate(
         visible = [(rows[uuid.UUID(i[0])], i) for i in context.items if uuid.UUID(i[0]) in rows]
         boundary_apply(decision, [m for m, _ in visible])
         items = [RankedClaim(memory=m, breakdown=ActivationScore(**i[1]), reason=i[2]) for m, i in visible]
-        page, next_cursor, more = _page(items, offset, top_k, "a", handle)
+        page, next_cursor, more = _page(items, offset, top_k, "a", _context_handle(context))
         return ActivationPage(items=page, next_cursor=next_cursor, has_more=more, context=context)
+    # Checked before anything is ranked: a read-only token stores nothing, and
+    # an active context is stored state.
+    if not caller.has_scope("write"):
+        raise PermissionDenied(
+            "this token is read-only and an active context is stored state: search claims for the same ranking "
+            "without one (pce.memory.search), or ask an admin for a token with the 'write' scope."
+        )
     items = claims_rank(caller=caller, query=query, scopes=scopes, use_tags=use_tags)
-    ttl = timedelta(seconds=settings.MEMPROJ.get("ACTIVE_CONTEXT_TTL_SECONDS", 1800))
+    ttl = timedelta(seconds=settings.MEMPROJ["ACTIVE_CONTEXT_TTL_SECONDS"])
     context = ActiveContext.objects.create(
         tenant_id=caller.tenant_id,
         principal_id=caller.principal_id,
@@ -213,5 +250,5 @@ def claims_activate(
         policy_version=caller.policy.version,
         expires_at=timezone.now() + ttl,
     )
-    page, next_cursor, more = _page(items, 0, top_k, "a", str(context.id))
+    page, next_cursor, more = _page(items, 0, top_k, "a", _context_handle(context))
     return ActivationPage(items=page, next_cursor=next_cursor, has_more=more, context=context)

@@ -172,6 +172,9 @@ MEMPROJ = {
     "MAX_TAGS": 32,
     "MAX_TAG_CHARS": 64,
     "MAX_LIMIT": 100,
+    # pce: how long an active context (a ranked snapshot a cursor pages through)
+    # lives; the active-contexts-expire beat sweep deletes it afterwards.
+    "ACTIVE_CONTEXT_TTL_SECONDS": env.int("MEMPROJ_ACTIVE_CONTEXT_TTL_SECONDS", default=1800),
     # Threads (each with its own database connection) that run a request's
     # independent reads side by side (memproj/dbthreads.py); 0 runs them in turn.
     "SIDE_READ_THREADS": env.int("MEMPROJ_SIDE_READ_THREADS", default=4),
