@@ -10,17 +10,25 @@ Two shapes are accepted and normalised into the same ``PolicyDocument``:
   ``boundary: {scopes, boundary_classes}``, ``retrieval.hybrid`` with
   ``threshold`` and ``recency_half_life_days``.
 
-memproj adds one optional section, ``rate_limit: {limit, window_seconds,
-algorithm}``. A key left out takes the default policy's value (``DEFAULT_POLICY``:
+memproj adds two optional sections, ``rate_limit: {limit, window_seconds,
+algorithm}`` and ``quotas: {max_memories, ingest_bytes_per_call,
+ingest_bytes_per_day}``. A key left out takes the default policy's value (``DEFAULT_POLICY``:
 the seed example's values, upstream's threshold and rate limit), so a partial
 policy never leaves a class or scope unconfigured. Unknown keys and values out of
 range are refused; each problem names its key path (``retrieval.hybrid.alpha``).
+
+The YAML is untrusted input parsed in the web process, so it is bounded before
+anything is built from it: its size, its nesting depth, and no anchors or
+aliases (a few hundred bytes of aliases expand to gigabytes once walked). An
+error names the key path and line, and quotes at most a short excerpt of a
+value, never the input itself.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -41,6 +49,13 @@ ESCALATIONS: tuple[str, ...] = ("deny", "human_review")
 HALF_LIFE_KINDS: tuple[str, ...] = ("fact", "task", "preference", "policy_hint", "episode", "rule")
 RATE_LIMIT_ALGORITHMS: tuple[str, ...] = ("fixed", "sliding")
 MAX_YAML_BYTES = 128 * 1024  # seed 004 §2.6: payload 128KB
+# The deepest key of a valid policy is retrieval.rerank.recency.half_life_days_by_kind.<kind>
+# (five mappings); a list adds one. Deeper nesting is refused before it is built.
+MAX_YAML_DEPTH = 8
+# An error quotes at most this much of an offending value or key, and lists at most
+# MAX_PROBLEMS problems: an error text never grows with the input.
+EXCERPT_CHARS = 40
+MAX_PROBLEMS = 20
 
 _SEMVER = re.compile(r"^(0|[1-9]\d*)(?:\.(0|[1-9]\d*))?(?:\.(0|[1-9]\d*))?(?:-([0-9A-Za-z.-]+))?$")
 _TTL = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
@@ -48,6 +63,24 @@ _TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _NEVER = ("inf", "never", "infinite")
 # Use tags: '*', 'answer:task', 'tool:*', 'tool:contact-lookup' (seed 004 §1).
 USE_TAG = re.compile(r"^(\*|[a-z][a-z0-9_.-]{0,63}(:(\*|[a-z0-9][a-z0-9_.-]{0,63}\*?))?)$")
+
+
+_EXCERPT = reprlib.Repr()
+_EXCERPT.maxlevel, _EXCERPT.maxlist, _EXCERPT.maxtuple, _EXCERPT.maxdict = 2, 4, 4, 4
+_EXCERPT.maxstring = _EXCERPT.maxother = _EXCERPT.maxlong = EXCERPT_CHARS
+
+
+def _shown(value: object) -> str:
+    """A short excerpt of an offending value for an error: reprlib stops at a few
+    items and levels instead of walking the whole value, and the result is capped."""
+    text = _EXCERPT.repr(value)
+    return text if len(text) <= EXCERPT_CHARS + 8 else text[: EXCERPT_CHARS + 5] + "..."
+
+
+def _key_text(key: object) -> str:
+    """A key as it appears in a key path, capped like any excerpt."""
+    text = key if isinstance(key, str) else _shown(key)
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
 
 
 # --- versions -------------------------------------------------------------------------------
@@ -75,7 +108,7 @@ def parse_version(value: object, *, path: str = "version") -> SemVer:
     text = repr(value) if isinstance(value, float) else str(value)
     match = _SEMVER.match(text.strip())
     if not match:
-        raise PolicyInvalid([(path, f"must be a semver string MAJOR.MINOR.PATCH such as '0.1.3' (got {text!r})")])
+        raise PolicyInvalid([(path, f"must be a semver string MAJOR.MINOR.PATCH such as '0.1.3' (got {_shown(text)})")])
     major, minor, patch, pre = match.groups()
     return SemVer(int(major), int(minor or 0), int(patch or 0), 0 if pre else 1, pre or "")
 
@@ -193,9 +226,17 @@ class _Problems:
     def add(self, path: str, message: str) -> None:
         self.items.append((path, message))
 
+    def refused(self) -> PolicyInvalid:
+        """The error for these problems: the first ``MAX_PROBLEMS``, then a count."""
+        shown = self.items[:MAX_PROBLEMS]
+        if len(self.items) > MAX_PROBLEMS:
+            shown.append(("", f"and {len(self.items) - MAX_PROBLEMS} more problems"))
+        return PolicyInvalid(shown)
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+
+def _join(path: str, key: object) -> str:
+    text = _key_text(key)
+    return f"{path}.{text}" if path else text
 
 
 def _mapping(value: object, path: str, problems: _Problems) -> Mapping[str, Any] | None:
@@ -210,7 +251,7 @@ def _mapping(value: object, path: str, problems: _Problems) -> Mapping[str, Any]
 def _known(value: Mapping[str, Any], allowed: tuple[str, ...], path: str, problems: _Problems) -> None:
     for key in value:
         if not isinstance(key, str) or key not in allowed:
-            problems.add(_join(path, str(key)), f"unknown key; allowed here: {', '.join(allowed)}")
+            problems.add(_join(path, key), f"unknown key; allowed here: {', '.join(allowed)}")
 
 
 def _number(
@@ -225,11 +266,11 @@ def _number(
 ) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
         kind = "an integer" if integer else "a number"
-        problems.add(path, f"must be {kind} (got {value!r})")
+        problems.add(path, f"must be {kind} (got {_shown(value)})")
         return None
     if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
         low_text = f"above {low:g}" if low_open else f"at least {low:g}"
-        problems.add(path, f"must be {low_text} and at most {high:g} (got {value!r})")
+        problems.add(path, f"must be {low_text} and at most {high:g} (got {_shown(value)})")
         return None
     return int(value) if integer else float(value)
 
@@ -243,7 +284,9 @@ def _ttl(value: object, path: str, problems: _Problems) -> tuple[timedelta | Non
             seconds = float(match.group(1)) * _TTL_UNITS[match.group(2)]
             if seconds <= 100 * 365 * 86400:
                 return timedelta(seconds=seconds), value.strip()
-    problems.add(path, f"must be a duration such as '7d', '12h', '30m' (at most 100 years) or 'inf' (got {value!r})")
+    problems.add(
+        path, f"must be a duration such as '7d', '12h', '30m' (at most 100 years) or 'inf' (got {_shown(value)})"
+    )
     return None
 
 
@@ -273,7 +316,7 @@ def _scopes(raw: Mapping[str, Any], path: str, problems: _Problems, base: Policy
 
 def _string_list(value: object, path: str, problems: _Problems) -> list[str] | None:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        problems.add(path, f"must be a list of strings (got {value!r})")
+        problems.add(path, f"must be a list of strings (got {_shown(value)})")
         return None
     if len(value) > 64:
         problems.add(path, "at most 64 entries")
@@ -304,7 +347,7 @@ def _classes(
                 if bad:
                     problems.add(
                         _join(entry_path, "allow"),
-                        f"use tags look like '*', 'answer:task', 'tool:*' or 'tool:contact-lookup' (got {bad!r})",
+                        f"use tags look like '*', 'answer:task', 'tool:*' or 'tool:contact-lookup' (got {_shown(bad)})",
                     )
                 else:
                     allow = tuple(dict.fromkeys(tags))
@@ -317,7 +360,7 @@ def _classes(
                 if unknown:
                     problems.add(
                         _join(entry_path, "redact"),
-                        f"unknown redaction rules {unknown!r}; known: {', '.join(redaction.ALL_RULES)}",
+                        f"unknown redaction rules {_shown(unknown)}; known: {', '.join(redaction.ALL_RULES)}",
                     )
                 else:
                     redact = tuple(dict.fromkeys(redaction.rule_name(n) or n for n in names))
@@ -328,7 +371,7 @@ def _classes(
                 escalation = value
             else:
                 problems.add(
-                    _join(entry_path, "escalation"), f"must be one of {', '.join(ESCALATIONS)} (got {value!r})"
+                    _join(entry_path, "escalation"), f"must be one of {', '.join(ESCALATIONS)} (got {_shown(value)})"
                 )
         if allow is not None and redact is not None:
             out[name] = BoundaryClassPolicy(allow=allow, redact=redact, escalation=escalation)
@@ -383,7 +426,9 @@ def _retrieval(raw: Mapping[str, Any], path: str, problems: _Problems, base: Ret
         if isinstance(rerank["use_quality"], bool):
             values["use_quality"] = rerank["use_quality"]
         else:
-            problems.add(_join(rerank_path, "use_quality"), f"must be true or false (got {rerank['use_quality']!r})")
+            problems.add(
+                _join(rerank_path, "use_quality"), f"must be true or false (got {_shown(rerank['use_quality'])})"
+            )
     recency_path = _join(rerank_path, "recency")
     recency = _mapping(rerank.get("recency"), recency_path, problems) or {}
     _known(recency, ("half_life_days_by_kind",), recency_path, problems)
@@ -417,7 +462,7 @@ def _rate_limit(raw: Mapping[str, Any], path: str, problems: _Problems, base: Ra
         else:
             problems.add(
                 _join(path, "algorithm"),
-                f"must be one of {', '.join(RATE_LIMIT_ALGORITHMS)} (got {raw['algorithm']!r})",
+                f"must be one of {', '.join(RATE_LIMIT_ALGORITHMS)} (got {_shown(raw['algorithm'])})",
             )
     return RateLimitPolicy(limit=limit, window_seconds=window, algorithm=algorithm)
 
@@ -433,7 +478,9 @@ def parse_mapping(raw: object, *, base: PolicyDocument | None = None) -> PolicyD
     problems = _Problems()
     top = _mapping(raw, "", problems)
     if top is None or not top:
-        raise PolicyInvalid(problems.items or [("", "the policy is empty; give at least a version and one section")])
+        if not problems.items:
+            problems.add("", "the policy is empty; give at least a version and one section")
+        raise problems.refused()
     _known(top, TOP_LEVEL_KEYS, "", problems)
 
     version = ""
@@ -475,7 +522,7 @@ def parse_mapping(raw: object, *, base: PolicyDocument | None = None) -> PolicyD
         _rate_limit(rate_map, "rate_limit", problems, base.rate_limit) if rate_map is not None else base.rate_limit
     )
     if problems.items:
-        raise PolicyInvalid(problems.items)
+        raise problems.refused()
     return PolicyDocument(
         version=version,
         scopes=MappingProxyType({name: scopes[name] for name in POLICY_SCOPES}),
@@ -486,37 +533,115 @@ def parse_mapping(raw: object, *, base: PolicyDocument | None = None) -> PolicyD
     )
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice (PyYAML keeps the last silently)."""
+class _Refused(yaml.YAMLError):
+    """A policy refused while it is composed, before anything is built from it."""
+
+    def __init__(self, path: str, problem: str, mark: Any) -> None:
+        super().__init__(problem)
+        self.path, self.problem, self.problem_mark = path, problem, mark
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+class _PolicyLoader(yaml.SafeLoader):
+    """SafeLoader for untrusted policies. It refuses anchors and aliases (an alias
+    is a reference, so a few bytes can stand for an exponentially large value once
+    anything walks it), nesting deeper than ``MAX_YAML_DEPTH`` (composing recurses),
+    and a key given twice (PyYAML keeps the last silently). It keeps the key path
+    being composed, so each refusal names it."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._path: list[str | int] = []
+        self._depth = 0
+
+    def _where(self) -> str:
+        path = ""
+        for part in self._path:
+            path = f"{path}[{part}]" if isinstance(part, int) else _join(path, part)
+        return path
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if isinstance(index, yaml.ScalarNode):  # a mapping's value, under its key
+            self._path.append(str(index.value))
+        elif isinstance(index, yaml.Node):
+            self._path.append("(a complex key)")
+        elif isinstance(index, int) and isinstance(parent, yaml.SequenceNode):
+            self._path.append(index)
+        else:  # the document, or a mapping's key: the path of the mapping itself
+            self._path.append("")
+        try:
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            if isinstance(event, yaml.AliasEvent):
+                raise _Refused(
+                    self._where(),
+                    "YAML aliases (*name) are not accepted in a policy; repeat the value instead",
+                    event.start_mark,
+                )
+            if getattr(event, "anchor", None) is not None:
+                raise _Refused(
+                    self._where(),
+                    "YAML anchors (&name) are not accepted in a policy; repeat the value instead",
+                    event.start_mark,
+                )
+            nests = isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent)
+            if nests and self._depth >= MAX_YAML_DEPTH:
+                raise _Refused(
+                    self._where(),
+                    f"nested deeper than {MAX_YAML_DEPTH} levels; a policy is shallower",
+                    event.start_mark,
+                )
+            self._depth += nests
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= nests
+        finally:
+            self._path.pop()
+
+
+def _construct_mapping(loader: _PolicyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                None, None, f"key {_key_text(key)!r} appears twice in one mapping", key_node.start_mark
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)  # type: ignore[arg-type]
+_PolicyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)  # type: ignore[arg-type]
+
+
+def _at(mark: Any) -> str:
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+def _capped(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_yaml(text: str, *, base: PolicyDocument | None = None) -> PolicyDocument:
+    """Parse an untrusted policy: its size is bounded before the parser sees it,
+    its shape while it is composed (``_PolicyLoader``), its values by ``parse_mapping``."""
     if not isinstance(text, str) or not text.strip():
         raise PolicyInvalid([("", "yaml is empty; send the policy document as a YAML string")])
-    if len(text.encode("utf-8")) > MAX_YAML_BYTES:
+    # A character is at least one byte: the length alone refuses most oversized input unencoded.
+    if len(text) > MAX_YAML_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_YAML_BYTES:
         raise PolicyInvalid([("", f"the policy is larger than {MAX_YAML_BYTES // 1024} KB")])
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        raw = yaml.load(text, Loader=_PolicyLoader)  # noqa: S506 - a SafeLoader subclass
+    except _Refused as exc:
+        raise PolicyInvalid([(exc.path, f"{exc.problem}{_at(exc.problem_mark)}")]) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise PolicyInvalid([("", f"the YAML does not parse{where}: {problem}")]) from None
+        where = _at(getattr(exc, "problem_mark", None))
+        raise PolicyInvalid([("", f"the YAML does not parse{where}: {_capped(str(problem))}")]) from None
+    except (ValueError, OverflowError, TypeError, RecursionError):
+        # A scalar YAML resolves but Python cannot build: an integer past the digit
+        # limit, a timestamp out of range. Python's own text would give advice that
+        # does not apply here.
+        raise PolicyInvalid([("", "a value cannot be read: a number too long or a date out of range")]) from None
     return parse_mapping(raw, base=base)
 
 
@@ -608,7 +733,7 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """{'retrieval': {'hybrid': {'alpha': 0.65}}} -> {'retrieval.hybrid.alpha': 0.65}; lists stay values."""
     out: dict[str, Any] = {}
     for key, value in data.items():
-        path = _join(prefix, str(key))
+        path = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, Mapping) and value:
             out.update(flatten(value, path))
         else:

@@ -120,7 +120,8 @@ class PolicyEvent(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="policy_events")
-    event_type = models.CharField(max_length=32)  # applied | refused | signing_key_set | signing_key_cleared
+    # applied | validated | dry_run | refused | signing_key_set | signing_key_cleared
+    event_type = models.CharField(max_length=32)
     version = models.CharField(max_length=64, blank=True)
     previous_version = models.CharField(max_length=64, blank=True)
     actor_principal_id = models.UUIDField(null=True, blank=True)

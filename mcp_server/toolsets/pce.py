@@ -409,6 +409,15 @@ def policy_apply(
         signature=signature,
         approver=approver,
     )
+    # Like every pce call, a check or a dry run too (the policy's own history has it as well).
+    _audit(
+        "policy.apply",
+        version=result.version,
+        applied=result.applied,
+        dry_run=result.dry_run,
+        validate_only=result.validate_only,
+        changes=len(result.changes),
+    )
     return {
         "data": {"version": result.version},
         "policy_version": result.version if result.applied else result.previous_version,

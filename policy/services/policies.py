@@ -1,11 +1,16 @@
 """Applying tenant policies (seed 004 §2.6 ``pce.memory.policy.apply``): one
 service for the pce tool, ``manage.py policy_apply`` and the admin.
 
-- ``validate_only``: parse, check signature, permissions and versions; store nothing.
+- ``validate_only``: parse, check signature, permissions and versions; store no
+  policy.
 - ``dry_run``: the same, plus what would change (key paths and how many
-  memories change visibility); store nothing.
+  memories change visibility); store no policy.
 - otherwise: the new version becomes current in one transaction, the previous
   one is kept, and a ``PolicyEvent`` records who applied it and who approved it.
+
+Every call leaves a ``PolicyEvent``, a check or dry run too (``validated`` /
+``dry_run``), and so does every refusal: a policy probed without being applied
+is still someone reading what a change would reveal, or trying a payload.
 
 Versions only move forward (semver precedence) and are never reused, so a
 (tenant, version) pair names one document for ever: that is what lets
@@ -105,7 +110,15 @@ def _check_signature(tenant_id: uuid.UUID, yaml_text: str, signature: str | None
     return True
 
 
-def _audit_refusal(caller: Caller, exc: PolicyError, approver: str, actor_name: str, yaml_text: str) -> None:
+def _mode(*, dry_run: bool, validate_only: bool) -> str:
+    return "validate_only" if validate_only else "dry_run" if dry_run else "apply"
+
+
+def _source_sha256(yaml_text: str) -> str:
+    return hashlib.sha256(yaml_text.encode("utf-8", "replace")).hexdigest()
+
+
+def _audit_refusal(caller: Caller, exc: PolicyError, approver: str, actor_name: str, yaml_text: str, mode: str) -> None:
     # Outside the refused apply's transaction (which changed nothing): a refused
     # apply, e.g. a bad signature, is itself worth an audit trail.
     try:
@@ -117,8 +130,9 @@ def _audit_refusal(caller: Caller, exc: PolicyError, approver: str, actor_name: 
             approver=approver[:200],
             payload={
                 "code": exc.code,
+                "mode": mode,
                 "reason": str(exc)[:2000],
-                "source_sha256": hashlib.sha256(yaml_text.encode("utf-8", "replace")).hexdigest(),
+                "source_sha256": _source_sha256(yaml_text),
             },
         )
     except Exception:  # the refusal itself must still reach the caller
@@ -139,7 +153,6 @@ def policy_apply(
     approver = (approver or "").strip()
     if len(approver) > 200:
         raise PolicyInvalid([("approver", "at most 200 characters")])
-    writes = not (dry_run or validate_only)
     try:
         return _apply(
             caller=caller,
@@ -152,8 +165,9 @@ def policy_apply(
             actor_name=actor_name,
         )
     except PolicyError as exc:
-        if writes and Tenant.objects.filter(pk=caller.tenant_id).exists():
-            _audit_refusal(caller, exc, approver, actor_name, yaml if isinstance(yaml, str) else "")
+        if Tenant.objects.filter(pk=caller.tenant_id).exists():
+            mode = _mode(dry_run=dry_run, validate_only=validate_only)
+            _audit_refusal(caller, exc, approver, actor_name, yaml if isinstance(yaml, str) else "", mode)
         raise
 
 
@@ -209,6 +223,25 @@ def _apply(
             visibility=visibility,
         )
         if not writes:
+            # What was checked, by whom, and what it would have changed: the
+            # source's hash, not the source (a probe may carry secrets).
+            PolicyEvent.objects.create(
+                tenant_id=caller.tenant_id,
+                event_type="validated" if validate_only else "dry_run",
+                version=document.version,
+                previous_version=current.version,
+                actor_principal_id=caller.principal_id,
+                actor_name=actor_name[:200],
+                approver=approver,
+                payload={
+                    "signed": signed,
+                    "source_shape": document.source_shape,
+                    "source_sha256": _source_sha256(yaml_text),
+                    "changes": changes[:200],
+                    "memories_changing_visibility": (visibility or {}).get("memories_changing_visibility"),
+                    "elevated_from": str(caller.elevated_from) if caller.elevated_from else None,
+                },
+            )
             return result
         # Web processes cache each token's rate limit: tell them after the commit.
         transaction.on_commit(policy_generation_bump)

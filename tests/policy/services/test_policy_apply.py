@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 
@@ -136,15 +137,34 @@ def test_signed_policies_when_a_key_is_configured(owner):
     assert PolicyVersion.objects.get(tenant_id=owner.caller.tenant_id, is_current=True).signed
 
 
-def test_validate_only_and_dry_run_store_nothing(owner):
+def test_validate_only_and_dry_run_store_no_policy_and_are_audited(owner):
     tenant_id = owner.caller.tenant_id
     before = snapshot(tenant_id)
-    events = PolicyEvent.objects.count()
-    checked = policy_apply(caller=owner.caller, yaml=SEED_EXAMPLE_YAML, validate_only=True)
+    checked = policy_apply(caller=owner.caller, yaml=SEED_EXAMPLE_YAML, validate_only=True, actor_name="ci")
     assert checked.version == "0.1.0" and not checked.applied and checked.visibility is None
-    dry = policy_apply(caller=owner.caller, yaml=UPSTREAM_YAML.replace("alpha: 0.65", "alpha: 0.2"), dry_run=True)
+    dry_yaml = UPSTREAM_YAML.replace("alpha: 0.65", "alpha: 0.2")
+    dry = policy_apply(caller=owner.caller, yaml=dry_yaml, dry_run=True)
     assert not dry.applied and dry.changes and dry.visibility is not None
-    assert snapshot(tenant_id) == before and PolicyEvent.objects.count() == events
+    assert snapshot(tenant_id) == before
+    # No policy changed, but who checked what is on record (the source's hash, not the source).
+    events = list(PolicyEvent.objects.filter(tenant_id=tenant_id).order_by("id"))
+    assert [e.event_type for e in events] == ["validated", "dry_run"]
+    validated, dry_event = events
+    assert validated.actor_principal_id == owner.caller.principal_id and validated.actor_name == "ci"
+    assert (validated.version, validated.previous_version) == ("0.1.0", "0.0.0")
+    assert dry_event.payload["changes"] == dry.changes
+    assert dry_event.payload["memories_changing_visibility"] == dry.visibility["memories_changing_visibility"]
+    assert dry_event.payload["source_sha256"] == hashlib.sha256(dry_yaml.encode()).hexdigest()
+    assert "alpha: 0.2" not in json.dumps(dry_event.payload)
+
+
+def test_a_refused_dry_run_is_audited_without_its_input(owner):
+    bomb = "a: &a ['lol', 'lol']\nb: &b [*a, *a]\nretrieval: {hybrid: {alpha: *b}}\n"
+    with pytest.raises(PolicyInvalid, match="anchors"):
+        policy_apply(caller=owner.caller, yaml=bomb, dry_run=True)
+    refused = PolicyEvent.objects.get(tenant_id=owner.caller.tenant_id, event_type="refused")
+    assert refused.payload["code"] == "INVALID_POLICY" and refused.payload["mode"] == "dry_run"
+    assert "lol" not in json.dumps(refused.payload)
 
 
 def test_dry_run_counts_memories_that_change_visibility(owner):
