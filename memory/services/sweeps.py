@@ -269,25 +269,3 @@ def active_contexts_expire(*, now: datetime | None = None, batch_size: int | Non
         deleted, _ = ActiveContext.objects.filter(pk__in=ids, expires_at__lte=now).delete()
         more = due.exists()
     return SweepResult(processed=deleted, more=more, ids=ids)
-
-
-# --- Active contexts (pce) -----------------------------------------------------------------
-
-
-def active_contexts_expire(*, now: datetime | None = None, batch_size: int | None = None) -> SweepResult:
-    """Delete pce active contexts whose expiry has passed, oldest first, one
-    bounded batch per run. No read serves an expired context (its cursor
-    answers Gone before and after this sweep), so deleting one changes no
-    answer and is not audited: a context is a snapshot of a ranking, not a
-    memory. Locks only the rows it deletes, which no write path locks (an
-    activation only inserts), so it stands outside the tenant lock order."""
-    now = now or timezone.now()
-    batch_size, _ = sweep_sizes(batch_size, None)
-    due = ActiveContext.objects.filter(expires_at__lte=now)
-    with transaction.atomic():
-        if not sweep_lock("active_contexts_expire"):
-            return SweepResult(skipped=True)
-        ids = list(due.order_by("expires_at", "id").values_list("pk", flat=True)[:batch_size])
-        deleted, _ = ActiveContext.objects.filter(pk__in=ids, expires_at__lte=now).delete()
-        more = due.exists()
-    return SweepResult(processed=deleted, more=more, ids=ids)
