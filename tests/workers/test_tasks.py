@@ -26,8 +26,9 @@ def test_a_write_enqueues_the_conflict_check_on_commit(django_capture_on_commit_
             caller=member.caller, subject="ana", predicate="allergy", content="User is allergic to peanuts"
         )
     assert len(callbacks) == 1
-    newer.memory.refresh_from_db()
-    assert (newer.memory.validity, newer.memory.superseded_by_id) == ("superseded", older.memory.id)
+    # The check ran: the restatement keeps the newer memory and retires the older one.
+    older.memory.refresh_from_db()
+    assert (older.memory.validity, older.memory.superseded_by_id) == ("superseded", newer.memory.id)
 
 
 def test_episodes_enqueue_no_conflict_check(django_capture_on_commit_callbacks):
