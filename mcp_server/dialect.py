@@ -12,7 +12,10 @@ its own error vocabulary and decorates module-level tool functions with
   the schema;
 - upstream argument aliases are translated before validation;
 - a tool error's text is exactly what the dialect renders (no SDK prefix), and no
-  traceback, pydantic dump or internal detail ever reaches a client.
+  traceback, pydantic dump or internal detail ever reaches a client;
+- a write tool (``writes=True``) called with an idempotency key (the request's
+  ``_meta``, or the ``Idempotency-Key`` header of the plain HTTP surface) runs
+  through ``memory.services.idempotency``: a retry replays the first answer.
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ ELEVATION_SCHEMA = {
     ELEVATE: {"type": "boolean", "description": "Confirm an explicit cross-tenant elevation."},
 }
 DEFAULT_PAYLOAD_LIMIT = 256 * 1024  # bytes of JSON arguments
+# Where an MCP request's _meta carries a write's idempotency key, and the flag a
+# replayed answer carries in its result _meta.
+IDEMPOTENCY_META_KEYS = ("idempotency_key", "io.memproj/idempotency-key")
+REPLAYED_META_KEY = "io.memproj/idempotent-replay"
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,37 @@ _selection: contextvars.ContextVar[CallSelection | None] = contextvars.ContextVa
 _acting: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_caller", default=None)
 _call_as: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_call_as", default=None)
 _authenticated: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_authenticated", default=None)
+_http_idempotency_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("dialect_http_key", default=None)
+
+
+@dataclass(frozen=True)
+class KeyedCall:
+    """A write tool's call that carries an idempotency key: the key's scope
+    (surface and tool), the request it identifies, and the tool's own
+    conversion of its return value into the answer the client sees."""
+
+    key: str
+    scope: str
+    request: dict[str, Any]
+    convert: Callable[[Any], Any]
+
+
+_keyed: contextvars.ContextVar[KeyedCall | None] = contextvars.ContextVar("dialect_keyed", default=None)
+
+
+def _run_keyed(keyed: KeyedCall, caller: Caller, run: Callable[[], Any]) -> CallToolResult:
+    """The write and its key in one transaction; a replay is flagged in _meta."""
+    outcome = api.idempotent(
+        caller=caller,
+        scope=keyed.scope,
+        key=keyed.key,
+        request=keyed.request,
+        run=lambda: keyed.convert(run()).model_dump(mode="json", by_alias=True, exclude_none=True),
+    )
+    result = CallToolResult.model_validate(outcome.answer)
+    if outcome.replayed:
+        result = result.model_copy(update={"meta": {**(result.meta or {}), REPLAYED_META_KEY: True}})
+    return result
 
 
 def authenticated_caller() -> Caller | None:
@@ -138,6 +176,7 @@ class ToolSpec:
     aliases: Mapping[str, str]
     input_schema: Mapping[str, Any] | None
     description: str | None = None
+    writes: bool = False
 
 
 @dataclass
@@ -176,12 +215,14 @@ class Dialect:
         aliases: Mapping[str, str] | None = None,
         input_schema: Mapping[str, Any] | None = None,
         description: str | None = None,
+        writes: bool = False,
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Register a sync tool function. ``aliases`` maps upstream argument
         names to this tool's (e.g. butlers' ``memory_id`` -> ``id``);
         ``input_schema`` advertises and enforces a seed's schema verbatim instead
         of the one derived from the signature; ``description`` replaces the
-        docstring (seed texts kept as constants)."""
+        docstring (seed texts kept as constants). ``writes`` marks a tool that
+        stores something: it honours an idempotency key; read tools ignore one."""
 
         def decorate(fn: Callable[P, R]) -> Callable[P, R]:
             self.tools.append(
@@ -193,6 +234,7 @@ class Dialect:
                     aliases=dict(aliases or {}),
                     description=description,
                     input_schema=input_schema,
+                    writes=writes,
                 )
             )
             return fn
@@ -223,8 +265,12 @@ class Dialect:
                 selection = _selection.get()
                 if selection is None:
                     raise PermissionDenied("no credentials: send Authorization: Bearer <token>.")
-                token = _acting.set(resolve_caller(selection))
+                acting = resolve_caller(selection)
+                token = _acting.set(acting)
                 try:
+                    keyed = _keyed.get()
+                    if keyed is not None:
+                        return _run_keyed(keyed, acting, lambda: fn(*args, **kwargs))  # type: ignore[return-value]
                     return fn(*args, **kwargs)
                 finally:
                     _acting.reset(token)
@@ -370,17 +416,22 @@ class DialectServer(MCPServer[Any]):
             return override
         return current_caller(static_caller=self.static_caller, toolset=self.dialect.name)
 
-    async def call_as(self, caller: Caller, name: str, arguments: dict[str, Any]) -> Any:
+    async def call_as(
+        self, caller: Caller, name: str, arguments: dict[str, Any], *, idempotency_key: str | None = None
+    ) -> Any:
         """A tool call on behalf of an already authenticated caller (a plain HTTP
-        surface of a dialect), with the same contract and error rendering."""
+        surface of a dialect), with the same contract and error rendering;
+        ``idempotency_key`` is the request's Idempotency-Key header."""
         if not caller.may_use_toolset(self.dialect.name):
             return self._error(
                 PermissionDenied.code, f"this token is not allowed to use the {self.dialect.name!r} toolset."
             )
         token = _call_as.set(caller)
+        key_token = _http_idempotency_key.set(idempotency_key)
         try:
             return await self.call_tool(name, arguments)
         finally:
+            _http_idempotency_key.reset(key_token)
             _call_as.reset(token)
 
     async def list_tools(self) -> list[MCPTool]:
@@ -471,6 +522,22 @@ class DialectServer(MCPServer[Any]):
             argument = str(error.absolute_path[0]) if error.absolute_path else ""
             code = self.dialect.argument_codes.get(argument, "INVALID_ARGUMENT")
             return self._error(code, _describe(error, tool.parameters), {"argument": argument} if argument else {})
+        keyed: KeyedCall | None = None
+        if spec.writes:
+            key, problem = self._idempotency_key(context)
+            if key is not None or problem:
+                problem = problem or api.idempotency_key_problem(key)
+                if problem:
+                    return self._error("INVALID_ARGUMENT", problem)
+                assert isinstance(key, str)
+                surface = "http" if _call_as.get() is not None else "mcp"
+                keyed = KeyedCall(
+                    key=key,
+                    scope=f"{surface}:{self.dialect.name}.{name}",
+                    request={"arguments": arguments, "tenant": tenant},
+                    convert=tool.fn_metadata.convert_result,
+                )
+        key_token = _keyed.set(keyed)
         token = _selection.set(CallSelection(caller=caller, tenant=tenant, elevate=elevate))
         try:
             if spec.timeout is None:
@@ -491,6 +558,24 @@ class DialectServer(MCPServer[Any]):
             return self._error("INTERNAL", "unexpected internal error; it has been logged.")
         finally:
             _selection.reset(token)
+            _keyed.reset(key_token)
+
+    def _idempotency_key(self, context: Any) -> tuple[object | None, str | None]:
+        """The key this call was sent with: the plain HTTP surface's header, or
+        the MCP request's _meta (either spelling; both must then agree)."""
+        header = _http_idempotency_key.get()
+        if header is not None:
+            return header, None
+        try:
+            meta = context.request_context.meta if context is not None else None
+        except ValueError:  # no request behind this call (in-process)
+            meta = None
+        if not isinstance(meta, Mapping):
+            return None, None
+        sent = [meta[name] for name in IDEMPOTENCY_META_KEYS if name in meta]
+        if any(value != sent[0] for value in sent):
+            return None, f"send one idempotency key: {' and '.join(IDEMPOTENCY_META_KEYS)} differ."
+        return (sent[0] if sent else None), None
 
 
 def build_server(dialect: Dialect, *, static_caller: Caller | None = None, http: bool = False) -> DialectServer:

@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from mcp_server.dialect import REPLAYED_META_KEY
 from mcp_server.server import build_server
 from mcp_server.toolsets import TOOLSETS
 from memproj.dbthreads import fresh_connections
@@ -59,8 +60,15 @@ async def tool_call(request: HttpRequest, toolset: str, tool: str) -> HttpRespon
         arguments = json.loads(request.body or b"{}")
     except (ValueError, UnicodeDecodeError):
         return _error(dialect, "INVALID_ARGUMENT", "the body must be a JSON object of the tool's arguments.", 400)
-    result = await _server(toolset).call_as(caller, tool, arguments if isinstance(arguments, dict) else [])
+    # A write retried with the same Idempotency-Key replays its first answer (mcp_server.dialect).
+    idempotency_key = request.headers.get("Idempotency-Key")
+    result = await _server(toolset).call_as(
+        caller, tool, arguments if isinstance(arguments, dict) else [], idempotency_key=idempotency_key
+    )
     if result.is_error:
         text = " ".join(getattr(block, "text", "") for block in result.content)
         return HttpResponse(text, status=dialect.http_status(text), content_type="application/json; charset=utf-8")
-    return JsonResponse(result.structured_content or {}, status=200, json_dumps_params={"ensure_ascii": False})
+    response = JsonResponse(result.structured_content or {}, status=200, json_dumps_params={"ensure_ascii": False})
+    if (result.meta or {}).get(REPLAYED_META_KEY):
+        response["Idempotent-Replayed"] = "true"
+    return response

@@ -71,6 +71,7 @@ from memory.services.collections import (
 from memory.services.events import EventType, event_append
 from memory.services.feedback import FeedbackResult, memory_feedback
 from memory.services.graph import EntityInput, RelationInput
+from memory.services.idempotency import IdempotentAnswer, idempotency_key_problem, idempotent
 from memory.services.memories import (
     FactStoreResult,
     episode_store,
@@ -164,6 +165,9 @@ __all__ = [
     "memory_supersedes_map",
     "memory_view",
     "namespaces_list",
+    "IdempotentAnswer",
+    "idempotency_key_problem",
+    "idempotent",
     "rule_store",
 ]
 

@@ -671,3 +671,32 @@ class ActiveContext(models.Model):
 
     def __str__(self) -> str:
         return f"ac {self.id}"
+
+class IdempotencyKey(models.Model):
+    """A write's idempotency key and the answer it got (memory.services.idempotency):
+    a retry with the same key and arguments gets this answer back instead of
+    writing again. Scoped to the tenant, the principal and the tool it was sent
+    to; written in the transaction of the write itself; deleted by the
+    idempotency-keys-expire sweep once ``expires_at`` has passed."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="+")
+    # The zero UUID for a caller without a principal, so the key stays unique (NULLs never collide).
+    principal_id = models.UUIDField()
+    scope = models.CharField(max_length=200, help_text="surface:dialect.tool")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the canonical JSON of the request")
+    # The answer as the JSON text it was sent as (jsonb would reorder its keys); empty while the write runs.
+    answer = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "principal_id", "scope", "key"], name="idempotency_key_unique_per_scope"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.key}"

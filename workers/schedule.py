@@ -91,6 +91,13 @@ SCHEDULE: tuple[BeatEntry, ...] = (
         "delete hooked-conversation exchange transcripts older than 7 days",
     ),
     BeatEntry(
+        "idempotency-keys-expire",
+        "workers.tasks.idempotency_keys_expire_task",
+        "MEMPROJ_BEAT_IDEMPOTENCY_KEYS",
+        "53 * * * *",
+        "delete idempotency keys of writes whose MEMPROJ_IDEMPOTENCY_TTL_SECONDS has passed",
+    ),
+    BeatEntry(
         "active-contexts-expire",
         "workers.tasks.active_contexts_expire_task",
         "MEMPROJ_BEAT_ACTIVE_CONTEXTS",

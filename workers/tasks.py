@@ -102,3 +102,5 @@ collections_lifecycle_task = _sweep_task("collections_lifecycle_task", collectio
 transcripts_retention_task = _sweep_task("transcripts_retention_task", collections.transcripts_retention)
 # Seed 004 (pce): expired active contexts.
 active_contexts_expire_task = _sweep_task("active_contexts_expire_task", sweeps.active_contexts_expire)
+# Idempotency keys of writes past their expiry.
+idempotency_keys_expire_task = _sweep_task("idempotency_keys_expire_task", sweeps.idempotency_keys_expire)

@@ -183,7 +183,7 @@ def item(memory: Any, score: float | None = None, *, with_score: bool = True) ->
 Content = Annotated[str, Field(max_length=settings.MEMPROJ["MAX_CONTENT_CHARS"])]
 
 
-@dialect.tool()
+@dialect.tool(writes=True)
 def manage_memory(
     content: Annotated[Content | None, Field(description="Content for a new or updated memory.")] = None,
     action: Annotated[

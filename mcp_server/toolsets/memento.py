@@ -129,7 +129,7 @@ class MemoryList(BaseModel):
     memories: list[Memory]
 
 
-@dialect.tool()
+@dialect.tool(writes=True)
 def store_memory(
     content: Annotated[
         str,
@@ -168,7 +168,7 @@ def store_memory(
     return StoreResult(created=created, similar=_records(similar), action_required=action, note=note)
 
 
-@dialect.tool()
+@dialect.tool(writes=True)
 def supersede_memory(
     old_memory_id: Annotated[MemoryId, Field(description="ID of the outdated memory")],
     new_memory_id: Annotated[MemoryId, Field(description="ID of the new memory that replaces it")],
@@ -208,7 +208,7 @@ def list_recent_memories(
 # The upstream Memento server's own tools (UPSTREAM.md): plain-text answers and errors.
 
 
-@dialect.tool()
+@dialect.tool(writes=True)
 def remember(
     content: Annotated[str, Field(description="The text to remember (at most 4,000 characters).")],
     confidence: Annotated[float, Field(description="How sure you are, from 0.0 to 1.0.")],

@@ -22,8 +22,8 @@ helpful or harmful after applying them.
 """
 
 # Errors read `[CODE] message` (CODE: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED,
-# EMBEDDING_ERROR, STORAGE_ERROR, INTERNAL).
-HTTP_STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "RATE_LIMIT": 429}
+# EMBEDDING_ERROR, STORAGE_ERROR, INTERNAL; CONFLICT for an idempotency key reused with other arguments).
+HTTP_STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "CONFLICT": 409, "RATE_LIMIT": 429}
 
 
 def http_status(text: str) -> int:
@@ -232,7 +232,7 @@ class Stats(BaseModel):
     open_conflicts: int = Field(description="Conflict candidates waiting for review (memory_get shows each pair).")
 
 
-@dialect.tool()
+@dialect.tool(writes=True)
 def memory_store_episode(
     content: Annotated[Content, Field(description="What happened, as a self-contained sentence or short paragraph.")],
     butler: Annotated[Label, Field(description="The agent/butler recording it, e.g. 'general' or 'health'.")],
@@ -256,7 +256,7 @@ def memory_store_episode(
     )
 
 
-@dialect.tool()
+@dialect.tool(writes=True)
 def memory_store_fact(
     subject: Annotated[Key, Field(description="Who or what the fact is about, e.g. 'user'.")],
     predicate: Annotated[Key, Field(description="The attribute, e.g. 'favorite_color'.")],
@@ -289,7 +289,7 @@ def memory_store_fact(
     )
 
 
-@dialect.tool()
+@dialect.tool(writes=True)
 def memory_store_rule(
     content: Annotated[Content, Field(description="The guideline, phrased as an instruction.")],
     scope: Annotated[Label, Field(description="'global' or a butler scope.")] = "global",
@@ -360,7 +360,7 @@ def memory_get(
     return record(memory, api.conflicts_open_for(caller=acting, memory_id=memory.id))
 
 
-@dialect.tool(aliases=BUTLERS_ALIASES)
+@dialect.tool(aliases=BUTLERS_ALIASES, writes=True)
 def memory_confirm(
     type: Annotated[MemoryType, Field(description="fact or rule; episodes have no decay to reset.")],
     id: MemoryId,
@@ -370,7 +370,7 @@ def memory_confirm(
     return record(api.memory_confirm(caller=dialect.caller(), kind=type, memory_id=id))
 
 
-@dialect.tool()
+@dialect.tool(writes=True)
 def memory_mark_helpful(
     rule_id: Annotated[str, Field(description="The rule's UUID.", max_length=100)],
 ) -> MemoryRecord:
@@ -381,7 +381,7 @@ def memory_mark_helpful(
     )
 
 
-@dialect.tool()
+@dialect.tool(writes=True)
 def memory_mark_harmful(
     rule_id: Annotated[str, Field(description="The rule's UUID.", max_length=100)],
     reason: Annotated[str | None, Field(description="What went wrong.", max_length=2000)] = None,
@@ -394,7 +394,7 @@ def memory_mark_harmful(
     return record(outcome.memory)
 
 
-@dialect.tool(aliases=BUTLERS_ALIASES)
+@dialect.tool(aliases=BUTLERS_ALIASES, writes=True)
 def memory_forget(
     type: Annotated[MemoryType, Field(description="episode, fact or rule.")],
     id: MemoryId,

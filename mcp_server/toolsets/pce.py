@@ -69,6 +69,8 @@ LIMITS = {
     "boundary.validate": (32 * 1024, 5.0),
     "policy.apply": (128 * 1024, 10.0),
 }
+# The tools that store something (an idempotency key applies to them).
+WRITES = frozenset({"activate", "upsert", "feedback", "policy.apply"})
 # seed 004: feedback is idempotent per (claim_id, ts_bucket); a bucket is one
 # UTC minute, so a client's retry within the minute is applied once.
 FEEDBACK_BUCKET_SECONDS = 60
@@ -116,10 +118,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 def pce_tool(short: str, schema: Mapping[str, Any]) -> Callable[[F], F]:
     """One tool under both spellings, with the seed's schema, payload limit and timeout."""
     payload_limit, timeout = LIMITS[short]
-    dotted = dialect.tool(f"pce.memory.{short}", input_schema=schema, payload_limit=payload_limit, timeout=timeout)
-    underscored = dialect.tool(
-        "pce_memory_" + short.replace(".", "_"), input_schema=schema, payload_limit=payload_limit, timeout=timeout
-    )
+    limits: dict[str, Any] = {"payload_limit": payload_limit, "timeout": timeout, "writes": short in WRITES}
+    dotted = dialect.tool(f"pce.memory.{short}", input_schema=schema, **limits)
+    underscored = dialect.tool("pce_memory_" + short.replace(".", "_"), input_schema=schema, **limits)
 
     def register(fn: F) -> F:
         dotted(underscored(fn))

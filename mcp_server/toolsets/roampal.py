@@ -583,7 +583,7 @@ ScoreMap = Annotated[
 ]
 
 
-@dialect.tool(description=SCORE_RESPONSE)
+@dialect.tool(description=SCORE_RESPONSE, writes=True)
 def score_response(
     outcome: Annotated[Outcome, Field(description="How the user reacted to your previous answer.")],
     memory_scores: ScoreMap = None,
@@ -597,7 +597,7 @@ def score_response(
     )
 
 
-@dialect.tool(description=SCORE_MEMORIES)
+@dialect.tool(description=SCORE_MEMORIES, writes=True)
 def score_memories(
     memory_scores: ScoreMap,
     exchange_summary: Annotated[str | None, Field(max_length=2000)] = None,
@@ -632,7 +632,7 @@ def score_memories(
     )
 
 
-@dialect.tool(description=RECORD_RESPONSE)
+@dialect.tool(description=RECORD_RESPONSE, writes=True)
 def record_response(
     key_takeaway: Annotated[str, Field(min_length=1, max_length=2000, description="The learning, self-contained.")],
 ) -> Annotated[CallToolResult, StoredResult]:
@@ -644,7 +644,7 @@ def record_response(
     )
 
 
-@dialect.tool(description=ADD_TO_MEMORY_BANK)
+@dialect.tool(description=ADD_TO_MEMORY_BANK, writes=True)
 def add_to_memory_bank(
     content: Annotated[str, Field(min_length=1, max_length=2000, description="One fact.")],
     tags: Annotated[
@@ -682,7 +682,7 @@ MATCH_SIMILARITY = 0.6
 
 
 # Newer upstream clients call update_memory(id=..., content=...).
-@dialect.tool(description=UPDATE_MEMORY, aliases={"content": "new_content"})
+@dialect.tool(description=UPDATE_MEMORY, aliases={"content": "new_content"}, writes=True)
 def update_memory(
     new_content: Annotated[str, Field(min_length=1, max_length=2000, description="The corrected fact.")],
     old_content: Annotated[
@@ -705,7 +705,7 @@ def update_memory(
     )
 
 
-@dialect.tool(description=DELETE_MEMORY)
+@dialect.tool(description=DELETE_MEMORY, writes=True)
 def delete_memory(
     content: Annotated[
         str | None, Field(max_length=2000, description="The memory_bank fact to delete (matched by meaning).")

@@ -22,7 +22,7 @@ from django.db.models.functions import Random, RowNumber
 from django.utils import timezone
 
 from memory import scoring
-from memory.models import ActiveContext, Kind, Maturity, Memory, Validity
+from memory.models import ActiveContext, IdempotencyKey, Kind, Maturity, Memory, Validity
 from memory.outcomes import maturity_set
 from memory.services.events import EventType, NewEvent, events_append
 from memory.services.locks import memories_tenant_write_lock
@@ -269,3 +269,24 @@ def active_contexts_expire(*, now: datetime | None = None, batch_size: int | Non
         deleted, _ = ActiveContext.objects.filter(pk__in=ids, expires_at__lte=now).delete()
         more = due.exists()
     return SweepResult(processed=deleted, more=more, ids=ids)
+
+# --- Idempotency keys ------------------------------------------------------------------------
+
+
+def idempotency_keys_expire(*, now: datetime | None = None, batch_size: int | None = None) -> SweepResult:
+    """Delete idempotency keys whose expiry has passed, oldest first, one
+    bounded batch per run. An expired key replays nothing (the next write with
+    it takes it over), so deleting one changes no answer and is not audited.
+    Locks only the rows it deletes; a write that takes over an expired key
+    locks that row before any tenant lock, and this sweep takes none, so it
+    stands outside the tenant lock order."""
+    now = now or timezone.now()
+    batch_size, _ = sweep_sizes(batch_size, None)
+    due = IdempotencyKey.objects.filter(expires_at__lte=now)
+    with transaction.atomic():
+        if not sweep_lock("idempotency_keys_expire"):
+            return SweepResult(skipped=True)
+        ids = list(due.order_by("expires_at", "id").values_list("pk", flat=True)[:batch_size])
+        deleted, _ = IdempotencyKey.objects.filter(pk__in=ids, expires_at__lte=now).delete()
+        more = due.exists()
+    return SweepResult(processed=deleted, more=more)

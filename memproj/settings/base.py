@@ -175,6 +175,12 @@ MEMPROJ = {
     # pce: how long an active context (a ranked snapshot a cursor pages through)
     # lives; the active-contexts-expire beat sweep deletes it afterwards.
     "ACTIVE_CONTEXT_TTL_SECONDS": env.int("MEMPROJ_ACTIVE_CONTEXT_TTL_SECONDS", default=1800),
+    # Idempotency keys of writes (memory/services/idempotency.py): how long a key
+    # replays its answer (the idempotency-keys-expire sweep deletes it afterwards),
+    # and how long a duplicate waits for the first request with its key to finish
+    # before it answers a retryable error.
+    "IDEMPOTENCY_TTL_SECONDS": env.int("MEMPROJ_IDEMPOTENCY_TTL_SECONDS", default=24 * 3600),
+    "IDEMPOTENCY_WAIT_SECONDS": env.float("MEMPROJ_IDEMPOTENCY_WAIT_SECONDS", default=10.0),
     # Threads (each with its own database connection) that run a request's
     # independent reads side by side (memproj/dbthreads.py); 0 runs them in turn.
     "SIDE_READ_THREADS": env.int("MEMPROJ_SIDE_READ_THREADS", default=4),

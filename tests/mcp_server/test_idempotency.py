@@ -1,0 +1,213 @@
+"""Idempotency keys of writes, against the real service under uvicorn: the
+memory dialect over a real MCP client (the key in the request's ``_meta``) and
+the plain HTTP route (the ``Idempotency-Key`` header). A write retried with the
+same key stores one row and answers as the first time; the same key with other
+arguments is a coded conflict; concurrent duplicates store one row; without a
+key every call stores, as before."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import httpx
+import httpx2
+import pytest
+from django.utils import timezone
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from memory.models import IdempotencyKey, Memory
+from memory.services.sweeps import idempotency_keys_expire
+from tests.mcp_server.test_transports import http_server  # noqa: F401 - the live-server fixture
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REPLAYED = "io.memproj/idempotent-replay"
+
+
+def mcp(base: str, identity, toolset: str = "memory") -> tuple[httpx2.AsyncClient, Client]:
+    session = httpx2.AsyncClient(headers={"Authorization": f"Bearer {identity.token}"}, timeout=300)
+    return session, Client(streamable_http_client(f"{base}/mcp/{toolset}/", http_client=session))
+
+
+async def rows(content: str) -> int:
+    return await Memory.objects.filter(content=content).acount()
+
+
+async def test_mcp_retry_with_the_same_key_stores_once_and_replays_the_answer(http_server, member):  # noqa: F811
+    content = "Deployed v7 to staging on Tuesday"
+    session, client = mcp(http_server, member)
+    async with session, client:
+        first = await client.call_tool(
+            "memory_store_episode", {"content": content, "butler": "ops"}, meta={"idempotency_key": "deploy-7"}
+        )
+        retry = await client.call_tool(
+            "memory_store_episode", {"content": content, "butler": "ops"}, meta={"idempotency_key": "deploy-7"}
+        )
+        # The namespaced spelling names the same key.
+        spelled = await client.call_tool(
+            "memory_store_episode",
+            {"content": content, "butler": "ops"},
+            meta={"io.memproj/idempotency-key": "deploy-7"},
+        )
+    assert not first.is_error and not retry.is_error and not spelled.is_error
+    assert retry.structured_content == first.structured_content == spelled.structured_content
+    assert [block.text for block in retry.content] == [block.text for block in first.content]
+    assert not (first.meta or {}).get(REPLAYED)
+    assert retry.meta and retry.meta.get(REPLAYED) is True
+    assert await rows(content) == 1
+    key = await IdempotencyKey.objects.aget(key="deploy-7")
+    assert key.tenant_id == member.caller.tenant_id and key.principal_id == member.caller.principal_id
+    assert key.scope == "mcp:memory.memory_store_episode"
+
+
+async def test_mcp_same_key_with_other_arguments_is_a_coded_conflict(http_server, member):  # noqa: F811
+    session, client = mcp(http_server, member)
+    async with session, client:
+        first = await client.call_tool(
+            "memory_store_fact",
+            {"subject": "user", "predicate": "editor", "content": "Uses Neovim"},
+            meta={"idempotency_key": "fact-1"},
+        )
+        other = await client.call_tool(
+            "memory_store_fact",
+            {"subject": "user", "predicate": "editor", "content": "Uses Emacs"},
+            meta={"idempotency_key": "fact-1"},
+        )
+        too_long = await client.call_tool(
+            "memory_store_fact",
+            {"subject": "user", "predicate": "shell", "content": "Uses fish"},
+            meta={"idempotency_key": "k" * 256},
+        )
+    assert not first.is_error
+    assert other.is_error and other.content[0].text.startswith("[CONFLICT] ")
+    assert other.structured_content == {"error": {"code": "CONFLICT"}}
+    assert too_long.is_error and too_long.content[0].text.startswith("[INVALID_ARGUMENT] ")
+    assert "255" in too_long.content[0].text
+    assert await rows("Uses Neovim") == 1
+    assert await rows("Uses Emacs") == 0 and await rows("Uses fish") == 0
+
+
+async def test_mcp_concurrent_duplicates_store_one_row(http_server, member):  # noqa: F811
+    content = "Rotated the staging database password"
+    arguments = {"content": content, "butler": "ops"}
+
+    async def attempt() -> dict:
+        session, client = mcp(http_server, member)
+        async with session, client:
+            result = await client.call_tool("memory_store_episode", arguments, meta={"idempotency_key": "rotate-1"})
+        assert not result.is_error, result.content
+        return result.structured_content or {}
+
+    answers = await asyncio.gather(*(attempt() for _ in range(8)))
+    assert len({json.dumps(a, sort_keys=True) for a in answers}) == 1
+    assert await rows(content) == 1
+
+
+async def test_mcp_without_a_key_every_call_stores(http_server, member):  # noqa: F811
+    content = "Standup moved to 9:30"
+    session, client = mcp(http_server, member)
+    async with session, client:
+        first = await client.call_tool("memory_store_episode", {"content": content, "butler": "ops"})
+        second = await client.call_tool("memory_store_episode", {"content": content, "butler": "ops"})
+    assert first.structured_content["id"] != second.structured_content["id"]
+    assert await rows(content) == 2
+
+
+async def test_mcp_read_tools_ignore_the_key(http_server, member):  # noqa: F811
+    session, client = mcp(http_server, member)
+    async with session, client:
+        await client.call_tool("memory_store_episode", {"content": "Lunch at noon", "butler": "ops"})
+        first = await client.call_tool("memory_search", {"query": "lunch"}, meta={"idempotency_key": "read-1"})
+        await client.call_tool("memory_store_episode", {"content": "Lunch moved to one", "butler": "ops"})
+        second = await client.call_tool("memory_search", {"query": "lunch"}, meta={"idempotency_key": "read-1"})
+    assert len(second.structured_content["results"]) == len(first.structured_content["results"]) + 1
+    assert not (second.meta or {}).get(REPLAYED)
+    assert await IdempotencyKey.objects.acount() == 0
+
+
+def post(base: str, identity, tool: str, body: dict, key: str | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {identity.token}"}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return httpx.post(f"{base}/api/memory/{tool}", json=body, headers=headers, timeout=120)
+
+
+def count(content: str) -> int:
+    return Memory.objects.filter(content=content).count()
+
+
+def test_http_retry_with_the_same_key_stores_once_and_replays_the_answer(http_server, member):  # noqa: F811
+    body = {"content": "Invoice 4411 from Acme was paid on March 3", "butler": "billing"}
+    first = post(http_server, member, "memory_store_episode", body, key="invoice-4411")
+    retry = post(http_server, member, "memory_store_episode", body, key="invoice-4411")
+    assert first.status_code == retry.status_code == 200
+    assert retry.json() == first.json()
+    assert "Idempotent-Replayed" not in first.headers
+    assert retry.headers["Idempotent-Replayed"] == "true"
+    assert count(body["content"]) == 1
+    # The key is the caller's: another tenant's token with the same key writes its own row.
+    assert IdempotencyKey.objects.get(key="invoice-4411").scope == "http:memory.memory_store_episode"
+
+
+def test_http_same_key_with_other_arguments_is_a_409(http_server, member):  # noqa: F811
+    first = post(
+        http_server, member, "memory_store_episode", {"content": "Invoice 4412 paid", "butler": "ops"}, key="inv"
+    )
+    other = post(
+        http_server, member, "memory_store_episode", {"content": "Invoice 4413 paid", "butler": "ops"}, key="inv"
+    )
+    empty = post(http_server, member, "memory_store_episode", {"content": "Invoice 4414 paid", "butler": "ops"}, key="")
+    assert first.status_code == 200
+    assert other.status_code == 409
+    assert other.json()["error"]["code"] == "CONFLICT"
+    assert empty.status_code == 422 and empty.json()["error"]["code"] == "INVALID_ARGUMENT"
+    assert count("Invoice 4412 paid") == 1 and count("Invoice 4413 paid") == 0 and count("Invoice 4414 paid") == 0
+
+
+def test_http_concurrent_duplicates_store_one_row(http_server, member):  # noqa: F811
+    body = {"content": "The on-call rotation starts Monday", "butler": "ops"}
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(
+            pool.map(lambda _: post(http_server, member, "memory_store_episode", body, key="oncall"), range(8))
+        )
+    assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
+    assert len({a.text for a in answers}) == 1
+    assert count(body["content"]) == 1
+
+
+def test_http_keys_are_scoped_to_the_caller(http_server, member, outsider):  # noqa: F811
+    body = {"content": "Quarterly report is due Friday", "butler": "ops"}
+    mine = post(http_server, member, "memory_store_episode", body, key="report")
+    theirs = post(http_server, outsider, "memory_store_episode", body, key="report")
+    assert mine.status_code == theirs.status_code == 200
+    assert mine.json()["id"] != theirs.json()["id"]
+    assert "Idempotent-Replayed" not in theirs.headers
+    assert count(body["content"]) == 2
+
+
+def test_http_without_a_key_every_call_stores(http_server, member):  # noqa: F811
+    body = {"content": "Backups run at 02:00", "butler": "ops"}
+    first = post(http_server, member, "memory_store_episode", body)
+    second = post(http_server, member, "memory_store_episode", body)
+    assert first.status_code == second.status_code == 200
+    assert first.json()["id"] != second.json()["id"]
+    assert count(body["content"]) == 2
+
+
+def test_expired_keys_are_taken_over_and_swept(http_server, member):  # noqa: F811
+    body = {"content": "Renew the TLS certificate", "butler": "ops"}
+    first = post(http_server, member, "memory_store_episode", body, key="tls")
+    IdempotencyKey.objects.filter(key="tls").update(expires_at=timezone.now() - timedelta(seconds=1))
+    # An expired key replays nothing: the write runs again under it.
+    again = post(http_server, member, "memory_store_episode", body, key="tls")
+    assert again.status_code == 200 and "Idempotent-Replayed" not in again.headers
+    assert again.json()["id"] != first.json()["id"]
+    post(http_server, member, "memory_store_episode", {"content": "Rotate the API keys", "butler": "ops"}, key="keys")
+    IdempotencyKey.objects.filter(key="tls").update(expires_at=timezone.now() - timedelta(seconds=1))
+    swept = idempotency_keys_expire()
+    assert swept.processed == 1 and not swept.more
+    assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["keys"]
