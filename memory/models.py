@@ -672,6 +672,7 @@ class ActiveContext(models.Model):
     def __str__(self) -> str:
         return f"ac {self.id}"
 
+
 class IdempotencyKey(models.Model):
     """A write's idempotency key and the answer it got (memory.services.idempotency):
     a retry with the same key and arguments gets this answer back instead of

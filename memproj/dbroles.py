@@ -49,7 +49,8 @@ def as_owner(alias: str = "default") -> Iterator[None]:
 
 def grant_app_privileges(*, using: str = "default", **_: Any) -> None:
     """Run by the owner after every migrate (post_migrate): the app role reads
-    and writes every table and appends to the audit log; it owns nothing, so it
+    and writes every table, appends to the audit log and seals what it
+    appended (its ``mac`` column); it owns nothing, so it
     cannot TRUNCATE, ALTER, DISABLE TRIGGER or DROP. Nor may it call the purge
     function: a purge is an operator's act (`manage.py purge`, which connects as
     the owner), never something a compromised service connection could do; an
@@ -65,6 +66,15 @@ def grant_app_privileges(*, using: str = "default", **_: Any) -> None:
     ]
     for table in APPEND_ONLY_TABLES:
         statements.append(sql.SQL("REVOKE UPDATE, DELETE ON {} FROM {}").format(sql.Identifier(table), app))
+    # The writer seals each event it appends (memory/services/events.py): the
+    # one column the service's role may update, once (the trigger checks that).
+    statements.append(
+        sql.SQL(
+            "DO $$ BEGIN IF EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'public' "
+            "AND table_name = 'memory_memoryevent' AND column_name = 'mac') "
+            "THEN EXECUTE format('GRANT UPDATE (mac) ON memory_memoryevent TO %I', {}); END IF; END $$"
+        ).format(sql.Literal(app_user()))
+    )
     statements.append(
         sql.SQL(
             "DO $$ BEGIN IF to_regprocedure('memproj_purge_events(uuid,text,uuid,jsonb,uuid[],uuid)') IS NOT NULL "

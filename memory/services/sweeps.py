@@ -270,6 +270,7 @@ def active_contexts_expire(*, now: datetime | None = None, batch_size: int | Non
         more = due.exists()
     return SweepResult(processed=deleted, more=more, ids=ids)
 
+
 # --- Idempotency keys ------------------------------------------------------------------------
 
 

@@ -90,6 +90,9 @@ MEMPROJ_DB_OWNER: dict[str, str] = {}
 if _owner_url:
     _owner = environ.Env.db_url_config(_owner_url)
     MEMPROJ_DB_OWNER = {"USER": _owner.get("USER", ""), "PASSWORD": _owner.get("PASSWORD", "")}
+# The audit chain's HMAC key (memory/services/events.py); never sent to the
+# database. Empty: a key generated once in var/secrets/audit.key (0600).
+MEMPROJ_AUDIT_KEY = env.str("MEMPROJ_AUDIT_KEY", default="")
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

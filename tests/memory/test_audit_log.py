@@ -6,6 +6,7 @@ by ``manage.py audit_verify``."""
 from __future__ import annotations
 
 import io
+import uuid
 from collections.abc import Iterator
 
 import psycopg
@@ -16,14 +17,14 @@ from django.db import DatabaseError, connection, transaction
 
 from memory.errors import PermissionDenied
 from memory.models import MemoryEvent
-from memory.services.events import EventType, chain_verify
+from memory.services.events import EventType, chain_verify, events_seal_unkeyed
 from memory.services.memories import episode_store, fact_store, memory_forget
 from memory.services.purge import principal_purge, tenant_purge
 from memproj.dbroles import as_owner, separate_roles
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REFUSED = "append-only|permission denied|must be owner"
+REFUSED = "append-only|permission denied|must be owner|must be member"
 
 
 def refused(sql: str, params: list | None = None) -> None:
@@ -184,7 +185,9 @@ def test_the_service_role_cannot_call_the_purge_function(member):
 
 
 def test_the_purge_function_called_by_the_owner_is_on_the_record(member, owner_connection):
-    """Even the owner's direct call deletes nothing without a chained purge event after it."""
+    """Even the owner's direct call deletes nothing without a chained purge event
+    after it; called in SQL (not through `manage.py purge`, which holds the
+    key), its event has no MAC, and the check says so."""
     episode_store(caller=member.caller, content="something happened", butler="general")
     owner_connection.execute(
         "SELECT memproj_purge_events(%s, 'tenant_purged', NULL, '{}'::jsonb, NULL, NULL)", [member.caller.tenant_id]
@@ -195,7 +198,157 @@ def test_the_purge_function_called_by_the_owner_is_on_the_record(member, owner_c
         owner_connection.execute(
             "SELECT memproj_purge_events(%s, 'stored', NULL, '{}'::jsonb, NULL, NULL)", [member.caller.tenant_id]
         )
-    assert "chain intact" in verify()
+    [report] = chain_verify(tenant_ids=[member.caller.tenant_id])
+    assert report.problems == [f"event {event.pk}: has no MAC (written or re-chained without the audit key)"]
+
+
+# --- the keyed chain (issue 23): a rewrite made with the database alone ------------------------
+
+
+def rechain(conn: psycopg.Connection, tenant_id: uuid.UUID) -> None:
+    """Recompute a tenant's sha256 chain in SQL, as anyone who may write the
+    table can (the recipe is public: migration 0028)."""
+    conn.execute(
+        f"""DO $$ DECLARE ev record; prev text := ''; BEGIN
+        FOR ev IN SELECT * FROM memory_memoryevent WHERE tenant_id = '{tenant_id}' ORDER BY id LOOP
+            UPDATE memory_memoryevent SET prev_hash = prev,
+                hash = memproj_event_hash(prev, ev.tenant_id, ev.event_type, ev.memory_id, ev.memory_kind,
+                                          ev.actor_principal_id, ev.payload, ev.created_at)
+             WHERE id = ev.id RETURNING hash INTO prev;
+        END LOOP; END $$"""
+    )
+
+
+@pytest.fixture
+def superuser_connection() -> Iterator[psycopg.Connection]:
+    """The embedded server's superuser, with its password (what the service's OS user may read)."""
+    if not settings.MEMPROJ_EMBEDDED_POSTGRES:
+        pytest.skip("the superuser's password is known only for the embedded server")
+    from memproj.embedded import VAR_DIR
+
+    db = connection.settings_dict
+    secret = VAR_DIR / "secrets" / "pg-postgres.password"
+    password = secret.read_text().strip() if secret.exists() else None
+    conn = psycopg.connect(dbname=db["NAME"], host=db["HOST"], user="postgres", password=password, autocommit=True)
+    yield conn
+    conn.close()
+
+
+@pytest.mark.parametrize("role", ["owner", "superuser"])
+def test_a_rewrite_that_recomputes_the_chain_in_sql_is_detected(role, member, outsider, request):
+    """Issue 23, point 5: as the owner or the superuser, switch the guard off,
+    edit an event, recompute the tenant's unkeyed chain: every hash matches
+    again, but the MACs (keyed outside the database) do not."""
+    conn = request.getfixturevalue(f"{role}_connection")
+    for n in range(3):
+        episode_store(caller=member.caller, content=f"note {n}", butler="general")
+    episode_store(caller=outsider.caller, content="elsewhere", butler="general")
+    first, second, third = MemoryEvent.objects.filter(tenant_id=member.caller.tenant_id).order_by("id")
+    assert "problems" not in verify()
+
+    conn.execute("ALTER TABLE memory_memoryevent DISABLE TRIGGER memory_event_append_only")
+    try:
+        conn.execute(
+            """UPDATE memory_memoryevent SET payload = '{"content": "rewritten"}' WHERE id = %s""", [second.pk]
+        )
+        rechain(conn, member.caller.tenant_id)
+        [report] = chain_verify(tenant_ids=[member.caller.tenant_id])
+        # The unkeyed chain is whole again: only the MACs tell, from the edited row on.
+        assert not any("hash" in p or "follow" in p for p in report.problems)
+        assert report.problems == [
+            f"event {pk}: its MAC does not match (it, or the chain before it, was rewritten without the audit key)"
+            for pk in (second.pk, third.pk)
+        ]
+        with pytest.raises(CommandError, match="tampered"):
+            verify()
+        # Clearing the MACs does not pass for an event from before the key either.
+        conn.execute("UPDATE memory_memoryevent SET mac = '' WHERE tenant_id = %s", [member.caller.tenant_id])
+        [report] = chain_verify(tenant_ids=[member.caller.tenant_id])
+        assert len(report.problems) == 3 and all("has no MAC" in p for p in report.problems)
+    finally:
+        conn.execute("ALTER TABLE memory_memoryevent ENABLE TRIGGER memory_event_append_only")
+    # The other tenant's chain is untouched.
+    assert chain_verify(tenant_ids=[outsider.caller.tenant_id])[0].ok
+
+
+def test_the_service_role_may_seal_an_event_once_and_change_nothing_else(member):
+    episode_store(caller=member.caller, content="something happened", butler="general")
+    event = MemoryEvent.objects.get()
+    assert event.mac and chain_verify(tenant_ids=[member.caller.tenant_id])[0].ok
+    refused("UPDATE memory_memoryevent SET mac = %s WHERE id = %s", ["0" * 64, event.pk])
+    refused("UPDATE memory_memoryevent SET mac = '' WHERE id = %s", [event.pk])
+    refused("UPDATE memory_memoryevent SET hash = '' WHERE id = %s", [event.pk])
+    assert MemoryEvent.objects.get().mac == event.mac
+
+
+def test_events_from_before_the_key_are_keyed_once_up_to_the_first_break(member, owner_connection):
+    """What migration 0035 does with the events an older version wrote: key
+    those whose chain verifies, never one after a break (that would launder
+    an earlier edit)."""
+    for n in range(4):
+        episode_store(caller=member.caller, content=f"note {n}", butler="general")
+    events = list(MemoryEvent.objects.order_by("id"))
+    owner_connection.execute("ALTER TABLE memory_memoryevent DISABLE TRIGGER memory_event_append_only")
+    try:
+        owner_connection.execute("UPDATE memory_memoryevent SET mac = ''")
+        owner_connection.execute("""UPDATE memory_memoryevent SET payload = '{"x": 1}' WHERE id = %s""", [events[2].pk])
+    finally:
+        owner_connection.execute("ALTER TABLE memory_memoryevent ENABLE TRIGGER memory_event_append_only")
+
+    assert events_seal_unkeyed() == 2
+    [report] = chain_verify(tenant_ids=[member.caller.tenant_id])
+    assert report.problems == [
+        f"event {events[2].pk}: its hash does not match its content (the row was altered)",
+        f"event {events[2].pk}: has no MAC (written or re-chained without the audit key)",
+        f"event {events[3].pk}: has no MAC (written or re-chained without the audit key)",
+    ]
+    assert events_seal_unkeyed() == 0
+
+
+def test_a_purge_keeps_the_chain_keyed_but_never_seals_an_earlier_rewrite(owner, member, owner_connection):
+    kept = episode_store(caller=owner.caller, content="the owner's note", butler="general")
+    episode_store(caller=member.caller, content="the member's note", butler="general")
+    later = episode_store(caller=owner.caller, content="a later note", butler="general")
+    last = episode_store(caller=owner.caller, content="the last note", butler="general")
+    rewritten = MemoryEvent.objects.get(memory_id=later.id)
+    # Someone with the database alone rewrites an event after the member's, and re-chains.
+    owner_connection.execute("ALTER TABLE memory_memoryevent DISABLE TRIGGER memory_event_append_only")
+    try:
+        owner_connection.execute(
+            """UPDATE memory_memoryevent SET payload = '{"content": "rewritten"}' WHERE id = %s""", [rewritten.pk]
+        )
+        rechain(owner_connection, owner.caller.tenant_id)
+    finally:
+        owner_connection.execute("ALTER TABLE memory_memoryevent ENABLE TRIGGER memory_event_append_only")
+
+    with as_owner():
+        principal_purge(principal_id=member.caller.principal_id, reason="ticket 9")
+    [report] = chain_verify(tenant_ids=[owner.caller.tenant_id])
+    # The purge re-chained and sealed what it could vouch for; the rewritten rows stay reported.
+    last_event = MemoryEvent.objects.get(memory_id=last.id)
+    assert report.problems == [
+        f"event {pk}: has no MAC (written or re-chained without the audit key)" for pk in (rewritten.pk, last_event.pk)
+    ]
+    assert MemoryEvent.objects.get(memory_id=kept.id).mac
+    assert MemoryEvent.objects.order_by("-id").first().mac  # the purge event
+
+
+def test_the_owner_and_the_superuser_need_their_passwords(member):
+    """The embedded server authenticates every role: the service's OS user,
+    connecting as the owner or the superuser without a password, is refused,
+    and the service's role cannot become either."""
+    if not settings.MEMPROJ_EMBEDDED_POSTGRES:
+        pytest.skip("the embedded server's authentication")
+    db = connection.settings_dict
+    for role in ("memproj_owner", "postgres"):
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(dbname=db["NAME"], host=db["HOST"], user=role, password="")
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(dbname=db["NAME"], host=db["HOST"], user=role, password="guess")
+        refused(f"SET ROLE {role}")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_auth_members WHERE member = current_user::regrole")
+        assert cursor.fetchone()[0] == 0
 
 
 def test_forgotten_is_an_alias_of_retracted():

@@ -1,6 +1,8 @@
 """`make stop` (python -m memproj.embedded stop) stops the embedded PostgreSQL and
 Redis even when the package's handle list names processes that are long dead —
-which it always does after `make run` or a test run (issue 15, item 7)."""
+which it always does after `make run` or a test run (issue 15, item 7). And the
+embedded servers authenticate every role and keep their files private, also
+in a var/ an older version made (issue 23)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import psycopg
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,3 +92,81 @@ def test_a_stale_redis_pid_file_naming_another_process_is_not_killed(var_dir):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+# --- authentication and private files (issue 23) ---------------------------------------------
+
+
+def connect(var_dir: Path, user: str, password: str | None = None) -> psycopg.Connection:
+    return psycopg.connect(host=str(var_dir / "pgdata"), dbname="memproj", user=user, password=password)
+
+
+def world_or_group_readable(var_dir: Path) -> list[str]:
+    names = ["appendonly.aof", "appendonlydir", "dump.rdb", "redis.log", "redis.pid", "secrets"]
+    found = [p for name in names if (p := var_dir / name).exists()]
+    found += [child for p in found if p.is_dir() for child in p.iterdir()]
+    return [f"{p.name} {oct(p.stat().st_mode & 0o777)}" for p in found if p.stat().st_mode & 0o077]
+
+
+PASSWORD_ROLES = ("memproj_owner", "postgres")  # the owner, the superuser
+
+
+def password(var_dir: Path, role: str) -> str:
+    return (var_dir / "secrets" / f"pg-{role}.password").read_text().strip()
+
+
+def assert_every_role_authenticates(var_dir: Path) -> None:
+    rules = [line.split() for line in (var_dir / "pgdata" / "pg_hba.conf").read_text().splitlines()]
+    assert not [rule for rule in rules if rule and not rule[0].startswith("#") and "trust" in rule]
+    for role in PASSWORD_ROLES:
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            connect(var_dir, role, "")
+        with connect(var_dir, role, password(var_dir, role)) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == (role,)
+    # The service's role: the OS user of the process, no password.
+    with connect(var_dir, "memproj_app") as conn:
+        assert conn.execute("SELECT rolsuper, rolcreaterole FROM pg_roles WHERE rolname = current_user").fetchone() == (
+            False,
+            False,
+        )
+        for role in PASSWORD_ROLES:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(f"SET ROLE {role}")
+            conn.rollback()
+
+
+def test_every_role_authenticates_and_the_servers_files_are_private(var_dir):
+    started = embedded("start", var_dir)
+    assert started.returncode == 0, started.stderr
+    assert_every_role_authenticates(var_dir)
+    assert (var_dir / "secrets").stat().st_mode & 0o777 == 0o700
+    assert world_or_group_readable(var_dir) == []
+    assert (var_dir / "appendonly.aof").exists() or (var_dir / "appendonlydir").exists()
+
+
+def test_a_var_dir_of_an_older_version_is_upgraded_in_place(var_dir):
+    """A var/ made before: pg_hba.conf says trust, no password files, the Redis
+    files readable by all. The next start moves it to passwords (reloading the
+    running server) and makes the files private; the data stays."""
+    assert embedded("start", var_dir).returncode == 0
+    with connect(var_dir, "memproj_app") as conn:
+        conn.execute("CREATE TEMP TABLE t (x int)")  # the server is up and the app role works
+    # Back to what an older version left: initdb's trust, no secrets, 0644 files.
+    (var_dir / "pgdata" / "pg_hba.conf").write_text(
+        "local all all trust\nhost all all 127.0.0.1/32 trust\nlocal replication all trust\n"
+    )
+    (var_dir / "pgdata" / "pg_ident.conf").write_text("")
+    with connect(var_dir, "postgres", password(var_dir, "postgres")) as conn:
+        conn.execute("SELECT pg_reload_conf()")
+    shutil.rmtree(var_dir / "secrets")
+    with connect(var_dir, "postgres", "") as conn:  # trust: anyone is the superuser
+        conn.execute("SELECT 1")
+    for name in ("appendonly.aof", "redis.log"):
+        (var_dir / name).chmod(0o644)
+    pg_pid = postmaster_pid(var_dir)
+
+    upgraded = embedded("start", var_dir)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert postmaster_pid(var_dir) == pg_pid  # reloaded, not restarted
+    assert_every_role_authenticates(var_dir)
+    assert world_or_group_readable(var_dir) == []

@@ -1,6 +1,7 @@
 import io
 
 import pytest
+from django.contrib.auth import authenticate
 from django.core.management import call_command
 
 from policy.models import ApiToken, Principal, Tenant
@@ -39,12 +40,21 @@ def test_revoked_and_unknown_tokens_do_not_authenticate():
     assert token_authenticate("") is None
 
 
-def test_bootstrap_runs_once():
+def test_bootstrap_runs_once_and_prints_no_secret(tmp_path):
+    """The credentials go to a file only this OS user may read; the output,
+    which a supervisor logs, names the file (issue 23)."""
     first, second = io.StringIO(), io.StringIO()
-    call_command("bootstrap", stdout=first)
-    call_command("bootstrap", stdout=second)
-    token_line = next(line for line in first.getvalue().splitlines() if "API token" in line)
-    assert token_authenticate(token_line.split()[-1]) is not None
+    credentials = tmp_path / "secrets" / "bootstrap.txt"
+    call_command("bootstrap", "--credentials-file", str(credentials), stdout=first)
+    call_command("bootstrap", "--credentials-file", str(credentials), stdout=second)
+    text = credentials.read_text()
+    token = next(line for line in text.splitlines() if line.startswith("API token:")).split()[-1]
+    password = next(line for line in text.splitlines() if line.startswith("admin login:")).split()[4]
+    assert token_authenticate(token) is not None
+    assert authenticate(username="admin", password=password) is not None
+    assert str(credentials) in first.getvalue()
+    assert password not in first.getvalue() and token not in first.getvalue()
+    assert credentials.stat().st_mode & 0o777 == 0o600 and credentials.parent.stat().st_mode & 0o777 == 0o700
     assert "already set up" in second.getvalue()
     assert Tenant.objects.count() == 1
 
