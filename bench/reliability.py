@@ -1437,6 +1437,12 @@ class Stack:
     def start_broker(self) -> None:
         self.run("-c", "from memproj.embedded import ensure_redis; ensure_redis()")
 
+    def superuser(self) -> dict[str, str]:
+        """The embedded superuser authenticates with its password (memproj/embedded.py)."""
+        from memproj.embedded import SUPERUSER_ROLE, role_password
+
+        return {"user": SUPERUSER_ROLE, "password": role_password(SUPERUSER_ROLE, self.var_dir)}
+
     def stop_postgres(self) -> None:
         self.run("-c", "from memproj.embedded import stop_postgres; print(stop_postgres())")
 
