@@ -486,6 +486,11 @@ class DialectServer(MCPServer[Any]):
         """The argument contract, then the tool."""
         if not isinstance(arguments, dict):
             return self._error("INVALID_ARGUMENT", "arguments must be a JSON object.")
+        try:
+            # Bounded before anything below walks the arguments recursively.
+            api.nesting(arguments, field="arguments")
+        except DomainError as exc:
+            return self._error(exc.code, str(exc))
         if (
             len(json.dumps(arguments, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
             > spec.payload_limit

@@ -17,12 +17,12 @@ from collections.abc import Callable, Coroutine
 from functools import wraps
 from typing import Annotated, Any, Literal
 
-from django.db import DatabaseError, InterfaceError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcp_server.http_errors import STORAGE_MESSAGE, retry_later, retryable, storage_failure
 from mcp_server.pooled import in_worker_thread
 from mcp_server.toolsets import roampal as text
 from memory import api
@@ -35,14 +35,17 @@ logger = logging.getLogger(__name__)
 HOOK_BODY_LIMIT = 2 * 1024 * 1024  # a prompt, an answer and a transcript tail
 INGEST_LIMIT = api.BOOK_MAX_BYTES  # seed 003 Feature 5: 10 MB, 413 above it
 TOOLSET = "roampal"
-STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403}
+STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "QUOTA_EXCEEDED": 403}
+# Seed 003's hook answers carry ``{"error": "<message>"}``; ``code`` is added
+# beside it so a client can branch on the kind of error.
+UNAUTHENTICATED, INVALID, TOO_LARGE = "UNAUTHENTICATED", "INVALID_ARGUMENT", "PAYLOAD_TOO_LARGE"
 
 View = Callable[[HttpRequest, Caller], HttpResponse]
 AsyncView = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponse]]
 
 
-def _error(status: int, message: str, **headers: str) -> JsonResponse:
-    response = JsonResponse({"error": message}, status=status)
+def _error(status: int, message: str, code: str = INVALID, **headers: str) -> JsonResponse:
+    response = JsonResponse({"error": message, "code": code}, status=status)
     for key, value in headers.items():
         response[key] = value
     return response
@@ -54,10 +57,13 @@ def _caller(request: HttpRequest) -> Caller | JsonResponse:
     caller = token_authenticate(token.strip()) if scheme.lower() == "bearer" else None
     if caller is None:
         return _error(
-            401, "send Authorization: Bearer <token> (a memproj API token).", **{"WWW-Authenticate": "Bearer"}
+            401,
+            "send Authorization: Bearer <token> (a memproj API token).",
+            UNAUTHENTICATED,
+            **{"WWW-Authenticate": "Bearer"},
         )
     if not caller.may_use_toolset(TOOLSET):
-        return _error(403, "this token is not allowed to use the roampal toolset.")
+        return _error(403, "this token is not allowed to use the roampal toolset.", "PERMISSION_DENIED")
     return caller
 
 
@@ -69,15 +75,17 @@ def _read_body(request: HttpRequest, limit: int) -> bytes | JsonResponse:
     except ValueError:
         return _error(400, "Content-Length must be a number.")
     if declared > limit:
-        return _error(413, f"the body is over the limit of {limit} bytes.")
+        return _error(413, f"the body is over the limit of {limit} bytes.", TOO_LARGE)
     data = request.read(limit + 1)
     if len(data) > limit:
-        return _error(413, f"the body is over the limit of {limit} bytes.")
+        return _error(413, f"the body is over the limit of {limit} bytes.", TOO_LARGE)
     return data
 
 
 def hook_view(limit: int = HOOK_BODY_LIMIT) -> Callable[[View], AsyncView]:
-    """POST only, authenticated, bounded body, errors as JSON and never a traceback."""
+    """POST only, authenticated, bounded body, errors as coded JSON and never a
+    traceback; a storage failure (authentication reads the database too) is a
+    503 with Retry-After."""
 
     def decorate(view: View) -> AsyncView:
         @csrf_exempt
@@ -85,24 +93,26 @@ def hook_view(limit: int = HOOK_BODY_LIMIT) -> Callable[[View], AsyncView]:
         @wraps(view)
         def wrapper(request: HttpRequest) -> HttpResponse:
             if request.method != "POST":
-                return _error(405, "use POST.", Allow="POST")
-            caller = _caller(request)
-            if isinstance(caller, JsonResponse):
-                return caller
+                return _error(405, "use POST.", "METHOD_NOT_ALLOWED", Allow="POST")
             try:
+                caller = _caller(request)
+                if isinstance(caller, JsonResponse):
+                    return caller
                 return view(request, caller)
             except ValidationError as exc:
                 first = exc.errors()[0]
                 where = ".".join(str(p) for p in first["loc"]) or "body"
                 return _error(422, f"{where}: {first['msg']}")
             except DomainError as exc:
-                return _error(STATUS.get(exc.code, 400), str(exc))
-            except (DatabaseError, InterfaceError) as exc:
-                logger.warning("storage failure in %s: %r", view.__name__, exc)
-                return _error(503, "the memory store is unavailable right now; retry in a few seconds.")
-            except Exception:
+                if retryable(exc.code):
+                    return retry_later(_error(503, str(exc), exc.code))
+                return _error(STATUS.get(exc.code, 400), str(exc), exc.code)
+            except Exception as exc:
+                if storage_failure(exc):
+                    logger.warning("storage failure in %s: %r", view.__name__, exc)
+                    return retry_later(_error(503, STORAGE_MESSAGE, "STORAGE_ERROR"))
                 logger.exception("unexpected failure in %s", view.__name__)
-                return _error(500, "unexpected internal error; it has been logged.")
+                return _error(500, "unexpected internal error; it has been logged.", "INTERNAL")
 
         return wrapper
 
@@ -115,8 +125,9 @@ def _json(request: HttpRequest, model: type[BaseModel], limit: int = HOOK_BODY_L
         return body
     try:
         data = json.loads(body or b"{}")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return _error(400, "the body must be a JSON object.")
+    api.nesting(data)
     if not isinstance(data, dict):
         return _error(400, "the body must be a JSON object.")
     return model.model_validate(data)
@@ -185,13 +196,15 @@ def get_context(request: HttpRequest, caller: Caller) -> HttpResponse:
             for m in found.values()
         ]
     ids = [m["id"] for m in scoring_memories or []]
-    api.exchange_open(
-        caller=caller,
-        conversation_id=conversation,
-        user_message=body.query,
-        surfaced_ids=context.memory_ids,
-        scores=pending,
-    )
+    # A read-only token gets the context but records no exchange (it writes nothing).
+    if caller.has_scope("write"):
+        api.exchange_open(
+            caller=caller,
+            conversation_id=conversation,
+            user_message=body.query,
+            surfaced_ids=context.memory_ids,
+            scores=pending,
+        )
     prompt = text.scoring_prompt(ids) if pending is not None else ""
     block = text.known_context_block(context, now)
     facts = [text.shape(h, now) for h in context.user_facts]
@@ -285,7 +298,7 @@ def ingest(request: HttpRequest, caller: Caller) -> HttpResponse:
         try:
             content = raw.decode("utf-8")
         except UnicodeDecodeError:
-            return _error(415, "send UTF-8 text or Markdown.")
+            return _error(415, "send UTF-8 text or Markdown.", "UNSUPPORTED_MEDIA_TYPE")
         title, tags = request.GET.get("title", "").strip(), None
         if not title:
             return _error(422, "title: name the document with ?title=...")
@@ -347,7 +360,7 @@ class BodyLimit:
         await self.app(scope, replayed, send)
 
     async def _too_large(self, send: Any) -> None:
-        body = json.dumps({"error": f"the body is over the limit of {self.limit} bytes."}).encode()
+        body = json.dumps({"error": f"the body is over the limit of {self.limit} bytes.", "code": TOO_LARGE}).encode()
         await send(
             {
                 "type": "http.response.start",

@@ -13,7 +13,9 @@ body ``{"ops": [...]}``, one result per op, in order:
 Items are shaped as LangGraph's ``Item.dict()``. The mapping onto the core is
 the `langmem` dialect's (``mcp_server.toolsets.langmem``): an item is a fact
 in its namespace with the key as subject. Each write is its own transaction.
-Errors: HTTP 400/401/403/503 with ``{"error": {"code", "message"}}``."""
+Errors: HTTP 400/401/403/404/405/413 with ``{"error": {"code", "message"}}``; a
+retryable one (the store unreachable, the embedder down) is 503 with
+``Retry-After``."""
 
 from __future__ import annotations
 
@@ -21,12 +23,11 @@ import json
 import logging
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 from mcp_server.dialect import TENANT_SELECTORS
+from mcp_server.http_errors import STORAGE_MESSAGE, retry_later, retryable, storage_failure
 from mcp_server.pooled import in_worker_thread
 from mcp_server.toolsets import langmem
 from memory import api
@@ -37,11 +38,12 @@ logger = logging.getLogger(__name__)
 
 MAX_BODY = 1024 * 1024
 MAX_OPS = 100
-STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "EMBEDDING_ERROR": 503}
+STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "QUOTA_EXCEEDED": 403}
 
 
 def _error(code: str, message: str, status: int) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    response = JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    return retry_later(response) if retryable(code) else response
 
 
 def _strings(value: Any, field: str, *, allow_empty: bool = False) -> list[str]:
@@ -120,9 +122,25 @@ def _run(caller: Caller, op: dict[str, Any]) -> Any:
 
 
 @csrf_exempt
-@require_POST
 @in_worker_thread
 def langmem_store(request: HttpRequest) -> JsonResponse:
+    """Every answer is coded JSON: a failure the handler did not foresee is a
+    coded 500, a database failure (authentication reads it too) a 503."""
+    try:
+        return _handle(request)
+    except Exception as exc:
+        if storage_failure(exc):
+            logger.warning("langmem store: storage failure: %r", exc)
+            return _error("STORAGE_ERROR", STORAGE_MESSAGE, 503)
+        logger.exception("langmem store: unexpected failure")
+        return _error("INTERNAL", "unexpected internal error; it has been logged.", 500)
+
+
+def _handle(request: HttpRequest) -> JsonResponse:
+    if request.method != "POST":
+        response = _error("METHOD_NOT_ALLOWED", "use POST.", 405)
+        response["Allow"] = "POST"
+        return response
     header = request.headers.get("Authorization", "")
     caller = token_authenticate(header.removeprefix("Bearer ").strip()) if header.startswith("Bearer ") else None
     if caller is None:
@@ -130,11 +148,14 @@ def langmem_store(request: HttpRequest) -> JsonResponse:
     if not caller.may_use_toolset(langmem.dialect.name):
         return _error("PERMISSION_DENIED", "this token is not allowed to use the 'langmem' toolset.", 403)
     if len(request.body) > MAX_BODY:
-        return _error("INVALID_ARGUMENT", f"the body exceeds {MAX_BODY} bytes.", 400)
+        return _error("PAYLOAD_TOO_LARGE", f"the body exceeds {MAX_BODY} bytes.", 413)
     try:
         body = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
+        api.nesting(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return _error("INVALID_ARGUMENT", 'the body must be JSON: {"ops": [...]}.', 400)
+    except api.InvalidArgument as exc:
+        return _error(exc.code, str(exc), 400)
     ops = body.get("ops") if isinstance(body, dict) else None
     if not isinstance(ops, list) or not 1 <= len(ops) <= MAX_OPS or not all(isinstance(o, dict) for o in ops):
         return _error("INVALID_ARGUMENT", f"ops must be a list of 1-{MAX_OPS} objects.", 400)
@@ -150,7 +171,4 @@ def langmem_store(request: HttpRequest) -> JsonResponse:
             results.append(_run(caller, op))
     except api.DomainError as exc:
         return _error(exc.code, str(exc), STATUS.get(exc.code, 500))
-    except (DatabaseError, InterfaceError) as exc:
-        logger.warning("langmem store: storage failure: %r", exc)
-        return _error("STORAGE_ERROR", "the memory store is unavailable right now; retry in a few seconds.", 503)
     return JsonResponse({"results": results})

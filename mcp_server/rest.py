@@ -2,7 +2,11 @@
 tool's arguments as the JSON body and ``Authorization: Bearer <token>``. The
 call goes through the same server, argument contract and error rendering as
 MCP; the answer is the tool's structured result, or its error text with the
-HTTP status the dialect gives that error (seed 004 maps each code to one)."""
+HTTP status the dialect gives that error (seed 004 maps each code to one).
+Every error body is JSON: a dialect whose error text is not (memory's
+``[CODE] message``, roampal's ``Error: ...``) gets it wrapped as
+``{"error": {"code", "message"}}``. An error a client may retry (the store
+unreachable, a timeout) is 503 with Retry-After in every dialect."""
 
 from __future__ import annotations
 
@@ -12,11 +16,12 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 from mcp_server.dialect import REPLAYED_META_KEY
+from mcp_server.http_errors import STORAGE_MESSAGE, retry_later, retryable, storage_failure
 from mcp_server.server import build_server
 from mcp_server.toolsets import TOOLSETS
+from memory import api
 from memproj.dbthreads import fresh_connections
 from policy.caller import Caller
 from policy.services.tokens import token_authenticate
@@ -37,29 +42,63 @@ def _server(toolset: str) -> Any:
     return _servers[toolset]
 
 
+def _body(code: str, text: str) -> str:
+    """The dialect's error text when it is a JSON object, else that text wrapped in one."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return text
+    return json.dumps({"error": {"code": code, "message": text}}, ensure_ascii=False)
+
+
+def _answer(dialect: Any, code: str, text: str, status: int) -> HttpResponse:
+    response = HttpResponse(_body(code, text), status=status, content_type="application/json; charset=utf-8")
+    return retry_later(response) if retryable(code) else response
+
+
 def _error(dialect: Any, code: str, message: str, status: int) -> HttpResponse:
-    return HttpResponse(
-        dialect.render_error(code, message, {}), status=status, content_type="application/json; charset=utf-8"
-    )
+    return _answer(dialect, code, dialect.render_error(code, message, {}), status)
 
 
 @csrf_exempt
-@require_POST
 async def tool_call(request: HttpRequest, toolset: str, tool: str) -> HttpResponse:
     dialect = TOOLSETS.get(toolset)
     if dialect is None:
-        return JsonResponse({"error": {"code": "NOT_FOUND", "message": f"no toolset {toolset!r}"}}, status=404)
+        return JsonResponse({"error": {"code": "NOT_FOUND", "message": f"no toolset {toolset[:100]!r}"}}, status=404)
+    if request.method != "POST":
+        response = _error(dialect, "INVALID_ARGUMENT", "use POST with the tool's arguments as a JSON object.", 405)
+        response["Allow"] = "POST"
+        return response
+    try:
+        return await _call(request, dialect, toolset, tool)
+    except Exception as exc:
+        # Authentication and the body read sit outside the tools' guard.
+        if storage_failure(exc):
+            return _error(dialect, "STORAGE_ERROR", STORAGE_MESSAGE, 503)
+        raise
+
+
+async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> HttpResponse:
     caller = await sync_to_async(_authenticate, thread_sensitive=False)(request.headers.get("Authorization", ""))
     if caller is None:
         response = _error(dialect, "PERMISSION_DENIED", "send Authorization: Bearer <token>.", 401)
         response["WWW-Authenticate"] = "Bearer"
         return response
-    if int(request.headers.get("Content-Length") or 0) > MAX_BODY_BYTES:
+    try:
+        declared = int(request.headers.get("Content-Length") or 0)
+    except ValueError:
+        declared = MAX_BODY_BYTES + 1
+    if declared > MAX_BODY_BYTES:
         return _error(dialect, "INVALID_ARGUMENT", f"the body is over {MAX_BODY_BYTES} bytes.", 413)
     try:
         arguments = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError):
+        api.nesting(arguments, field="the arguments")
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return _error(dialect, "INVALID_ARGUMENT", "the body must be a JSON object of the tool's arguments.", 400)
+    except api.InvalidArgument as exc:
+        return _error(dialect, exc.code, str(exc), 400)
     # A write retried with the same Idempotency-Key replays its first answer (mcp_server.dialect).
     idempotency_key = request.headers.get("Idempotency-Key")
     result = await _server(toolset).call_as(
@@ -67,7 +106,9 @@ async def tool_call(request: HttpRequest, toolset: str, tool: str) -> HttpRespon
     )
     if result.is_error:
         text = " ".join(getattr(block, "text", "") for block in result.content)
-        return HttpResponse(text, status=dialect.http_status(text), content_type="application/json; charset=utf-8")
+        error = (result.structured_content or {}).get("error") or {}
+        code = error.get("code", "INTERNAL") if isinstance(error, dict) else "INTERNAL"
+        return _answer(dialect, code, text, dialect.http_status(text))
     response = JsonResponse(result.structured_content or {}, status=200, json_dumps_params={"ensure_ascii": False})
     if (result.meta or {}).get(REPLAYED_META_KEY):
         response["Idempotent-Replayed"] = "true"

@@ -375,8 +375,9 @@ class MemoryEvent(models.Model):
     """Append-only, tamper-evident audit log. The service's database role may
     only read and insert (memproj/dbroles.py); triggers (migrations 0002, 0026)
     refuse UPDATE, DELETE and TRUNCATE except inside the purge function; each
-    row carries a hash chained to its tenant's previous row, written by the one
-    writer (memory/services/events.py) and checked by ``manage.py audit_verify``."""
+    row carries a hash chained to its tenant's previous row and a MAC of that
+    hash, written by the one writer (memory/services/events.py) and checked by
+    ``manage.py audit_verify``."""
 
     id = models.BigAutoField(primary_key=True)
     tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="memory_events")
@@ -390,6 +391,9 @@ class MemoryEvent(models.Model):
     # sha256 hex of the tenant's previous event ('' for its first) and of this one.
     prev_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
     hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    # HMAC-SHA256 of ``hash`` with the audit key, which the database never sees
+    # (memory/services/events.py): set by the writer in the append's transaction.
+    mac = models.CharField(max_length=64, blank=True, db_default="", editable=False)
 
     class Meta:
         ordering = ["-id"]

@@ -246,7 +246,12 @@ def parse(query: str, now: datetime) -> TimeIntent | None:
         if kind in ORDERS:
             orders[kind] = m.group(0)
             continue
-        period = _period(kind, m, now)
+        try:
+            period = _period(kind, m, now)
+        except (ValueError, OverflowError):
+            # A period the calendar cannot hold ("in may 0000", "december 9999"
+            # ends in year 10000, "999 years ago" before year 1): no preference.
+            continue
         if period is not None and period[0] < period[1]:
             return TimeIntent(start=period[0], end=period[1], phrase=m.group(0))
     if len(orders) == 1:  # "from earliest to latest" asks for an order, not a side of it

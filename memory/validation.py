@@ -7,7 +7,8 @@ import hashlib
 import re
 import unicodedata
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from django.conf import settings
 
@@ -16,6 +17,15 @@ from memory.models import Kind
 
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
 _WHITESPACE = re.compile(r"[ \t\f\v]+")
+# A namespace is part of the one-active-fact-per-key index: its segments, the
+# subject and the predicate together must fit a B-tree index row (2,704 bytes).
+MAX_NAMESPACE_SEGMENTS = 10
+MAX_NAMESPACE_SEGMENT_CHARS = 200
+MAX_NAMESPACE_BYTES = 1024
+# Metadata and attribute filters are JSON the database stores or compares as jsonb.
+MAX_JSON_DEPTH = 32
+MAX_JSON_BYTES = 64 * 1024
+MAX_KEY_CHARS = 200
 
 
 def limits() -> dict:
@@ -31,9 +41,119 @@ def text(value: object, *, field: str, max_chars: int | None = None) -> str:
     max_chars = max_chars or limits()["MAX_CONTENT_CHARS"]
     if len(stripped) > max_chars:
         raise InvalidArgument(f"{field} is {len(stripped)} characters; the limit is {max_chars}. Split it up.")
-    if "\x00" in stripped:
+    return encodable(stripped, field=field)
+
+
+def encodable(value: str, *, field: str) -> str:
+    """Text PostgreSQL can store: no NUL, and valid UTF-8 (a JSON body may
+    carry a lone surrogate such as "\\ud800", which no UTF-8 text holds)."""
+    if "\x00" in value:
         raise InvalidArgument(f"{field} must not contain NUL characters.")
-    return stripped
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{field} is not valid Unicode text (it contains a lone surrogate).") from None
+    return value
+
+
+def identifier(value: object, *, field: str, max_chars: int = MAX_KEY_CHARS) -> str:
+    """A client-chosen name (a conversation id, a key): any printable text of
+    1-``max_chars`` characters, stored and compared as given."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{field} must be a non-empty string.")
+    if len(value) > max_chars:
+        raise InvalidArgument(f"{field} is {len(value)} characters; the limit is {max_chars}.")
+    return encodable(value, field=field)
+
+
+def namespace(value: object, *, field: str = "namespace") -> list[str]:
+    """A namespace path (LangGraph style): at most ``MAX_NAMESPACE_SEGMENTS``
+    non-empty segments of at most ``MAX_NAMESPACE_SEGMENT_CHARS`` characters,
+    ``MAX_NAMESPACE_BYTES`` in all. Empty is the root."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise InvalidArgument(f"{field} must be a list of strings.")
+    if len(value) > MAX_NAMESPACE_SEGMENTS:
+        raise InvalidArgument(f"{field} has {len(value)} segments; the limit is {MAX_NAMESPACE_SEGMENTS}.")
+    parts = [text(part, field=f"{field} segment", max_chars=MAX_NAMESPACE_SEGMENT_CHARS) for part in value]
+    size = sum(len(part.encode("utf-8")) for part in parts)
+    if size > MAX_NAMESPACE_BYTES:
+        raise InvalidArgument(f"{field} is {size} bytes of UTF-8; the limit is {MAX_NAMESPACE_BYTES}.")
+    return parts
+
+
+def nesting(value: object, *, field: str = "the body", max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON nested deeper than ``max_depth`` before anything walks it
+    recursively (iterative, so a hostile depth costs no stack)."""
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth >= max_depth:
+            raise InvalidArgument(f"{field} is nested more than {max_depth} levels deep.")
+        pending.extend((child, depth + 1) for child in children)
+
+
+def json_value(value: object, *, field: str) -> Any:
+    """A JSON value the database can hold as jsonb: strings (keys too) without
+    NUL or lone surrogates, at most ``MAX_JSON_DEPTH`` levels deep and
+    ``MAX_JSON_BYTES`` when serialised. Errors name the key path, never the value."""
+    size = _check_json(value, field, 0)
+    if size > MAX_JSON_BYTES:
+        raise InvalidArgument(f"{field} is about {size} bytes as JSON; the limit is {MAX_JSON_BYTES}.")
+    return value
+
+
+def _check_json(value: object, where: str, depth: int) -> int:
+    """The approximate serialised size of ``value``, after checking it."""
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidArgument(f"{where} is nested more than {MAX_JSON_DEPTH} levels deep.")
+    if value is None or isinstance(value, bool):
+        return 5
+    if isinstance(value, int):
+        # jsonb numbers are numeric; a Python int of any size is not JSON.
+        if abs(value) >= 10**300:
+            raise InvalidArgument(f"{where} is too large a number.")
+        return 21
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise InvalidArgument(f"{where} must be a finite number.")
+        return 24
+    if isinstance(value, str):
+        return len(encodable(value, field=where).encode("utf-8")) + 2
+    if isinstance(value, Mapping):
+        size = 2
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidArgument(f"{where} keys must be strings.")
+            if len(key) > MAX_KEY_CHARS:
+                raise InvalidArgument(f"{where} has a key over {MAX_KEY_CHARS} characters.")
+            encodable(key, field=f"a key of {where}")
+            size += len(key.encode("utf-8")) + 4 + _check_json(item, f"{where}.{key}", depth + 1)
+            if size > MAX_JSON_BYTES:
+                return size
+        return size
+    if isinstance(value, (list, tuple)):
+        size = 2
+        for index, item in enumerate(value):
+            size += 1 + _check_json(item, f"{where}[{index}]", depth + 1)
+            if size > MAX_JSON_BYTES:
+                return size
+        return size
+    raise InvalidArgument(f"{where} must be JSON (an object, list, string, number, true, false or null).")
+
+
+def metadata(value: object, *, field: str = "metadata") -> dict[str, Any]:
+    """Free-form attributes stored with a memory: a JSON object (see ``json_value``)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(f"{field} must be an object.")
+    return dict(json_value(value, field=field))
 
 
 def query(value: object, *, field: str = "query") -> str:

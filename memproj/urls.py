@@ -64,3 +64,10 @@ urlpatterns = [
         name="oauth_protected_resource",
     ),
 ]
+
+# /api/* and /mcp/* clients get a coded JSON error, never Django's HTML page
+# (the admin keeps Django's pages).
+handler400 = "mcp_server.http_errors.bad_request"
+handler403 = "mcp_server.http_errors.permission_denied"
+handler404 = "mcp_server.http_errors.not_found"
+handler500 = "mcp_server.http_errors.server_error"

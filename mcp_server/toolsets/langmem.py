@@ -149,7 +149,15 @@ def item_value(memory: Any) -> dict[str, Any]:
     """A fact as a LangGraph item's value: ``{"content": ..., **attributes}``."""
     metadata = dict(memory.metadata or {})
     if metadata.pop(JSON_VALUE, None) == "json":
-        return json.loads(memory.content)
+        # Only this module writes the marker (fact_fields refuses it from a
+        # client), but another dialect's metadata may carry it: a content that
+        # is not a JSON object is shown as text rather than failing the read.
+        try:
+            value = json.loads(memory.content)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return value
     return {"content": memory.content, **metadata}
 
 
@@ -159,6 +167,8 @@ def fact_fields(value: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     other value is kept whole as JSON text, its top-level keys still filterable."""
     if not isinstance(value, Mapping):
         raise api.InvalidArgument('value must be a JSON object, such as {"content": "..."}.')
+    if JSON_VALUE in value:
+        raise api.InvalidArgument(f"value must not use the key {JSON_VALUE!r}: the store reserves it.")
     attributes = {k: v for k, v in value.items() if k != "content"}
     if isinstance(value.get("content"), str):
         return value["content"], attributes

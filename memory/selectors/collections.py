@@ -174,6 +174,7 @@ def _metadata_filter(metadata: Mapping[str, Any] | None) -> tuple[Q, datetime | 
     $lt with ISO dates) and equality on other metadata keys."""
     if not metadata:
         return Q(), None
+    validation.json_value(metadata, field="metadata")
     condition, after = Q(), None
     for key, value in metadata.items():
         if key in ("created_at", "timestamp") and isinstance(value, Mapping):

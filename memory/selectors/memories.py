@@ -298,13 +298,15 @@ def memory_search_ranking(
         kinds=kinds,
         now=now,
         scopes=sorted({"global", scope}) if scope else None,
-        namespace=namespace,
+        namespace=validation.namespace(namespace) if namespace is not None else None,
         tags_all=validation.tags(tags) or None,
         min_confidence=min_confidence,
         collections=collections,
         created_after=created_after,
         use_tags=decision.use_tags,
-        namespace_prefix=list(namespace_prefix) if namespace_prefix else None,
+        namespace_prefix=validation.namespace(namespace_prefix, field="namespace_prefix") or None
+        if namespace_prefix
+        else None,
         attributes=attributes,
     )
     k = max(limit + offset, 1)
@@ -340,13 +342,14 @@ def _attributes(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     for key, item in value.items():
         if not isinstance(key, str) or not key or len(key) > 100:
             raise InvalidArgument("filter keys must be attribute names of 1-100 characters.")
+        validation.encodable(key, field="a filter key")
         if isinstance(item, dict) or (isinstance(item, list) and key == "source"):
             raise InvalidArgument(
                 f"filter {key!r}: only equality with a value is supported (no operators such as $gt)."
             )
         if key == "source" and not isinstance(item, str):
             raise InvalidArgument("filter 'source' must be a string.")
-        out[key] = item
+        out[key] = validation.json_value(item, field=f"filter {key!r}")
     return out
 
 
@@ -376,7 +379,7 @@ def memory_list_recent(
         .without_vectors()
     )
     if namespace_prefix:
-        prefix = list(namespace_prefix)
+        prefix = validation.namespace(namespace_prefix, field="namespace_prefix")
         rows = rows.filter(**{f"namespace__0_{len(prefix)}": prefix})
     if attributes:
         attributes = dict(attributes)
@@ -447,12 +450,14 @@ def fact_get_by_key(
     """The active fact under a key in a namespace (a LangGraph store get); None
     when there is none or its boundary class is not visible to this read."""
     require_read(caller)
+    namespace = validation.namespace(namespace)
+    subject = validation.identifier(subject, field="key")
     decision = read_boundary(caller, use_tags)
     memory = (
         Memory.objects.for_caller(caller)
         .visible_in(decision.visible)
         .retrievable(timezone.now())
-        .filter(kind=Kind.FACT, namespace=list(namespace), subject=subject, predicate=predicate)
+        .filter(kind=Kind.FACT, namespace=namespace, subject=subject, predicate=predicate)
         .without_vectors()
         .first()
     )
@@ -473,6 +478,8 @@ def namespaces_list(
     """Distinct namespaces holding retrievable facts (a LangGraph store's
     list_namespaces): filtered by prefix / suffix, truncated to max_depth."""
     require_read(caller)
+    prefix = validation.namespace(prefix, field="prefix") if prefix is not None else None
+    suffix = validation.namespace(suffix, field="suffix") if suffix is not None else None
     rows = (
         Memory.objects.for_caller(caller)
         .visible_in(read_boundary(caller).visible)

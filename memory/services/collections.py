@@ -293,7 +293,11 @@ def exchange_complete(
     completed, in one transaction."""
     require_write(caller)
     conversation_id = validation.identifier(conversation_id, field="conversation_id")
-    for name, value in (("user_message", user_message), ("assistant_response", assistant_response), ("transcript", transcript)):
+    for name, value in (
+        ("user_message", user_message),
+        ("assistant_response", assistant_response),
+        ("transcript", transcript),
+    ):
         validation.encodable(value, field=name)
     content = f"User: {user_message}\n\nAssistant: {assistant_response}"
     limit = settings.MEMPROJ["MAX_CONTENT_CHARS"]
