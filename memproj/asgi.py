@@ -28,11 +28,12 @@ from django.db import InterfaceError, OperationalError  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
 from mcp_server.dialect import connection_options  # noqa: E402
-from mcp_server.hooks import INGEST_LIMIT, BodyLimit  # noqa: E402
+from mcp_server.hooks import INGEST_LIMIT  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from mcp_server.toolsets import TOOLSETS  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
 from memory.errors import StorageUnavailable  # noqa: E402
+from memproj.edge import BodyLimit, host_refusal, refuse  # noqa: E402
 from policy.middleware import RateLimitMiddleware, register_dialect_rate_limit  # noqa: E402
 
 Scope = dict[str, Any]
@@ -86,14 +87,10 @@ async def storage_unavailable(toolset: str, send: Any) -> None:
 
 class Router:
     def __init__(self) -> None:
-        # The ingest endpoint's 10 MB limit holds before Django buffers a body.
-        self.django = BodyLimit(ASGIStaticFilesHandler(get_asgi_application()), "/api/ingest", INGEST_LIMIT)
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=settings.MEMPROJ_MCP_ALLOWED_HOSTS,
-            allowed_origins=[f"http://{h}" for h in settings.MEMPROJ_MCP_ALLOWED_HOSTS]
-            + [f"https://{h}" for h in settings.MEMPROJ_MCP_ALLOWED_HOSTS],
-        )
+        self.django = ASGIStaticFilesHandler(get_asgi_application())
+        # The Host / Origin check (DNS-rebinding protection) is the router's own,
+        # exact one (memproj.edge.host_refusal); the SDK's matches by prefix.
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self.servers = {name: build_server(name, http=True) for name in TOOLSETS}
         # Stateless JSON responses: any web process can answer any request, so
         # the HTTP tier scales out behind a plain load balancer.
@@ -116,6 +113,10 @@ class Router:
             name = path[len("/mcp/") :].strip("/")
             app = self.mcp_apps.get(name)
             if app is not None:
+                refusal = host_refusal(scope, settings.MEMPROJ_MCP_ALLOWED_HOSTS)
+                if refusal is not None:
+                    await refuse(send, refusal)
+                    return
                 # Per-connection dialect options travel as the endpoint's query parameters.
                 options = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
                 token = connection_options.set(options)
@@ -162,4 +163,11 @@ class Router:
 # over MCP and over its REST route.
 for _name, _dialect in TOOLSETS.items():
     register_dialect_rate_limit(_name, _dialect.render_error)
-application = RateLimitMiddleware(Router())
+# Outermost the body bound, so that no body is read past its route's limit,
+# neither by the rate limiter nor by authentication.
+application = BodyLimit(
+    RateLimitMiddleware(Router()),
+    default=settings.MEMPROJ_HTTP["MAX_BODY_BYTES"],
+    # The ingest endpoint's 10 MB document travels inside a JSON envelope.
+    limits={"/api/ingest": INGEST_LIMIT + 64 * 1024},
+)

@@ -16,19 +16,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 PROCESSES = {
-    "web": [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "memproj.asgi:application",
-        "--host",
-        os.environ.get("MEMPROJ_HOST", "127.0.0.1"),
-        "--port",
-        os.environ.get("PORT", "8000"),
-        # More than one web process pays off only beyond 2 cores (docs/benchmarks.md).
-        "--workers",
-        os.environ.get("MEMPROJ_WEB_WORKERS", "1"),
-    ],
+    # memproj.serve web: uvicorn with the settings of MEMPROJ_HTTP (web() below).
+    "web": [sys.executable, "-m", "memproj.serve", "web"],
     "worker": [
         sys.executable,
         "-m",
@@ -158,6 +147,35 @@ class Supervisor:
             self.stop()
 
 
+def web() -> None:
+    """The web process: uvicorn serving memproj.asgi with the edge settings of
+    MEMPROJ_HTTP (memproj/settings/base.py): the header timeout and coded
+    answers of memproj.httpserver, the keep-alive timeout, the connection
+    limit, the largest request head, and the proxies whose X-Forwarded-For is
+    believed (none by default: the rate limit's source address must not be
+    something a client can write)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
+    import uvicorn
+    from django.conf import settings
+
+    http = settings.MEMPROJ_HTTP
+    uvicorn.run(
+        "memproj.asgi:application",
+        host=os.environ.get("MEMPROJ_HOST", "127.0.0.1"),
+        port=int(os.environ.get("PORT", "8000")),
+        # More than one web process pays off only beyond 2 cores (docs/benchmarks.md).
+        workers=settings.MEMPROJ_WEB_WORKERS,
+        http="memproj.httpserver:GuardedH11Protocol",
+        ws="none",
+        timeout_keep_alive=http["KEEP_ALIVE_TIMEOUT"],
+        limit_concurrency=http["LIMIT_CONCURRENCY"] or None,
+        h11_max_incomplete_event_size=http["MAX_HEADER_BYTES"],
+        backlog=http["BACKLOG"],
+        proxy_headers=bool(http["FORWARDED_ALLOW_IPS"]),
+        forwarded_allow_ips=http["FORWARDED_ALLOW_IPS"] or None,
+    )
+
+
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
     print(
@@ -171,4 +189,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["web"]:
+        web()
+    else:
+        main()

@@ -13,8 +13,12 @@ Buckets: a bearer token's bucket is its SHA-256 (no database hit to count), and
 its limit is the token's tenant policy ``rate_limit`` (looked up once and kept
 for ``RULE_CACHE_SECONDS``, or until a policy apply anywhere bumps the policy
 generation in Redis, which every check compares in the same script: a new
-policy takes effect on the next request in every web process); requests without a token share a bucket per client
-address with the default policy's limit. If Redis cannot be reached the request
+policy takes effect on the next request in every web process; a token
+revocation bumps it too, and a stale check clears this process's token cache
+as well, policy/tokencache.py). Requests without a token, or with a token that
+is unknown, revoked or expired, share one bucket per client address with the
+``MEMPROJ_ANONYMOUS_RATE_LIMIT`` limit: a made-up bearer value buys no fresh
+bucket. If Redis cannot be reached the request
 is served without a limit (fail open, logged): a broken counter must not take
 the whole API down.
 
@@ -33,8 +37,9 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from policy.document import DEFAULT_POLICY, RateLimitPolicy
+from policy.document import RateLimitPolicy
 from policy.ratelimit import AsyncRateLimiter, RateDecision, StaleRule
+from policy.tokencache import token_cache_clear
 
 logger = logging.getLogger(__name__)
 
@@ -52,51 +57,73 @@ MAX_BODY_FOR_ID = 64 * 1024
 
 def _message(decision: RateDecision) -> str:
     return (
-        f"rate limit exceeded: {decision.limit} calls per window for this token; "
+        f"rate limit exceeded: {decision.limit} calls per window for this token (or, without a valid token, "
+        f"this address); "
         f"retry after {max(1, decision.reset_seconds)} s (with exponential backoff and jitter)."
     )
 
 
+def _details(decision: RateDecision) -> dict[str, Any]:
+    return {"retry_after": max(1, decision.reset_seconds), "limit": decision.limit}
+
+
+ErrorRenderer = Callable[[str, str, dict[str, Any]], str]
+
+
+def plain_error(code: str, message: str, details: dict[str, Any]) -> bytes:
+    """The error body of the paths that belong to no dialect."""
+    payload = {"error": {"code": code, "message": message, "details": details}, "request_id": str(uuid.uuid4())}
+    return json.dumps(payload).encode()
+
+
 def plain_json_body(decision: RateDecision, _body: bytes) -> tuple[bytes, str]:
-    payload = {
-        "error": {
-            "code": "RATE_LIMIT",
-            "message": _message(decision),
-            "details": {"retry_after": max(1, decision.reset_seconds), "limit": decision.limit},
-        },
-        "request_id": str(uuid.uuid4()),
-    }
-    return json.dumps(payload).encode(), "application/json"
+    return plain_error("RATE_LIMIT", _message(decision), _details(decision)), "application/json"
 
 
 # JSON-RPC reserves -32000..-32099 for implementation-defined server errors;
 # -32029 echoes HTTP 429.
 JSONRPC_RATE_LIMIT = -32029
+# JSON-RPC's own "the request is not acceptable" (a body over the limit, a refused Host).
+JSONRPC_INVALID_REQUEST = -32600
 
 
-def jsonrpc_body(
-    code_name: str = "RATE_LIMIT", render: Callable[[str, str, dict[str, Any]], str] | None = None
-) -> BodyBuilder:
-    """A JSON-RPC 2.0 error answering the request's own id (MCP's wire format).
-    ``render(code, message, details)`` lets a dialect write the message in its own
-    error format (pce: its JSON error envelope), as its tool errors do."""
+def jsonrpc_error(
+    code_name: str,
+    message: str,
+    details: dict[str, Any],
+    body: bytes = b"",
+    *,
+    render: ErrorRenderer | None = None,
+    jsonrpc_code: int = JSONRPC_INVALID_REQUEST,
+) -> bytes:
+    """A JSON-RPC 2.0 error answering the request's own id when its body was
+    read (MCP's wire format); ``render`` writes the message in the dialect's
+    error format, as its tool errors are."""
+    request_id: Any = None
+    try:
+        parsed = json.loads(body) if body else None
+        if isinstance(parsed, dict) and isinstance(parsed.get("id"), str | int):
+            request_id = parsed["id"]
+    except (ValueError, UnicodeDecodeError):
+        pass
+    text = render(code_name, message, details) if render else f"[{code_name}] {message}"
+    payload = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": jsonrpc_code, "message": text, "data": {"code": code_name, **details}},
+    }
+    return json.dumps(payload).encode()
+
+
+def jsonrpc_body(code_name: str = "RATE_LIMIT", render: ErrorRenderer | None = None) -> BodyBuilder:
+    """The rate-limit answer over MCP; ``render(code, message, details)`` lets a
+    dialect write the message in its own error format (pce: its JSON error envelope)."""
 
     def build(decision: RateDecision, body: bytes) -> tuple[bytes, str]:
-        request_id: Any = None
-        try:
-            parsed = json.loads(body) if body else None
-            if isinstance(parsed, dict) and isinstance(parsed.get("id"), str | int):
-                request_id = parsed["id"]
-        except (ValueError, UnicodeDecodeError):
-            pass
-        details = {"retry_after": max(1, decision.reset_seconds), "limit": decision.limit}
-        message = render(code_name, _message(decision), details) if render else f"[{code_name}] {_message(decision)}"
-        payload = {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "error": {"code": JSONRPC_RATE_LIMIT, "message": message, "data": {"code": code_name, **details}},
-        }
-        return json.dumps(payload).encode(), "application/json"
+        payload = jsonrpc_error(
+            code_name, _message(decision), _details(decision), body, render=render, jsonrpc_code=JSONRPC_RATE_LIMIT
+        )
+        return payload, "application/json"
 
     return build
 
@@ -111,26 +138,60 @@ RATE_LIMIT_BODIES: dict[str, BodyBuilder] = {"memory": MCP_DEFAULT_BODY}
 # toolset name -> builder for its REST route (/api/<toolset>/<tool>): the
 # dialect's own error body, not JSON-RPC.
 REST_RATE_LIMIT_BODIES: dict[str, BodyBuilder] = {}
+# toolset name -> the dialect's error renderer, for the errors answered before
+# any app runs (a body over the limit, a refused Host).
+DIALECT_RENDERERS: dict[str, ErrorRenderer] = {}
 
 
 def register_rate_limit_body(toolset: str, builder: BodyBuilder) -> None:
     RATE_LIMIT_BODIES[toolset] = builder
 
 
-def dialect_body(render: Callable[[str, str, dict[str, Any]], str], code_name: str = "RATE_LIMIT") -> BodyBuilder:
+def rest_error(render: ErrorRenderer, code_name: str, message: str, details: dict[str, Any]) -> bytes:
+    """The dialect's error body as its REST route answers errors; a dialect whose
+    errors are lines of text (roampal, langmem) gets them inside a coded JSON
+    object, so that every answer of the route is JSON."""
+    text = render(code_name, message, details)
+    try:
+        if isinstance(json.loads(text), dict):
+            return text.encode()
+    except ValueError:
+        pass
+    return json.dumps({"error": {"code": code_name, "message": text, "details": details}}).encode()
+
+
+def dialect_body(render: ErrorRenderer, code_name: str = "RATE_LIMIT") -> BodyBuilder:
     """The dialect's error body as its REST route answers errors."""
 
     def build(decision: RateDecision, _body: bytes) -> tuple[bytes, str]:
-        details = {"retry_after": max(1, decision.reset_seconds), "limit": decision.limit}
-        return render(code_name, _message(decision), details).encode(), "application/json; charset=utf-8"
+        return rest_error(render, code_name, _message(decision), _details(decision)), "application/json; charset=utf-8"
 
     return build
 
 
-def register_dialect_rate_limit(toolset: str, render: Callable[[str, str, dict[str, Any]], str]) -> None:
+def register_dialect_rate_limit(toolset: str, render: ErrorRenderer) -> None:
     """Both answers of a dialect with its own error format: MCP and REST."""
     RATE_LIMIT_BODIES[toolset] = jsonrpc_body("RATE_LIMIT", render=render)
     REST_RATE_LIMIT_BODIES[toolset] = dialect_body(render)
+    DIALECT_RENDERERS[toolset] = render
+
+
+def surface_error(
+    path: str, code_name: str, message: str, details: dict[str, Any], body: bytes = b"", *, plain_code: str = ""
+) -> tuple[bytes, str]:
+    """An error answered before any app runs, in the vocabulary of the surface
+    ``path`` belongs to: a JSON-RPC error over MCP, the dialect's error body on
+    its REST route, the plain coded body elsewhere. ``code_name`` is a core code
+    (INVALID_ARGUMENT, PERMISSION_DENIED, ...), which each dialect renders as
+    its own; ``plain_code``, if given, names the error on the other paths."""
+    toolset, rest_toolset = _toolset_of(path), _rest_toolset_of(path)
+    if toolset is not None:
+        render = DIALECT_RENDERERS.get(toolset)
+        return jsonrpc_error(code_name, message, details, body, render=render), "application/json"
+    if rest_toolset is not None:
+        payload = rest_error(DIALECT_RENDERERS[rest_toolset], code_name, message, details)
+        return payload, "application/json; charset=utf-8"
+    return plain_error(plain_code or code_name, message, details), "application/json"
 
 
 def _toolset_of(path: str) -> str | None:
@@ -148,7 +209,7 @@ def _rest_toolset_of(path: str) -> str | None:
     parts = path[len("/api/") :].split("/")
     if len(parts) != 2 or not all(parts):
         return None
-    return parts[0] if parts[0] in REST_RATE_LIMIT_BODIES else None
+    return parts[0] if parts[0] in DIALECT_RENDERERS else None
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -166,8 +227,11 @@ _rule_cache: dict[str, tuple[float, RateLimitPolicy]] = {}
 _rule_cache_generation = ["?"]
 
 
-def _rule_for_token_hash(token_hash: str) -> RateLimitPolicy:
+def _rule_for_token_hash(token_hash: str) -> RateLimitPolicy | None:
+    """The token's tenant's limit, or None if no live token has this hash."""
     from django.db import close_old_connections
+    from django.db.models import Q
+    from django.utils import timezone
 
     from policy.models import ApiToken
     from policy.selectors.policies import policy_current
@@ -176,30 +240,52 @@ def _rule_for_token_hash(token_hash: str) -> RateLimitPolicy:
     try:
         tenant_id = (
             ApiToken.objects.filter(token_hash=token_hash, revoked_at__isnull=True)
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
             .values_list("principal__tenant_id", flat=True)
             .first()
         )
-        return DEFAULT_POLICY.rate_limit if tenant_id is None else policy_current(tenant_id=tenant_id).rate_limit
+        return None if tenant_id is None else policy_current(tenant_id=tenant_id).rate_limit
     finally:
         close_old_connections()
 
 
+def anonymous_rule() -> RateLimitPolicy:
+    """The limit of one source address's requests without a valid token."""
+    from django.conf import settings
+
+    limit = settings.MEMPROJ_ANONYMOUS_RATE_LIMIT
+    return RateLimitPolicy(limit=limit["LIMIT"], window_seconds=limit["WINDOW_SECONDS"], algorithm="fixed")
+
+
+def _address_bucket(scope: Scope) -> tuple[str, RateLimitPolicy]:
+    client = scope.get("client") or ("unknown", 0)
+    return f"ip:{client[0]}", anonymous_rule()
+
+
 async def token_resolver(scope: Scope) -> tuple[str, RateLimitPolicy]:
-    """The default resolver: a token's bucket and its tenant's limit."""
+    """The default resolver: a live token's bucket and its tenant's limit. A
+    request without a token, or with one that is unknown, revoked or expired,
+    counts in its source address's bucket: a made-up bearer value must not buy
+    a fresh bucket. Only live tokens are cached, so a flood of made-up values
+    cannot fill (and so empty) the cache."""
+    from policy.services.tokens import MAX_TOKEN_CHARS, TOKEN_PREFIX
+
     token = _bearer(scope)
-    if token is None:
-        client = scope.get("client") or ("unknown", 0)
-        return f"ip:{client[0]}", DEFAULT_POLICY.rate_limit
+    if token is None or not token.startswith(TOKEN_PREFIX) or len(token) > MAX_TOKEN_CHARS:
+        return _address_bucket(scope)
     token_hash = hashlib.sha256(token.encode("utf-8")).hexdigest()
     now = time.monotonic()
     cached = _rule_cache.get(token_hash)
-    if cached is None or cached[0] < now:
-        rule = await sync_to_async(_rule_for_token_hash, thread_sensitive=False)(token_hash)
-        if len(_rule_cache) > 10_000:
-            _rule_cache.clear()
-        _rule_cache[token_hash] = (now + RULE_CACHE_SECONDS, rule)
-        return f"tok:{token_hash}", rule
-    return f"tok:{token_hash}", cached[1]
+    if cached is not None and cached[0] >= now:
+        return f"tok:{token_hash}", cached[1]
+    rule = await sync_to_async(_rule_for_token_hash, thread_sensitive=False)(token_hash)
+    if rule is None:
+        _rule_cache.pop(token_hash, None)
+        return _address_bucket(scope)
+    if len(_rule_cache) > 10_000:
+        _rule_cache.clear()
+    _rule_cache[token_hash] = (now + RULE_CACHE_SECONDS, rule)
+    return f"tok:{token_hash}", rule
 
 
 class RateLimitMiddleware:
@@ -246,7 +332,10 @@ class RateLimitMiddleware:
             try:
                 return await self.limiter.hit(bucket, rule, generation=_rule_cache_generation[0])
             except StaleRule as stale:
+                # A policy apply or a token revocation somewhere: what this
+                # process remembers about tokens is resolved again.
                 _rule_cache.clear()
+                token_cache_clear()
                 _rule_cache_generation[0] = stale.generation
         # Policies changing faster than two round trips: count under the fresh rule.
         bucket, rule = await self.resolver(scope)

@@ -32,9 +32,10 @@ from policy.document import RateLimitPolicy
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "memproj:rl:"
-# Bumped after every committed policy apply (any tenant): web processes cache
-# each token's rule, and every check compares this with the generation the
-# cache was filled under, so a new policy applies from the next request on.
+# Bumped after every committed policy apply (any tenant) and token revocation:
+# web processes cache each token's rule and verified tokens, and every check
+# compares this with the generation the caches were filled under, so a new
+# policy applies, and a revoked token is refused, from the next request on.
 GENERATION_KEY = f"{KEY_PREFIX}policy-generation"
 
 # Prepended to both scripts: when the caller's rule was resolved under another
@@ -200,9 +201,10 @@ class RateLimiter:
 
 
 def policy_generation_bump() -> None:
-    """After a policy apply commits: every web process re-resolves its cached
-    rules on its next check. Best effort: with Redis down nothing is counted
-    anyway (fail open), and the cache's own expiry still bounds staleness."""
+    """After a policy apply or a token revocation commits: every web process
+    re-resolves its cached rules and tokens on its next check. Best effort:
+    with Redis down nothing is counted anyway (fail open), and the caches' own
+    expiry still bounds staleness."""
     import redis
 
     try:

@@ -218,6 +218,39 @@ MEMPROJ_EMBEDDER = {
 # uvicorn worker processes of the web tier (memproj/serve.py passes --workers).
 MEMPROJ_WEB_WORKERS = env.int("MEMPROJ_WEB_WORKERS", default=1)
 
+# The HTTP edge of the web process (memproj/serve.py web(), memproj/httpserver.py,
+# memproj/edge.py): what a client can hold before any app or authentication runs.
+MEMPROJ_HTTP = {
+    # Largest request body of any route; a larger one is refused with 413 before
+    # it is read (by Content-Length) or as it streams. /api/ingest alone allows
+    # more: its 10 MB document plus the JSON around it (memproj/asgi.py).
+    "MAX_BODY_BYTES": env.int("MEMPROJ_HTTP_MAX_BODY_BYTES", default=2 * 1024 * 1024),
+    # Seconds a client has to send a whole request line and headers, from the
+    # connection's start or the previous response's end (408, or a silent close
+    # when nothing was sent).
+    "HEADER_TIMEOUT": env.float("MEMPROJ_HTTP_HEADER_TIMEOUT", default=10.0),
+    # Seconds an idle kept-alive connection stays open (uvicorn timeout_keep_alive).
+    "KEEP_ALIVE_TIMEOUT": env.int("MEMPROJ_HTTP_KEEP_ALIVE_TIMEOUT", default=5),
+    # Open connections, or requests in flight, per web process; beyond it a
+    # request is answered 503 with Retry-After (uvicorn limit_concurrency; 0 = none).
+    "LIMIT_CONCURRENCY": env.int("MEMPROJ_HTTP_LIMIT_CONCURRENCY", default=512),
+    # Largest request line plus headers, in bytes (uvicorn h11_max_incomplete_event_size).
+    "MAX_HEADER_BYTES": env.int("MEMPROJ_HTTP_MAX_HEADER_BYTES", default=16 * 1024),
+    # Connections the kernel queues before the server accepts them.
+    "BACKLOG": env.int("MEMPROJ_HTTP_BACKLOG", default=2048),
+    # Comma-separated addresses of reverse proxies whose X-Forwarded-For /
+    # X-Forwarded-Proto are believed; empty (the default) believes none, so the
+    # client address the rate limit counts by cannot be written by a client.
+    "FORWARDED_ALLOW_IPS": env.str("MEMPROJ_FORWARDED_ALLOW_IPS", default=""),
+}
+# Requests without a valid bearer token (none, unknown, revoked or expired)
+# count per source address under this limit (policy/middleware.py); the
+# default is the default policy's per-token limit.
+MEMPROJ_ANONYMOUS_RATE_LIMIT = {
+    "LIMIT": env.int("MEMPROJ_ANONYMOUS_RATE_LIMIT", default=1000),
+    "WINDOW_SECONDS": env.int("MEMPROJ_ANONYMOUS_RATE_WINDOW", default=10),
+}
+
 # Public base URL of the HTTP endpoints (OAuth protected-resource metadata) and
 # the Host headers the MCP endpoints accept (DNS-rebinding protection).
 MEMPROJ_PUBLIC_URL = env.str("MEMPROJ_PUBLIC_URL", default="http://127.0.0.1:8000")

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import threading
-import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
@@ -18,9 +16,12 @@ from django.utils import timezone
 from policy.caller import Caller
 from policy.errors import PermissionDenied
 from policy.models import ApiToken, Principal, Tenant
+from policy.ratelimit import policy_generation_bump
 from policy.services.tenants import tenant_get_or_create
+from policy.tokencache import TOKEN_CACHE_SECONDS, token_cache_clear, token_cache_put, token_cached_caller
 
 TOKEN_PREFIX = "mp_"  # noqa: S105 - a public prefix, not a secret
+MAX_TOKEN_CHARS = 200
 MEMBER_SCOPES = ("read", "write")
 ADMIN_SCOPES = ("read", "write", "admin")
 
@@ -72,7 +73,7 @@ def token_authenticate(token: str) -> Caller | None:
 
 
 def _authenticate(token: str) -> tuple[Caller, datetime | None] | None:
-    if not token or not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+    if not token or not token.startswith(TOKEN_PREFIX) or len(token) > MAX_TOKEN_CHARS:
         return None
     api_token = (
         ApiToken.objects.select_related("principal")
@@ -95,26 +96,7 @@ def _authenticate(token: str) -> tuple[Caller, datetime | None] | None:
     return caller, api_token.expires_at
 
 
-# --- the HTTP tier's short-lived cache ----------------------------------------------
-# Every stateless MCP request carries its bearer token; looking it up cost a
-# worker-thread hop and one or two queries per request. A web process keeps what
-# it verified for TOKEN_CACHE_SECONDS (never past the token's expiry); a
-# revocation through token_revoke clears this process's cache at once, and other
-# processes (more web workers) notice within TOKEN_CACHE_SECONDS. Unknown tokens
-# are never cached, so a flood of made-up tokens cannot fill it.
-TOKEN_CACHE_SECONDS = 5.0
-_TOKEN_CACHE_MAX = 10_000
-_token_cache: dict[str, tuple[float, Caller]] = {}
-_token_cache_lock = threading.Lock()
-
-
-def token_cached_caller(token: str) -> Caller | None:
-    """The caller this process verified for ``token`` within the cache window, if any."""
-    entry = _token_cache.get(token)
-    if entry is None or entry[0] <= time.monotonic():
-        return None
-    # A copy: a Caller fixes its tenant policy on first use, and that must stay per request.
-    return replace(entry[1])
+# --- the HTTP tier's short-lived cache (policy/tokencache.py) ---------------------
 
 
 def token_authenticate_cached(token: str) -> Caller | None:
@@ -129,22 +111,18 @@ def token_authenticate_cached(token: str) -> Caller | None:
     lifetime = TOKEN_CACHE_SECONDS
     if expires_at is not None:
         lifetime = min(lifetime, (expires_at - timezone.now()).total_seconds())
-    with _token_cache_lock:
-        if len(_token_cache) >= _TOKEN_CACHE_MAX:
-            _token_cache.clear()
-        _token_cache[token] = (time.monotonic() + lifetime, replace(caller))
+    token_cache_put(token, caller, lifetime)
     return caller
 
 
-def token_cache_clear() -> None:
-    with _token_cache_lock:
-        _token_cache.clear()
-
-
 def token_revoke(tokens: QuerySet[ApiToken]) -> int:
-    """Revoke the given tokens (those not revoked yet); returns how many."""
+    """Revoke the given tokens (those not revoked yet); returns how many. This
+    process forgets every cached token at once; every other web process does on
+    its next request once the revocation commits (policy/tokencache.py)."""
     count = tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
     token_cache_clear()
+    if count:
+        transaction.on_commit(policy_generation_bump)
     return count
 
 

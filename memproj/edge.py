@@ -1,0 +1,168 @@
+"""The ASGI edge: what every HTTP request passes before any app, rate limit or
+authentication runs.
+
+- ``BodyLimit``: every route's request body is bounded. A declared
+  Content-Length over the route's limit is refused before a byte of the body
+  is read; a body without one (chunked) or lying about it is counted as it
+  streams and cut off at the limit. Nothing is buffered here: the app reads
+  the body through the guard as it would without it.
+- ``host_refusal``: the Host and Origin checks of the MCP endpoints
+  (DNS-rebinding protection), matched exactly: ``127.0.0.1:*`` admits
+  ``127.0.0.1`` followed by a numeric port and nothing else.
+
+Refusals answer coded JSON in the vocabulary of the surface the path belongs
+to (``policy.middleware.surface_error``): a JSON-RPC error on ``/mcp/*``, the
+dialect's error body on ``/api/<toolset>/<tool>``, the plain coded body
+elsewhere."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from policy.middleware import surface_error
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers") or []:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+async def _answer(send: Send, status: int, body: bytes, content_type: str, *, close: bool) -> None:
+    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+    if close:
+        # The rest of the body was never read: the connection cannot carry another request.
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _too_large(path: str, limit: int) -> tuple[bytes, str]:
+    message = f"the request body is over the limit of {limit} bytes for {path}; send less."
+    return surface_error(path, "INVALID_ARGUMENT", message, {"limit": limit}, plain_code="PAYLOAD_TOO_LARGE")
+
+
+class BodyLimit:
+    """Bounds every request body: ``limits`` maps a path (exact, or a prefix
+    ending in ``/``) to its allowance, every other path gets ``default``."""
+
+    def __init__(self, app: App, *, default: int, limits: Mapping[str, int] | None = None) -> None:
+        self.app = app
+        self.default = default
+        self.exact = {p.rstrip("/"): n for p, n in (limits or {}).items() if not p.endswith("/")}
+        self.prefixes = sorted(((p, n) for p, n in (limits or {}).items() if p.endswith("/")), key=lambda x: -len(x[0]))
+
+    def limit_for(self, path: str) -> int:
+        exact = self.exact.get(path.rstrip("/"))
+        if exact is not None:
+            return exact
+        for prefix, limit in self.prefixes:
+            if path.startswith(prefix):
+                return limit
+        return self.default
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope.get("path", "")
+        limit = self.limit_for(path)
+        declared = _header(scope, b"content-length")
+        # The server has already refused a Content-Length that is not a number.
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            body, content_type = _too_large(path, limit)
+            await _answer(send, 413, body, content_type, close=True)
+            return
+
+        seen = 0
+        refused = False
+        started = False
+
+        async def counted_receive() -> Message:
+            nonlocal seen, refused, started
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    # Answer now and tell the app the client has gone, so it stops reading.
+                    refused = True
+                    if not started:
+                        started = True
+                        body, content_type = _too_large(path, limit)
+                        await _answer(send, 413, body, content_type, close=True)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if refused:
+                return  # the 413 is the answer; whatever the app says after it is dropped
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        await self.app(scope, counted_receive, guarded_send)
+
+
+# --- Host and Origin of the MCP endpoints --------------------------------------------
+
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def _host_allowed(host: str, allowed: list[str]) -> bool:
+    """``name`` matches itself only; ``name:*`` matches ``name:<digits>``."""
+    host = host.lower()
+    for pattern in allowed:
+        pattern = pattern.lower()
+        if pattern.endswith(":*"):
+            base = pattern[:-2]
+            if host.startswith(base + ":") and _PORT.fullmatch(host[len(base) + 1 :]):
+                return True
+        elif host == pattern:
+            return True
+    return False
+
+
+def _origin_allowed(origin: str, allowed_hosts: list[str]) -> bool:
+    scheme, sep, rest = origin.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or "/" in rest:
+        return False
+    return _host_allowed(rest, allowed_hosts)
+
+
+def host_refusal(scope: Scope, allowed_hosts: list[str]) -> tuple[int, bytes, str] | None:
+    """None if the request's Host (and Origin, when sent) are allowed; else the
+    status and the coded answer (421 for a Host, 403 for an Origin)."""
+    path: str = scope.get("path", "")
+    host = (_header(scope, b"host") or b"").decode("latin-1")
+    if not _host_allowed(host, allowed_hosts):
+        body, content_type = surface_error(
+            path,
+            "PERMISSION_DENIED",
+            f"this endpoint is not served under the Host {host!r}; use one of MEMPROJ_MCP_ALLOWED_HOSTS.",
+            {},
+        )
+        return 421, body, content_type
+    origin = _header(scope, b"origin")
+    if origin is not None and not _origin_allowed(origin.decode("latin-1"), allowed_hosts):
+        body, content_type = surface_error(
+            path, "PERMISSION_DENIED", "requests from this Origin are refused (DNS-rebinding protection).", {}
+        )
+        return 403, body, content_type
+    return None
+
+
+async def refuse(send: Send, refusal: tuple[int, bytes, str]) -> None:
+    status, body, content_type = refusal
+    await _answer(send, status, body, content_type, close=False)

@@ -1,0 +1,158 @@
+"""uvicorn's h11 protocol with what uvicorn lacks: a header timeout, and coded
+JSON for the answers the server writes itself (``memproj.serve`` runs the web
+process with it: ``--http memproj.httpserver:GuardedH11Protocol``).
+
+- Header timeout: from the moment a connection opens, and from the end of
+  each response on a kept-alive connection, a client has
+  ``MEMPROJ_HTTP_HEADER_TIMEOUT`` seconds to send a complete request line and
+  headers. uvicorn only times out a kept-alive connection that sends nothing;
+  one that trickles a header a byte at a time, or never sends one on a fresh
+  connection, would otherwise hold its socket (and a place under the
+  connection limit) for ever. Cut off mid-headers, the client gets a coded 408;
+  a connection that sent nothing is closed silently, as an idle one is.
+- Connection limit: uvicorn's ``limit_concurrency`` (open connections, or
+  requests in flight, per process) with its 503 answered as coded JSON with
+  ``Retry-After``, in the vocabulary of the path's surface.
+- A request line or headers uvicorn cannot parse, or over
+  ``h11_max_incomplete_event_size``, get a coded JSON 400 instead of text.
+
+Django settings are read when the first connection comes, after uvicorn has
+imported the app (which sets Django up)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import h11
+from uvicorn.config import Config
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
+
+from policy.middleware import surface_error
+
+logger = logging.getLogger("uvicorn.error")
+# Seconds a client refused for the connection limit should wait.
+BUSY_RETRY_AFTER = 1
+
+
+def _raw_response(status: int, reason: str, code: str, message: str) -> bytes:
+    """A whole HTTP/1.1 response, written outside h11's state machine (which
+    has no request to answer yet), closing the connection."""
+    body = json.dumps({"error": {"code": code, "message": message, "details": {}}}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+async def server_busy(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The answer over the connection limit (uvicorn's own is plain text)."""
+    logger.warning("Exceeded concurrency limit.")
+    body, content_type = surface_error(
+        scope.get("path", ""),
+        "TIMEOUT",
+        f"the server is at its connection limit; retry in {BUSY_RETRY_AFTER} s.",
+        {"retry_after": BUSY_RETRY_AFTER},
+        plain_code="SERVER_BUSY",
+    )
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(BUSY_RETRY_AFTER).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class GuardedH11Protocol(H11Protocol):
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        from django.conf import settings
+
+        self.header_timeout: float = settings.MEMPROJ_HTTP["HEADER_TIMEOUT"]
+        self.header_timer: asyncio.TimerHandle | None = None
+        self.header_bytes = 0
+        # The connection limit is checked here, so that its answer is ours.
+        self.connection_limit = self.limit_concurrency
+        self.limit_concurrency = None
+        self.served_app = self.app
+
+    # --- header timeout -------------------------------------------------------------
+    def _await_headers(self) -> None:
+        self._stop_header_timer()
+        self.header_bytes = 0
+        self.header_timer = self.loop.call_later(self.header_timeout, self._headers_timed_out)
+
+    def _stop_header_timer(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def _headers_timed_out(self) -> None:
+        self.header_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if self.header_bytes:
+            self.transport.write(
+                _raw_response(
+                    408,
+                    "Request Timeout",
+                    "REQUEST_TIMEOUT",
+                    f"the request line and headers did not arrive within {self.header_timeout:g} s.",
+                )
+            )
+        self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_headers()
+
+    def data_received(self, data: bytes) -> None:
+        if self.header_timer is not None:
+            self.header_bytes += len(data)
+        self.app = self._app_for_next_request()
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self._stop_header_timer()
+
+    def on_response_complete(self) -> None:
+        self.app = self._app_for_next_request()
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_header_timer()
+        super().connection_lost(exc)
+
+    # --- connection limit -------------------------------------------------------------
+    def _app_for_next_request(self) -> Any:
+        limit = self.connection_limit
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            return server_busy
+        return self.served_app
+
+    # --- unparseable requests -----------------------------------------------------------
+    def send_400_response(self, msg: str) -> None:
+        self._stop_header_timer()
+        if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            self.transport.write(
+                _raw_response(
+                    400,
+                    "Bad Request",
+                    "INVALID_REQUEST",
+                    "the request line or headers are malformed, or larger than the server accepts.",
+                )
+            )
+        self.transport.close()

@@ -1,0 +1,288 @@
+"""The web process's edge, against the real server `make run` starts
+(``memproj.serve``'s web command) over real sockets: bodies bounded before
+they are read and before authentication, header and idle timeouts, the
+connection limit, the exact Host check of /mcp/, and a revoked token refused
+from the next request on."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from memproj.serve import PROCESSES
+from tests.conftest import call
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_BODY = 64 * 1024
+HEADER_TIMEOUT = 2.0
+KEEP_ALIVE = 1
+CONNECTION_LIMIT = 40
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _database_url(db: dict) -> str:
+    """The test database as the web process reaches it (with the role's password, if it has one)."""
+    user = quote(db["USER"], safe="")
+    if db.get("PASSWORD"):
+        user += ":" + quote(db["PASSWORD"], safe="")
+    return f"postgres://{user}@/{db['NAME']}?host={db['HOST']}"
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker) -> Iterator[tuple[str, int]]:
+    from django.conf import settings
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        db = connection.settings_dict
+    port = _free_port()
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="memproj.settings.base",
+        DATABASE_URL=_database_url(db),
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        CELERY_TASK_ALWAYS_EAGER="true",
+        MEMPROJ_TOOL_TIMEOUT_SCALE=str(settings.MEMPROJ_TOOL_TIMEOUT_SCALE),
+        PYTHONPATH=str(ROOT),
+        PORT=str(port),
+        MEMPROJ_PUBLIC_URL=f"http://127.0.0.1:{port}",
+        MEMPROJ_HTTP_MAX_BODY_BYTES=str(MAX_BODY),
+        MEMPROJ_HTTP_HEADER_TIMEOUT=str(HEADER_TIMEOUT),
+        MEMPROJ_HTTP_KEEP_ALIVE_TIMEOUT=str(KEEP_ALIVE),
+        MEMPROJ_HTTP_LIMIT_CONCURRENCY=str(CONNECTION_LIMIT),
+    )
+    proc = subprocess.Popen(PROCESSES["web"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            output = proc.stdout.read().decode() if proc.stdout else ""
+            pytest.fail(f"the web process did not start:\n{output}")
+        time.sleep(0.3)
+    yield "127.0.0.1", port
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def _connect(server: tuple[str, int]) -> socket.socket:
+    sock = socket.create_connection(server, timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _read_response(sock: socket.socket, timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a Content-Length body."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[0].startswith("HTTP/1.1 "), data[:200]
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return status, headers, body
+
+
+def _closed_by_server(sock: socket.socket, within: float) -> bool:
+    """True if the server closes the connection within ``within`` seconds
+    (anything it writes first, a 408, is read and ignored)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([sock], [], [], max(0.0, deadline - time.monotonic()))
+        if readable:
+            try:
+                if sock.recv(65536) == b"":
+                    return True
+            except (ConnectionResetError, OSError):
+                return True
+    return False
+
+
+# --- bodies --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [("/api/memory/memory_search", "rest"), ("/mcp/memory/", "mcp"), ("/api/hooks/stop", "plain")],
+)
+def test_a_huge_declared_body_gets_413_before_a_byte_of_it_is_sent_and_without_a_token(server, path, kind):
+    """2 GB declared, none sent, no token: the answer comes at once (the server
+    never waits for the body, nor asks who is calling)."""
+    sock = _connect(server)
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\nContent-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\nContent-Length: {2 * 1024**3}\r\n\r\n".encode()
+    )
+    status, headers, body = _read_response(sock, timeout=10)
+    sock.close()
+    assert status == 413 and headers["content-type"].startswith("application/json")
+    payload = json.loads(body)
+    if kind == "mcp":
+        assert payload["jsonrpc"] == "2.0" and payload["error"]["data"]["code"] == "INVALID_ARGUMENT"
+        assert payload["error"]["data"]["limit"] == MAX_BODY
+    elif kind == "rest":
+        assert payload["error"]["code"] == "INVALID_ARGUMENT" and str(MAX_BODY) in payload["error"]["message"]
+    else:
+        assert payload["error"]["code"] == "PAYLOAD_TOO_LARGE"
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit_before_authentication(server):
+    """No Content-Length to refuse by: the body is counted as it streams, and
+    the 413 comes while the client still has most of its 64 MB to send."""
+    sock = _connect(server)
+    sock.sendall(
+        f"POST /api/memory/memory_search HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+    )
+    chunk = b"%x\r\n%s\r\n" % (65536, b"x" * 65536)
+    planned, sent, answered = 1024, 0, False
+    try:
+        for _ in range(planned):
+            readable, _, _ = select.select([sock], [], [], 0)
+            if readable:
+                answered = True
+                break
+            sock.sendall(chunk)
+            sent += 1
+    except (BrokenPipeError, ConnectionResetError):
+        answered = True
+    assert answered and sent < planned, f"the server read all {sent} chunks without answering"
+    status, _, body = _read_response(sock)
+    sock.close()
+    assert status == 413 and json.loads(body)["error"]["code"] == "INVALID_ARGUMENT"
+
+
+# --- timeouts and the connection limit -----------------------------------------------
+
+
+def test_slow_headers_are_timed_out_on_200_sockets(server):
+    """200 clients that trickle their headers a byte at a time (and 10 that
+    send nothing) are all disconnected soon after the header timeout; the
+    server answers normally afterwards."""
+    slow = [_connect(server) for _ in range(200)]
+    silent = [_connect(server) for _ in range(10)]
+    for sock in slow:
+        sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\n".encode())
+    started = time.monotonic()
+    open_sockets = list(slow)
+    while open_sockets and time.monotonic() - started < HEADER_TIMEOUT * 4:
+        still = []
+        for sock in open_sockets:
+            try:
+                sock.send(b"X")
+                still.append(sock)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        open_sockets = still
+        time.sleep(0.2)
+    closed = [sock for sock in open_sockets if _closed_by_server(sock, 0.5)]
+    assert len(open_sockets) == len(closed), f"{len(open_sockets) - len(closed)} slow sockets still open"
+    assert all(_closed_by_server(sock, HEADER_TIMEOUT) for sock in silent)
+    for sock in slow + silent:
+        sock.close()
+    assert httpx.get(f"http://127.0.0.1:{server[1]}/healthz", timeout=10).status_code == 200
+
+
+def test_an_idle_kept_alive_connection_is_closed(server):
+    sock = _connect(server)
+    sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\n\r\n".encode())
+    status, _, _ = _read_response(sock)
+    assert status == 200
+    assert _closed_by_server(sock, KEEP_ALIVE + 1.5)
+    sock.close()
+
+
+def test_over_the_connection_limit_a_request_gets_a_coded_503_with_retry_after(server):
+    held = [_connect(server) for _ in range(CONNECTION_LIMIT)]
+    try:
+        time.sleep(0.2)
+        sock = _connect(server)
+        sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\n\r\n".encode())
+        status, headers, body = _read_response(sock)
+        sock.close()
+    finally:
+        for other in held:
+            other.close()
+    assert status == 503 and int(headers["retry-after"]) >= 1
+    assert json.loads(body)["error"]["code"] == "SERVER_BUSY"
+    time.sleep(0.3)
+    assert httpx.get(f"http://127.0.0.1:{server[1]}/healthz", timeout=10).status_code == 200
+
+
+# --- Host check and revocation over /mcp/ ----------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_mcp_host_check_is_exact(server, member):
+    url = f"http://127.0.0.1:{server[1]}/mcp/memory/"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {member.token}"}
+
+    def post(**extra: str) -> httpx.Response:
+        return httpx.post(url, json=body, headers={**headers, **extra}, timeout=30)
+
+    assert post().status_code == 200
+    assert post(Host="localhost:8011").status_code == 200
+    for host in (f"127.0.0.1:{server[1]}.evil.example", "127.0.0.1:", "127.0.0.1:80x", "evil.example"):
+        refused = post(Host=host)
+        assert refused.status_code == 421, host
+        assert refused.json()["error"]["data"]["code"] == "PERMISSION_DENIED"
+    assert post(Origin=f"http://127.0.0.1:{server[1]}").status_code == 200
+    origin = post(Origin=f"http://127.0.0.1:{server[1]}.evil.example")
+    assert origin.status_code == 403 and origin.json()["error"]["data"]["code"] == "PERMISSION_DENIED"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_revoked_token_writes_nothing_from_the_next_request_on(server, member):
+    """The web process has just verified the token (and cached it); another
+    process revokes it: the very next write over /mcp/ is refused."""
+    from asgiref.sync import sync_to_async
+
+    from memory.models import Memory
+    from policy.models import ApiToken
+    from policy.services.tokens import token_revoke
+
+    url = f"http://127.0.0.1:{server[1]}/mcp/memory/"
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {member.token}"}, timeout=60)
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        await call(client, "memory_store_episode", content="before the revocation", butler="ops")
+        await sync_to_async(token_revoke)(ApiToken.objects.filter(pk=member.caller.token_id))
+        with pytest.raises(Exception):  # noqa: B017, PT011 - the SDK raises on a 401 mid-session
+            await client.call_tool("memory_store_episode", {"content": "after the revocation", "butler": "ops"})
+    contents = [m async for m in Memory.objects.values_list("content", flat=True)]
+    assert contents == ["before the revocation"]
