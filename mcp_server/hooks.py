@@ -23,6 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcp_server.http_errors import STORAGE_MESSAGE, retry_later, retryable, storage_failure
+from mcp_server.idempotent_http import idempotent_view
 from mcp_server.pooled import in_worker_thread
 from mcp_server.toolsets import roampal as text
 from memory import api
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 HOOK_BODY_LIMIT = 2 * 1024 * 1024  # a prompt, an answer and a transcript tail
 INGEST_LIMIT = api.BOOK_MAX_BYTES  # seed 003 Feature 5: 10 MB, 413 above it
 TOOLSET = "roampal"
-STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "QUOTA_EXCEEDED": 403}
+STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "QUOTA_EXCEEDED": 403, "CONFLICT": 409}
 # Seed 003's hook answers carry ``{"error": "<message>"}``; ``code`` is added
 # beside it so a client can branch on the kind of error.
 UNAUTHENTICATED, INVALID, TOO_LARGE = "UNAUTHENTICATED", "INVALID_ARGUMENT", "PAYLOAD_TOO_LARGE"
@@ -228,6 +229,7 @@ def get_context(request: HttpRequest, caller: Caller) -> HttpResponse:
 
 
 @hook_view()
+@idempotent_view("http:roampal.hooks.stop", HOOK_BODY_LIMIT)
 def stop(request: HttpRequest, caller: Caller) -> HttpResponse:
     body = _json(request, StopRequest)
     if isinstance(body, JsonResponse):
@@ -281,6 +283,7 @@ def search(request: HttpRequest, caller: Caller) -> HttpResponse:
 
 
 @hook_view(limit=INGEST_LIMIT)
+@idempotent_view("http:roampal.ingest", INGEST_LIMIT + 64 * 1024)
 def ingest(request: HttpRequest, caller: Caller) -> HttpResponse:
     """A text or Markdown document as ``books``: JSON ``{title, content, tags?}``,
     or the raw document with ``?title=``. Chunks are stored at once and embedded

@@ -23,11 +23,12 @@ import json
 import logging
 from typing import Any
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from mcp_server.dialect import TENANT_SELECTORS
 from mcp_server.http_errors import STORAGE_MESSAGE, retry_later, retryable, storage_failure
+from mcp_server.idempotent_http import idempotent_response
 from mcp_server.pooled import in_worker_thread
 from mcp_server.toolsets import langmem
 from memory import api
@@ -38,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 MAX_BODY = 1024 * 1024
 MAX_OPS = 100
-STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "QUOTA_EXCEEDED": 403}
+STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "QUOTA_EXCEEDED": 403, "CONFLICT": 409}
 
 
 def _error(code: str, message: str, status: int) -> JsonResponse:
@@ -123,7 +124,7 @@ def _run(caller: Caller, op: dict[str, Any]) -> Any:
 
 @csrf_exempt
 @in_worker_thread
-def langmem_store(request: HttpRequest) -> JsonResponse:
+def langmem_store(request: HttpRequest) -> HttpResponse:
     """Every answer is coded JSON: a failure the handler did not foresee is a
     coded 500, a database failure (authentication reads it too) a 503."""
     try:
@@ -136,7 +137,7 @@ def langmem_store(request: HttpRequest) -> JsonResponse:
         return _error("INTERNAL", "unexpected internal error; it has been logged.", 500)
 
 
-def _handle(request: HttpRequest) -> JsonResponse:
+def _handle(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         response = _error("METHOD_NOT_ALLOWED", "use POST.", 405)
         response["Allow"] = "POST"
@@ -165,6 +166,17 @@ def _handle(request: HttpRequest) -> JsonResponse:
     named = sorted({key for part in (body, *ops) for key in TENANT_SELECTORS if key in part})
     if named:
         return _error("PERMISSION_DENIED", f"the tenant is taken from your token; remove {', '.join(named)}.", 403)
+    if not any(op.get("op") == "put" for op in ops):
+        return _results(caller, ops)
+    # A batch that puts is a write: with an Idempotency-Key a retry replays its
+    # answer (mcp_server.idempotent_http), and its ops commit together.
+    try:
+        return idempotent_response(request, caller, "http:langmem.store", request.body, lambda: _results(caller, ops))
+    except api.DomainError as exc:
+        return _error(exc.code, str(exc), STATUS.get(exc.code, 500))
+
+
+def _results(caller: Caller, ops: list[dict[str, Any]]) -> JsonResponse:
     results = []
     try:
         for op in ops:

@@ -211,3 +211,47 @@ def test_expired_keys_are_taken_over_and_swept(http_server, member):  # noqa: F8
     swept = idempotency_keys_expire()
     assert swept.processed == 1 and not swept.more
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["keys"]
+
+
+def hook(base: str, identity, path: str, body: dict, key: str | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {identity.token}"}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return httpx.post(f"{base}{path}", json=body, headers=headers, timeout=120)
+
+
+def test_roampal_hooks_that_write_replay_with_the_same_key(http_server, member):  # noqa: F811
+    stop = {"conversation_id": "c-1", "user_message": "Which port?", "assistant_response": "Port 8443 it is"}
+    first = hook(http_server, member, "/api/hooks/stop", stop, key="stop-1")
+    retry = hook(http_server, member, "/api/hooks/stop", stop, key="stop-1")
+    other = hook(http_server, member, "/api/hooks/stop", {**stop, "assistant_response": "Port 9443"}, key="stop-1")
+    assert first.status_code == retry.status_code == 200
+    assert retry.json() == first.json() and retry.headers["Idempotent-Replayed"] == "true"
+    assert other.status_code == 409 and other.json()["code"] == "CONFLICT"
+    assert Memory.objects.filter(content__contains="Port 8443 it is").count() == 1
+    assert Memory.objects.filter(content__contains="Port 9443").count() == 0
+
+    book = {"title": "Runbook", "content": "Restart the ingest worker with systemctl restart memproj-worker."}
+    books = [hook(http_server, member, "/api/ingest", book, key="book-1") for _ in range(2)]
+    assert [b.status_code for b in books] == [202, 202]
+    assert books[1].json() == books[0].json() and books[1].headers["Idempotent-Replayed"] == "true"
+    assert Memory.objects.filter(content__contains="systemctl restart memproj-worker").count() == 1
+
+
+def test_langgraph_store_put_replays_with_the_same_key(http_server, member):  # noqa: F811
+    def put(content: str, key: str | None) -> httpx.Response:
+        op = {"op": "put", "namespace": ["notes"], "key": "deploy", "value": {"content": content}}
+        headers = {"Authorization": f"Bearer {member.token}"}
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        return httpx.post(f"{http_server}/api/langmem/store/", json={"ops": [op]}, headers=headers, timeout=120)
+
+    first, retry = put("Deploys go out on Thursdays", "put-1"), put("Deploys go out on Thursdays", "put-1")
+    other = put("Deploys go out on Fridays", "put-1")
+    assert first.status_code == retry.status_code == 200
+    assert retry.json() == first.json() and retry.headers["Idempotent-Replayed"] == "true"
+    assert other.status_code == 409 and other.json()["error"]["code"] == "CONFLICT"
+    # One row: the retry did not store the value again (a second put supersedes the first).
+    assert Memory.objects.filter(subject="deploy").count() == 1
+    put("Deploys go out on Thursdays", None)
+    assert Memory.objects.filter(subject="deploy").count() == 2
