@@ -18,6 +18,7 @@ __all__ = [
     "MemoryError_",
     "NotFound",
     "PermissionDenied",
+    "QuotaExceeded",
     "StorageUnavailable",
 ]
 
@@ -49,3 +50,14 @@ class Gone(DomainError):
     """A handle (an active context's cursor) that has expired."""
 
     code = "GONE"
+
+
+class QuotaExceeded(DomainError):
+    """A write would take the tenant past a quota of its policy (``quotas``);
+    ``details`` names it, its limit and what is used. Nothing was stored."""
+
+    code = "QUOTA_EXCEEDED"
+
+    def __init__(self, message: str, details: dict | None = None) -> None:
+        super().__init__(message)
+        self.details = details or {}

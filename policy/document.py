@@ -12,9 +12,11 @@ Two shapes are accepted and normalised into the same ``PolicyDocument``:
 
 memproj adds two optional sections, ``rate_limit: {limit, window_seconds,
 algorithm}`` and ``quotas: {max_memories, ingest_bytes_per_call,
-ingest_bytes_per_day}``. A key left out takes the default policy's value (``DEFAULT_POLICY``:
-the seed example's values, upstream's threshold and rate limit), so a partial
-policy never leaves a class or scope unconfigured. Unknown keys and values out of
+ingest_bytes_per_day}`` (what one tenant may store, enforced by
+``memory.services.quotas``; ``QUOTA_BOUNDS`` is the most a policy may allow).
+A key left out takes the default policy's value (``DEFAULT_POLICY``: the seed
+example's values, upstream's threshold and rate limit, memproj's quotas), so a
+partial policy never leaves a class or scope unconfigured. Unknown keys and values out of
 range are refused; each problem names its key path (``retrieval.hybrid.alpha``).
 
 The YAML is untrusted input parsed in the web process, so it is bounded before
@@ -48,6 +50,14 @@ ESCALATIONS: tuple[str, ...] = ("deny", "human_review")
 # policy can set a half-life for every kind stored.
 HALF_LIFE_KINDS: tuple[str, ...] = ("fact", "task", "preference", "policy_hint", "episode", "rule")
 RATE_LIMIT_ALGORITHMS: tuple[str, ...] = ("fixed", "sliding")
+MIB = 1024 * 1024
+# The largest quotas a tenant's policy may set. One ingested document is at most
+# 10 MB (seed 003 Feature 5), whatever the policy says.
+QUOTA_BOUNDS: dict[str, int] = {
+    "max_memories": 10_000_000,
+    "ingest_bytes_per_call": 10 * MIB,
+    "ingest_bytes_per_day": 1024 * MIB,
+}
 MAX_YAML_BYTES = 128 * 1024  # seed 004 §2.6: payload 128KB
 # The deepest key of a valid policy is retrieval.rerank.recency.half_life_days_by_kind.<kind>
 # (five mappings); a list adds one. Deeper nesting is refused before it is built.
@@ -151,12 +161,25 @@ class RateLimitPolicy:
 
 
 @dataclass(frozen=True)
+class QuotaPolicy:
+    """What one tenant may store. ``max_memories`` counts every stored memory,
+    whatever its validity, until it is deleted (expiry, purge): a forgotten or
+    superseded memory still takes its row. Ingest volume counts the documents
+    ingested as books, per call and over any 24 hours."""
+
+    max_memories: int
+    ingest_bytes_per_call: int
+    ingest_bytes_per_day: int
+
+
+@dataclass(frozen=True)
 class PolicyDocument:
     version: str
     scopes: Mapping[str, ScopePolicy]
     boundary_classes: Mapping[str, BoundaryClassPolicy]
     retrieval: RetrievalPolicy
     rate_limit: RateLimitPolicy
+    quotas: QuotaPolicy
     # Which input shape it came from ("seed" or "upstream"), for the admin only.
     source_shape: str = field(default="seed", compare=False)
 
@@ -211,6 +234,11 @@ class PolicyDocument:
                 "limit": self.rate_limit.limit,
                 "window_seconds": self.rate_limit.window_seconds,
                 "algorithm": self.rate_limit.algorithm,
+            },
+            "quotas": {
+                "max_memories": self.quotas.max_memories,
+                "ingest_bytes_per_call": self.quotas.ingest_bytes_per_call,
+                "ingest_bytes_per_day": self.quotas.ingest_bytes_per_day,
             },
         }
 
@@ -467,7 +495,17 @@ def _rate_limit(raw: Mapping[str, Any], path: str, problems: _Problems, base: Ra
     return RateLimitPolicy(limit=limit, window_seconds=window, algorithm=algorithm)
 
 
-TOP_LEVEL_KEYS = ("version", "scopes", "boundary_classes", "boundary", "retrieval", "rate_limit")
+def _quotas(raw: Mapping[str, Any], path: str, problems: _Problems, base: QuotaPolicy) -> QuotaPolicy:
+    _known(raw, tuple(QUOTA_BOUNDS), path, problems)
+    values = {name: getattr(base, name) for name in QUOTA_BOUNDS}
+    for name, high in QUOTA_BOUNDS.items():
+        if name in raw:
+            value = _number(raw[name], _join(path, name), problems, low=1, high=high, integer=True)
+            values[name] = value if value is not None else values[name]
+    return QuotaPolicy(**values)
+
+
+TOP_LEVEL_KEYS = ("version", "scopes", "boundary_classes", "boundary", "retrieval", "rate_limit", "quotas")
 
 
 def parse_mapping(raw: object, *, base: PolicyDocument | None = None) -> PolicyDocument:
@@ -521,6 +559,8 @@ def parse_mapping(raw: object, *, base: PolicyDocument | None = None) -> PolicyD
     rate_limit = (
         _rate_limit(rate_map, "rate_limit", problems, base.rate_limit) if rate_map is not None else base.rate_limit
     )
+    quota_map = _mapping(top.get("quotas"), "quotas", problems)
+    quotas = _quotas(quota_map, "quotas", problems, base.quotas) if quota_map is not None else base.quotas
     if problems.items:
         raise problems.refused()
     return PolicyDocument(
@@ -529,6 +569,7 @@ def parse_mapping(raw: object, *, base: PolicyDocument | None = None) -> PolicyD
         boundary_classes=MappingProxyType({name: classes[name] for name in BOUNDARY_CLASSES}),
         retrieval=retrieval,
         rate_limit=rate_limit,
+        quotas=quotas,
         source_shape=shape,
     )
 
@@ -687,6 +728,9 @@ def _builtin() -> PolicyDocument:
         ),
         # Upstream pce-memory: 1,000 calls per 10 s per bucket.
         rate_limit=RateLimitPolicy(limit=1000, window_seconds=10, algorithm="fixed"),
+        # Far above what a team's agents store, low enough that one tenant cannot
+        # fill the disk alone: a million memories, ten full-size documents a day.
+        quotas=QuotaPolicy(max_memories=1_000_000, ingest_bytes_per_call=10 * MIB, ingest_bytes_per_day=100 * MIB),
     )
 
 

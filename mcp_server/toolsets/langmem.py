@@ -48,6 +48,8 @@ EXCEPTIONS = {
     "NOT_FOUND": "ValueError",
     "CONFIGURATION_ERROR": "ConfigurationError",
     "PERMISSION_DENIED": "PermissionError",
+    # A quota is a limit the tenant reached, like a permission it lacks.
+    "QUOTA_EXCEEDED": "PermissionError",
     "TIMEOUT": "TimeoutError",
 }
 

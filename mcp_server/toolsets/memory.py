@@ -23,7 +23,14 @@ helpful or harmful after applying them.
 
 # Errors read `[CODE] message` (CODE: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED,
 # EMBEDDING_ERROR, STORAGE_ERROR, INTERNAL; CONFLICT for an idempotency key reused with other arguments).
-HTTP_STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "CONFLICT": 409, "RATE_LIMIT": 429}
+HTTP_STATUS = {
+    "INVALID_ARGUMENT": 422,
+    "NOT_FOUND": 404,
+    "PERMISSION_DENIED": 403,
+    "CONFLICT": 409,
+    "RATE_LIMIT": 429,
+    "QUOTA_EXCEEDED": 403,  # a tenant quota of the policy (quotas.*): retrying does not help
+}
 
 
 def http_status(text: str) -> int:

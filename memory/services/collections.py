@@ -29,6 +29,7 @@ from memory.services.events import EventType, event_append
 from memory.services.feedback import collection_event
 from memory.services.locks import memories_tenant_write_lock
 from memory.services.memories import episode_store, fact_store, memories_insert, require_write
+from memory.services.quotas import quota_ingest_check
 from memory.services.sweeps import SweepResult
 from memory.services.system import system_caller
 from policy.caller import Caller
@@ -213,6 +214,7 @@ def book_ingest(
         for index, chunk in enumerate(chunks)
     ]
     with transaction.atomic():
+        quota_ingest_check(caller=caller, size=len(text.encode("utf-8")))
         event_append(
             caller=caller,
             tenant_id=caller.tenant_id,

@@ -23,6 +23,7 @@ from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, caller_event, event_append, events_append
 from memory.services.followups import followups_for_writes
 from memory.services.locks import tenant_write_lock
+from memory.services.quotas import quota_memories_check
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
@@ -93,6 +94,7 @@ def _memory_row(*, caller: Caller, kind: str, content: str, embedding: _Embeddin
 def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
     memory = _memory_row(caller=caller, kind=kind, content=content, embedding=embedding, **fields)
     tenant_write_lock(caller.tenant_id)  # before the insert's term-statistics triggers (memory/services/locks.py)
+    quota_memories_check(caller=caller, adding=1)
     memory.save(force_insert=True)
     return memory
 
@@ -217,6 +219,7 @@ def memories_insert(
     one per follow-up kind (the outbox). The bulk writes (an episode import, a
     book's chunks) share it."""
     tenant_write_lock(caller.tenant_id)
+    quota_memories_check(caller=caller, adding=len(rows))
     Memory.objects.bulk_create(rows, batch_size=500)
     events_append(
         [
