@@ -10,8 +10,8 @@ with one server each, never two.
 from __future__ import annotations
 
 import fcntl
-import getpass
 import os
+import pwd
 import secrets
 import subprocess
 import sys
@@ -162,10 +162,12 @@ host    replication     all             ::1/128         scram-sha-256
 
 
 def _ident() -> str:
-    """The service's OS user (whoever starts the servers) is the one mapped to the app role."""
+    """The service's OS user (whoever starts the servers) is the one mapped to
+    the app role: the effective user, as the kernel reports it to peer
+    authentication (not $USER, which a caller may set)."""
     return (
         "# Written by memproj/embedded.py on every start; edits are overwritten.\n"
-        f"memproj         {getpass.getuser()}     {APP_ROLE}\n"
+        f"memproj         {pwd.getpwuid(os.geteuid()).pw_name}     {APP_ROLE}\n"
     )
 
 
@@ -374,8 +376,6 @@ def _pgdata_owner(pgdata: Path) -> str | None:
     server as the owner of the data directory; otherwise it is us."""
     if os.geteuid() != 0:
         return None
-    import pwd
-
     return pwd.getpwuid(pgdata.stat().st_uid).pw_name
 
 
