@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import select
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -30,6 +32,8 @@ MAX_BODY = 64 * 1024
 HEADER_TIMEOUT = 2.0
 KEEP_ALIVE = 1
 CONNECTION_LIMIT = 40
+# One web process for the whole module, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("edge_server")
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -69,6 +73,9 @@ def server(django_db_setup, django_db_blocker) -> Iterator[tuple[str, int]]:
         MEMPROJ_HTTP_HEADER_TIMEOUT=str(HEADER_TIMEOUT),
         MEMPROJ_HTTP_KEEP_ALIVE_TIMEOUT=str(KEEP_ALIVE),
         MEMPROJ_HTTP_LIMIT_CONCURRENCY=str(CONNECTION_LIMIT),
+        # A window no other server uses: this server's address bucket is its own.
+        MEMPROJ_ANONYMOUS_RATE_LIMIT="1000000",
+        MEMPROJ_ANONYMOUS_RATE_WINDOW=str(random.randint(100_000, 900_000)),
     )
     proc = subprocess.Popen(PROCESSES["web"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -242,6 +249,26 @@ def test_over_the_connection_limit_a_request_gets_a_coded_503_with_retry_after(s
     assert json.loads(body)["error"]["code"] == "SERVER_BUSY"
     time.sleep(0.3)
     assert httpx.get(f"http://127.0.0.1:{server[1]}/healthz", timeout=10).status_code == 200
+
+
+# --- the source address's bucket --------------------------------------------------------
+
+
+def test_made_up_tokens_and_forwarded_addresses_share_the_source_address_bucket(server):
+    """Each request carries a fresh made-up token and claims another client in
+    X-Forwarded-For: all of them count in one bucket, the connection's address."""
+    url = f"http://127.0.0.1:{server[1]}/api/memory/memory_search"
+    remaining = []
+    for n in range(4):
+        answer = httpx.post(
+            url,
+            json={"query": "x"},
+            headers={"Authorization": f"Bearer mp_made-up-{uuid.uuid4()}", "X-Forwarded-For": f"203.0.113.{n}"},
+            timeout=30,
+        )
+        assert answer.status_code == 401
+        remaining.append(int(answer.headers["x-ratelimit-remaining"]))
+    assert remaining == [remaining[0] - n for n in range(4)], remaining
 
 
 # --- Host check and revocation over /mcp/ ----------------------------------------------
