@@ -14,7 +14,8 @@ nothing."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import uuid
+from datetime import datetime, timedelta
 
 from django.db import connection
 from django.utils import timezone
@@ -28,7 +29,7 @@ from policy.caller import Caller
 INGEST_WINDOW = timedelta(hours=24)
 
 
-def tenant_memory_count(*, tenant_id: object) -> int:
+def tenant_memory_count(*, tenant_id: uuid.UUID) -> int:
     """Every stored memory of the tenant, whatever its validity (one row read)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT docs FROM memory_tenantstat WHERE tenant_id = %s", [tenant_id])
@@ -51,7 +52,7 @@ def quota_memories_check(*, caller: Caller, adding: int) -> None:
         )
 
 
-def tenant_ingested_bytes(*, tenant_id: object, since: object) -> int:
+def tenant_ingested_bytes(*, tenant_id: uuid.UUID, since: datetime) -> int:
     """Bytes ingested as books since ``since``, from the ingest audit events."""
     sizes = MemoryEvent.objects.filter(
         tenant_id=tenant_id, event_type=EventType.BOOK_INGESTED, created_at__gt=since
