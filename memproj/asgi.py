@@ -21,6 +21,12 @@ from memproj.heap import freeze_startup_heap  # noqa: E402
 
 ensure_for_settings()  # the web process needs the database and the broker
 
+from memproj.checks import secret_key_check  # noqa: E402
+
+for _warning in secret_key_check():
+    # uvicorn runs no system checks: say it where the operator looks.
+    logging.getLogger("memproj").warning("%s: %s %s", _warning.id, _warning.msg, _warning.hint)
+
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402

@@ -17,9 +17,45 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SECRET_KEY = env("DJANGO_SECRET_KEY", default="memproj-dev-insecure-change-me")
+# The default key is public (it is in this file): anyone can forge sessions and
+# CSRF tokens signed with it. Tolerated, with a loud warning (the memproj.W001
+# system check, and the web process's log), only while the service is reachable
+# from this machine alone; refused once it is served to others (below).
+INSECURE_SECRET_KEY = "memproj-dev-insecure-change-me"  # noqa: S105 - public by design, refused when served
+SECRET_KEY = env("DJANGO_SECRET_KEY", default=INSECURE_SECRET_KEY)
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+# Served to others: the web process binds a non-loopback address (MEMPROJ_HOST,
+# memproj/serve.py) or answers to a host name that is not this machine's.
+_LOOPBACK = {"127.0.0.1", "localhost", "[::1]", "::1", "testserver"}
+MEMPROJ_SERVED_BEYOND_LOOPBACK = env.str("MEMPROJ_HOST", default="127.0.0.1") not in _LOOPBACK or any(
+    host not in _LOOPBACK for host in ALLOWED_HOSTS
+)
+if SECRET_KEY == INSECURE_SECRET_KEY and MEMPROJ_SERVED_BEYOND_LOOPBACK and not DEBUG:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY is not set, and the public default key would let anyone forge admin sessions of a "
+        "service reachable from other machines (MEMPROJ_HOST or DJANGO_ALLOWED_HOSTS name more than this one). "
+        "Set DJANGO_SECRET_KEY to a long random value, e.g. the output of "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'."
+    )
+
+# HTTPS (off by default: the embedded default serves http://127.0.0.1). MEMPROJ_HTTPS
+# turns on secure cookies, the redirect to https and a year of HSTS; each can be
+# set on its own. The redirect and HSTS cover the Django routes (admin, /api/);
+# the MCP endpoints never redirect. Behind a proxy that terminates TLS, set
+# DJANGO_SECURE_PROXY_SSL_HEADER so that Django sees the request as https.
+MEMPROJ_HTTPS = env.bool("MEMPROJ_HTTPS", default=False)
+SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=MEMPROJ_HTTPS)
+CSRF_COOKIE_SECURE = env.bool("DJANGO_CSRF_COOKIE_SECURE", default=MEMPROJ_HTTPS)
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=MEMPROJ_HTTPS)
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31_536_000 if MEMPROJ_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if env.bool("DJANGO_SECURE_PROXY_SSL_HEADER", default=False) else None
+)
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
@@ -33,6 +69,8 @@ INSTALLED_APPS = [
     "policy",
     "memory",
     "workers",
+    # No models: the project's own system checks (memproj/checks.py).
+    "memproj.apps.MemprojConfig",
 ]
 
 MIDDLEWARE = [
