@@ -191,8 +191,10 @@ def _apply(
     with transaction.atomic():
         if writes:
             # Serialise applies per tenant: the expected_version check and the
-            # switch of the current row must see the same "current".
-            Tenant.objects.select_for_update().filter(pk=caller.tenant_id).first()
+            # switch of the current row must see the same "current". NO KEY: a
+            # concurrent memory insert's foreign-key check (KEY SHARE) must not
+            # wait on it while it waits for that writer's tenant write lock.
+            Tenant.objects.select_for_update(no_key=True).filter(pk=caller.tenant_id).first()
             policy_ensure_default(tenant_id=caller.tenant_id)
         current = policy_current(tenant_id=caller.tenant_id)
         if expected is not None and expected != current.version:
