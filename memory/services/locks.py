@@ -2,6 +2,9 @@
 
 A write transaction takes, in this order and never the other way round:
 
+0. when the write carries an idempotency key, that key's row
+   (``memory.services.idempotency``): claimed first, so a duplicate waits on it
+   holding nothing else;
 1. the tenant write lock of each tenant it will change (``tenant_write_lock``),
    tenants in ascending id order;
 2. a fact key's advisory lock (``memories._lock_fact_key``);
