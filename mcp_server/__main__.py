@@ -45,9 +45,9 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
 
     if args.http:
-        import uvicorn
+        from memproj.serve import web
 
-        uvicorn.run("memproj.asgi:application", host=args.host, port=args.port, log_level="info")
+        web(host=args.host, port=args.port)  # the web process of `make run`, with its edge settings
         return
 
     import django

@@ -147,7 +147,7 @@ class Supervisor:
             self.stop()
 
 
-def web() -> None:
+def web(host: str | None = None, port: int | None = None) -> None:
     """The web process: uvicorn serving memproj.asgi with the edge settings of
     MEMPROJ_HTTP (memproj/settings/base.py): the header timeout and coded
     answers of memproj.httpserver, the keep-alive timeout, the connection
@@ -155,6 +155,9 @@ def web() -> None:
     believed (none by default: the rate limit's source address must not be
     something a client can write)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
+    if host:
+        # The settings judge by the bound address whether the service is served beyond this machine.
+        os.environ["MEMPROJ_HOST"] = host
     import uvicorn
     from django.conf import settings
 
@@ -162,7 +165,7 @@ def web() -> None:
     uvicorn.run(
         "memproj.asgi:application",
         host=os.environ.get("MEMPROJ_HOST", "127.0.0.1"),
-        port=int(os.environ.get("PORT", "8000")),
+        port=port or int(os.environ.get("PORT", "8000")),
         # More than one web process pays off only beyond 2 cores (docs/benchmarks.md).
         workers=settings.MEMPROJ_WEB_WORKERS,
         http="memproj.httpserver:GuardedH11Protocol",
