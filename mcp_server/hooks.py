@@ -180,6 +180,7 @@ BLOCK_MESSAGE = (
 
 
 @hook_view()
+@idempotent_view("http:roampal.hooks.get-context", HOOK_BODY_LIMIT)  # it opens an exchange
 def get_context(request: HttpRequest, caller: Caller) -> HttpResponse:
     body = _json(request, GetContextRequest)
     if isinstance(body, JsonResponse):

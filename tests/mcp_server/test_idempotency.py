@@ -19,7 +19,7 @@ from django.utils import timezone
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from memory.models import IdempotencyKey, Memory
+from memory.models import Exchange, IdempotencyKey, Memory
 from memory.services.sweeps import idempotency_keys_expire
 from tests.mcp_server.test_transports import http_server  # noqa: F401 - the live-server fixture
 
@@ -230,6 +230,14 @@ def test_roampal_hooks_that_write_replay_with_the_same_key(http_server, member):
     assert other.status_code == 409 and other.json()["code"] == "CONFLICT"
     assert Memory.objects.filter(content__contains="Port 8443 it is").count() == 1
     assert Memory.objects.filter(content__contains="Port 9443").count() == 0
+
+    # get-context opens an exchange: its retry opens none.
+    asked = [hook(http_server, member, "/api/hooks/get-context", {"query": "port?", "conversation_id": "c-2"}, "ctx-1")]
+    asked.append(
+        hook(http_server, member, "/api/hooks/get-context", {"query": "port?", "conversation_id": "c-2"}, "ctx-1")
+    )
+    assert [a.status_code for a in asked] == [200, 200] and asked[1].json() == asked[0].json()
+    assert Exchange.objects.filter(conversation_id="c-2").count() == 1
 
     book = {"title": "Runbook", "content": "Restart the ingest worker with systemctl restart memproj-worker."}
     books = [hook(http_server, member, "/api/ingest", book, key="book-1") for _ in range(2)]
