@@ -23,6 +23,7 @@ import json
 import logging
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -148,8 +149,14 @@ def _handle(request: HttpRequest) -> HttpResponse:
         return _error("UNAUTHENTICATED", "send Authorization: Bearer <token>.", 401)
     if not caller.may_use_toolset(langmem.dialect.name):
         return _error("PERMISSION_DENIED", "this token is not allowed to use the 'langmem' toolset.", 403)
-    if len(request.body) > MAX_BODY:
-        return _error("PAYLOAD_TOO_LARGE", f"the body exceeds {MAX_BODY} bytes.", 413)
+    too_large = _error("PAYLOAD_TOO_LARGE", f"the body exceeds {MAX_BODY} bytes.", 413)
+    try:
+        # Refused by its declared length before Django reads it (and by what
+        # arrives, for a body that does not declare one).
+        if int(request.headers.get("Content-Length") or 0) > MAX_BODY or len(request.body) > MAX_BODY:
+            return too_large
+    except (ValueError, RequestDataTooBig):
+        return too_large
     try:
         body = json.loads(request.body)
         api.nesting(body)

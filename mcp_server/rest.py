@@ -54,6 +54,8 @@ def _body(code: str, text: str) -> str:
 
 
 def _answer(dialect: Any, code: str, text: str, status: int) -> HttpResponse:
+    # An unexpected failure is a 500 in every dialect, whatever its table says.
+    status = 500 if code == "INTERNAL" else status
     response = HttpResponse(_body(code, text), status=status, content_type="application/json; charset=utf-8")
     return retry_later(response) if retryable(code) else response
 
