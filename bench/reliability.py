@@ -1456,16 +1456,16 @@ class Stack:
             return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
 
 
-async def mcp_call(http: Any, url: str, token: str, name: str, arguments: dict[str, Any]) -> Answer:
+async def mcp_call(
+    http: Any, url: str, token: str, name: str, arguments: dict[str, Any], *, idempotency_key: str = ""
+) -> Answer:
     """One tools/call over streamable HTTP (stateless JSON responses)."""
     import httpx
 
-    body = {
-        "jsonrpc": "2.0",
-        "id": uuid.uuid4().hex,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments},
-    }
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if idempotency_key:
+        params["_meta"] = {"idempotency_key": idempotency_key}
+    body = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": "tools/call", "params": params}
     headers = {
         "Authorization": f"Bearer {token}",
         "Accept": "application/json, text/event-stream",
@@ -1510,12 +1510,12 @@ class FaultReport:
     uncoded_errors: int = 0  # an error answer without the dialect's code
     timeouts: int = 0  # no answer within the client's 30 s
     lost: int = 0  # accepted, but a search for its own text does not find it
-    committed_but_error: int = 0  # rows beyond the ok answers: an attempt answered an error yet committed
-    duplicates: int = 0  # writes with more than one row (not explained by an unanswered attempt)
-    # Rows from attempts that got no answer at all (the client's 30 s timeout or a
-    # dropped connection), which the client then retried: without an idempotency key
-    # in the seed's tools no server can tell such a retry from a new write. Reported,
-    # not a failure: the service never said "error" for them.
+    committed_but_error: int = 0  # a write stored although every attempt was answered with an error
+    # Writes with more than one row: each write's attempts carry one idempotency key,
+    # so a retry after a lost answer must replay the first answer, not store again.
+    duplicates: int = 0
+    # Writes stored although no attempt got an answer (every one timed out or lost
+    # its connection): reported, not a failure, the service never said "error".
     committed_unanswered: int = 0
     follow_ups_pending: int = 0
     recovered_in: float = 0.0
@@ -1610,7 +1610,8 @@ async def write_load(
             name, args = write_arguments(WRITE_KINDS[n % 3], marker)
             answers[marker] = []
             for attempt in range(retries + 1):
-                answer = await mcp_call(http, url, token, name, args)
+                # One key per write, as a careful client sends: a retry after a lost answer stores nothing twice.
+                answer = await mcp_call(http, url, token, name, args, idempotency_key=marker)
                 answers[marker].append(answer)
                 if answer.outcome == "ok":
                     break
@@ -1793,13 +1794,13 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
                 if len(report.samples) < 4:
                     report.samples.append(f"{marker}: {answer.outcome} {answer.text[:200]}")
         present = rows.get(marker, 0)
-        unanswered = sum(a.outcome in ("hang", "exception") for a in attempts)
-        extra = max(0, present - ok)
-        explained = min(extra, unanswered)
         report.lost += ok > 0 and texts[marker] in not_found
-        report.committed_unanswered += explained
-        report.committed_but_error += extra - explained
-        report.duplicates += present - explained > 1
+        report.duplicates += present > 1
+        if ok == 0 and present:
+            if any(a.outcome in ("hang", "exception") for a in attempts):
+                report.committed_unanswered += 1
+            else:
+                report.committed_but_error += 1
         if present > max(ok, 1) and len(report.samples) < 4:
             # What the extra rows are (kind, validity, when) tells a retry from a second writer.
             report.samples.append(f"{marker}: {len(attempts)} attempts, rows {[r[1:] for r in by_marker[marker]]}")
