@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TypeVar
 
 from django.db import DatabaseError, InterfaceError
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -28,13 +29,14 @@ RETRY_AFTER_SECONDS = 5
 RETRYABLE = frozenset({StorageUnavailable.code, "EMBEDDING_ERROR", "TIMEOUT"})
 STORAGE_MESSAGE = f"the memory store is unavailable right now; retry in {RETRY_AFTER_SECONDS} seconds."
 API_PREFIXES = ("/api/", "/mcp/")
+Response = TypeVar("Response", bound=HttpResponse)
 
 
 def retryable(code: str) -> bool:
     return code in RETRYABLE
 
 
-def retry_later(response: HttpResponse) -> HttpResponse:
+def retry_later(response: Response) -> Response:
     """A retryable error's answer: 503 with Retry-After."""
     response.status_code = 503
     response["Retry-After"] = str(RETRY_AFTER_SECONDS)
