@@ -2112,6 +2112,10 @@ def setup_django(stack: Stack) -> None:
 
     import django
 
+    import memproj.embedded
+
+    # Stack.superuser imported it already, with the default var/ of its import time.
+    memproj.embedded.VAR_DIR = stack.var_dir
     django.setup()
     # The admin and hook surfaces answer many refusals (403/404/422), each logged
     # with a traceback by django.request; server errors (500) are still logged.
