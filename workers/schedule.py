@@ -91,18 +91,18 @@ SCHEDULE: tuple[BeatEntry, ...] = (
         "delete hooked-conversation exchange transcripts older than 7 days",
     ),
     BeatEntry(
-        "idempotency-keys-expire",
-        "workers.tasks.idempotency_keys_expire_task",
-        "MEMPROJ_BEAT_IDEMPOTENCY_KEYS",
-        "53 * * * *",
-        "delete idempotency keys of writes whose MEMPROJ_IDEMPOTENCY_TTL_SECONDS has passed",
-    ),
-    BeatEntry(
         "active-contexts-expire",
         "workers.tasks.active_contexts_expire_task",
         "MEMPROJ_BEAT_ACTIVE_CONTEXTS",
         "*/10 * * * *",
         "delete pce active contexts whose MEMPROJ_ACTIVE_CONTEXT_TTL_SECONDS has passed",
+    ),
+    BeatEntry(
+        "idempotency-keys-expire",
+        "workers.tasks.idempotency_keys_expire_task",
+        "MEMPROJ_BEAT_IDEMPOTENCY_KEYS",
+        "53 * * * *",
+        "delete idempotency keys of writes whose MEMPROJ_IDEMPOTENCY_TTL_SECONDS has passed",
     ),
 )
 

@@ -315,7 +315,6 @@ MEMPROJ_PIPELINE = {
     # enqueued after its write; the drain sweep runs the older ones.
     "FOLLOWUP_GRACE_SECONDS": env.int("MEMPROJ_FOLLOWUP_GRACE_SECONDS", default=60),
     # Semantic conflict check (cosine similarity of all-MiniLM-L6-v2 vectors).
-    "DUPLICATE_SIMILARITY": env.float("MEMPROJ_DUPLICATE_SIMILARITY", default=0.97),
     "NEAR_DUPLICATE_SIMILARITY": env.float("MEMPROJ_NEAR_DUPLICATE_SIMILARITY", default=0.85),
     "SAME_SUBJECT_SIMILARITY": env.float("MEMPROJ_SAME_SUBJECT_SIMILARITY", default=0.5),
     # memento's store_memory lists earlier memories at or above this cosine
