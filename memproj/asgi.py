@@ -35,6 +35,7 @@ from mcp.server.transport_security import TransportSecuritySettings  # noqa: E40
 
 from mcp_server.dialect import connection_options  # noqa: E402
 from mcp_server.hooks import INGEST_LIMIT  # noqa: E402
+from mcp_server.http_errors import RETRY_AFTER_SECONDS  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from mcp_server.toolsets import TOOLSETS  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
@@ -44,8 +45,9 @@ from policy.middleware import RateLimitMiddleware, register_dialect_rate_limit  
 
 Scope = dict[str, Any]
 logger = logging.getLogger(__name__)
-# Seconds a client should wait before retrying while the database is down.
-STORAGE_RETRY_AFTER = 5
+# Seconds a client should wait before retrying while the database is down: the
+# same on /mcp/* as on every /api/* route.
+STORAGE_RETRY_AFTER = RETRY_AFTER_SECONDS
 
 
 class _HoldServerError:
