@@ -7,9 +7,9 @@ import pytest
 
 from memory.errors import InvalidArgument, NotFound
 from memory.models import ConflictCandidate, Memory, MemoryEvent
+from memory.selectors.memories import memory_search
 from memory.services.conflicts import conflict_accept, conflict_dismiss, memory_conflict_check
 from memory.services.memories import episode_store, fact_store, memory_forget, memory_restore, rule_store
-from memory.selectors.memories import memory_search
 from memory.statements import same_statement
 
 # Similarity thresholds and clustering are tuned to the real model's vectors.
@@ -60,7 +60,10 @@ def test_same_words_merge_whichever_side_is_checked(member):
 @pytest.mark.parametrize(
     ("first", "second"),
     [
-        ("The staging database password was rotated on 2026-11-02", "The staging database password was rotated on 2026-11-09"),
+        (
+            "The staging database password was rotated on 2026-11-02",
+            "The staging database password was rotated on 2026-11-09",
+        ),
         ("Invoice 4411 from Acme was paid on March 3", "Invoice 4412 from Acme was paid on March 3"),
         ("Alice approved the deployment of build 7f3a", "Bob approved the deployment of build 7f3a"),
         ("The API rate limit is 500 requests per minute", "The API rate limit is 5000 requests per minute"),
