@@ -3,9 +3,9 @@ Celery worker and beat, embedded PostgreSQL and Redis of its own): 32 writers
 over MCP HTTP, restating facts (the worker merges them), writing near-identical
 facts that differ in a date, keyed facts sharing a subject+predicate, rules and
 episodes, with four readers whose reads write access bookkeeping, while every
-beat sweep runs each minute and the drain sweep races the worker. No write may be answered with an error, PostgreSQL may abort no
-transaction as a deadlock victim, and every acknowledged write must be found by
-a search for its own text (or be a keyed fact its newer write replaced)."""
+beat sweep runs each minute and the drain sweep races the worker. No write
+may be answered with an error, PostgreSQL may abort no transaction as a
+deadlock victim, and every acknowledged write must be found by a search for its own text (or be a keyed fact its newer write replaced)."""
 
 from __future__ import annotations
 
