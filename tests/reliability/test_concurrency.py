@@ -5,7 +5,8 @@ facts that differ in a date, keyed facts sharing a subject+predicate, rules and
 episodes, with four readers whose reads write access bookkeeping, while every
 beat sweep runs each minute and the drain sweep races the worker. No write
 may be answered with an error, PostgreSQL may abort no transaction as a
-deadlock victim, and every acknowledged write must be found by a search for its own text (or be a keyed fact its newer write replaced)."""
+deadlock victim, and every acknowledged write must be found by a search for
+its own text (or be a keyed fact its newer write replaced)."""
 
 from __future__ import annotations
 
