@@ -249,45 +249,33 @@ def rules_maturity(
     return SweepResult(processed=len(changed), more=more, ids=changed)
 
 
-# --- Active contexts (pce) -----------------------------------------------------------------
+# --- Rows that only live until they expire ----------------------------------------------------
 
 
-def active_contexts_expire(*, now: datetime | None = None, batch_size: int | None = None) -> SweepResult:
-    """Delete pce active contexts whose expiry has passed, oldest first, one
-    bounded batch per run. No read serves an expired context (its cursor
-    answers Gone before and after this sweep), so deleting one changes no
-    answer and is not audited: a context is a snapshot of a ranking, not a
-    memory. Locks only the rows it deletes, which no write path locks (an
-    activation only inserts), so it stands outside the tenant lock order."""
+def _expired_delete(model: Any, sweep: str, now: datetime | None, batch_size: int | None) -> SweepResult:
+    """Delete ``model`` rows whose ``expires_at`` has passed, oldest first, one
+    bounded batch per run. No read serves an expired row, so deleting one
+    changes no answer and is not audited. Locks only the rows it deletes and
+    takes no tenant lock, so it stands outside the tenant lock order."""
     now = now or timezone.now()
     batch_size, _ = sweep_sizes(batch_size, None)
-    due = ActiveContext.objects.filter(expires_at__lte=now)
+    due = model.objects.filter(expires_at__lte=now)
     with transaction.atomic():
-        if not sweep_lock("active_contexts_expire"):
+        if not sweep_lock(sweep):
             return SweepResult(skipped=True)
         ids = list(due.order_by("expires_at", "id").values_list("pk", flat=True)[:batch_size])
-        deleted, _ = ActiveContext.objects.filter(pk__in=ids, expires_at__lte=now).delete()
+        deleted, _ = model.objects.filter(pk__in=ids, expires_at__lte=now).delete()
         more = due.exists()
     return SweepResult(processed=deleted, more=more, ids=ids)
 
 
-# --- Idempotency keys ------------------------------------------------------------------------
+def active_contexts_expire(*, now: datetime | None = None, batch_size: int | None = None) -> SweepResult:
+    """pce active contexts: a snapshot of a ranking that a cursor pages
+    through, answered Gone once expired (before and after this sweep)."""
+    return _expired_delete(ActiveContext, "active_contexts_expire", now, batch_size)
 
 
 def idempotency_keys_expire(*, now: datetime | None = None, batch_size: int | None = None) -> SweepResult:
-    """Delete idempotency keys whose expiry has passed, oldest first, one
-    bounded batch per run. An expired key replays nothing (the next write with
-    it takes it over), so deleting one changes no answer and is not audited.
-    Locks only the rows it deletes; a write that takes over an expired key
-    locks that row before any tenant lock, and this sweep takes none, so it
-    stands outside the tenant lock order."""
-    now = now or timezone.now()
-    batch_size, _ = sweep_sizes(batch_size, None)
-    due = IdempotencyKey.objects.filter(expires_at__lte=now)
-    with transaction.atomic():
-        if not sweep_lock("idempotency_keys_expire"):
-            return SweepResult(skipped=True)
-        ids = list(due.order_by("expires_at", "id").values_list("pk", flat=True)[:batch_size])
-        deleted, _ = IdempotencyKey.objects.filter(pk__in=ids, expires_at__lte=now).delete()
-        more = due.exists()
-    return SweepResult(processed=deleted, more=more)
+    """Idempotency keys of writes: an expired key replays nothing (the next
+    write with it takes it over)."""
+    return _expired_delete(IdempotencyKey, "idempotency_keys_expire", now, batch_size)
