@@ -1394,7 +1394,7 @@ class Stack:
 
         if self.supervisor is None:
             return None
-        marker = {"web": "uvicorn", "worker": " worker", "beat": " beat"}[name]
+        marker = {"web": "memproj.serve web", "worker": " worker", "beat": " beat"}[name]
         try:
             for proc in psutil.Process(self.supervisor.pid).children():
                 with contextlib.suppress(psutil.Error):
@@ -1425,6 +1425,15 @@ class Stack:
         worker = self.child("worker")
         if worker is not None:
             os.kill(worker.pid, signal.SIGKILL)
+
+    def kill_web(self) -> None:
+        web = self.child("web")
+        if web is not None:
+            os.kill(web.pid, signal.SIGKILL)
+
+    def wait_for_web(self, timeout: float = 120) -> None:
+        """Until the supervisor's new web process answers."""
+        self.wait_healthy(timeout)
 
     def stop_broker(self) -> None:
         pid = int((self.var_dir / "redis.pid").read_text().strip())
@@ -1508,7 +1517,7 @@ class FaultReport:
     error_answers: int = 0
     bare_http_errors: int = 0  # an HTTP error status without a code
     uncoded_errors: int = 0  # an error answer without the dialect's code
-    timeouts: int = 0  # no answer within the client's 30 s
+    no_answer: int = 0  # no answer: the client's 30 s passed or the connection was lost
     lost: int = 0  # accepted, but a search for its own text does not find it
     committed_but_error: int = 0  # a write stored although every attempt was answered with an error
     # Writes with more than one row: each write's attempts carry one idempotency key,
@@ -1652,7 +1661,7 @@ EMBEDDER_FAULTS: dict[str, tuple[str, ...]] = {
     # The CI size: the three in turn within one window.
     "embedder errors/malformed/hang": ("error", "malformed", "hang"),
 }
-FAULTS = ("worker SIGKILL", "broker stop/restart", "PostgreSQL stop/restart")
+FAULTS = ("worker SIGKILL", "web SIGKILL", "broker stop/restart", "PostgreSQL stop/restart")
 
 
 def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clients: int, drain: float) -> FaultReport:
@@ -1677,6 +1686,8 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
     else:
         inject: dict[str, tuple[Callable[[], None], Callable[[], None] | None]] = {
             "worker SIGKILL": (stack.kill_worker, None),
+            # Writes in flight lose their answer; their retries (same key) must not store twice.
+            "web SIGKILL": (stack.kill_web, stack.wait_for_web),
             "broker stop/restart": (stack.stop_broker, stack.start_broker),
             "PostgreSQL stop/restart": (stack.stop_postgres, stack.start_postgres),
         }
@@ -1785,8 +1796,8 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
         for answer in attempts:
             if answer.outcome != "ok":
                 report.error_answers += 1
-                if answer.outcome == "hang":
-                    report.timeouts += 1
+                if answer.outcome in ("hang", "exception"):
+                    report.no_answer += 1
                 elif answer.code is None and answer.text.startswith("HTTP 5"):
                     report.bare_http_errors += 1
                 elif answer.code is None:
@@ -2310,7 +2321,7 @@ def _faults_part(stack: Stack, token: str, size: dict[str, Any], only: Sequence[
         "attempts",
         "accepted",
         "error answers",
-        "timeouts",
+        "no answer",
         "uncoded",
         "bare HTTP 5xx",
         "lost",
@@ -2328,7 +2339,7 @@ def _faults_part(stack: Stack, token: str, size: dict[str, Any], only: Sequence[
             r.attempts,
             r.accepted,
             r.error_answers,
-            r.timeouts,
+            r.no_answer,
             r.uncoded_errors,
             r.bare_http_errors,
             r.lost,

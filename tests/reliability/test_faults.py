@@ -70,6 +70,19 @@ def test_worker_sigkill_under_writes_loses_nothing(stack, token):
     assert report.follow_ups_pending == 0, report
 
 
+def test_web_sigkill_under_writes_stores_nothing_twice_and_loses_nothing(stack, token):
+    """Writes in flight when the web process dies lose their answer; the client
+    retries each with the same idempotency key once the supervisor's new web
+    process answers: a write that had committed is replayed, not stored again."""
+    report = fault_scenario(stack, token, "web SIGKILL", seconds=SECONDS, clients=CLIENTS, drain=DRAIN)
+    print(report)
+    assert report.accepted > 0
+    assert report.error_answers > 0, report  # the fault was met: attempts lost their connection
+    assert (report.lost, report.committed_but_error, report.duplicates) == (0, 0, 0), report
+    assert report.follow_ups_pending == 0, report
+    assert stack.child("web") is not None
+
+
 def test_broker_outage_under_writes_answers_truly_and_loses_nothing(stack, token):
     report = fault_scenario(stack, token, "broker stop/restart", seconds=SECONDS, clients=CLIENTS, drain=DRAIN)
     assert report.accepted > 0 and report.lost == 0
