@@ -43,7 +43,10 @@ def test_embedding_is_retried_after_the_embedder_fails(start_worker, fake_openai
     set_embedder(BrokenEmbedder())
     try:
         newer = fact_store(
-            caller=member.caller, subject="user", predicate="favorite color", content="User's favorite color is blue"
+            caller=member.caller,
+            subject="user",
+            predicate="favourite colour",
+            content="The user's favourite colour is blue.",
         ).memory
     finally:
         set_embedder(real)
@@ -60,10 +63,10 @@ def test_embedding_is_retried_after_the_embedder_fails(start_worker, fake_openai
     # The vector is the real model's vector of this content (served by the fake endpoint).
     expected = real.embed([newer.content])[0]
     assert sum(a * b for a, b in zip(row.embedding, expected, strict=True)) > 0.999
-    # With the vector in place the worker ran the conflict check: a near-identical
-    # restatement merges into the older fact.
-    wait_until(lambda: fresh(newer).validity == "superseded", what="the conflict check", worker=worker)
-    assert fresh(newer).superseded_by_id == older.memory.id
+    # With the vector in place the worker ran the conflict check: the restatement
+    # (the same words) keeps the newer fact and retires the older one.
+    wait_until(lambda: fresh(older.memory).validity == "superseded", what="the conflict check", worker=worker)
+    assert fresh(older.memory).superseded_by_id == newer.id
 
 
 def test_consolidation_run_in_the_worker(start_worker):
