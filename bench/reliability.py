@@ -431,16 +431,23 @@ class Answer:
     code: str | None = None
     structured: Any = None
     seconds: float = 0.0
+    # The core code behind a tool error (its result _meta), whatever the dialect's text calls it.
+    core_code: str | None = None
 
     @property
     def internal_detail(self) -> bool:
         return bool(INTERNAL_DETAIL.search(self.text))
 
 
+# A tool error's result _meta key for the core code behind the dialect's text
+# (mcp_server.dialect.ERROR_CODE_META_KEY; spelled out so the bench needs no Django).
+ERROR_CODE_META_KEY = "io.memproj/error-code"
+
+
 def error_code(text: str, structured: Any = None) -> str | None:
     """The dialect's error code in an error answer, in any of the shapes the
     dialects use: ``[CODE] message``, ``CODE: message``, or a JSON body with
-    ``code`` / ``error.code`` (in the text or the structured content)."""
+    ``code`` / ``error.code`` (in the text or, for an HTTP body, the parsed body)."""
     if isinstance(structured, dict):
         err = structured.get("error", structured)
         if isinstance(err, dict) and err.get("code"):
@@ -477,7 +484,11 @@ def json_strings_in_optional_text(clients: InProcessClients, who: str) -> list[t
 def answer_from_result(result: Any, seconds: float) -> Answer:
     text = " ".join(getattr(block, "text", "") or "" for block in result.content)
     if result.is_error:
-        return Answer("error", text, error_code(text, result.structured_content), result.structured_content, seconds)
+        # An error result carries no structured content: the code is the one in
+        # the dialect's text, else (roampal's `Error: ...` names none) the core
+        # code in the result's _meta.
+        core = (result.meta or {}).get(ERROR_CODE_META_KEY)
+        return Answer("error", text, error_code(text) or core, result.structured_content, seconds, core)
     return Answer("ok", text, None, result.structured_content, seconds)
 
 
@@ -1131,7 +1142,7 @@ def fuzz(
                 report.add(toolset, "crash", sample)
             elif answer.code is None:
                 report.add(toolset, "uncoded error", sample)
-            elif answer.code.upper() in INTERNAL_CODES:
+            elif answer.code.upper() in INTERNAL_CODES or answer.core_code == "INTERNAL":
                 # Coded, but the call crashed: input the schema let through broke a tool.
                 report.add(toolset, "internal error", sample)
             else:
@@ -1504,7 +1515,8 @@ async def mcp_call(
     result = payload.get("result", {})
     text = " ".join(block.get("text", "") for block in result.get("content", []))
     if result.get("isError"):
-        return Answer("error", text, error_code(text, result.get("structuredContent")), None, seconds)
+        core = (result.get("_meta") or {}).get(ERROR_CODE_META_KEY)
+        return Answer("error", text, error_code(text) or core, None, seconds, core)
     return Answer("ok", text, None, result.get("structuredContent"), seconds)
 
 

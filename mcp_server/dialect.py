@@ -11,8 +11,9 @@ its own error vocabulary and decorates module-level tool functions with
   and an elevation is audited; only such callers see ``tenant`` / ``elevate`` in
   the schema;
 - upstream argument aliases are translated before validation;
-- a tool error's text is exactly what the dialect renders (no SDK prefix), and no
-  traceback, pydantic dump or internal detail ever reaches a client;
+- a tool error's text is exactly what the dialect renders (no SDK prefix), it
+  carries no structured content, and no traceback, pydantic dump or internal
+  detail ever reaches a client;
 - a write tool (``writes=True``) called with an idempotency key (the request's
   ``_meta``, or the ``Idempotency-Key`` header of the plain HTTP surface) runs
   through ``memory.services.idempotency``: a retry replays the first answer.
@@ -68,6 +69,8 @@ DEFAULT_PAYLOAD_LIMIT = 256 * 1024  # bytes of JSON arguments
 # replayed answer carries in its result _meta.
 IDEMPOTENCY_META_KEYS = ("idempotency_key", "io.memproj/idempotency-key")
 REPLAYED_META_KEY = "io.memproj/idempotent-replay"
+# Where a tool error's result _meta carries the core code behind the dialect's text.
+ERROR_CODE_META_KEY = "io.memproj/error-code"
 
 
 @dataclass(frozen=True)
@@ -149,13 +152,17 @@ class DialectFailure(ToolError):
         self.code = code
 
     def result(self) -> CallToolResult:
-        """The tool error: the dialect's exact text, and the code as structured
-        content too, so that every client can branch on it even where the
-        dialect's text (roampal's `Error: ...`) carries none."""
+        """The tool error: the dialect's exact text and no structured content.
+        Structured content would be a second, message-less answer with the core
+        code rather than the dialect's, and clients (the MCP Inspector) validate
+        it against the tool's outputSchema even when isError is set, showing a
+        schema complaint instead of the message. The core code travels in
+        ``_meta`` (ERROR_CODE_META_KEY) for the plain HTTP surface's status and
+        for clients of a dialect whose text names none (roampal's `Error: ...`)."""
         return CallToolResult(
             content=[TextContent(type="text", text=self.text)],
-            structured_content={"error": {"code": self.code}},
             is_error=True,
+            meta={ERROR_CODE_META_KEY: self.code},
         )
 
 

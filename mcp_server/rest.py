@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from mcp_server.dialect import REPLAYED_META_KEY
+from mcp_server.dialect import ERROR_CODE_META_KEY, REPLAYED_META_KEY
 from mcp_server.http_errors import STORAGE_MESSAGE, retry_later, retryable, storage_failure
 from mcp_server.server import build_server
 from mcp_server.toolsets import TOOLSETS
@@ -108,8 +108,7 @@ async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> 
     )
     if result.is_error:
         text = " ".join(getattr(block, "text", "") for block in result.content)
-        error = (result.structured_content or {}).get("error") or {}
-        code = error.get("code", "INTERNAL") if isinstance(error, dict) else "INTERNAL"
+        code = str((result.meta or {}).get(ERROR_CODE_META_KEY) or "INTERNAL")
         return _answer(dialect, code, text, dialect.http_status(text))
     response = JsonResponse(result.structured_content or {}, status=200, json_dumps_params={"ensure_ascii": False})
     if (result.meta or {}).get(REPLAYED_META_KEY):

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from mcp_server.dialect import connection_options
+from mcp_server.dialect import ERROR_CODE_META_KEY, connection_options
 from mcp_server.hooks import GetContextRequest, IngestRequest, SearchRequest, StopRequest
 from mcp_server.server import build_server
 from mcp_server.toolsets import TOOLSETS
@@ -266,7 +266,11 @@ async def _mcp_call(toolset: str, caller: Any, name: str, arguments: dict[str, A
     async with Client(build_server(toolset, static_caller=caller)) as client:
         result = await client.call_tool(name, arguments)
     text = " ".join(getattr(block, "text", "") for block in result.content)
-    return result.is_error, result.structured_content, text
+    if result.is_error:
+        # An error carries no structured content; its core code is in _meta.
+        assert result.structured_content is None, result.structured_content
+        return True, {"error": {"code": (result.meta or {}).get(ERROR_CODE_META_KEY)}}, text
+    return False, result.structured_content, text
 
 
 @pytest.mark.slow

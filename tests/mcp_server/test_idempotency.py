@@ -84,7 +84,7 @@ async def test_mcp_same_key_with_other_arguments_is_a_coded_conflict(http_server
         )
     assert not first.is_error
     assert other.is_error and other.content[0].text.startswith("[CONFLICT] ")
-    assert other.structured_content == {"error": {"code": "CONFLICT"}}
+    assert other.structured_content is None
     assert too_long.is_error and too_long.content[0].text.startswith("[INVALID_ARGUMENT] ")
     assert "255" in too_long.content[0].text
     assert await rows("Uses Neovim") == 1
