@@ -162,7 +162,7 @@ class DialectFailure(ToolError):
         return CallToolResult(
             content=[TextContent(type="text", text=self.text)],
             is_error=True,
-            meta={ERROR_CODE_META_KEY: self.code},
+            _meta={ERROR_CODE_META_KEY: self.code},
         )
 
 
