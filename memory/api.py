@@ -53,7 +53,13 @@ from memory.selectors.memories import (
     memory_supersedes_map,
     namespaces_list,
 )
-from memory.services.claims import ClaimUpsertResult, claim_kind_of, claim_upsert
+from memory.services.claims import (
+    CLAIM_MEMORY_KINDS,
+    ClaimUpsertResult,
+    claim_kind_of,
+    claim_scope_of,
+    claim_upsert,
+)
 from memory.services.collections import (
     BOOK_MAX_BYTES,
     BookIngestResult,
@@ -123,7 +129,9 @@ __all__ = [
     "RelationInput",
     "boundary_for",
     "boundary_validate",
+    "CLAIM_MEMORY_KINDS",
     "claim_kind_of",
+    "claim_scope_of",
     "claim_upsert",
     "claims_activate",
     "claims_search",

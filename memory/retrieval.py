@@ -37,6 +37,8 @@ class RetrievalFilter:
     kinds: Sequence[str]
     now: datetime
     scopes: Sequence[str] | None = None
+    # Scopes a read leaves out (a claim read's `project` is every scope but these).
+    scopes_excluded: Sequence[str] | None = None
     namespace: Sequence[str] | None = None
     butler: str | None = None
     tags_all: Sequence[str] | None = None
@@ -95,6 +97,9 @@ def _where(caller: Caller, flt: RetrievalFilter, *, kinds: bool = True) -> tuple
     if flt.scopes:
         clauses.append("m.scope = ANY(%(scopes)s)")
         params["scopes"] = list(flt.scopes)
+    if flt.scopes_excluded:
+        clauses.append("m.scope <> ALL(%(scopes_excluded)s)")
+        params["scopes_excluded"] = list(flt.scopes_excluded)
     if flt.namespace is not None:
         clauses.append("m.namespace = %(namespace)s::varchar[]")
         params["namespace"] = list(flt.namespace)

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
-from mcp_server.dialect import Dialect, authenticated_caller
+from mcp_server.dialect import Dialect, DialectFailure, authenticated_caller
 from mcp_server.toolsets import pce_schemas as schemas
 from memory import api
 
@@ -139,9 +139,23 @@ def claim_id(memory_id: uuid.UUID) -> str:
     return CLAIM_PREFIX + memory_id.hex
 
 
-def memory_id_of(value: str) -> str:
-    """`clm_<32 hex>` back to the core id; a bare UUID is accepted as well."""
-    return value[len(CLAIM_PREFIX) :] if value.startswith(CLAIM_PREFIX) else value
+def unknown_claim(value: str) -> DialectFailure:
+    return dialect.failure(
+        "UNKNOWN_CLAIM",
+        f"no claim {value!r} in this tenant; find claim ids with pce.memory.search.",
+        {"claim_id": value},
+    )
+
+
+def memory_id_of(value: str) -> uuid.UUID:
+    """`clm_<32 hex>` back to the core id (a bare UUID is accepted as well). Any
+    other id (upstream's `clm_<base62>`, a typo) names no claim of this tenant:
+    UNKNOWN_CLAIM like an id that is well formed but not found, never a
+    complaint about UUIDs."""
+    try:
+        return uuid.UUID(value[len(CLAIM_PREFIX) :] if value.startswith(CLAIM_PREFIX) else value)
+    except ValueError:
+        raise unknown_claim(value) from None
 
 
 def _require_policy() -> None:
@@ -159,7 +173,7 @@ def _claim(memory: Any) -> dict[str, Any]:
         "id": claim_id(memory.id),
         "text": memory.content,
         "kind": api.claim_kind_of(memory),
-        "scope": memory.scope if memory.scope in schemas.SCOPES else "project",
+        "scope": api.claim_scope_of(memory.scope),
         "boundary_class": memory.boundary_class,
         "created_at": memory.created_at.isoformat(),
         "updated_at": memory.updated_at.isoformat(),
@@ -353,13 +367,17 @@ def feedback(claim_id: str, signal: str, score: float | None = None) -> dict[str
     duplicate. Idempotent per (claim_id, one-minute bucket): a retry within the minute counts once."""
     caller = dialect.caller()
     bucket = int(datetime.now().timestamp()) // FEEDBACK_BUCKET_SECONDS
-    outcome = api.memory_feedback(
-        caller=caller,
-        memory_id=memory_id_of(claim_id),
-        signal=signal,
-        idempotency_key=f"pce:{bucket}",
-        reason=None if score is None else f"score {score}",
-    )
+    try:
+        outcome = api.memory_feedback(
+            caller=caller,
+            memory_id=memory_id_of(claim_id),
+            signal=signal,
+            kinds=api.CLAIM_MEMORY_KINDS,
+            idempotency_key=f"pce:{bucket}",
+            reason=None if score is None else f"score {score}",
+        )
+    except api.NotFound as exc:  # another tenant's claim, an episode, a deleted claim
+        raise unknown_claim(claim_id) from exc
     _audit("feedback", claim=claim_id, signal=signal, score=score, applied=outcome.applied)
     return envelope({"ok": True, "policy_version": caller.policy.version})
 
@@ -401,7 +419,9 @@ def policy_apply(
 ) -> dict[str, Any]:
     """Apply a policy (invariants, use tags, redaction rules, retrieval parameters) to this tenant.
     Tenant admins only; versioned (semver), GitOps approval recommended (approver). dry_run reports
-    what would change; validate_only only checks."""
+    what would change; validate_only only checks. Neither refuses a version that could not be applied
+    now (not newer than the current one, or a stale expected_version): the answer's would_conflict
+    says so."""
     result = api.policy_apply(
         caller=dialect.caller(),
         yaml=yaml,
@@ -420,8 +440,12 @@ def policy_apply(
         validate_only=result.validate_only,
         changes=len(result.changes),
     )
+    data: dict[str, Any] = {"version": result.version}
+    if result.conflict is not None:
+        # A check or a dry run reports what applying would meet instead of refusing.
+        data["would_conflict"] = {"code": "CONFLICT", "message": result.conflict}
     return {
-        "data": {"version": result.version},
+        "data": data,
         "policy_version": result.version if result.applied else result.previous_version,
         "request_id": str(uuid.uuid4()),
         "trace_id": str(uuid.uuid4()),

@@ -1,12 +1,18 @@
-"""The JSON Schemas of seed 004 (pce-memory MCP Tools Spec v0.1), verbatim:
-the request schemas are what the `pce` dialect advertises and enforces, the
-response schemas are what the tests validate every answer against."""
+"""The JSON Schemas of seed 004 (pce-memory MCP Tools Spec v0.1), verbatim but
+for two additions: the read filters' extra scope `global` (FILTER_SCOPES) and
+policy.apply's `would_conflict`. The request schemas are what the `pce` dialect
+advertises and enforces, the response schemas are what the tests validate
+every answer against."""
 
 from __future__ import annotations
 
 from typing import Any
 
 SCOPES = ["session", "project", "principle"]
+# A read's scope filter (activate, search) also takes the memory dialect's
+# `global`, since claims stored there show as `project` (the one addition to
+# the spec's schemas; see memory.services.claims.claim_scopes).
+FILTER_SCOPES = [*SCOPES, "global"]
 KINDS = ["fact", "preference", "task", "policy_hint"]
 BOUNDARY_CLASSES = ["public", "internal", "pii", "secret"]
 
@@ -128,7 +134,7 @@ ACTIVATE_REQUEST = _with_definitions(
         "additionalProperties": False,
         "properties": {
             "q": {"type": "string"},
-            "scope": {"type": "array", "items": {"enum": SCOPES}},
+            "scope": {"type": "array", "items": {"enum": FILTER_SCOPES}},
             "allow": {"type": "array", "items": {"type": "string"}},
             "top_k": {"type": "integer", "minimum": 1, "maximum": 50},
             "cursor": {"type": "string"},
@@ -181,7 +187,7 @@ SEARCH_REQUEST = _with_definitions(
         "properties": {
             "query": {"type": "string"},
             "top_k": {"type": "integer", "minimum": 1, "maximum": 50},
-            "scope": {"type": "array", "items": {"enum": SCOPES}},
+            "scope": {"type": "array", "items": {"enum": FILTER_SCOPES}},
             "allow": {"type": "array", "items": {"type": "string"}},
             "cursor": {"type": "string"},
             "include_meta": {"type": "boolean", "default": False},
@@ -290,6 +296,15 @@ POLICY_APPLY_REQUEST = {
 POLICY_APPLY_RESPONSE = {
     "type": "object",
     "additionalProperties": False,
-    "properties": {"version": {"type": "string"}},
+    "properties": {
+        "version": {"type": "string"},
+        # Not in the spec: a check or dry run reports the conflict applying would meet.
+        "would_conflict": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"code": {"const": "CONFLICT"}, "message": {"type": "string"}},
+            "required": ["code", "message"],
+        },
+    },
     "required": ["version"],
 }

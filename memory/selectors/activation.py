@@ -32,7 +32,7 @@ from memory.selectors.memories import (
     require_read,
     retrieval_params,
 )
-from memory.services.claims import CLAIM_SCOPES, claim_kind_of
+from memory.services.claims import claim_kind_of, claim_scopes
 from memory.services.graph import claims_near
 from policy.caller import Caller
 
@@ -92,11 +92,15 @@ def claims_rank(
     policy's threshold are dropped (as upstream)."""
     require_read(caller)
     query = validation.query(query, field="q")
-    chosen = [validation.choice(s, field="scope", allowed=CLAIM_SCOPES) for s in scopes or ()]
+    chosen = claim_scopes(scopes)
     decision = read_boundary(caller, use_tags)
     params = retrieval_params(caller)
     flt = RetrievalFilter(
-        kinds=[Kind.FACT, Kind.RULE], now=timezone.now(), scopes=chosen or None, use_tags=decision.use_tags
+        kinds=[Kind.FACT, Kind.RULE],
+        now=timezone.now(),
+        scopes=chosen.include,
+        scopes_excluded=chosen.exclude,
+        use_tags=decision.use_tags,
     )
     hits = channel_hits(
         caller=caller, flt=flt, query_text=query, query_vector=query_vector_later(query, "hybrid"), params=params
@@ -118,7 +122,7 @@ def claims_rank(
         ranked += [
             _rank(caller, m, (0.0, 0.0), f"graph neighbour within {hops} hop(s)")
             for m, _ in neighbours
-            if m.kind in (Kind.FACT, Kind.RULE) and (not chosen or m.scope in chosen)
+            if m.kind in (Kind.FACT, Kind.RULE) and chosen.matches(m.scope)
         ]
     ranked.sort(key=lambda r: (-round(r.score, 12), -r.memory.created_at.timestamp(), str(r.memory.id)))
     return ranked[:MAX_RANKED]

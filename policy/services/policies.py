@@ -2,7 +2,9 @@
 service for the pce tool, ``manage.py policy_apply`` and the admin.
 
 - ``validate_only``: parse, check signature, permissions and versions; store no
-  policy.
+  policy. A version that could not be applied now (not newer, reused, or a stale
+  ``expected_version``) is reported in ``conflict``, not refused: the check is
+  of the document, and it may well be prepared before the version it follows.
 - ``dry_run``: the same, plus what would change (key paths and how many
   memories change visibility); store no policy.
 - otherwise: the new version becomes current in one transaction, the previous
@@ -51,6 +53,9 @@ class PolicyApplyResult:
     changes: list[dict[str, Any]] = field(default_factory=list)
     # dry_run only: {"memories_changing_visibility": n, "memories_by_class": {...}, "changes": [...]}
     visibility: dict[str, Any] | None = None
+    # validate_only / dry_run: why applying it now would be refused (a version
+    # not newer than the current one, reused, or a stale expected_version).
+    conflict: str | None = None
 
 
 def _version_row(tenant_id: uuid.UUID, document: PolicyDocument, **fields: Any) -> PolicyVersion:
@@ -139,6 +144,25 @@ def _audit_refusal(caller: Caller, exc: PolicyError, approver: str, actor_name: 
         logger.exception("could not audit a refused policy apply for tenant %s", caller.tenant_id)
 
 
+def _version_conflict(
+    tenant_id: uuid.UUID, document: PolicyDocument, current: PolicyDocument, expected: str | None
+) -> str | None:
+    """Why applying ``document`` over ``current`` would be refused (CONFLICT), or None."""
+    if expected is not None and expected != current.version:
+        return (
+            f"expected_version {expected} is stale: the current policy is {current.version}. "
+            "Re-read the policy, merge your change and apply again."
+        )
+    if document.semver <= current.semver:
+        return (
+            f"version {document.version} is not newer than the current policy {current.version}; "
+            "bump the version (semver) to apply a change."
+        )
+    if PolicyVersion.objects.filter(tenant_id=tenant_id, version=document.version).exists():
+        return f"version {document.version} was applied before; versions are never reused."
+    return None
+
+
 def policy_apply(
     *,
     caller: Caller,
@@ -197,20 +221,12 @@ def _apply(
             Tenant.objects.select_for_update(no_key=True).filter(pk=caller.tenant_id).first()
             policy_ensure_default(tenant_id=caller.tenant_id)
         current = policy_current(tenant_id=caller.tenant_id)
-        if expected is not None and expected != current.version:
-            raise PolicyConflict(
-                f"expected_version {expected} is stale: the current policy is {current.version}. "
-                "Re-read the policy, merge your change and apply again."
-            )
         if not document.version:
             document = document.with_version(str(current.semver.bump_patch()))
-        if document.semver <= current.semver:
-            raise PolicyConflict(
-                f"version {document.version} is not newer than the current policy {current.version}; "
-                "bump the version (semver) to apply a change."
-            )
-        if PolicyVersion.objects.filter(tenant_id=caller.tenant_id, version=document.version).exists():
-            raise PolicyConflict(f"version {document.version} was applied before; versions are never reused.")
+        conflict = _version_conflict(caller.tenant_id, document, current, expected)
+        if conflict is not None and writes:
+            raise PolicyConflict(conflict)
+        # A check or a dry run validates and reports: the conflict is part of its answer.
         changes = diff(current.to_dict(), document.to_dict())
         visibility = visibility_changes(tenant_id=caller.tenant_id, before=current, after=document) if dry_run else None
         result = PolicyApplyResult(
@@ -223,6 +239,7 @@ def _apply(
             source_shape=document.source_shape,
             changes=changes,
             visibility=visibility,
+            conflict=conflict,
         )
         if not writes:
             # What was checked, by whom, and what it would have changed: the
@@ -241,6 +258,7 @@ def _apply(
                     "source_sha256": _source_sha256(yaml_text),
                     "changes": changes[:200],
                     "memories_changing_visibility": (visibility or {}).get("memories_changing_visibility"),
+                    "conflict": conflict,
                     "elevated_from": str(caller.elevated_from) if caller.elevated_from else None,
                 },
             )
