@@ -241,12 +241,10 @@ def _apply(
             visibility=visibility,
             conflict=conflict,
         )
-        if not writes:
-            # What was checked, by whom, and what it would have changed: the
-            # source's hash, not the source (a probe may carry secrets).
+        def record(event_type: str, **payload: Any) -> None:
             PolicyEvent.objects.create(
                 tenant_id=caller.tenant_id,
-                event_type="validated" if validate_only else "dry_run",
+                event_type=event_type,
                 version=document.version,
                 previous_version=current.version,
                 actor_principal_id=caller.principal_id,
@@ -255,12 +253,20 @@ def _apply(
                 payload={
                     "signed": signed,
                     "source_shape": document.source_shape,
-                    "source_sha256": _source_sha256(yaml_text),
                     "changes": changes[:200],
-                    "memories_changing_visibility": (visibility or {}).get("memories_changing_visibility"),
-                    "conflict": conflict,
+                    **payload,
                     "elevated_from": str(caller.elevated_from) if caller.elevated_from else None,
                 },
+            )
+
+        if not writes:
+            # What was checked, by whom, and what it would have changed: the
+            # source's hash, not the source (a probe may carry secrets).
+            record(
+                "validated" if validate_only else "dry_run",
+                source_sha256=_source_sha256(yaml_text),
+                memories_changing_visibility=(visibility or {}).get("memories_changing_visibility"),
+                conflict=conflict,
             )
             return result
         # Web processes cache each token's rate limit: tell them after the commit.
@@ -276,19 +282,5 @@ def _apply(
             applied_by_name=actor_name[:200],
             approver=approver,
         ).save()
-        PolicyEvent.objects.create(
-            tenant_id=caller.tenant_id,
-            event_type="applied",
-            version=document.version,
-            previous_version=current.version,
-            actor_principal_id=caller.principal_id,
-            actor_name=actor_name[:200],
-            approver=approver,
-            payload={
-                "signed": signed,
-                "source_shape": document.source_shape,
-                "changes": changes[:200],
-                "elevated_from": str(caller.elevated_from) if caller.elevated_from else None,
-            },
-        )
+        record("applied")
     return result

@@ -3,12 +3,16 @@ runs them at full size, `make reliability`) against the test database."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.reliability import HttpSurfaces, InProcessClients, http_identities, identities
+from bench.reliability import HttpSurfaces, InProcessClients, Stack, http_identities, identities
 from mcp_server.toolsets import TOOLSETS
 
 
@@ -31,3 +35,18 @@ def surfaces(clients: InProcessClients, people: dict[str, tuple[int, str, Any]])
     """The HTTP endpoints beside MCP (REST route, roampal hooks, langmem store,
     admin as a staff user) for the same identities."""
     return HttpSurfaces(clients, http_identities("rel", people))
+
+
+@contextlib.contextmanager
+def private_stack(prefix: str, **options: Any) -> Iterator[Stack]:
+    """A `make run`-style stack (bench.reliability.Stack) under a fresh temporary
+    directory with a short name (Unix socket paths), removed afterwards."""
+    var_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    running = Stack(var_dir, **options)
+    try:
+        running.prepare()
+        running.start()
+        yield running
+    finally:
+        running.stop()
+        shutil.rmtree(var_dir, ignore_errors=True)

@@ -10,14 +10,12 @@ its own text (or be a keyed fact its newer write replaced)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from bench.reliability import CONTENTION_ENV, FAULT_RATE_LIMIT, Stack, contention_scenario
+from tests.reliability.conftest import private_stack
 
 pytestmark = pytest.mark.slow
 
@@ -27,15 +25,8 @@ WRITERS, SECONDS, DRAIN = 32, 65.0, 240.0
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    var_dir = Path(tempfile.mkdtemp(prefix="mp-ct-"))  # short: Unix socket paths
-    running = Stack(var_dir, env_overrides=CONTENTION_ENV)
-    try:
-        running.prepare()
-        running.start()
+    with private_stack("mp-ct-", env_overrides=CONTENTION_ENV) as running:
         yield running
-    finally:
-        running.stop()
-        shutil.rmtree(var_dir, ignore_errors=True)
 
 
 def test_32_writers_with_worker_and_beat_no_deadlock_no_error_nothing_hidden(stack):

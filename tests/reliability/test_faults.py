@@ -11,16 +11,14 @@ CI size: a few seconds of load per fault; `make reliability` runs a minute each.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from bench.reliability import FAULT_RATE_LIMIT, FakeEmbeddingEndpoint, Stack, fault_scenario, load
+from tests.reliability.conftest import private_stack
 
 pytestmark = pytest.mark.slow
 
@@ -29,19 +27,15 @@ SECONDS, CLIENTS, DRAIN = 6.0, 3, 180.0
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    var_dir = Path(tempfile.mkdtemp(prefix="mp-rel-"))  # short: Unix socket paths
     embedder = FakeEmbeddingEndpoint().start()
-    # A breaker cooldown of 1 s instead of 30: the CI window puts three embedder
-    # modes in a few seconds, and an open breaker would keep the later ones away.
-    running = Stack(var_dir, embedder=embedder, env_overrides={"MEMPROJ_EMBED_BREAKER_COOLDOWN": "1"})
     try:
-        running.prepare()
-        running.start()
-        yield running
+        # A breaker cooldown of 1 s instead of 30: the CI window puts three embedder
+        # modes in a few seconds, and an open breaker would keep the later ones away.
+        overrides = {"MEMPROJ_EMBED_BREAKER_COOLDOWN": "1"}
+        with private_stack("mp-rel-", embedder=embedder, env_overrides=overrides) as running:
+            yield running
     finally:
-        running.stop()
         embedder.stop()
-        shutil.rmtree(var_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
