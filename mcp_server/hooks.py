@@ -34,7 +34,8 @@ from policy.services.tokens import token_authenticate
 logger = logging.getLogger(__name__)
 
 HOOK_BODY_LIMIT = 2 * 1024 * 1024  # a prompt, an answer and a transcript tail
-INGEST_LIMIT = api.BOOK_MAX_BYTES  # seed 003 Feature 5: 10 MB, 413 above it
+INGEST_LIMIT = api.BOOK_MAX_BYTES  # upstream v0.3.5: 10 MB per document, 413 above it
+INGEST_BODY_LIMIT = INGEST_LIMIT + 64 * 1024  # a JSON body: the document and its few other fields
 TOOLSET = "roampal"
 STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "QUOTA_EXCEEDED": 403, "CONFLICT": 409}
 # Seed 003's hook answers carry ``{"error": "<message>"}``; ``code`` is added
@@ -167,8 +168,16 @@ class SearchRequest(_Strict):
 
 
 class IngestRequest(_Strict):
-    title: Annotated[str, Field(min_length=1, max_length=200)]
-    content: str
+    """Upstream's ingest body (v0.3.5: content, title defaulting to "Untitled",
+    source, chunk_size, chunk_overlap), plus tags. The content's limit is
+    INGEST_LIMIT bytes of UTF-8, checked by the view (413 above), so the
+    character bound here is only the body's own."""
+
+    title: Annotated[str, Field(min_length=1, max_length=200)] = "Untitled"
+    content: Annotated[str, Field(max_length=INGEST_BODY_LIMIT)]
+    source: Annotated[str, Field(max_length=1000)] = ""
+    chunk_size: int | None = None  # bounds: memory.api.book_ingest's
+    chunk_overlap: int | None = None
     tags: Annotated[list[Annotated[str, Field(max_length=64)]] | None, Field(max_length=20)] = None
 
 
@@ -194,7 +203,11 @@ def get_context(request: HttpRequest, caller: Caller) -> HttpResponse:
     if pending is not None:
         found = api.collection_ids(caller, [str(pk) for pk in pending.surfaced_ids])
         scoring_memories = [
-            {"id": api.display_id(m), "content": m.content, "content_hint": text.content_hint(m.content)}
+            {
+                "id": api.display_id(m),
+                "content": text.memory_text(m),
+                "content_hint": text.content_hint(text.memory_text(m)),
+            }
             for m in found.values()
         ]
     ids = [m["id"] for m in scoring_memories or []]
@@ -220,7 +233,9 @@ def get_context(request: HttpRequest, caller: Caller) -> HttpResponse:
             "scoring_required": pending is not None,
             "scoring_prompt": prompt,
             "scoring_prompt_simple": text.scoring_prompt_simple(ids) if pending is not None else "",
-            "context_only": pending is None,
+            # Upstream v0.3.5: the memory context without the scoring prompt (the
+            # OpenCode plugin puts it in the system prompt, the prompt in the user turn).
+            "context_only": block,
             "scoring_exchange": (
                 {"user": pending.user_message, "assistant": pending.assistant_response} if pending else None
             ),
@@ -263,10 +278,7 @@ def search(request: HttpRequest, caller: Caller) -> HttpResponse:
     now = timezone.now()
     query = body.query if body.query and body.query.strip() else None
     if body.id:
-        try:
-            hits = api.collection_lookup(caller=caller, memory_id=body.id)
-        except api.NotFound:
-            hits = []
+        hits = api.collection_lookup(caller=caller, memory_id=body.id)  # no such memory: an empty result
     elif query is None and body.days_back is None:
         return _error(422, "Provide at least one of: query, days_back")
     else:
@@ -284,17 +296,28 @@ def search(request: HttpRequest, caller: Caller) -> HttpResponse:
 
 
 @hook_view(limit=INGEST_LIMIT)
-@idempotent_view("http:roampal.ingest", INGEST_LIMIT + 64 * 1024)
+@idempotent_view("http:roampal.ingest", INGEST_BODY_LIMIT)
 def ingest(request: HttpRequest, caller: Caller) -> HttpResponse:
-    """A text or Markdown document as ``books``: JSON ``{title, content, tags?}``,
-    or the raw document with ``?title=``. Chunks are stored at once and embedded
-    by the worker (202: keyword-searchable now, semantic as the worker catches up)."""
+    """A text or Markdown document as ``books``: upstream's JSON ``{content,
+    title?, source?, chunk_size?, chunk_overlap?}`` (plus ``tags``), or the raw
+    document with ``?title=``; up to 10 MB of UTF-8 either way. Chunks are
+    stored at once and embedded by the worker (202: keyword-searchable now,
+    semantic as the worker catches up)."""
+    chunking: dict[str, Any] = {}
+    source = ""
     if request.content_type == "application/json":
-        body = _json(request, IngestRequest, limit=INGEST_LIMIT + 64 * 1024)
+        body = _json(request, IngestRequest, limit=INGEST_BODY_LIMIT)
         if isinstance(body, JsonResponse):
             return body
         assert isinstance(body, IngestRequest)
-        title, content, tags = body.title, body.content, body.tags
+        title, content, tags, source = body.title, body.content, body.tags, body.source
+        chunking = {
+            name: value
+            for name, value in (("chunk_size", body.chunk_size), ("chunk_overlap", body.chunk_overlap))
+            if value is not None
+        }
+        if len(content.encode("utf-8", "surrogatepass")) > INGEST_LIMIT:
+            return _error(413, f"the document is over the limit of {INGEST_LIMIT} bytes (10 MB); split it.", TOO_LARGE)
     else:
         raw = _read_body(request, INGEST_LIMIT)
         if isinstance(raw, JsonResponse):
@@ -306,12 +329,16 @@ def ingest(request: HttpRequest, caller: Caller) -> HttpResponse:
         title, tags = request.GET.get("title", "").strip(), None
         if not title:
             return _error(422, "title: name the document with ?title=...")
-    result = api.book_ingest(caller=caller, title=title, text=content, tags=tags)
+    result = api.book_ingest(caller=caller, title=title, text=content, tags=tags, source=source, **chunking)
+    ids = [f"books_{pk.hex[:12]}" for pk in result.chunk_ids]
     return JsonResponse(
+        # success / doc_ids: upstream's answer; ids / status: ours (embedding is queued).
         {
+            "success": True,
             "title": result.title,
-            "chunks": len(result.chunk_ids),
-            "ids": [f"books_{pk.hex[:12]}" for pk in result.chunk_ids],
+            "chunks": len(ids),
+            "doc_ids": ids,
+            "ids": ids,
             "status": "queued for embedding",
         },
         status=202,

@@ -62,6 +62,7 @@ from memory.services.claims import (
 )
 from memory.services.collections import (
     BOOK_MAX_BYTES,
+    MEMORY_BANK_SUBJECT,
     BookIngestResult,
     ExchangeCompleted,
     book_ingest,
@@ -98,6 +99,7 @@ from policy.services.policies import PolicyApplyResult, policy_apply
 
 __all__ = [
     "BOOK_MAX_BYTES",
+    "MEMORY_BANK_SUBJECT",
     "COLLECTIONS",
     "BookIngestResult",
     "Collection",

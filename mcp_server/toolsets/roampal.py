@@ -299,7 +299,6 @@ class StoredResult(BaseModel):
     id: str
     collection: str
     content: str
-    replaces: str | None = None
 
 
 class DeletedResult(BaseModel):
@@ -326,13 +325,24 @@ def outcome_marks(outcomes: Sequence[str]) -> str:
     return "[" + "".join(MARKS.get(o, "?") for o in outcomes[-3:]) + "]" if outcomes else ""
 
 
+def memory_text(memory: Any) -> str:
+    """A memory's text as roampal shows it. Roampal shows only text, so a keyed
+    fact another dialect stored (subject ``user``, predicate ``city``, content
+    ``Austin``) shows its key too: ``user city: Austin``. Roampal's own
+    memory_bank entries (their key is internal) and unkeyed facts show as stored."""
+    subject, predicate = memory.subject, memory.predicate
+    if memory.kind != "fact" or not (subject and predicate) or subject == api.MEMORY_BANK_SUBJECT:
+        return str(memory.content)
+    return f"{subject} {predicate}: {memory.content}"
+
+
 def shape(hit: api.CollectionHit, now: datetime | None = None) -> dict[str, Any]:
     """The normalized memory of Feature 2 (as a dict; optional keys absent, not null)."""
     m = hit.memory
     out: dict[str, Any] = {
         "id": hit.id,
         "collection": hit.collection,
-        "content": m.content,
+        "content": memory_text(m),
         "created_at": m.created_at.isoformat(),
         "age": age(m.created_at, now),
         "score": round(m.outcome_score, 4),
@@ -366,13 +376,13 @@ def result_line(number: int, hit: api.CollectionHit, now: datetime | None = None
         parts += [f"s:{m.outcome_score:.2f}", f"w:{hit.wilson:.2f}", f"{m.applied_count} uses"]
         if hit.outcomes:
             parts.append(outcome_marks(hit.outcomes))
-    return f"{number}. [{hit.collection}] ({', '.join(parts)}) [id:{hit.id}] {m.content}"
+    return f"{number}. [{hit.collection}] ({', '.join(parts)}) [id:{hit.id}] {memory_text(m)}"
 
 
 def context_line(hit: api.CollectionHit, now: datetime | None = None) -> str:
     """KNOWN CONTEXT line: `• {content} [id:{doc_id}] ({age}, {NN% proven, }{collection})`."""
     m = hit.memory
-    content = " ".join(m.content.split())
+    content = " ".join(memory_text(m).split())
     if len(content) > CONTEXT_CONTENT_CHARS:
         content = content[: CONTEXT_CONTENT_CHARS - 3] + "..."
     parts = [age(m.created_at, now)]
@@ -518,10 +528,7 @@ def search_memory(
     query = query if query and query.strip() else None
     if id:
         # A direct lookup takes priority over query and days_back (Feature 2).
-        try:
-            hits = api.collection_lookup(caller=caller, memory_id=id)
-        except api.NotFound:
-            hits = []
+        hits = api.collection_lookup(caller=caller, memory_id=id)
     elif query is None and days_back is None:
         raise dialect.failure("INVALID_ARGUMENT", "Provide at least one of: query, days_back")
     else:
@@ -673,7 +680,10 @@ def add_to_memory_bank(
 def _by_content(content: str) -> Any:
     """The memory_bank entry a text names, by meaning (upstream matches this way)."""
     hits = api.collection_search(caller=dialect.caller(), query=content, collections=["memory_bank"], limit=1)
-    if hits and (hits[0].memory.content.strip() == content.strip() or (hits[0].similarity or 0) >= MATCH_SIMILARITY):
+    if hits and (
+        content.strip() in (hits[0].memory.content.strip(), memory_text(hits[0].memory).strip())
+        or (hits[0].similarity or 0) >= MATCH_SIMILARITY
+    ):
         return hits[0].memory
     raise api.NotFound("no memory_bank entry matches that content; search_memory to find its id.")
 
@@ -697,11 +707,13 @@ def update_memory(
         target = _by_content(old_content)
     else:
         raise dialect.failure("INVALID_ARGUMENT", "Provide id or old_content to name the memory to update.")
-    old, new = api.memory_bank_update(caller=caller, memory_id=target.id, content=new_content)
+    # The core keeps the old text as a superseded version; the id stays (upstream
+    # updates in place), so the answer names the memory by the id it already had.
+    _, new = api.memory_bank_update(caller=caller, memory_id=target.id, content=new_content)
     ident = api.display_id(new)
     return _result(
-        f"Updated memory (ID: {ident}, replaces {api.display_id(old)})",
-        StoredResult(id=ident, collection="memory_bank", content=new.content, replaces=api.display_id(old)),
+        f"Updated memory (ID: {ident})",
+        StoredResult(id=ident, collection="memory_bank", content=memory_text(new)),
     )
 
 

@@ -7,7 +7,14 @@ id is ``<collection>_<first 12 hex digits of the UUID>`` (``patterns_3f9a0c12d4e
 It maps back through a primary-key range (every UUID starting with those 48
 bits), whatever the prefix says: a memory keeps its id while it moves from
 working to history to patterns, and an id cached in an old KNOWN CONTEXT block
-still resolves. A full UUID (or ``<collection>_<32 hex>``) is accepted too."""
+still resolves. A full UUID (or ``<collection>_<32 hex>``) is accepted too.
+
+An update supersedes (the core keeps every earlier text as a superseded row
+pointing at its successor), yet upstream roampal updates in place and its
+clients keep the id they were given. So the public id of a memory is the id of
+the first version of its supersession chain, and any version's id resolves to
+the current version: the id a client holds keeps working after any number of
+updates, through every tool that takes one."""
 
 from __future__ import annotations
 
@@ -18,12 +25,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
 from memory import scoring, validation
 from memory.errors import InvalidArgument, NotFound
-from memory.models import Collection, Memory, MemoryEvent, collection_of
+from memory.models import Collection, Memory, MemoryEvent, Validity, collection_of
 from memory.selectors.memories import (
     RankRow,
     boundary_apply,
@@ -44,8 +52,62 @@ OUTCOME_MARKS = {"worked": "Y", "partial": "~", "failed": "N", "unknown": "?"}
 MEMORY_BANK_ALWAYS_INJECT_MAX = 10
 
 
+CHAIN_MAX_DEPTH = 1000  # a guard against a cycle; real chains are a handful of versions
+
+
+def _display(memory: Memory, first_version: uuid.UUID) -> str:
+    return f"{collection_of(memory)}_{first_version.hex[:ID_HEX]}"
+
+
 def display_id(memory: Memory) -> str:
-    return f"{collection_of(memory)}_{memory.id.hex[:ID_HEX]}"
+    """The public id: the collection and the first version's hex digits."""
+    return _display(memory, first_versions([memory.id])[memory.id])
+
+
+def first_versions(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID]:
+    """Each memory's first version, walking supersession backwards (one query).
+    Where several rows were merged into one, the oldest of the deepest wins, so
+    the answer only changes if a longer chain is merged in later."""
+    if not memory_ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE chain(head, id, depth) AS (
+                SELECT id, id, 0 FROM memory_memory WHERE id = ANY(%s)
+                UNION ALL
+                SELECT chain.head, m.id, chain.depth + 1
+                FROM memory_memory m JOIN chain ON m.superseded_by_id = chain.id
+                WHERE m.validity = %s AND chain.depth < %s
+            )
+            SELECT DISTINCT ON (chain.head) chain.head, chain.id
+            FROM chain JOIN memory_memory m ON m.id = chain.id
+            ORDER BY chain.head, chain.depth DESC, m.created_at, m.id
+            """,
+            [list(memory_ids), Validity.SUPERSEDED, CHAIN_MAX_DEPTH],
+        )
+        found = dict(cursor.fetchall())
+    return {pk: found.get(pk, pk) for pk in memory_ids}
+
+
+def _current_version(caller: Caller, memory_id: uuid.UUID) -> uuid.UUID:
+    """Follow supersession forwards to the version that replaced this one last."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE chain(id, next, depth) AS (
+                SELECT id, superseded_by_id, 0 FROM memory_memory WHERE id = %s AND tenant_id = %s
+                UNION ALL
+                SELECT m.id, m.superseded_by_id, chain.depth + 1
+                FROM memory_memory m JOIN chain ON m.id = chain.next
+                WHERE m.tenant_id = %s AND chain.depth < %s
+            )
+            SELECT id FROM chain ORDER BY depth DESC LIMIT 1
+            """,
+            [memory_id, caller.tenant_id, caller.tenant_id, CHAIN_MAX_DEPTH],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else memory_id
 
 
 def id_range(value: str) -> tuple[uuid.UUID, uuid.UUID]:
@@ -60,28 +122,38 @@ def id_range(value: str) -> tuple[uuid.UUID, uuid.UUID]:
 
 
 def collection_get(caller: Caller, memory_id: str, *, now: datetime | None = None) -> Memory:
-    """One retrievable memory by its display id (or UUID)."""
+    """The current version of the memory a display id (or UUID) names, if it
+    is retrievable: an id of an earlier version resolves to its successor."""
     require_read(caller)
     low, high = id_range(memory_id)
+    missing = NotFound(f"no memory with id {memory_id}; it may have been deleted. Search to find current ids.")
+    named = list(Memory.objects.for_caller(caller).filter(pk__gte=low, pk__lte=high).values_list("pk", flat=True)[:2])
+    if len(named) > 1:
+        raise InvalidArgument(f"the id {memory_id} is ambiguous in this tenant; pass the full UUID.")
+    if not named:
+        raise missing
     decision = read_boundary(caller)
     rows = list(
         Memory.objects.for_caller(caller)
         .visible_in(decision.visible)
         .retrievable(now or timezone.now())
-        .filter(pk__gte=low, pk__lte=high)
-        .without_vectors()[:2]
+        .filter(pk=_current_version(caller, named[0]))
+        .without_vectors()
     )
     boundary_apply(decision, rows)
     if not rows:
-        raise NotFound(f"no memory with id {memory_id}; it may have been deleted. Search to find current ids.")
-    if len(rows) > 1:
-        raise InvalidArgument(f"the id {memory_id} is ambiguous in this tenant; pass the full UUID.")
+        raise missing
     return rows[0]
 
 
 def collection_lookup(*, caller: Caller, memory_id: str) -> list[CollectionHit]:
-    """search_memory(id=...): the one memory, with its full scoring data."""
-    return _hits([collection_get(caller, memory_id)])
+    """search_memory(id=...): the one memory, with its full scoring data; an id
+    that names no memory (unknown, deleted, not even an id's shape) finds
+    nothing, as upstream's lookup does."""
+    try:
+        return _hits([collection_get(caller, memory_id)])
+    except (NotFound, InvalidArgument):
+        return []
 
 
 def collection_ids(caller: Caller, memory_ids: Sequence[str]) -> dict[str, Memory]:
@@ -104,6 +176,7 @@ class CollectionHit:
     outcomes: list[str] = field(default_factory=list)  # newest last, at most 3
     similarity: float | None = None
     final_rank_score: float | None = None
+    first_version: uuid.UUID | None = None  # set by _hits, which looks them up together
 
     @property
     def collection(self) -> str:
@@ -111,7 +184,9 @@ class CollectionHit:
 
     @property
     def id(self) -> str:
-        return display_id(self.memory)
+        if self.first_version is None:
+            return display_id(self.memory)
+        return _display(self.memory, self.first_version)
 
 
 def outcome_histories(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[str]]:
@@ -139,12 +214,14 @@ def outcome_histories(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[s
 
 def _hits(memories: Sequence[Memory], similarity: Mapping[uuid.UUID, float] | None = None) -> list[CollectionHit]:
     histories = outcome_histories([m.id for m in memories])
+    firsts = first_versions([m.id for m in memories])
     out = []
     for memory in memories:
         hit = CollectionHit(
             memory=memory,
             wilson=scoring.wilson_lower_bound(memory.success_count, memory.applied_count),
             outcomes=histories.get(memory.id, []),
+            first_version=firsts[memory.id],
         )
         if similarity is not None:
             hit.similarity = similarity.get(memory.id, 0.0)

@@ -36,9 +36,10 @@ from policy.caller import Caller
 
 BUTLER = "roampal"
 MEMORY_BANK_SUBJECT = "memory_bank"
-BOOK_MAX_BYTES = 10 * 1024 * 1024  # seed 003 Feature 5: 10 MB per ingested document
+BOOK_MAX_BYTES = 10 * 1024 * 1024  # 10 MB per ingested document (upstream v0.3.5)
 BOOK_CHUNK_CHARS = 1500
 BOOK_CHUNK_OVERLAP = 200
+BOOK_CHUNK_MIN, BOOK_CHUNK_MAX = 200, 8000  # a chunk is one memory's content
 TRANSCRIPT_RETENTION = timedelta(days=7)  # seed 003 Feature 5: 7-day transcript TTL
 _SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
 
@@ -184,19 +185,35 @@ class BookIngestResult:
 
 
 def book_ingest(
-    *, caller: Caller, title: str, text: str, tags: Iterable[str] | None = None, source: str = ""
+    *,
+    caller: Caller,
+    title: str,
+    text: str,
+    tags: Iterable[str] | None = None,
+    source: str = "",
+    chunk_size: int = BOOK_CHUNK_CHARS,
+    chunk_overlap: int = BOOK_CHUNK_OVERLAP,
 ) -> BookIngestResult:
     """Store a document as ``books`` chunks in one transaction, keyword-searchable
-    at once; the worker embeds them in batches (enqueued on commit)."""
+    at once; the worker embeds them in batches (enqueued on commit). The chunk
+    size and overlap are upstream's ingest parameters; the overlap stays under
+    half a chunk so a long paragraph is always cut forward."""
     require_write(caller)
     title = validation.text(title, field="title", max_chars=200)
+    chunk_size = int(validation.number(chunk_size, field="chunk_size", low=BOOK_CHUNK_MIN, high=BOOK_CHUNK_MAX))
+    if (
+        isinstance(chunk_overlap, bool)
+        or not isinstance(chunk_overlap, int)
+        or not (0 <= chunk_overlap < chunk_size // 2)
+    ):
+        raise InvalidArgument(f"chunk_overlap must be an integer from 0 to {chunk_size // 2 - 1} (under half a chunk).")
     if not isinstance(text, str) or not text.strip():
         raise InvalidArgument("the document is empty; send UTF-8 text or Markdown.")
     validation.encodable(text, field="the document")
     if len(text.encode("utf-8")) > BOOK_MAX_BYTES:
         raise InvalidArgument(f"the document is over the limit of {BOOK_MAX_BYTES} bytes (10 MB); split it.")
     tag_list = validation.tags(tags)
-    chunks = book_chunks(text)
+    chunks = book_chunks(text, size=chunk_size, overlap=chunk_overlap)
     rows = [
         Memory(
             tenant_id=caller.tenant_id,
