@@ -38,7 +38,7 @@ INGEST_LIMIT = api.BOOK_MAX_BYTES  # upstream v0.3.5: 10 MB per document, 413 ab
 INGEST_BODY_LIMIT = INGEST_LIMIT + 64 * 1024  # a JSON body: the document and its few other fields
 TOOLSET = "roampal"
 STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "QUOTA_EXCEEDED": 403, "CONFLICT": 409}
-# Seed 003's hook answers carry ``{"error": "<message>"}``; ``code`` is added
+# roampal's hook answers carry ``{"error": "<message>"}``; ``code`` is added
 # beside it so a client can branch on the kind of error.
 UNAUTHENTICATED, INVALID, TOO_LARGE = "UNAUTHENTICATED", "INVALID_ARGUMENT", "PAYLOAD_TOO_LARGE"
 

@@ -2,7 +2,7 @@
 tool's arguments as the JSON body and ``Authorization: Bearer <token>``. The
 call goes through the same server, argument contract and error rendering as
 MCP; the answer is the tool's structured result, or its error text with the
-HTTP status the dialect gives that error (seed 004 maps each code to one).
+HTTP status the dialect gives that error (pce's spec maps each code to one).
 Every error body is JSON: a dialect whose error text is not (memory's
 ``[CODE] message``, roampal's ``Error: ...``) gets it wrapped as
 ``{"error": {"code", "message"}}``. An error a client may retry (the store

@@ -52,7 +52,7 @@ HALF_LIFE_KINDS: tuple[str, ...] = ("fact", "task", "preference", "policy_hint",
 RATE_LIMIT_ALGORITHMS: tuple[str, ...] = ("fixed", "sliding")
 MIB = 1024 * 1024
 # The largest quotas a tenant's policy may set. One ingested document is at most
-# 10 MB (seed 003 Feature 5), whatever the policy says.
+# 10 MB (roampal's own ingest limit), whatever the policy says.
 QUOTA_BOUNDS: dict[str, int] = {
     "max_memories": 10_000_000,
     "ingest_bytes_per_call": 10 * MIB,

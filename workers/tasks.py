@@ -100,7 +100,7 @@ episodes_consolidate_task = _sweep_task(
 # Seed 003 (roampal): the collection lifecycle, transcript retention, book embedding.
 collections_lifecycle_task = _sweep_task("collections_lifecycle_task", collections.collections_lifecycle)
 transcripts_retention_task = _sweep_task("transcripts_retention_task", collections.transcripts_retention)
-# Seed 004 (pce): expired active contexts.
+# pce: expired active contexts.
 active_contexts_expire_task = _sweep_task("active_contexts_expire_task", sweeps.active_contexts_expire)
 # Idempotency keys of writes past their expiry.
 idempotency_keys_expire_task = _sweep_task("idempotency_keys_expire_task", sweeps.idempotency_keys_expire)

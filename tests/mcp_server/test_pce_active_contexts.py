@@ -94,7 +94,7 @@ async def test_a_read_only_token_activates_nothing_and_writes_no_row(member, rea
     for error in refused:
         assert error["code"] == "UNAUTHORIZED", error
         assert "read-only" in error["message"] and "pce.memory.search" in error["message"]
-    # The one row is the audit event of the search (seed 004 audits every call that answers).
+    # The one row is the audit event of the search (pce audits every call that answers).
     changed = {table: n for table, n in after.items() if n != before[table]}
     assert changed == {"memory_memoryevent": before["memory_memoryevent"] + 1}
     assert await ActiveContext.objects.acount() == 0
