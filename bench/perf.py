@@ -1069,7 +1069,8 @@ def bench_ingest(n: int, *, bulk: int = 0) -> dict:
     from memory.embeddings import get_embedder
     from memory.models import FollowUpKind
     from memory.services.followups import followup_register, followup_transport
-    from memory.services.memories import episode_store, episodes_store_bulk, memory_embed_batch
+    from memory.services.memories import episode_store, episodes_store_bulk
+    from memory.services.vectors import memory_embed_batch
     from policy.services.tokens import token_authenticate, token_issue
 
     texts = [f"{synthetic.fresh_episode(9_000_000 + i)} (ingest {uuid.uuid4().hex[:6]})" for i in range(n)]

@@ -17,7 +17,7 @@ from django.db import InterfaceError, OperationalError
 
 from memory.consolidators import ConsolidatorUnavailable
 from memory.errors import EmbeddingUnavailable
-from memory.services import collections, consolidation, followups, reembedding, sweeps
+from memory.services import collections, consolidation, pipeline, reembedding, sweeps
 
 logger = logging.getLogger(__name__)
 
@@ -41,19 +41,19 @@ _retrying: dict[str, Any] = {
 @shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **{**_retrying, "retry_backoff_max": 60})
 def embed_memories_task(self, memory_ids: list[str]) -> int:  # type: ignore[no-untyped-def]
     # One model call for all of them; records each conflict check (outbox) once the vector is there.
-    return followups.followups_embed_run(memory_ids=[uuid.UUID(pk) for pk in memory_ids])
+    return pipeline.followups_embed_run(memory_ids=[uuid.UUID(pk) for pk in memory_ids])
 
 
 # Messages queued by a release before batched enqueueing (one id each) still arrive.
 @shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **{**_retrying, "retry_backoff_max": 60})
 def embed_memory_task(self, memory_id: str) -> bool:  # type: ignore[no-untyped-def]
     # False if the memory is gone or already had its vector.
-    return followups.followups_embed_run(memory_ids=[uuid.UUID(memory_id)]) == 1
+    return pipeline.followups_embed_run(memory_ids=[uuid.UUID(memory_id)]) == 1
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT_DB, **_retrying)
 def memory_conflict_check_task(self, memory_id: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    result = followups.followup_conflict_check_run(memory_id=uuid.UUID(memory_id))
+    result = pipeline.followup_conflict_check_run(memory_id=uuid.UUID(memory_id))
     return {"merged": len(result.merged), "candidates": len(result.candidates), "skipped": result.skipped}
 
 
@@ -93,7 +93,7 @@ memories_reembed_task = _sweep_task("memories_reembed_task", reembedding.memorie
 memories_expire_task = _sweep_task("memories_expire_task", sweeps.memories_expire)
 facts_decay_task = _sweep_task("facts_decay_task", sweeps.facts_decay)
 rules_maturity_task = _sweep_task("rules_maturity_task", sweeps.rules_maturity)
-followups_drain_task = _sweep_task("followups_drain_task", followups.followups_drain)
+followups_drain_task = _sweep_task("followups_drain_task", pipeline.followups_drain)
 episodes_consolidate_task = _sweep_task(
     "episodes_consolidate_task", consolidation.consolidation_sweep, (ConsolidatorUnavailable,)
 )

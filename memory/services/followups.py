@@ -5,33 +5,25 @@ down and its follow-up is still done later.
 - ``followups_for_writes`` records the follow-up (a ``FollowUp`` row) inside the
   write's transaction and, after commit, hands it to the transport registered
   for its kind: best effort, never raising to the writer.
-- The worker's tasks call ``followups_embed_run`` / ``followup_conflict_check_run``,
-  which do the work and close the row; a second run finds it closed.
-- ``followups_drain`` (a beat sweep) runs what is still open after a grace
-  period: enqueues that never reached the broker, and tasks lost with it.
+- ``followups_embedded`` closes embed follow-ups once a vector is there and
+  records the conflict checks that follow.
 
-The core knows what a follow-up means; how it travels (Celery) is registered at
-start-up by the workers app (workers/apps.py), so nothing here imports workers."""
+This module holds the records only and imports nothing but the models, so every
+write service can record follow-ups. The work itself (embedding, the conflict
+check, the drain sweep) is memory/services/pipeline.py, which imports the write
+services. How a follow-up travels (Celery) is registered at start-up by the
+workers app (workers/apps.py), so nothing here imports workers."""
 
 from __future__ import annotations
 
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from memory.models import EmbeddingStatus, FollowUp, FollowUpKind, Kind, Memory
-from memory.services.locks import tenant_write_lock
-
-if TYPE_CHECKING:
-    from memory.services.conflicts import ConflictCheckResult
-    from memory.services.sweeps import SweepResult
 
 logger = logging.getLogger(__name__)
 
@@ -132,87 +124,8 @@ def followups_embedded(*, memory_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
     return due
 
 
-def _close_missing(memory_id: uuid.UUID) -> None:
+def followups_close_missing(memory_id: uuid.UUID) -> None:
+    """Close the open follow-ups of a memory that no longer exists."""
     FollowUp.objects.filter(memory_id=memory_id, done_at__isnull=True).update(
         done_at=timezone.now(), last_error="memory is gone"
     )
-
-
-def followups_embed_run(*, memory_ids: Sequence[uuid.UUID]) -> int:
-    """The embed task: give the memories their vectors (one model call), then
-    hand over to their conflict checks. Returns how many got a vector here.
-    Raises EmbeddingUnavailable for the task to retry."""
-    from memory.services.memories import memory_embed_batch  # memories records follow-ups, so it imports this module
-
-    present = set(Memory.objects.filter(pk__in=list(memory_ids)).values_list("pk", flat=True))
-    for memory_id in set(memory_ids) - present:
-        _close_missing(memory_id)
-    if not present:
-        return 0
-    done = memory_embed_batch(memory_ids=sorted(present))
-    followups_embedded(memory_ids=sorted(present))
-    return done
-
-
-def followup_conflict_check_run(*, memory_id: uuid.UUID) -> ConflictCheckResult:
-    """The conflict-check task: run the check and close the follow-up in one
-    transaction, holding the row, so a redelivered task or the drain sweep
-    waiting on it then finds it closed and does nothing."""
-    from memory.services.conflicts import ConflictCheckResult, memory_conflict_check
-
-    tenant_id = Memory.objects.filter(pk=memory_id).values_list("tenant_id", flat=True).first()
-    with transaction.atomic():
-        if tenant_id is not None:
-            tenant_write_lock(tenant_id)  # before the follow-up row (memory/services/locks.py)
-        open_rows = list(
-            FollowUp.objects.select_for_update()
-            .filter(memory_id=memory_id, kind=FollowUpKind.CONFLICT_CHECK, done_at__isnull=True)
-            .values_list("pk", flat=True)
-        )
-        if not open_rows and FollowUp.objects.filter(memory_id=memory_id, kind=FollowUpKind.CONFLICT_CHECK).exists():
-            return ConflictCheckResult(skipped="done")
-        result = memory_conflict_check(memory_id=memory_id)
-        FollowUp.objects.filter(pk__in=open_rows).update(done_at=timezone.now())
-    return result
-
-
-def followups_drain(*, now: datetime | None = None, batch_size: int | None = None) -> SweepResult:
-    """Run open follow-ups older than the grace period (their enqueue failed, or
-    their task was lost), least-tried first, a bounded batch per run. An embed
-    follow-up whose memory still waits for a vector is left to the embedding
-    retry sweep (one place retries the embedder); once the vector is there it
-    is closed here and its conflict check recorded."""
-    from memory.services.sweeps import SweepResult, sweep_lock
-
-    now = now or timezone.now()
-    batch_size = batch_size or settings.MEMPROJ_PIPELINE["SWEEP_BATCH"]
-    grace = timedelta(seconds=settings.MEMPROJ_PIPELINE["FOLLOWUP_GRACE_SECONDS"])
-    waiting_for_vector = Memory.objects.filter(
-        pk=OuterRef("memory_id"), embedding_status__in=[EmbeddingStatus.PENDING, EmbeddingStatus.FAILED]
-    )
-    due = FollowUp.objects.filter(done_at__isnull=True, created_at__lte=now - grace).filter(
-        Q(kind=FollowUpKind.CONFLICT_CHECK) | ~Exists(waiting_for_vector)
-    )
-    with transaction.atomic():
-        if not sweep_lock("followups_drain"):
-            return SweepResult(skipped=True)
-        rows = list(due.order_by("attempts", "id").values_list("pk", "memory_id", "kind")[:batch_size])
-        # Every tenant of the batch now, in order, not one by one as the rows come.
-        tenant_write_lock(FollowUp.objects.filter(pk__in=[r[0] for r in rows]).values_list("tenant_id", flat=True))
-        processed = failed = 0
-        for pk, memory_id, kind in rows:
-            try:
-                with transaction.atomic():
-                    if kind == FollowUpKind.CONFLICT_CHECK:
-                        followup_conflict_check_run(memory_id=memory_id)
-                    elif Memory.objects.filter(pk=memory_id).exists():
-                        followups_embedded(memory_ids=[memory_id])
-                    else:
-                        _close_missing(memory_id)
-                processed += 1
-            except Exception as exc:  # one bad row must not stop the others; its error is kept on the row
-                logger.warning("follow-up %s (%s of memory %s) failed: %s", pk, kind, memory_id, exc, exc_info=True)
-                FollowUp.objects.filter(pk=pk).update(attempts=F("attempts") + 1, last_error=str(exc)[:2000])
-                failed += 1
-        more = due.exclude(pk__in=[r[0] for r in rows]).exists()
-    return SweepResult(processed=processed, failed=failed, more=more)

@@ -18,7 +18,6 @@ from memory import embedtext, scoring, validation
 from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
-from memory.retrieval import vector_literal
 from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, caller_event, event_append, events_append
 from memory.services.followups import followups_for_writes
@@ -588,48 +587,3 @@ def memory_restore(*, caller: Caller, memory_id: object) -> Memory:
             payload={"previous_validity": previous},
         )
     return memory
-
-
-def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
-    """Embed many pending memories with one model call (bulk ingest, retries,
-    re-embedding). Returns how many rows got a vector; safe to run twice."""
-    pending = list(
-        Memory.objects.without_vectors()
-        .filter(pk__in=list(memory_ids))
-        .exclude(embedding_status=EmbeddingStatus.READY)
-        .values_list("pk", "content", "content_hash", "kind")
-    )
-    if not pending:
-        return 0
-    embedder = get_embedder()
-    texts = embedtext.texts_for_embedding([(pk, kind, content) for pk, content, _, kind in pending])
-    try:
-        vectors = embedder.embed(texts)
-    except EmbeddingUnavailable as exc:
-        Memory.objects.filter(pk__in=[pk for pk, _, _, _ in pending]).update(
-            embedding_attempts=F("embedding_attempts") + 1, embedding_error=str(exc)[:2000]
-        )
-        raise
-    # One statement for the whole batch. Conditional on the same content (an
-    # edit in between wins over a stale vector) and on the row still waiting.
-    rows = ", ".join(["(%s::uuid, %s, %s::vector)"] * len(pending))
-    params: list[Any] = []
-    for (pk, _, digest, _), vector in zip(pending, vectors, strict=True):
-        params += [pk, digest, vector_literal(vector)]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE memory_memory m
-            SET embedding = v.embedding, embedding_model = %s, embedding_status = 'ready',
-                embedding_error = '', updated_at = %s
-            FROM (VALUES {rows}) AS v(id, content_hash, embedding)
-            WHERE m.id = v.id AND m.content_hash = v.content_hash AND m.embedding_status <> 'ready'
-            """,  # noqa: S608 - only placeholders are spliced in
-            [embedtext.embedding_identity(embedder.model_name), timezone.now(), *params],
-        )
-        return cursor.rowcount
-
-
-def memory_embed(*, memory_id: uuid.UUID) -> bool:
-    """Give one pending memory its vector (the worker's entry point)."""
-    return memory_embed_batch(memory_ids=[memory_id]) == 1

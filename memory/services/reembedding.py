@@ -19,9 +19,9 @@ from memory.models import EmbeddingStatus, Memory
 from memory.services.events import EventType
 from memory.services.followups import followups_embedded
 from memory.services.locks import memories_tenant_write_lock
-from memory.services.memories import memory_embed_batch
 from memory.services.sweeps import SweepResult, audit_rows, fair_batch, sweep_lock, sweep_sizes
 from memory.services.system import pipeline_setting
+from memory.services.vectors import memory_embed_batch
 
 logger = logging.getLogger(__name__)
 

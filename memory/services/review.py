@@ -15,7 +15,8 @@ from memory.errors import EmbeddingUnavailable, InvalidArgument, PermissionDenie
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, MemoryEvent
 from memory.outcomes import maturity_set
 from memory.services.events import EventType, event_append
-from memory.services.memories import memory_embed, memory_lock
+from memory.services.memories import memory_lock
+from memory.services.vectors import memory_embed
 from policy.caller import Caller
 
 

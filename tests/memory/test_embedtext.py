@@ -8,7 +8,8 @@ from memory import embedtext
 from memory.embeddings import set_embedder
 from memory.models import Memory
 from memory.services import reembedding
-from memory.services.memories import episode_store, fact_store, memory_embed_batch
+from memory.services.memories import episode_store, fact_store
+from memory.services.vectors import memory_embed_batch
 from tests.embedders import HashingEmbedder
 
 pytestmark = pytest.mark.django_db

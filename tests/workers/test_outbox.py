@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from memory.models import FollowUp, FollowUpKind, Memory, MemoryEvent
 from memory.services.events import EventType
-from memory.services.followups import followups_drain
+from memory.services.pipeline import followups_drain
 from memory.services.memories import fact_store
 from memproj.celery import app
 from tests.conftest import call, make_identity
@@ -125,7 +125,7 @@ def test_concurrent_eager_follow_ups_leave_no_join_block_behind(monkeypatch):
 
     from celery._state import task_join_will_block
 
-    from memory.services import followups
+    from memory.services import pipeline
     from memory.services.followups import followup_transport
 
     assert app.conf.task_always_eager
@@ -141,7 +141,7 @@ def test_concurrent_eager_follow_ups_leave_no_join_block_behind(monkeypatch):
             assert first_done.wait(10)
         return SimpleNamespace(merged=[], candidates=[], skipped="")
 
-    monkeypatch.setattr(followups, "followup_conflict_check_run", check)
+    monkeypatch.setattr(pipeline, "followup_conflict_check_run", check)
     enqueue = followup_transport(FollowUpKind.CONFLICT_CHECK)
     assert enqueue is not None
 
