@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memory.claims import CLAIM_MEMORY_KINDS, claim_kind_of, claim_scope_of
 from memory.context import ContextBlock, build_context
 from memory.errors import DomainError, EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import Collection, collection_of
@@ -53,13 +54,7 @@ from memory.selectors.memories import (
     memory_supersedes_map,
     namespaces_list,
 )
-from memory.services.claims import (
-    CLAIM_MEMORY_KINDS,
-    ClaimUpsertResult,
-    claim_kind_of,
-    claim_scope_of,
-    claim_upsert,
-)
+from memory.services.claims import ClaimUpsertResult, claim_upsert
 from memory.services.collections import (
     BOOK_MAX_BYTES,
     MEMORY_BANK_SUBJECT,

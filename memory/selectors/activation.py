@@ -20,10 +20,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from memory import scoring, validation
+from memory.claims import claim_kind_of, claim_scopes
 from memory.errors import Gone, InvalidArgument, PermissionDenied
 from memory.models import ActiveContext, Kind, Memory
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ActivationScore, ChannelHit
+from memory.selectors.graph import claims_near
 from memory.selectors.memories import (
     boundary_apply,
     memories_for_hits,
@@ -32,8 +34,6 @@ from memory.selectors.memories import (
     require_read,
     retrieval_params,
 )
-from memory.services.claims import claim_kind_of, claim_scopes
-from memory.services.graph import claims_near
 from policy.caller import Caller
 
 MAX_RANKED = 200  # an active context keeps at most this many ranked claims

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import unicodedata
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
 
 from memory import validation
 from memory.errors import InvalidArgument
@@ -97,27 +96,3 @@ def _resolve(caller: Caller, by_ref: Mapping[str, Entity], ref: str) -> Entity:
     if found is None:
         raise InvalidArgument(f"relation end {ref!r} is neither an entity of this request nor a known entity id.")
     return found
-
-
-def claims_near(*, caller: Caller, claim_ids: Iterable[uuid.UUID], hops: int) -> list[uuid.UUID]:
-    """Claims that share an entity with the given claims, following relations up
-    to ``hops`` steps (1 or 2): activation's graph expansion."""
-    seeds = list(claim_ids)
-    if hops <= 0 or not seeds:
-        return []
-    entity_ids = set(Entity.objects.for_caller(caller).filter(claims__in=seeds).values_list("pk", flat=True))
-    for _ in range(hops - 1):
-        linked = (
-            Relation.objects.filter(tenant_id=caller.tenant_id)
-            .filter(Q(src_id__in=entity_ids) | Q(dst_id__in=entity_ids))
-            .values_list("src_id", "dst_id")
-        )
-        entity_ids |= {end for pair in linked for end in pair}
-    neighbours = (
-        Memory.objects.for_caller(caller)
-        .filter(entities__in=entity_ids)
-        .exclude(pk__in=seeds)
-        .values_list("pk", flat=True)
-        .distinct()
-    )
-    return list(neighbours[:100])
