@@ -7,7 +7,7 @@ once, behind this surface.
 Writes: ``episode_store`` (``episodes_store_bulk`` for an import), ``fact_store`` (keyed by subject+predicate, by a
 subject alone, or keyless), ``rule_store``, ``memory_supersede``,
 ``memory_confirm``, ``memory_forget``, ``fact_retract_by_key``, ``memory_feedback``.
-Reads: ``memory_search``, ``memory_recall``, ``build_context``, ``memory_get``,
+Reads: ``memory_search`` (what to find: a ``SearchQuery``), ``memory_recall``, ``build_context``, ``memory_get``,
 ``memory_fetch`` (no side effects), ``memory_stats``, ``conflicts_open_for``,
 ``memory_list_recent``, ``memory_similar``, ``memory_supersedes_map``,
 ``fact_get_by_key``, ``namespaces_list``; ``memory_search_accessed`` and
@@ -45,6 +45,7 @@ from memory.selectors.collections import (
 from memory.selectors.conflicts import OpenConflict, conflicts_open_for
 from memory.selectors.memories import (
     ScoredMemory,
+    SearchQuery,
     fact_get_by_key,
     memory_fetch,
     memory_list_recent,
@@ -146,6 +147,7 @@ __all__ = [
     "OpenConflict",
     "PermissionDenied",
     "ScoredMemory",
+    "SearchQuery",
     "Signal",
     "build_context",
     "conflicts_open_for",

@@ -34,6 +34,7 @@ from memory.errors import InvalidArgument, NotFound
 from memory.models import Collection, Memory, MemoryEvent, Validity, collection_of
 from memory.selectors.memories import (
     RankRow,
+    SearchQuery,
     boundary_apply,
     memory_search_ranking,
     read_boundary,
@@ -311,12 +312,14 @@ def collection_search(
     if query and query.strip():
         ranking = memory_search_ranking(
             caller=caller,
-            query=query,
-            types=sorted({KINDS_OF[c] for c in chosen}),
-            mode="hybrid",
-            limit=min(100, max(4 * limit, 40)),
-            collections=chosen,
-            created_after=created_after,
+            query=SearchQuery(
+                query,
+                types=sorted({KINDS_OF[c] for c in chosen}),
+                mode="hybrid",
+                limit=min(100, max(4 * limit, 40)),
+                collections=chosen,
+                created_after=created_after,
+            ),
         )
         # The search's first `limit` candidates ranked again by the collection
         # rank on their ranking columns; only the rows returned are loaded.

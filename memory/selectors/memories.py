@@ -190,43 +190,39 @@ def _candidates(
     return [(RankRow(pk, *columns[pk]), hit) for pk, hit in hits.items()], decision
 
 
-def memory_search(
-    *,
-    caller: Caller,
-    query: str,
-    types: Sequence[str] | None = None,
-    scope: str | None = None,
-    mode: str = "hybrid",
-    limit: int = 20,
-    min_confidence: float | None = None,
-    namespace: Sequence[str] | None = None,
-    tags: Sequence[str] | None = None,
-    collections: Sequence[str] | None = None,
-    created_after: datetime | None = None,
-    use_tags: Sequence[str] | None = None,
-    params: RetrievalParams | None = None,
-    namespace_prefix: Sequence[str] | None = None,
-    attributes: Mapping[str, Any] | None = None,
-    offset: int = 0,
-) -> list[ScoredMemory]:
-    ranking = memory_search_ranking(
-        caller=caller,
-        query=query,
-        types=types,
-        scope=scope,
-        mode=mode,
-        limit=limit,
-        min_confidence=min_confidence,
-        namespace=namespace,
-        tags=tags,
-        collections=collections,
-        created_after=created_after,
-        use_tags=use_tags,
-        params=params,
-        namespace_prefix=namespace_prefix,
-        attributes=attributes,
-        offset=offset,
-    )
+@dataclass(frozen=True)
+class SearchQuery:
+    """What one search asks: the text and every filter, in one value that a
+    dialect builds from its own arguments and hands to ``memory_search`` (or
+    ``memory_search_accessed``, or roampal's collection ranking). Nothing is
+    checked when it is built: the search validates each field when it runs, so
+    a bad value is the same InvalidArgument whichever dialect sent it."""
+
+    text: str
+    types: Sequence[str] | None = None  # memory kinds; None: all three
+    scope: str | None = None  # this scope plus 'global'
+    mode: str = "hybrid"  # one of SEARCH_MODES
+    limit: int = 20
+    offset: int = 0
+    min_confidence: float | None = None  # effective confidence of facts and rules
+    namespace: Sequence[str] | None = None  # exactly this namespace
+    namespace_prefix: Sequence[str] | None = None  # namespaces starting with it (LangGraph store)
+    tags: Sequence[str] | None = None  # every one of them
+    collections: Sequence[str] | None = None  # roampal v0.3.5 collections
+    created_after: datetime | None = None
+    attributes: Mapping[str, Any] | None = None  # equality on ``source`` or a metadata key
+    use_tags: Sequence[str] | None = None  # the read's boundary use tags; None: answer:task
+    params: RetrievalParams | None = None  # None: the tenant policy's retrieval parameters
+
+
+def search_query_of(query: SearchQuery | str, fields: Mapping[str, Any]) -> SearchQuery:
+    """TRANSITIONAL, removed once the dialects build a SearchQuery themselves:
+    the keyword form ``memory_search(caller=..., query="text", limit=5)``."""
+    return query if isinstance(query, SearchQuery) else SearchQuery(query, **fields)
+
+
+def memory_search(*, caller: Caller, query: SearchQuery | str, **fields: Any) -> list[ScoredMemory]:
+    ranking = memory_search_ranking(caller=caller, query=search_query_of(query, fields))
     hits = {row.id: (relevance, hit) for row, relevance, hit in ranking.items}
     ordered = list(hits)
     rows = ranking.load(caller, ordered, ranking.limit)
@@ -259,50 +255,33 @@ class SearchRanking:
         return _hydrate(caller=caller, decision=self.decision, ranked_ids=ranked_ids, want=want)
 
 
-def memory_search_ranking(
-    *,
-    caller: Caller,
-    query: str,
-    types: Sequence[str] | None = None,
-    scope: str | None = None,
-    mode: str = "hybrid",
-    limit: int = 20,
-    min_confidence: float | None = None,
-    namespace: Sequence[str] | None = None,
-    tags: Sequence[str] | None = None,
-    collections: Sequence[str] | None = None,
-    created_after: datetime | None = None,
-    use_tags: Sequence[str] | None = None,
-    params: RetrievalParams | None = None,
-    namespace_prefix: Sequence[str] | None = None,
-    attributes: Mapping[str, Any] | None = None,
-    offset: int = 0,
-) -> SearchRanking:
+def memory_search_ranking(*, caller: Caller, query: SearchQuery) -> SearchRanking:
     require_read(caller)
-    params = retrieval_params(caller, params)
-    offset = _offset(offset)
-    attributes = _attributes(attributes)
-    query = validation.query(query)
-    decision = read_boundary(caller, use_tags)
-    kinds = [validation.kind(t) for t in (types or Kind.values)]
+    params = retrieval_params(caller, query.params)
+    offset = _offset(query.offset)
+    attributes = _attributes(query.attributes)
+    text = validation.query(query.text)
+    decision = read_boundary(caller, query.use_tags)
+    kinds = [validation.kind(t) for t in (query.types or Kind.values)]
     if not kinds:
         raise InvalidArgument("types must name at least one of episode, fact, rule.")
-    mode = validation.choice(mode, field="mode", allowed=SEARCH_MODES)
-    limit = validation.limit(limit)
-    if scope is not None:
-        scope = validation.label(scope, field="scope")
+    mode = validation.choice(query.mode, field="mode", allowed=SEARCH_MODES)
+    limit = validation.limit(query.limit)
+    scope = validation.label(query.scope, field="scope") if query.scope is not None else None
+    min_confidence = query.min_confidence
     if min_confidence is not None:
         min_confidence = validation.number(min_confidence, field="min_confidence", low=0, high=1)
+    namespace_prefix = query.namespace_prefix
     now = timezone.now()
     flt = RetrievalFilter(
         kinds=kinds,
         now=now,
         scopes=sorted({"global", scope}) if scope else None,
-        namespace=validation.namespace(namespace) if namespace is not None else None,
-        tags_all=validation.tags(tags) or None,
+        namespace=validation.namespace(query.namespace) if query.namespace is not None else None,
+        tags_all=validation.tags(query.tags) or None,
         min_confidence=min_confidence,
-        collections=collections,
-        created_after=created_after,
+        collections=query.collections,
+        created_after=query.created_after,
         use_tags=decision.use_tags,
         namespace_prefix=validation.namespace(namespace_prefix, field="namespace_prefix") or None
         if namespace_prefix
@@ -311,7 +290,7 @@ def memory_search_ranking(
     )
     k = max(limit + offset, 1)
     params = params.with_(k_vec=max(params.k_vec, k), k_txt=max(params.k_txt, k))
-    candidates, decision = _candidates(caller=caller, query=query, mode=mode, flt=flt, params=params)
+    candidates, decision = _candidates(caller=caller, query=text, mode=mode, flt=flt, params=params)
     relevance = scoring.channel_relevance({row.id: hit for row, hit in candidates}, mode, params)
     ordered = sorted(candidates, key=lambda c: order_key(relevance[c[0].id], c[0].created_at, c[0].id))
     return SearchRanking(

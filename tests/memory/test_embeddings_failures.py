@@ -18,7 +18,7 @@ from django.utils import timezone
 from memory.context import build_context
 from memory.embeddings import CircuitBreaker, OpenAICompatibleEmbedder, ResilientEmbedder, get_embedder, set_embedder
 from memory.models import EmbeddingStatus, Memory
-from memory.selectors.memories import memory_search
+from memory.selectors.memories import SearchQuery, memory_search
 from memory.services import reembedding
 from memory.services.memories import episode_store, fact_store
 from memory.services.referencing import memory_recall
@@ -119,7 +119,9 @@ def test_write_survives_any_embedder_exception(member, swap_embedder, exc):
     assert row.embedding_status == EmbeddingStatus.PENDING and row.embedding is None
     assert type(exc).__name__ in row.embedding_error
     # Reads keep working: hybrid, recall and context fall back to the keyword channel.
-    assert [h.memory.id for h in memory_search(caller=member.caller, query="Debian Linux", mode="hybrid")] == [row.id]
+    assert [
+        h.memory.id for h in memory_search(caller=member.caller, query=SearchQuery("Debian Linux", mode="hybrid"))
+    ] == [row.id]
     assert [h.memory.id for h in memory_recall(caller=member.caller, topic="Debian Linux")] == [row.id]
     assert "Debian" in build_context(caller=member.caller, trigger_prompt="Debian Linux", butler="general").text
 
@@ -133,7 +135,7 @@ def test_malformed_json_from_an_openai_compatible_endpoint(member, swap_embedder
         stored = episode_store(caller=member.caller, content="Met Priya at the climbing gym", butler="general")
         row = Memory.objects.get(pk=stored.id)
         assert row.embedding_status == EmbeddingStatus.PENDING and "endpoint failed" in row.embedding_error
-        hits = memory_search(caller=member.caller, query="climbing gym", mode="hybrid")
+        hits = memory_search(caller=member.caller, query=SearchQuery("climbing gym", mode="hybrid"))
         assert [h.memory.id for h in hits] == [row.id]
     finally:
         server.shutdown()
@@ -146,7 +148,7 @@ def test_hanging_endpoint_costs_a_bounded_wait_then_the_breaker_stops_asking(mem
         swap_embedder(OpenAICompatibleEmbedder(server.url, "", "all-MiniLM-L6-v2", 384, timeout=30))
         first = episode_store(caller=member.caller, content="Tom repaired the kitchen sink", butler="general")
         assert Memory.objects.get(pk=first.id).embedding_status == EmbeddingStatus.PENDING
-        hits = memory_search(caller=member.caller, query="kitchen sink", mode="hybrid")
+        hits = memory_search(caller=member.caller, query=SearchQuery("kitchen sink", mode="hybrid"))
         assert [h.memory.id for h in hits] == [first.id]  # degraded to keyword, not an error
         assert get_embedder().breaker.state == "open"
         asked = server.connections
@@ -155,7 +157,7 @@ def test_hanging_endpoint_costs_a_bounded_wait_then_the_breaker_stops_asking(mem
         # The breaker is open: 20 more writes and reads never reach the endpoint.
         for i in range(10):
             episode_store(caller=member.caller, content=f"note {i} about the kitchen sink", butler="general")
-            assert memory_search(caller=member.caller, query="kitchen sink", mode="hybrid")
+            assert memory_search(caller=member.caller, query=SearchQuery("kitchen sink", mode="hybrid"))
         assert server.connections == asked
         assert Memory.objects.filter(embedding_status=EmbeddingStatus.PENDING).count() == 11
     finally:

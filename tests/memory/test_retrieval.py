@@ -20,7 +20,7 @@ from memory.embeddings import set_embedder
 from memory.models import Memory
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ChannelHit, RetrievalParams
-from memory.selectors.memories import memory_search, memory_similar
+from memory.selectors.memories import SearchQuery, memory_search, memory_similar
 from memory.services.conflicts import memory_conflict_check
 from memory.services.memories import episode_store, fact_store, rule_store
 from tests.conftest import make_identity
@@ -64,7 +64,7 @@ def store(caller, *texts: str) -> list[Memory]:
 
 
 def keyword(caller, query: str, **kw) -> list[str]:
-    return [h.memory.content for h in memory_search(caller=caller, query=query, mode="keyword", **kw)]
+    return [h.memory.content for h in memory_search(caller=caller, query=SearchQuery(query, mode="keyword", **kw))]
 
 
 def test_japanese_seed_examples_are_found_by_keyword(caller):
@@ -75,7 +75,7 @@ def test_japanese_seed_examples_are_found_by_keyword(caller):
     assert keyword(caller, "ドリフトを許容")[0] == SEED_JA[1]
     assert keyword(caller, "webhook 10分")[0] == SEED_JA[1]
     # Hybrid (every dialect's default) finds them too.
-    hybrid = memory_search(caller=caller, query="命名規約", mode="hybrid")
+    hybrid = memory_search(caller=caller, query=SearchQuery("命名規約", mode="hybrid"))
     assert hybrid[0].memory.content == SEED_JA[0]
 
 
@@ -133,7 +133,7 @@ def test_bm25_weighs_rare_terms_above_common_ones(caller):
     store(caller, *[f"weekly meeting number {i} about the meeting agenda" for i in range(12)])
     rare = store(caller, "kangaroo sighted")[0]
     params = RetrievalParams.resolve({"keyword_scorer": "bm25"})
-    hits = memory_search(caller=caller, query="meeting meeting kangaroo", mode="keyword", params=params)
+    hits = memory_search(caller=caller, query=SearchQuery("meeting meeting kangaroo", mode="keyword", params=params))
     assert hits[0].memory.id == rare.id
     assert all(0.0 <= h.score <= 1.0 for h in hits)
 
@@ -142,11 +142,11 @@ def test_keyword_candidates_are_bounded_rarest_terms_first(caller):
     store(caller, *[f"status update {i}" for i in range(30)])
     target = store(caller, "status update about the zeppelin")[0]
     params = RetrievalParams.resolve({"txt_candidates": 5, "keyword_scorer": "bm25"})
-    hits = memory_search(caller=caller, query="status zeppelin", mode="keyword", params=params)
+    hits = memory_search(caller=caller, query=SearchQuery("status zeppelin", mode="keyword", params=params))
     # Only the rarest term's matches fit the budget: the zeppelin memory, ranked first.
     assert [h.memory.id for h in hits] == [target.id]
     # A single frequent term still returns something, at most the budget.
-    assert 1 <= len(memory_search(caller=caller, query="status", mode="keyword", params=params)) <= 5
+    assert 1 <= len(memory_search(caller=caller, query=SearchQuery("status", mode="keyword", params=params))) <= 5
 
 
 def test_params_resolve_from_settings_and_refuse_unknown_names(settings):

@@ -11,7 +11,7 @@ from django.utils import timezone
 from memory import scoring, temporal
 from memory.models import Memory
 from memory.scoring import ChannelHit, RetrievalParams
-from memory.selectors.memories import memory_search
+from memory.selectors.memories import SearchQuery, memory_search
 from memory.services.memories import episode_store
 from tests.conftest import make_identity
 
@@ -132,8 +132,8 @@ def test_search_prefers_the_period_the_question_names(monkeypatch):
 
     def top(query: str, boost: float) -> str:
         params = RetrievalParams.resolve({"time_boost": boost})
-        found = memory_search(caller=caller, query=query, mode="keyword", types=["episode"], params=params)
-        hybrid = memory_search(caller=caller, query=query, mode="hybrid", types=["episode"], params=params)
+        found = memory_search(caller=caller, query=SearchQuery(query, mode="keyword", types=["episode"], params=params))
+        hybrid = memory_search(caller=caller, query=SearchQuery(query, mode="hybrid", types=["episode"], params=params))
         assert found  # keyword mode ranks by its own channel: no boost there
         return hybrid[0].memory.content
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from memory.embeddings import get_embedder, set_embedder
 from memory.models import Memory, MemoryEvent, MemoryLink
-from memory.selectors.memories import memory_search
+from memory.selectors.memories import SearchQuery, memory_search
 from memory.services.memories import episode_store, fact_store
 from tests.conftest import make_identity
 from tests.embedders import BrokenEmbedder
@@ -164,13 +164,13 @@ def test_async_embed_mode_keyword_now_vector_after_the_worker(start_worker, fake
     ).memory
     row = fresh(stored)
     assert (row.embedding_status, row.embedding_attempts) == ("pending", 0)  # returned without embedding
-    assert [h.memory.id for h in memory_search(caller=member.caller, query="Pixel collie", mode="keyword")] == [
-        stored.id
-    ]
-    assert memory_search(caller=member.caller, query="what dog does the user own", mode="semantic") == []
+    assert [
+        h.memory.id for h in memory_search(caller=member.caller, query=SearchQuery("Pixel collie", mode="keyword"))
+    ] == [stored.id]
+    assert memory_search(caller=member.caller, query=SearchQuery("what dog does the user own", mode="semantic")) == []
 
     worker = start_worker()
     wait_until(lambda: fresh(stored).embedding_status == "ready", what="the async embedding", worker=worker)
-    hits = memory_search(caller=member.caller, query="what dog does the user own", mode="semantic")
+    hits = memory_search(caller=member.caller, query=SearchQuery("what dog does the user own", mode="semantic"))
     assert [h.memory.id for h in hits] == [stored.id]
     assert len(fake_openai.calls("/v1/embeddings")) == 1  # the worker embedded it, once

@@ -51,9 +51,11 @@ def test_bulk_store_gives_every_episode_what_a_single_store_gives(member, outsid
     assert set(Memory.objects.filter(pk__in=[r.pk for r in rows]).values_list("embedding_status", flat=True)) == {
         "ready"
     }
-    hits = api.memory_search(caller=member.caller, query="kettle metres", types=["episode"], mode="keyword")
+    hits = api.memory_search(
+        caller=member.caller, query=api.SearchQuery("kettle metres", types=["episode"], mode="keyword")
+    )
     assert {h.memory.pk for h in hits} >= {r.pk for r in rows}
-    assert api.memory_search(caller=outsider.caller, query="kettle metres", mode="keyword") == []
+    assert api.memory_search(caller=outsider.caller, query=api.SearchQuery("kettle metres", mode="keyword")) == []
 
 
 @pytest.mark.parametrize(

@@ -237,7 +237,7 @@ def test_a_query_search_reranks_the_search_candidates_by_collection_rank(member)
     be the best of those candidates by final_rank_score, as when every candidate
     was loaded, and not simply the most relevant ones."""
     from memory.selectors.collections import rank_score
-    from memory.selectors.memories import memory_search
+    from memory.selectors.memories import SearchQuery, memory_search
 
     caller = member.caller
     stored = [api.working_store(caller=caller, content=f"deploy checklist step {i} of the release") for i in range(8)]
@@ -245,7 +245,7 @@ def test_a_query_search_reranks_the_search_candidates_by_collection_rank(member)
         _set(memory, applied_count=(i * 3) % 7, success_count=float(i % 4), outcome_score=(i * 37 % 10) / 10)
     query = "deploy checklist release"
     found = memory_search(
-        caller=caller, query=query, types=["episode"], mode="hybrid", limit=40, collections=["working"]
+        caller=caller, query=SearchQuery(query, types=["episode"], mode="hybrid", limit=40, collections=["working"])
     )
     similarity = {f.memory.id: max(0.0, f.hit.vector_similarity or f.relevance) for f in found}
     expected = sorted(

@@ -7,7 +7,7 @@ import pytest
 
 from memory.errors import InvalidArgument, NotFound
 from memory.models import ConflictCandidate, Memory, MemoryEvent
-from memory.selectors.memories import memory_search
+from memory.selectors.memories import SearchQuery, memory_search
 from memory.services.conflicts import conflict_accept, conflict_dismiss, memory_conflict_check
 from memory.services.memories import episode_store, fact_store, memory_forget, memory_restore, rule_store
 from memory.statements import same_statement
@@ -80,7 +80,7 @@ def test_near_identical_facts_that_differ_both_stay_active(member, first, second
     assert state(older) == ("active", None) and state(newer) == ("active", None)
     # What a user sees: a search for each text finds it.
     for memory in (older, newer):
-        hits = memory_search(caller=member.caller, query=memory.content, limit=5)
+        hits = memory_search(caller=member.caller, query=SearchQuery(memory.content, limit=5))
         assert memory.id in [hit.memory.id for hit in hits]
     # Highly similar pairs are open for review, naming what differs.
     for candidate in ConflictCandidate.objects.filter(memory=newer, other=older):

@@ -72,22 +72,25 @@ def test_attribute_filters_prefix_and_namespaces(caller):
     listed = api.memory_list_recent(caller=caller, namespace_prefix=["docs"], attributes={"category": "preference"})
     assert sorted(m.namespace[1] for m in listed) == ["u1", "u2"]
     found = api.memory_search(
-        caller=caller, query="note", types=["fact"], namespace_prefix=["docs", "u1"], attributes={"source": "extracted"}
+        caller=caller,
+        query=api.SearchQuery(
+            "note", types=["fact"], namespace_prefix=["docs", "u1"], attributes={"source": "extracted"}
+        ),
     )
     assert [f.memory.subject for f in found] == ["b"]
     assert api.namespaces_list(caller=caller) == [("docs", "u1"), ("docs", "u2")]
     assert api.namespaces_list(caller=caller, prefix=["*", "u2"]) == [("docs", "u2")]
     assert api.namespaces_list(caller=caller, max_depth=1) == [("docs",)]
     with pytest.raises(InvalidArgument):
-        api.memory_search(caller=caller, query="note", attributes={"category": {"$gt": 1}})
+        api.memory_search(caller=caller, query=api.SearchQuery("note", attributes={"category": {"$gt": 1}}))
 
 
 def test_accessed_at_moves_only_when_a_reader_returns_the_memory(caller):
     fact = api.fact_store(caller=caller, subject=None, predicate=None, content="User likes jazz").memory
     assert Memory.objects.get(pk=fact.pk).accessed_at is None
-    api.memory_search(caller=caller, query="jazz")  # the plain selector has no side effect
+    api.memory_search(caller=caller, query=api.SearchQuery("jazz"))  # the plain selector has no side effect
     assert Memory.objects.get(pk=fact.pk).accessed_at is None
-    api.memory_search_accessed(caller=caller, query="jazz")
+    api.memory_search_accessed(caller=caller, query=api.SearchQuery("jazz"))
     first = Memory.objects.get(pk=fact.pk).accessed_at
     assert first is not None
     api.memory_list_recent_accessed(caller=caller)

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from memory.embeddings import get_embedder, set_embedder
 from memory.models import EmbeddingStatus, Memory, MemoryEvent
-from memory.selectors.memories import memory_search
+from memory.selectors.memories import SearchQuery, memory_search
 from memory.services import reembedding
 from memory.services.memories import fact_store
 from tests.embedders import BrokenEmbedder
@@ -71,4 +71,6 @@ def test_reembed_with_embedder_down_leaves_memory_keyword_searchable(member, emb
     fact.refresh_from_db()
     # The old model's vector is gone (never compared with the new model's queries).
     assert fact.embedding is None and fact.embedding_status == "pending"
-    assert [h.memory.id for h in memory_search(caller=member.caller, query="Helix editor", mode="keyword")] == [fact.id]
+    assert [
+        h.memory.id for h in memory_search(caller=member.caller, query=SearchQuery("Helix editor", mode="keyword"))
+    ] == [fact.id]

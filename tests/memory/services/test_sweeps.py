@@ -9,7 +9,7 @@ import time_machine
 from django.utils import timezone
 
 from memory.models import Kind, Memory, MemoryEvent
-from memory.selectors.memories import memory_search
+from memory.selectors.memories import SearchQuery, memory_search
 from memory.services import reembedding, sweeps
 from memory.services.feedback import memory_feedback
 from memory.services.memories import episode_store, fact_store, memory_confirm, rule_store
@@ -42,10 +42,13 @@ def test_expired_episodes_leave_retrieval_then_rows_go_after_retention(member):
     kept = episode_store(
         caller=member.caller, content="The billing service dashboard moved", butler="ops", ttl=timedelta(days=60)
     )
-    assert {h.memory.id for h in memory_search(caller=member.caller, query="billing service")} == {episode.id, kept.id}
+    assert {h.memory.id for h in memory_search(caller=member.caller, query=SearchQuery("billing service"))} == {
+        episode.id,
+        kept.id,
+    }
 
     with time_machine.travel(start + timedelta(days=2)):
-        hits = memory_search(caller=member.caller, query="billing service")
+        hits = memory_search(caller=member.caller, query=SearchQuery("billing service"))
         assert [h.memory.id for h in hits] == [kept.id]  # expired: out of retrieval at once
         assert sweeps.memories_expire().processed == 0  # but the row stays for the retention period
         assert Memory.objects.filter(pk=episode.pk).exists()
