@@ -187,6 +187,19 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         )
 
 
+class OccurredAtField(models.DateTimeField):
+    """A timestamp that defaults to the row's ``created_at`` at insert: Django
+    fills the fields of an INSERT in declaration order, so ``created_at`` (an
+    ``auto_now_add``) already holds its value when this one asks for it."""
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        value = getattr(model_instance, self.attname, None)
+        if value is None:
+            value = getattr(model_instance, "created_at", None)
+            setattr(model_instance, self.attname, value)
+        return value
+
+
 class Memory(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="memories")
@@ -273,6 +286,11 @@ class Memory(models.Model):
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # When what is remembered happened: created_at unless a writer knows better (an
+    # imported episode is dated when it happened upstream, not when it was imported).
+    # Declared after created_at so that its default is the row's own created_at; a
+    # trigger (migration 0038) keeps the same rule for rows written outside the ORM.
+    occurred_at = OccurredAtField()
 
     objects = MemoryQuerySet.as_manager()
 
@@ -705,3 +723,39 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} {self.key}"
+
+
+class MemoryAliasQuerySet(models.QuerySet["MemoryAlias"]):
+    def for_caller(self, caller: Caller) -> MemoryAliasQuerySet:
+        return self.filter(tenant_id=caller.tenant_id)
+
+
+class MemoryAlias(models.Model):
+    """Another system's id for a memory (``memory_bank_1a2b3c4d`` from roampal,
+    ``clm_...`` from pce-memory, a mem0 or Memento UUID): written by an import
+    (memory.services.imports) so the ids a client already holds keep naming the
+    same memory through every dialect, and so a second run of the same import
+    recognises what it already brought in. ``system`` names the upstream the id
+    comes from (the importer's name)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("policy.Tenant", on_delete=models.CASCADE, related_name="memory_aliases")
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="aliases")
+    system = models.CharField(max_length=32)
+    alias = models.CharField(max_length=300)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MemoryAliasQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "memory aliases"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "system", "alias"], name="memory_alias_unique_per_system"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "alias"], name="memory_alias_lookup_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.system}:{self.alias} -> {self.memory_id}"

@@ -32,6 +32,7 @@ from django.utils import timezone
 from memory import scoring, validation
 from memory.errors import InvalidArgument, NotFound
 from memory.models import Collection, Memory, MemoryEvent, Validity, collection_of
+from memory.selectors.aliases import alias_targets, aliases_of
 from memory.selectors.memories import (
     RankRow,
     SearchQuery,
@@ -56,13 +57,49 @@ MEMORY_BANK_ALWAYS_INJECT_MAX = 10
 CHAIN_MAX_DEPTH = 1000  # a guard against a cycle; real chains are a handful of versions
 
 
-def _display(memory: Memory, first_version: uuid.UUID) -> str:
+# An id roampal itself gave (v0.3.5 and later: the collection and 8 hex digits),
+# kept as an alias when its store was imported (memory.services.imports).
+_UPSTREAM_ID = re.compile(r"^(working|history|patterns|memory_bank|books)_([0-9a-fA-F]{8})$")
+UPSTREAM_SYSTEM = "roampal"
+
+
+def _display(memory: Memory, first_version: uuid.UUID, upstream_hex: str | None = None) -> str:
+    """An imported memory keeps the hex digits roampal gave it; like upstream's,
+    its prefix follows the collection it is in now."""
+    if upstream_hex:
+        return f"{collection_of(memory)}_{upstream_hex}"
     return f"{collection_of(memory)}_{first_version.hex[:ID_HEX]}"
+
+
+def upstream_hexes(first_version_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The hex digits of the roampal id each (first version of a) memory was imported with."""
+    out = {}
+    for pk, alias in aliases_of(list(first_version_ids), system=UPSTREAM_SYSTEM).items():
+        match = _UPSTREAM_ID.match(alias)
+        if match:
+            out[pk] = match.group(2).lower()
+    return out
+
+
+def _aliased(caller: Caller, memory_id: object) -> uuid.UUID | None:
+    """The memory an alias names (an imported store's id); a roampal id also by
+    its hex digits under any collection prefix, as a promotion keeps them."""
+    if not isinstance(memory_id, str) or not memory_id.strip():
+        return None
+    value = memory_id.strip()
+    match = _UPSTREAM_ID.match(value)
+    candidates = [value] + ([f"{c}_{match.group(2).lower()}" for c in COLLECTIONS] if match else [])
+    found = alias_targets(tenant_id=caller.tenant_id, aliases=candidates)
+    for candidate in candidates:
+        if candidate in found:
+            return found[candidate]
+    return None
 
 
 def display_id(memory: Memory) -> str:
     """The public id: the collection and the first version's hex digits."""
-    return _display(memory, first_versions([memory.id])[memory.id])
+    first = first_versions([memory.id])[memory.id]
+    return _display(memory, first, upstream_hexes([first]).get(first))
 
 
 def first_versions(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID]:
@@ -126,9 +163,15 @@ def collection_get(caller: Caller, memory_id: str, *, now: datetime | None = Non
     """The current version of the memory a display id (or UUID) names, if it
     is retrievable: an id of an earlier version resolves to its successor."""
     require_read(caller)
-    low, high = id_range(memory_id)
     missing = NotFound(f"no memory with id {memory_id}; it may have been deleted. Search to find current ids.")
-    named = list(Memory.objects.for_caller(caller).filter(pk__gte=low, pk__lte=high).values_list("pk", flat=True)[:2])
+    aliased = _aliased(caller, memory_id)
+    if aliased is not None:
+        named = [aliased]
+    else:
+        low, high = id_range(memory_id)
+        named = list(
+            Memory.objects.for_caller(caller).filter(pk__gte=low, pk__lte=high).values_list("pk", flat=True)[:2]
+        )
     if len(named) > 1:
         raise InvalidArgument(f"the id {memory_id} is ambiguous in this tenant; pass the full UUID.")
     if not named:
@@ -178,6 +221,7 @@ class CollectionHit:
     similarity: float | None = None
     final_rank_score: float | None = None
     first_version: uuid.UUID | None = None  # set by _hits, which looks them up together
+    upstream_hex: str | None = None  # likewise: the hex of the roampal id it was imported with
 
     @property
     def collection(self) -> str:
@@ -187,7 +231,7 @@ class CollectionHit:
     def id(self) -> str:
         if self.first_version is None:
             return display_id(self.memory)
-        return _display(self.memory, self.first_version)
+        return _display(self.memory, self.first_version, self.upstream_hex)
 
 
 def outcome_histories(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[str]]:
@@ -216,6 +260,7 @@ def outcome_histories(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[s
 def _hits(memories: Sequence[Memory], similarity: Mapping[uuid.UUID, float] | None = None) -> list[CollectionHit]:
     histories = outcome_histories([m.id for m in memories])
     firsts = first_versions([m.id for m in memories])
+    upstream = upstream_hexes(list(set(firsts.values())))
     out = []
     for memory in memories:
         hit = CollectionHit(
@@ -223,6 +268,7 @@ def _hits(memories: Sequence[Memory], similarity: Mapping[uuid.UUID, float] | No
             wilson=scoring.wilson_lower_bound(memory.success_count, memory.applied_count),
             outcomes=histories.get(memory.id, []),
             first_version=firsts[memory.id],
+            upstream_hex=upstream.get(firsts[memory.id]),
         )
         if similarity is not None:
             hit.similarity = similarity.get(memory.id, 0.0)

@@ -19,6 +19,7 @@ from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity, g
 from memory.read_model import Rankable, effective_confidence_of
 from memory.retrieval import RetrievalFilter, channel_search
 from memory.scoring import ChannelHit, RetrievalParams
+from memory.selectors.aliases import memory_pk
 from policy.boundary import BoundaryDecision, boundary_for, redact_content
 from policy.caller import Caller
 
@@ -569,7 +570,7 @@ def memory_recall_candidates(
 def memory_fetch(*, caller: Caller, kind: str, memory_id: object, use_tags: Sequence[str] | None = None) -> Memory:
     require_read(caller)
     kind = validation.kind(kind)
-    pk = validation.memory_id(memory_id)
+    pk = memory_pk(caller, memory_id)
     decision = read_boundary(caller, use_tags)
     # A memory whose boundary class this read may not see is "not found", like
     # another tenant's: its existence is not revealed.

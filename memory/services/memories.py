@@ -18,6 +18,7 @@ from memory import embedtext, scoring, validation
 from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
+from memory.selectors.aliases import memory_pk
 from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, caller_event, event_append, events_append
 from memory.services.followups import followups_for_writes
@@ -411,7 +412,7 @@ def memory_lock(*, caller: Caller, memory_id: object, kinds: Iterable[str]) -> M
     """Load one of the caller's memories FOR UPDATE (inside a transaction),
     after the tenant's write lock."""
     kinds = list(kinds)
-    pk = validation.memory_id(memory_id)
+    pk = memory_pk(caller, memory_id)
     tenant_write_lock(caller.tenant_id)
     memory = (
         Memory.objects.for_caller(caller).filter(pk=pk, kind__in=kinds).without_vectors().select_for_update().first()
@@ -517,7 +518,7 @@ def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: 
     """Mark ``old`` as replaced by ``new`` (the one supersession mechanism, used by
     fact_store's automatic path, memento's supersede_memory and admin review)."""
     require_write(caller)
-    old_pk, new_pk = validation.memory_id(old_id), validation.memory_id(new_id)
+    old_pk, new_pk = memory_pk(caller, old_id), memory_pk(caller, new_id)
     if old_pk == new_pk:
         raise InvalidArgument("a memory cannot supersede itself; pass two different ids.")
     with transaction.atomic():

@@ -1,0 +1,197 @@
+"""The neutral records every reader turns an upstream store into, and the small
+parsing helpers the readers share. A reader knows one upstream format; the
+import service (memory.services.imports) knows memproj: it never sees an
+upstream row, only these records."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from policy.document import DEFAULT_BOUNDARY_CLASS
+
+
+@dataclass
+class ImportedMemory:
+    """One memory as memproj will hold it, with the upstream id it had."""
+
+    source_id: str
+    kind: str  # episode | fact | rule | document
+    content: str
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    # When it happened, where upstream says so apart from created_at.
+    occurred_at: datetime | None = None
+    # Further upstream ids of the same memory (a roampal promotion's original id).
+    extra_aliases: tuple[str, ...] = ()
+    # Ids the memory had in other systems, as (system, id): a memproj export carries
+    # the aliases its own imports recorded, so they survive a move between installs.
+    other_aliases: tuple[tuple[str, str], ...] = ()
+    namespace: tuple[str, ...] = ()
+    scope: str = "global"
+    butler: str = ""
+    session_id: str = ""
+    subject: str = ""
+    predicate: str = ""
+    collection: str = ""
+    boundary_class: str = DEFAULT_BOUNDARY_CLASS
+    tags: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    importance: float = 5.0
+    confidence: float = 1.0
+    permanence: str = ""
+    validity: str = "active"  # active | superseded | retracted
+    superseded_by: str | None = None  # the successor's source_id
+    expires_at: datetime | None = None
+    maturity: str = ""
+    success_count: float = 0.0
+    harmful_count: int = 0
+    applied_count: int = 0
+    effectiveness_score: float = 0.0
+    outcome_score: float = 0.5
+    utility: float = 0.0
+    last_applied_at: datetime | None = None
+    reference_count: int = 0
+    last_referenced_at: datetime | None = None
+    accessed_at: datetime | None = None
+    last_confirmed_at: datetime | None = None
+    # The outcome signals it received, oldest first: (signal, when), e.g. ("worked", t).
+    outcomes: list[tuple[str, datetime | None]] = field(default_factory=list)
+    # A vector kept only when upstream computed it with memproj's own model.
+    embedding: list[float] | None = None
+    embedding_model: str = ""
+    # Keep ``source_id`` as the memory's own id when it is a UUID no other memory has.
+    keep_id: bool = True
+
+
+@dataclass
+class ImportedEntity:
+    """A knowledge-graph node (pce-memory entities, the MCP memory server's entities)."""
+
+    source_id: str
+    name: str
+    type: str = "Concept"
+    canonical_key: str = ""
+    attrs: dict[str, Any] = field(default_factory=dict)
+    claims: list[str] = field(default_factory=list)  # source ids of memories that mention it
+
+
+@dataclass
+class ImportedRelation:
+    source_id: str
+    src: str  # an entity's source_id
+    dst: str
+    type: str
+    props: dict[str, Any] = field(default_factory=dict)
+    evidence: str | None = None  # a memory's source_id
+
+
+@dataclass
+class Skipped:
+    """An upstream row that will not become a memory, and why."""
+
+    source_id: str
+    reason: str
+
+
+Record = ImportedMemory | ImportedEntity | ImportedRelation | Skipped
+
+
+class Source(Protocol):
+    """An opened upstream store."""
+
+    system: str
+
+    def records(self) -> Iterator[Record]: ...
+
+    def estimate(self) -> int | None:
+        """How many records ``records`` will yield, for the progress bar (None: unknown)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ImportSourceError(Exception):
+    """The location is not a store this reader can read (with what to do instead)."""
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An upstream timestamp: ISO 8601 (naive means UTC, as roampal and mem0
+    write local-less times), epoch seconds, or milli/micro/nanoseconds."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value)
+        if not math.isfinite(seconds):
+            return None
+        while abs(seconds) > 2e10:
+            seconds /= 1000
+        try:
+            return datetime.fromtimestamp(seconds, tz=UTC)
+        except (ValueError, OverflowError, OSError):
+            return None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            try:
+                return parse_time(float(text))
+            except ValueError:
+                return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+def json_value(value: Any, default: Any = None) -> Any:
+    """A field that upstream stores as a JSON string (roampal's tags, noun_tags,
+    outcome_history; pce's provenance) or already decoded."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return default
+    return value
+
+
+def number(value: Any, default: float, *, low: float | None = None, high: float | None = None) -> float:
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        return default
+    if not math.isfinite(result):
+        return default
+    if low is not None:
+        result = max(low, result)
+    if high is not None:
+        result = min(high, result)
+    return result
+
+
+def is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def string_list(value: Any) -> list[str]:
+    decoded = json_value(value, default=[])
+    if isinstance(decoded, str):
+        return [decoded]
+    if isinstance(decoded, list | tuple):
+        return [str(v) for v in decoded if v is not None and str(v).strip()]
+    return []

@@ -1,0 +1,717 @@
+"""Imports from other memory systems (``manage.py import_memories``, the admin).
+
+A reader (memory.importers.<system>) turns an upstream store into neutral
+records; this module writes them as memproj memories, keeping what the user's
+history is made of: the upstream id as an alias every dialect accepts
+(memory.selectors.aliases), the upstream timestamps (``created_at`` and
+``occurred_at``, when it happened), outcome counters and scores, the outcome
+history (as the audit events the dialects read it from), supersession chains,
+boundary classes, namespaces and scopes, and the knowledge graph.
+
+One import is one bounded, resumable job. Records are written in batches, each
+batch one transaction with its aliases, so an interrupted run leaves whole
+batches behind and a second run skips every record whose alias is already
+there: re-running is how an import resumes, and re-running a finished import
+creates nothing. A dry run reads the same records and reports what would be
+created and what would be skipped, and why, without writing anything.
+
+Vectors: each batch is embedded before it is stored, one model call per chunk
+(a vector computed upstream with memproj's own model is kept as it is); what
+cannot be embedded now is stored pending and the worker embeds it through the
+outbox."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from memory import embedtext, scoring, validation
+from memory.embeddings import get_embedder
+from memory.errors import EmbeddingUnavailable, InvalidArgument
+from memory.importers import open_source, systems
+from memory.importers.base import ImportedEntity, ImportedMemory, ImportedRelation, ImportSourceError, Skipped
+from memory.importers.cogx import CogxWriter
+from memory.models import (
+    EMBEDDING_DIM,
+    EmbeddingStatus,
+    Entity,
+    EntityType,
+    Kind,
+    Memory,
+    MemoryAlias,
+    MemoryEvent,
+    Relation,
+    Validity,
+)
+from memory.selectors.aliases import alias_targets
+from memory.services.events import EventType, NewEvent, caller_event, events_append
+from memory.services.graph import EntityInput, canonical_key_for
+from memory.services.memories import memories_insert, require_write
+from policy.caller import Caller
+from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
+
+BATCH_DEFAULT = 200
+BATCH_MAX = 1000
+EMBED_CHUNK = 64
+EXAMPLES_PER_REASON = 5
+OUTCOME_SIGNALS = ("worked", "partial", "failed", "unknown", "helpful", "harmful", "outdated", "duplicate")
+
+Progress = Callable[[int, int | None], None]
+
+
+@dataclass
+class ImportReport:
+    system: str
+    location: str
+    dry_run: bool
+    read: int = 0
+    created: Counter[str] = field(default_factory=Counter)  # by kind
+    skipped: Counter[str] = field(default_factory=Counter)  # by reason
+    examples: dict[str, list[str]] = field(default_factory=dict)  # reason -> a few source ids
+    superseded_links: int = 0
+    entities: int = 0
+    relations: int = 0
+    embedded: int = 0
+    pending_embeddings: int = 0
+    stopped_at_limit: bool = False
+
+    def skip(self, reason: str, source_id: str) -> None:
+        self.skipped[reason] += 1
+        shown = self.examples.setdefault(reason, [])
+        if len(shown) < EXAMPLES_PER_REASON:
+            shown.append(source_id)
+
+    @property
+    def created_total(self) -> int:
+        return sum(self.created.values())
+
+    def lines(self) -> list[str]:
+        """The report as a person reads it (the command prints these)."""
+        verb = "would create" if self.dry_run else "created"
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(self.created.items())) or "nothing"
+        out = [f"{self.system} import of {self.location}: read {self.read} records; {verb} {kinds}"]
+        if self.entities or self.relations:
+            out.append(f"  {verb} {self.entities} entities and {self.relations} relations")
+        if self.superseded_links:
+            out.append(f"  {'would link' if self.dry_run else 'linked'} {self.superseded_links} supersessions")
+        for reason, count in self.skipped.most_common():
+            out.append(f"  skipped {count}: {reason} (e.g. {', '.join(self.examples.get(reason, []))})")
+        if not self.dry_run:
+            out.append(f"  embedded {self.embedded} now; {self.pending_embeddings} left to the worker")
+        if self.stopped_at_limit:
+            out.append("  stopped at the limit: run the same command again to go on")
+        return out
+
+
+def _validated(record: ImportedMemory, namespace: Sequence[str]) -> dict[str, Any]:
+    """The memory's columns, checked as the store services check a write
+    (InvalidArgument says which field is wrong)."""
+    kind = validation.kind(record.kind)
+    content = validation.text(record.content, field="content")
+    boundary = record.boundary_class if record.boundary_class in BOUNDARY_CLASSES else DEFAULT_BOUNDARY_CLASS
+    full_namespace = validation.namespace([*namespace, *record.namespace])
+    limits = validation.limits()
+    tags = validation.tags([t[: limits["MAX_TAG_CHARS"]] for t in record.tags[: limits["MAX_TAGS"]]])
+    subject = record.subject[:200]
+    predicate = record.predicate[:200] if subject else ""
+    if kind == Kind.FACT and predicate and not subject:
+        raise InvalidArgument("a fact with a predicate needs a subject too.")
+    permanence = record.permanence if record.permanence in scoring.DECAY_RATES else ""
+    if kind in (Kind.FACT, Kind.RULE) and not permanence:
+        permanence = "permanent" if kind == Kind.FACT and record.collection == "memory_bank" else "standard"
+    decay_rate = scoring.DECAY_RATES[permanence] if permanence else 0.0
+    return {
+        "kind": kind,
+        "content": content,
+        "content_hash": validation.content_hash(content),
+        "namespace": full_namespace,
+        "scope": validation.label(record.scope or "global", field="scope"),
+        "butler": validation.label(record.butler, field="butler") if record.butler else "",
+        "session_id": record.session_id[:200] if record.session_id else "",
+        "subject": subject if kind == Kind.FACT else "",
+        "predicate": predicate if kind == Kind.FACT else "",
+        "collection": record.collection,
+        "boundary_class": boundary,
+        "tags": tags,
+        "metadata": validation.metadata(record.metadata),
+        "source": record.source[:32],
+        "importance": min(10.0, max(0.0, record.importance)),
+        "confidence": min(1.0, max(0.0, record.confidence)),
+        "permanence": permanence,
+        "decay_rate": decay_rate,
+        "validity": validation.validity(record.validity),
+        "expires_at": record.expires_at,
+        "maturity": record.maturity if kind == Kind.RULE else "",
+        "success_count": max(0.0, record.success_count),
+        "harmful_count": max(0, record.harmful_count),
+        "applied_count": max(0, record.applied_count),
+        "effectiveness_score": record.effectiveness_score,
+        "outcome_score": min(1.0, max(0.0, record.outcome_score)),
+        "utility": record.utility,
+        "last_applied_at": record.last_applied_at,
+        "reference_count": max(0, record.reference_count),
+        "last_referenced_at": record.last_referenced_at,
+        "accessed_at": record.accessed_at,
+        "last_confirmed_at": record.last_confirmed_at or (record.created_at if kind != Kind.EPISODE else None),
+    }
+
+
+def _own_vector(record: ImportedMemory) -> list[float] | None:
+    """Upstream's vector, if it comes from the model memproj embeds with."""
+    if not record.embedding or not record.embedding_model:
+        return None
+    ours = get_embedder().model_name.rsplit("/", 1)[-1].lower()
+    theirs = record.embedding_model.rsplit("/", 1)[-1].lower()
+    if theirs != ours or len(record.embedding) != EMBEDDING_DIM:
+        return None
+    return [float(x) for x in record.embedding]
+
+
+@dataclass
+class _Planned:
+    record: ImportedMemory
+    values: dict[str, Any]
+    pk: uuid.UUID
+
+
+class _Importer:
+    def __init__(
+        self,
+        *,
+        caller: Caller,
+        system: str,
+        namespace: Sequence[str],
+        dry_run: bool,
+        batch_size: int,
+        limit: int | None,
+        embed: bool,
+        report: ImportReport,
+    ) -> None:
+        self.caller, self.system, self.namespace = caller, system, list(namespace)
+        self.dry_run, self.batch_size, self.limit, self.embed = dry_run, batch_size, limit, embed
+        self.report = report
+        self.seen: set[str] = set()
+        self.created_ids: set[str] = set()  # source ids of memories this run created (or would)
+        self.pending_links: dict[str, str] = {}  # source id -> its successor's source id
+
+    # --- memories ----------------------------------------------------------------------
+
+    def batch(self, records: list[ImportedMemory]) -> None:
+        known = alias_targets(
+            tenant_id=self.caller.tenant_id, aliases=[r.source_id for r in records], system=self.system
+        )
+        planned: list[_Planned] = []
+        for record in records:
+            if record.source_id in known:
+                self.report.skip("already imported (its id is an alias of a memory here)", record.source_id)
+                if record.superseded_by:
+                    self.pending_links[record.source_id] = record.superseded_by
+                continue
+            try:
+                values = _validated(record, self.namespace)
+            except InvalidArgument as exc:
+                self.report.skip(f"not storable: {exc}", record.source_id)
+                continue
+            if self.limit is not None and self.report.created_total >= self.limit:
+                self.report.stopped_at_limit = True
+                return
+            planned.append(_Planned(record, values, uuid.uuid4()))
+            self.report.created[values["kind"]] += 1
+            self.created_ids.add(record.source_id)
+            if record.superseded_by:
+                self.pending_links[record.source_id] = record.superseded_by
+        if planned and not self.dry_run:
+            self._write(planned)
+
+    def _write(self, planned: list[_Planned]) -> None:
+        wanted = {
+            uuid.UUID(p.record.source_id): p for p in planned if p.record.keep_id and _uuid_or_none(p.record.source_id)
+        }
+        taken = set(Memory.objects.filter(pk__in=list(wanted)).values_list("pk", flat=True))
+        for pk, item in wanted.items():
+            if pk not in taken:
+                item.pk = pk
+        vectors = self._vectors(planned)
+        identity = embedtext.embedding_identity(get_embedder().model_name)
+        rows = []
+        for item, vector in zip(planned, vectors, strict=True):
+            row = Memory(
+                id=item.pk,
+                tenant_id=self.caller.tenant_id,
+                principal_id=None,
+                embedding=vector,
+                embedding_model=identity if vector is not None else "",
+                embedding_status=EmbeddingStatus.READY if vector is not None else EmbeddingStatus.PENDING,
+                **item.values,
+            )
+            # None lets the field default to the row's created_at.
+            row.occurred_at = item.record.occurred_at or item.record.created_at  # type: ignore[assignment]
+            rows.append(row)
+        with transaction.atomic():
+            self._settle_fact_keys(rows, planned)
+            memories_insert(
+                caller=self.caller,
+                rows=rows,
+                payloads=[{"imported_from": self.system, "source_id": p.record.source_id} for p in planned],
+            )
+            self._keep_times(planned)
+            MemoryAlias.objects.bulk_create(
+                [
+                    MemoryAlias(tenant_id=self.caller.tenant_id, memory_id=p.pk, system=self.system, alias=alias)
+                    for p in planned
+                    for alias in dict.fromkeys([p.record.source_id, *p.record.extra_aliases])
+                    if alias and len(alias) <= 300
+                ]
+                + [
+                    MemoryAlias(tenant_id=self.caller.tenant_id, memory_id=p.pk, system=system, alias=alias)
+                    for p in planned
+                    for system, alias in p.record.other_aliases
+                    if system and system != self.system and alias and len(alias) <= 300
+                ],
+                ignore_conflicts=True,
+            )
+            self._outcome_events(planned)
+        self.report.embedded += sum(1 for v in vectors if v is not None)
+        self.report.pending_embeddings += sum(1 for v in vectors if v is None)
+
+    def _keep_times(self, planned: Sequence[_Planned]) -> None:
+        """created_at / updated_at as upstream recorded them (the ORM stamps now on insert)."""
+        dated = [p for p in planned if p.record.created_at or p.record.updated_at]
+        if not dated:
+            return
+        params: list[Any] = []
+        for p in dated:
+            created = p.record.created_at
+            params += [p.pk, created, p.record.updated_at or created, p.record.occurred_at or created]
+        values = ", ".join(["(%s::uuid, %s::timestamptz, %s::timestamptz, %s::timestamptz)"] * len(dated))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                UPDATE memory_memory m
+                SET created_at = coalesce(v.created_at, m.created_at),
+                    updated_at = coalesce(v.updated_at, m.updated_at),
+                    occurred_at = coalesce(v.occurred_at, m.occurred_at)
+                FROM (VALUES {values}) AS v(id, created_at, updated_at, occurred_at)
+                WHERE m.id = v.id
+                """,  # noqa: S608 - only placeholders are spliced in
+                params,
+            )
+
+    def _outcome_events(self, planned: Sequence[_Planned]) -> None:
+        """The outcome history as the audit events every dialect reads it from
+        (``marked_<signal>``, dated when the outcome was recorded upstream)."""
+        events = [
+            NewEvent(
+                tenant_id=self.caller.tenant_id,
+                event_type=f"marked_{signal}",
+                memory_id=p.pk,
+                memory_kind=p.values["kind"],
+                payload={"imported_from": self.system},
+                created_at=when,
+            )
+            for p in planned
+            for signal, when in p.record.outcomes
+            if signal in OUTCOME_SIGNALS
+        ]
+        if events:
+            events_append(events)
+
+    def _settle_fact_keys(self, rows: list[Memory], planned: Sequence[_Planned]) -> None:
+        """At most one active fact per namespace + subject + predicate: among the
+        imported ones and the tenant's own, the newest stays active and the
+        others are superseded by it, as a later store would have done."""
+        created = {p.pk: p.record.created_at or timezone.now() for p in planned}
+        keyed: dict[tuple[tuple[str, ...], str, str], list[Memory]] = defaultdict(list)
+        for row in rows:
+            if row.kind == Kind.FACT and row.validity == Validity.ACTIVE and row.subject:
+                keyed[(tuple(row.namespace), row.subject, row.predicate)].append(row)
+        for (namespace, subject, predicate), group in keyed.items():
+            holder = (
+                Memory.objects.for_caller(self.caller)
+                .filter(
+                    kind=Kind.FACT,
+                    validity=Validity.ACTIVE,
+                    namespace=list(namespace),
+                    subject=subject,
+                    predicate=predicate,
+                )
+                .without_vectors()
+                .select_for_update()
+                .first()
+            )
+            group.sort(key=lambda r: created[r.pk])
+            newest = group[-1]
+            if holder is not None and holder.created_at > created[newest.pk]:
+                winner_id = holder.pk
+                losers: list[Memory] = group
+            else:
+                winner_id = newest.pk
+                losers = group[:-1]
+                if holder is not None:
+                    Memory.objects.filter(pk=holder.pk).update(
+                        validity=Validity.SUPERSEDED, superseded_by_id=newest.pk, updated_at=timezone.now()
+                    )
+                    events_append(
+                        [
+                            caller_event(
+                                caller=self.caller,
+                                tenant_id=self.caller.tenant_id,
+                                event_type=EventType.SUPERSEDED,
+                                memory_id=holder.pk,
+                                memory_kind=holder.kind,
+                                payload={"superseded_by": str(newest.pk), "reason": f"newer {self.system} import"},
+                            )
+                        ]
+                    )
+            for loser in losers:
+                loser.validity, loser.superseded_by_id = Validity.SUPERSEDED, winner_id
+
+    def _vectors(self, planned: Sequence[_Planned]) -> list[list[float] | None]:
+        """Each memory's vector before it is stored: upstream's own where it is
+        memproj's model, else the bulk embedding path (one model call per
+        chunk). Stored with its vector, a memory keeps its upstream updated_at
+        (a later embedding would stamp it). If the embedder is unavailable, or
+        episodes are embedded with their session's previous turn (which needs
+        the stored rows), the rest is left pending for the worker."""
+        vectors: list[list[float] | None] = [_own_vector(p.record) for p in planned]
+        if not self.embed or embedtext.text_version() != "plain":
+            return vectors
+        todo = [i for i, v in enumerate(vectors) if v is None]
+        embedder = get_embedder()
+        for start in range(0, len(todo), EMBED_CHUNK):
+            chunk = todo[start : start + EMBED_CHUNK]
+            texts = [
+                embedtext.embedding_text(planned[i].values["content"], kind=planned[i].values["kind"]) for i in chunk
+            ]
+            try:
+                for i, vector in zip(chunk, embedder.embed(texts), strict=True):
+                    vectors[i] = [float(x) for x in vector]
+            except EmbeddingUnavailable:
+                self.embed = False
+                break
+        return vectors
+
+    # --- after every batch -------------------------------------------------------------
+
+    def link_supersessions(self) -> None:
+        """Each superseded memory points at its successor (which may have come
+        in a later batch, or in an earlier run of an interrupted import)."""
+        if not self.pending_links:
+            return
+        ids = set(self.pending_links) | set(self.pending_links.values())
+        targets = alias_targets(tenant_id=self.caller.tenant_id, aliases=ids, system=self.system)
+        if self.dry_run:
+            self.report.superseded_links = sum(
+                1
+                for old, new in self.pending_links.items()
+                if (old in targets or old in self.created_ids) and (new in targets or new in self.created_ids)
+            )
+            return
+        pairs = [
+            (targets[old], targets[new])
+            for old, new in self.pending_links.items()
+            if old in targets and new in targets and targets[old] != targets[new]
+        ]
+        with transaction.atomic():
+            for old_pk, new_pk in pairs:
+                changed = (
+                    Memory.objects.for_caller(self.caller)
+                    .filter(pk=old_pk)
+                    .filter(Q(superseded_by__isnull=True) | ~Q(superseded_by_id=new_pk))
+                    .exclude(validity=Validity.RETRACTED)
+                    .update(validity=Validity.SUPERSEDED, superseded_by_id=new_pk)
+                )
+                self.report.superseded_links += changed
+
+    def graph(self, entities: Sequence[ImportedEntity], relations: Sequence[ImportedRelation]) -> None:
+        if not entities and not relations:
+            return
+        if self.dry_run:
+            self.report.entities = len(entities)
+            self.report.relations = len(relations)
+            return
+        claims = alias_targets(
+            tenant_id=self.caller.tenant_id,
+            aliases=[c for e in entities for c in e.claims] + [r.evidence for r in relations if r.evidence],
+            system=self.system,
+        )
+        by_source: dict[str, Entity] = {}
+        with transaction.atomic():
+            for item in entities:
+                entity_type = item.type if item.type in EntityType.values else EntityType.CONCEPT
+                attrs = dict(item.attrs)
+                if entity_type != item.type:
+                    attrs.setdefault("type", item.type)
+                name = item.name[:500]
+                key = (item.canonical_key or canonical_key_for(EntityInput(ref="", type=entity_type, name=name)))[:500]
+                entity, created = Entity.objects.get_or_create(
+                    tenant_id=self.caller.tenant_id,
+                    canonical_key=key,
+                    defaults={"type": entity_type, "name": name, "attrs": attrs},
+                )
+                if not created and attrs:
+                    merged = {**attrs, **entity.attrs}
+                    if merged != entity.attrs:
+                        entity.attrs = merged
+                        entity.save(update_fields=["attrs", "updated_at"])
+                self.report.entities += int(created)
+                linked = [claims[c] for c in item.claims if c in claims]
+                if linked:
+                    entity.claims.add(*Memory.objects.filter(pk__in=linked))
+                by_source[item.source_id] = entity
+            for rel in relations:
+                src, dst = by_source.get(rel.src), by_source.get(rel.dst)
+                if src is None or dst is None:
+                    self.report.skip("relation end is not an imported entity", rel.source_id)
+                    continue
+                _, created = Relation.objects.get_or_create(
+                    tenant_id=self.caller.tenant_id,
+                    src=src,
+                    dst=dst,
+                    type=rel.type[:200],
+                    defaults={
+                        "props": dict(rel.props),
+                        "evidence_id": claims.get(rel.evidence) if rel.evidence else None,
+                    },
+                )
+                self.report.relations += int(created)
+
+
+def _uuid_or_none(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except (ValueError, TypeError):
+        return None
+
+
+def memories_import(
+    *,
+    caller: Caller,
+    system: str,
+    location: str,
+    namespace: Sequence[str] = (),
+    dry_run: bool = False,
+    batch_size: int = BATCH_DEFAULT,
+    limit: int | None = None,
+    embed: bool = True,
+    progress: Progress | None = None,
+    options: dict[str, Any] | None = None,
+) -> ImportReport:
+    """Import the store at ``location`` written by ``system`` (one of
+    ``memory.importers.systems()``) into the caller's tenant; see the module
+    docstring. ``limit`` bounds how many memories one run creates (run again to
+    go on); ``embed`` embeds each batch right after it commits (else the worker
+    does); ``progress(done, total)`` is called as records are read."""
+    if not dry_run:
+        require_write(caller)
+    if system not in systems():
+        raise InvalidArgument(f"unknown system {system!r}; one of: {', '.join(systems())}.")
+    if not 1 <= batch_size <= BATCH_MAX:
+        raise InvalidArgument(f"the batch size must be between 1 and {BATCH_MAX}.")
+    if limit is not None and limit < 1:
+        raise InvalidArgument("the limit must be at least 1.")
+    namespace = validation.namespace(list(namespace))
+    try:
+        source = open_source(system, location, **(options or {}))
+    except ImportSourceError as exc:
+        raise InvalidArgument(str(exc)) from exc
+    report = ImportReport(system=system, location=location, dry_run=dry_run)
+    job = _Importer(
+        caller=caller,
+        system=system,
+        namespace=namespace,
+        dry_run=dry_run,
+        batch_size=batch_size,
+        limit=limit,
+        embed=embed and settings.MEMPROJ.get("EMBED_MODE") != "async",
+        report=report,
+    )
+    entities: list[ImportedEntity] = []
+    relations: list[ImportedRelation] = []
+    batch: list[ImportedMemory] = []
+    total = source.estimate()
+    try:
+        for record in _records(source):
+            report.read += 1
+            if isinstance(record, Skipped):
+                report.skip(record.reason, record.source_id)
+            elif isinstance(record, ImportedEntity):
+                entities.append(record)
+            elif isinstance(record, ImportedRelation):
+                relations.append(record)
+            elif record.source_id in job.seen:
+                report.skip("the source holds this id twice (the first is kept)", record.source_id)
+            else:
+                job.seen.add(record.source_id)
+                batch.append(record)
+                if len(batch) >= batch_size:
+                    job.batch(batch)
+                    batch = []
+            if progress is not None:
+                progress(report.read, total)
+            if report.stopped_at_limit:
+                break
+        if batch and not report.stopped_at_limit:
+            job.batch(batch)
+        job.link_supersessions()
+        if not report.stopped_at_limit:
+            job.graph(entities, relations)
+    finally:
+        source.close()
+    return report
+
+
+def _records(source: Any) -> Iterable[Any]:
+    try:
+        yield from source.records()
+    except ImportSourceError as exc:
+        raise InvalidArgument(str(exc)) from exc
+
+
+# --- leaving: memproj -> COGX ------------------------------------------------------------------
+
+
+def tenant_export_cogx(*, tenant_id: uuid.UUID, directory: Path) -> dict[str, int]:
+    """Every memory, entity and relation of one tenant as a COGX archive (see
+    memory.importers.cogx for the mapping); returns the count per record kind."""
+    aliases: dict[uuid.UUID, list[list[str]]] = defaultdict(list)
+    for memory_id, system, alias in (
+        MemoryAlias.objects.filter(tenant_id=tenant_id).order_by("id").values_list("memory_id", "system", "alias")
+    ):
+        aliases[memory_id].append([system, alias])
+    outcomes: dict[uuid.UUID, list[list[str | None]]] = defaultdict(list)
+    marked = MemoryEvent.objects.filter(tenant_id=tenant_id, event_type__startswith="marked_", memory_id__isnull=False)
+    for event_memory, event_type, at in marked.order_by("id").values_list("memory_id", "event_type", "created_at"):
+        if event_memory is not None:
+            outcomes[event_memory].append([event_type[len("marked_") :], at.isoformat() if at else None])
+    writer = CogxWriter(directory, embedding_model=get_embedder().model_name)
+    try:
+        rows = Memory.objects.filter(tenant_id=tenant_id).without_vectors().order_by("created_at", "id")
+        for memory in rows.iterator(chunk_size=500):
+            writer.write(_cogx_memory(memory, aliases.get(memory.pk, []), outcomes.get(memory.pk, [])))
+        claims: dict[uuid.UUID, list[str]] = defaultdict(list)
+        for entity_id, memory_id in Entity.claims.through.objects.filter(entity__tenant_id=tenant_id).values_list(
+            "entity_id", "memory_id"
+        ):
+            claims[entity_id].append(str(memory_id))
+        for entity in Entity.objects.filter(tenant_id=tenant_id).order_by("created_at", "id").iterator(chunk_size=500):
+            writer.write(
+                {
+                    "kind": "entity",
+                    "external_system": "memproj",
+                    "external_id": str(entity.pk),
+                    "name": entity.name,
+                    "entity_type": entity.type,
+                    "attributes": entity.attrs,
+                    "created_at": entity.created_at,
+                    "updated_at": entity.updated_at,
+                    "metadata": {
+                        "memproj": {
+                            "type": entity.type,
+                            "canonical_key": entity.canonical_key,
+                            "claims": claims.get(entity.pk, []),
+                        }
+                    },
+                }
+            )
+        for relation in Relation.objects.filter(tenant_id=tenant_id).order_by("created_at", "id").iterator(500):
+            writer.write(
+                {
+                    "kind": "fact",
+                    "external_system": "memproj",
+                    "external_id": str(relation.pk),
+                    "subject_ref": str(relation.src_id),
+                    "predicate": relation.type,
+                    "object_ref": str(relation.dst_id),
+                    "created_at": relation.created_at,
+                    "metadata": {
+                        **relation.props,
+                        "memproj": {
+                            "relation": True,
+                            "evidence": str(relation.evidence_id) if relation.evidence_id else None,
+                        },
+                    },
+                }
+            )
+    finally:
+        writer.close()
+    return dict(writer.counts)
+
+
+def _cogx_memory(memory: Memory, aliases: list[list[str]], outcomes: list[list[str | None]]) -> dict[str, Any]:
+    own: dict[str, Any] = {
+        "kind": memory.kind,
+        "validity": memory.validity,
+        "scope": memory.scope,
+        "namespace": list(memory.namespace),
+        "tags": list(memory.tags),
+        "butler": memory.butler,
+        "subject": memory.subject,
+        "predicate": memory.predicate,
+        "collection": memory.collection,
+        "boundary_class": memory.boundary_class,
+        "source": memory.source,
+        "importance": memory.importance,
+        "confidence": memory.confidence,
+        "permanence": memory.permanence,
+        "maturity": memory.maturity,
+        "success_count": memory.success_count,
+        "harmful_count": memory.harmful_count,
+        "applied_count": memory.applied_count,
+        "effectiveness_score": memory.effectiveness_score,
+        "outcome_score": memory.outcome_score,
+        "utility": memory.utility,
+        "reference_count": memory.reference_count,
+        "superseded_by": str(memory.superseded_by_id) if memory.superseded_by_id else None,
+        "aliases": aliases,
+        "outcomes": outcomes,
+    }
+    for name in ("occurred_at", "expires_at", "last_applied_at", "last_referenced_at", "accessed_at"):
+        value = getattr(memory, name)
+        own[name] = value.isoformat() if value else None
+    if memory.last_confirmed_at:
+        own["last_confirmed_at"] = memory.last_confirmed_at.isoformat()
+    record: dict[str, Any] = {
+        "external_system": "memproj",
+        "external_id": str(memory.pk),
+        "scope": {"session_id": memory.session_id or None},
+        "created_at": memory.created_at,
+        "updated_at": memory.updated_at,
+        "metadata": {**memory.metadata, "memproj": own},
+    }
+    if memory.kind == Kind.EPISODE:
+        role = memory.metadata.get("role") if isinstance(memory.metadata.get("role"), str) else "user"
+        return {
+            **record,
+            "kind": "episode",
+            "turns": [{"role": role, "content": memory.content, "occurred_at": memory.occurred_at}],
+        }
+    if memory.kind == Kind.DOCUMENT:
+        title = memory.metadata.get("title")
+        return {
+            **record,
+            "kind": "document",
+            "content": memory.content,
+            "title": title if isinstance(title, str) else None,
+        }
+    if memory.kind == Kind.FACT and memory.subject:
+        return {
+            **record,
+            "kind": "fact",
+            "subject_ref": memory.subject,
+            "predicate": memory.predicate or "is",
+            "object_ref": memory.content,
+            "fact_text": memory.content,
+            "confidence": memory.confidence,
+            "valid_at": memory.occurred_at,
+        }
+    return {**record, "kind": "memory", "content": memory.content, "categories": list(memory.tags)}
