@@ -1,5 +1,5 @@
 """Reliability suite (issue 15): isolation, fuzzing, faults and load, over every
-registered toolset (``mcp_server.toolsets.TOOLSETS``), with tools and their
+registered toolset (``mcp_server.registry.TOOLSETS``), with tools and their
 argument schemas discovered through MCP ``tools/list``.
 
     python bench/reliability.py                  # full sizes (make reliability)
@@ -2186,7 +2186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"memproj reliability suite ({'small' if options.small else 'full'} size), private stack in {stack.var_dir}")
     stack.prepare()
     setup_django(stack)
-    from mcp_server.toolsets import TOOLSETS
+    from mcp_server.registry import TOOLSETS
 
     failures: list[str] = []
     run_id = uuid.uuid4().hex[:6]

@@ -212,6 +212,13 @@ class Dialect:
     # tools/list shows; the tool itself still checks what it is sent. Raising a
     # DomainError refuses the listing with the dialect's error text.
     adapt_tools: Callable[[list[MCPTool]], list[MCPTool]] | None = None
+    # Optional: the dotted name of the module holding the dialect's own plain
+    # HTTP routes (roampal's hooks, langmem's LangGraph store): its
+    # ``urlpatterns`` are served at the site root (mcp_server.registry), and its
+    # ``body_limits`` (path -> bytes), if any, replace the default request body
+    # limit on those paths. A name, not the module: the routes render with the
+    # dialect's tools, so they import the module that declares the dialect.
+    routes: str | None = None
 
     def tool(
         self,

@@ -18,13 +18,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from mcp_server.dialect import ERROR_CODE_META_KEY, REPLAYED_META_KEY
-from mcp_server.http_errors import STORAGE_MESSAGE, retry_later, retryable, storage_failure
+from mcp_server.http import STORAGE_MESSAGE, bearer_caller, retry_later, retryable, storage_failure
+from mcp_server.registry import TOOLSETS
 from mcp_server.server import build_server
-from mcp_server.toolsets import TOOLSETS
 from memory import api
 from memproj.dbthreads import fresh_connections
 from policy.caller import Caller
-from policy.services.tokens import token_authenticate
 
 MAX_BODY_BYTES = 256 * 1024
 _servers: dict[str, Any] = {}
@@ -32,8 +31,7 @@ _servers: dict[str, Any] = {}
 
 @fresh_connections
 def _authenticate(header: str) -> Caller | None:
-    scheme, _, token = header.partition(" ")
-    return token_authenticate(token.strip()) if scheme.lower() == "bearer" else None
+    return bearer_caller(header)
 
 
 def _server(toolset: str) -> Any:

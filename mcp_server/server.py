@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mcp_server.dialect import DialectServer
 from mcp_server.dialect import build_server as build_dialect_server
-from mcp_server.toolsets import TOOLSETS
+from mcp_server.registry import TOOLSETS
 from policy.caller import Caller
 
 

@@ -34,10 +34,9 @@ from django.db import InterfaceError, OperationalError  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
 from mcp_server.dialect import connection_options  # noqa: E402
-from mcp_server.hooks import INGEST_LIMIT  # noqa: E402
-from mcp_server.http_errors import RETRY_AFTER_SECONDS  # noqa: E402
+from mcp_server.http import RETRY_AFTER_SECONDS  # noqa: E402
+from mcp_server.registry import TOOLSETS, dialect_body_limits  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
-from mcp_server.toolsets import TOOLSETS  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
 from memory.errors import StorageUnavailable  # noqa: E402
 from memproj.edge import BodyLimit, host_refusal, refuse  # noqa: E402
@@ -176,6 +175,6 @@ for _name, _dialect in TOOLSETS.items():
 application = BodyLimit(
     RateLimitMiddleware(Router()),
     default=settings.MEMPROJ_HTTP["MAX_BODY_BYTES"],
-    # The ingest endpoint's 10 MB document travels inside a JSON envelope.
-    limits={"/api/ingest": INGEST_LIMIT + 64 * 1024},
+    # A dialect's own routes may take more (roampal's /api/ingest: a 10 MB document).
+    limits=dialect_body_limits(),
 )

@@ -5,8 +5,7 @@ from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
-from mcp_server import hooks
-from mcp_server.langmem_store import langmem_store
+from mcp_server.registry import TOOLSETS, dialect_urlpatterns
 from mcp_server.rest import tool_call
 from memory.admin.dashboard import dashboard, dashboard_index
 from policy.models import ApiToken
@@ -25,8 +24,6 @@ def protected_resource_metadata(request: HttpRequest, toolset: str) -> JsonRespo
     /.well-known/oauth-protected-resource + the resource path). memproj's bearer
     tokens are issued by ``manage.py issue_token`` or the admin, not by an OAuth
     authorization server, so the document names none."""
-    from mcp_server.toolsets import TOOLSETS
-
     if toolset not in TOOLSETS:
         raise Http404("no such MCP toolset")
     public_url = settings.MEMPROJ_PUBLIC_URL.rstrip("/")
@@ -49,14 +46,9 @@ urlpatterns = [
     path("admin/dashboard/<slug:slug>/", admin.site.admin_view(dashboard), name="memproj_dashboard"),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
-    # The LangGraph BaseStore endpoint behind mcp_server.clients.langmem.MemprojStore.
-    path("api/langmem/store/", langmem_store, name="langmem_store"),
-    # Seed 003 (roampal) hook server: bearer-token authenticated, no CORS. Before
-    # the generic tool route, which would otherwise take /api/hooks/<name>.
-    path("api/hooks/get-context", hooks.get_context),
-    path("api/hooks/stop", hooks.stop),
-    path("api/search", hooks.search),
-    path("api/ingest", hooks.ingest),
+    # The dialects' own routes (roampal's hook server, langmem's LangGraph store),
+    # before the generic tool route, which would otherwise take /api/hooks/<name>.
+    *dialect_urlpatterns(),
     path("api/<slug:toolset>/<str:tool>", tool_call, name="tool_call"),
     re_path(
         r"^\.well-known/oauth-protected-resource/mcp/(?P<toolset>[A-Za-z0-9_.-]+)/?$",
@@ -67,7 +59,7 @@ urlpatterns = [
 
 # /api/* and /mcp/* clients get a coded JSON error, never Django's HTML page
 # (the admin keeps Django's pages).
-handler400 = "mcp_server.http_errors.bad_request"
-handler403 = "mcp_server.http_errors.permission_denied"
-handler404 = "mcp_server.http_errors.not_found"
-handler500 = "mcp_server.http_errors.server_error"
+handler400 = "mcp_server.http.bad_request"
+handler403 = "mcp_server.http.permission_denied"
+handler404 = "mcp_server.http.not_found"
+handler500 = "mcp_server.http.server_error"

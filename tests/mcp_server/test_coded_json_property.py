@@ -23,9 +23,9 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from mcp_server.dialect import ERROR_CODE_META_KEY, connection_options
-from mcp_server.hooks import GetContextRequest, IngestRequest, SearchRequest, StopRequest
+from mcp_server.dialects.roampal.routes import GetContextRequest, IngestRequest, SearchRequest, StopRequest
+from mcp_server.registry import TOOLSETS
 from mcp_server.server import build_server
-from mcp_server.toolsets import TOOLSETS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,7 +11,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from mcp_server.dialect import TENANT_SELECTORS
-from mcp_server.toolsets import TOOLSETS
+from mcp_server.registry import TOOLSETS
 from memory.models import Memory, MemoryEvent
 from tests.conftest import call, call_error, make_identity
 

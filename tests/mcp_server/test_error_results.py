@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from mcp_server.dialect import ERROR_CODE_META_KEY
-from mcp_server.toolsets import TOOLSETS
+from mcp_server.registry import TOOLSETS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

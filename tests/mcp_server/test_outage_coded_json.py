@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from mcp_server.toolsets import TOOLSETS
+from mcp_server.registry import TOOLSETS
 from tests.mcp_server.test_coded_json_property import _arguments, _body, _tool_names, depths, store_bodies
 from tests.mcp_server.test_storage_outage import database_down  # noqa: F401 - the outage fixture
 

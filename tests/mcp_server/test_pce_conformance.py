@@ -13,7 +13,7 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from mcp_server.toolsets import pce_schemas as schemas
+from mcp_server.dialects.pce import schemas
 from memory.models import Memory, OutcomeReport
 from policy.document import SEED_EXAMPLE_YAML
 from policy.models import PolicyVersion

@@ -13,8 +13,8 @@ import time_machine
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
-from mcp_server.toolsets import pce_schemas as schemas
-from mcp_server.toolsets.pce import HTTP_STATUS
+from mcp_server.dialects.pce import schemas
+from mcp_server.dialects.pce.tools import HTTP_STATUS
 from memory.models import Entity, Memory, MemoryEvent, OutcomeReport
 from memory.validation import content_hash
 from policy.document import SEED_EXAMPLE_YAML as SEED_POLICY

@@ -168,7 +168,7 @@ def test_get_context_answers_upstream_shape_and_scoring_prompt(member):
     )
     long = api.memory_bank_store(caller=member.caller, content="A" * 40, always_inject=True)
     hint = api.collection_ids(member.caller, [api.display_id(long)])
-    from mcp_server.toolsets.roampal import content_hint
+    from mcp_server.dialects.roampal.texts import content_hint
 
     assert content_hint(next(iter(hint.values())).content) == "A" * 30 + "..."
 

@@ -10,7 +10,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from mcp_server.toolsets import roampal
+from mcp_server.dialects.roampal import texts as roampal
 from memory.models import Memory, MemoryEvent
 from tests.conftest import call_error
 

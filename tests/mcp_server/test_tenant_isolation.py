@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mcp_server.toolsets import TOOLSETS
+from mcp_server.registry import TOOLSETS
 from memory.models import Memory, MemoryEvent
 from tests.conftest import call, call_error
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from mcp_server.toolsets import TOOLSETS
+from mcp_server.registry import TOOLSETS
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Boundary-first across every served dialect (issue 11).
 
-For each toolset in ``mcp_server.toolsets.TOOLSETS`` (new dialects join this test
+For each toolset in ``mcp_server.registry.TOOLSETS`` (new dialects join this test
 by registering there), Hypothesis draws a boundary class for every stored memory
 and a tenant policy, applies the policy through the service, then calls every tool
 of the dialect. Property: no tool answer or error text contains a memory whose
@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from mcp_server.dialect import connection_options
+from mcp_server.registry import TOOLSETS
 from mcp_server.server import build_server
-from mcp_server.toolsets import TOOLSETS
 from memory.models import Memory, Validity
 from memory.services.memories import episode_store, fact_store, rule_store
 from policy.boundary import boundary_for

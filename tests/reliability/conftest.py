@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bench.reliability import HttpSurfaces, InProcessClients, Stack, http_identities, identities
-from mcp_server.toolsets import TOOLSETS
+from mcp_server.registry import TOOLSETS
 
 
 @pytest.fixture

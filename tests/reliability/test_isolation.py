@@ -25,7 +25,7 @@ from bench.reliability import (
     run_isolation_machine,
     selector_matrix,
 )
-from mcp_server.toolsets import TOOLSETS
+from mcp_server.registry import TOOLSETS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

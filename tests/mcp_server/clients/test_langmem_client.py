@@ -15,7 +15,7 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from mcp_server.clients.langmem import (
+from mcp_server.dialects.langmem.client import (
     ConfigurationError,
     MemprojStore,
     create_manage_memory_tool,
@@ -40,7 +40,7 @@ def tool_call(name: str, call_id: str, **args) -> AIMessage:
 
 
 def test_client_module_imports_without_django():
-    code = "import sys, mcp_server.clients.langmem; assert 'django' not in sys.modules, 'django imported'"
+    code = "import sys, mcp_server.dialects.langmem.client; assert 'django' not in sys.modules, 'django imported'"
     proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr.decode()
 

@@ -41,7 +41,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from mcp_server.clients.langmem_namespaces import (
+from mcp_server.dialects.langmem.namespaces import (
     ACTIONS,
     DEFAULT_MANAGE_INSTRUCTIONS,
     ConfigurationError,

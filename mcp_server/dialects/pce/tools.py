@@ -5,7 +5,7 @@ Each tool is served under the seed's dotted name (`pce.memory.activate`) and
 the underscore name the published pce-memory switched to (`pce_memory_activate`)
 because several clients refuse dots in tool names (the Anthropic API accepts
 only [a-zA-Z0-9_-]). Requests are checked against the seed's JSON Schemas
-verbatim (mcp_server/toolsets/pce_schemas.py). Every success is the envelope
+verbatim (schemas.py). Every success is the envelope
 `{"data", "policy_version", "request_id", "trace_id"}`, every failure the tool
 error whose text is `{"error": {"code", "message", "details"}, "request_id",
 "trace_id", "policy_version"}`; `HTTP_STATUS` gives each code's status for the
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from mcp_server.dialect import Dialect, DialectFailure, authenticated_caller
-from mcp_server.toolsets import pce_schemas as schemas
+from mcp_server.dialects.pce import schemas
 from memory import api
 
 INSTRUCTIONS = """\

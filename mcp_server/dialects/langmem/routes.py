@@ -1,4 +1,4 @@
-"""A LangGraph ``BaseStore`` over HTTP, for ``mcp_server.clients.langmem.MemprojStore``:
+"""A LangGraph ``BaseStore`` over HTTP, for ``MemprojStore`` (client.py):
 ``POST /api/langmem/store/`` with ``Authorization: Bearer <token>`` and a JSON
 body ``{"ops": [...]}``, one result per op, in order:
 
@@ -11,7 +11,7 @@ body ``{"ops": [...]}``, one result per op, in order:
   "max_depth": n | null, "limit": 100, "offset": 0}`` -> [[...], ...]
 
 Items are shaped as LangGraph's ``Item.dict()``. The mapping onto the core is
-the `langmem` dialect's (``mcp_server.toolsets.langmem``): an item is a fact
+the `langmem` dialect's (tools.py): an item is a fact
 in its namespace with the key as subject. Each write is its own transaction.
 Errors: HTTP 400/401/403/404/405/413 with ``{"error": {"code", "message"}}``; a
 retryable one (the store unreachable, the embedder down) is 503 with
@@ -25,16 +25,22 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
 from mcp_server.dialect import TENANT_SELECTORS
-from mcp_server.http_errors import STORAGE_MESSAGE, retry_later, retryable, storage_failure
-from mcp_server.idempotent_http import idempotent_response
-from mcp_server.pooled import in_worker_thread
-from mcp_server.toolsets import langmem
+from mcp_server.dialects.langmem import tools as langmem
+from mcp_server.http import (
+    STORAGE_MESSAGE,
+    bearer_caller,
+    idempotent_response,
+    in_worker_thread,
+    retry_later,
+    retryable,
+    storage_failure,
+)
 from memory import api
-from policy.caller import Caller
-from policy.services.tokens import token_authenticate
+from memory.api import Caller
 
 logger = logging.getLogger(__name__)
 
@@ -143,8 +149,7 @@ def _handle(request: HttpRequest) -> HttpResponse:
         response = _error("METHOD_NOT_ALLOWED", "use POST.", 405)
         response["Allow"] = "POST"
         return response
-    header = request.headers.get("Authorization", "")
-    caller = token_authenticate(header.removeprefix("Bearer ").strip()) if header.startswith("Bearer ") else None
+    caller = bearer_caller(request.headers.get("Authorization", ""))
     if caller is None:
         return _error("UNAUTHENTICATED", "send Authorization: Bearer <token>.", 401)
     if not caller.may_use_toolset(langmem.dialect.name):
@@ -176,7 +181,7 @@ def _handle(request: HttpRequest) -> HttpResponse:
     if not any(op.get("op") == "put" for op in ops):
         return _results(caller, ops)
     # A batch that puts is a write: with an Idempotency-Key a retry replays its
-    # answer (mcp_server.idempotent_http), and its ops commit together.
+    # answer (mcp_server.http), and its ops commit together.
     try:
         return idempotent_response(request, caller, "http:langmem.store", request.body, lambda: _results(caller, ops))
     except api.DomainError as exc:
@@ -191,3 +196,8 @@ def _results(caller: Caller, ops: list[dict[str, Any]]) -> JsonResponse:
     except api.DomainError as exc:
         return _error(exc.code, str(exc), STATUS.get(exc.code, 500))
     return JsonResponse({"results": results})
+
+
+urlpatterns = [
+    path("api/langmem/store/", langmem_store, name="langmem_store"),
+]

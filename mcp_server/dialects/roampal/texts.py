@@ -1,22 +1,17 @@
-# ruff: noqa: E501 - seed 003's texts are kept verbatim, long lines included
-"""The `roampal` dialect (seed 003): outcome-scored memory in collections.
-
-Glue only: the collections, lifecycle, ranking, ids and outcome counters are the
-core's (memory.api); this module holds seed 003's texts (tool descriptions, the
-KNOWN CONTEXT block, the scoring prompts, the result lines) and shapes answers.
-The hook endpoints (mcp_server/hooks.py) render with the same functions."""
+# ruff: noqa: E501 - roampal's texts are kept verbatim, long lines included
+"""roampal v0.3.5's words, verbatim: the server instructions, the tool
+descriptions, the KNOWN CONTEXT block, the scoring prompts, the result lines
+and the normalized memory its tools and hook server answer with. The tools
+(tools.py) and the hook server (routes.py) both render with these functions."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from django.utils import timezone
-from mcp_types import CallToolResult, TextContent
-from pydantic import BaseModel, Field
 
-from mcp_server.dialect import Dialect
 from memory import api
 
 INSTRUCTIONS = """\
@@ -26,22 +21,8 @@ Call get_context_insights(query) before responding; score memories with score_re
 permanent facts with add_to_memory_bank.
 """
 
-
-def render_error(code: str, message: str, details: Mapping[str, Any] | None = None) -> str:
-    """Roampal's tools answer text; an error is a line the model can act on."""
-    return f"Error: {message}"
-
-
-dialect = Dialect("roampal", INSTRUCTIONS, render_error=render_error)
-
-Outcome = Literal["worked", "failed", "partial", "unknown"]
-CollectionName = Literal["books", "working", "history", "patterns", "memory_bank"]
-MAX_SCORES = 50
-CONTENT_HINT_CHARS = 30  # seed 003 Feature 1: the OpenCode scoring reference's content hint
-CONTEXT_CONTENT_CHARS = 500
-SELF_AUDIT_MIN_FACTS = 3  # the self-audit trigger (seed 003 Feature 4 #6 left it to us)
-
-# --- Texts (seed 003, verbatim) ---------------------------------------------------------------
+CONTENT_HINT_CHARS = 30  # the content hint of the OpenCode scoring reference
+CONTEXT_CONTENT_CHARS = 500  # a KNOWN CONTEXT line's content, at most
 
 PREAMBLE = (
     "You have persistent memory about this user via Roampal. Scored memories include Wilson confidence and "
@@ -55,7 +36,8 @@ SELF-AUDIT: Review any memory_bank items in KNOWN CONTEXT.
 If any look outdated, wrong, or redundant, use update_memory or
 delete_memory to clean them up. Good assistants maintain their own memory."""
 
-# Feature 3 #1 (system mastery prompt, with Feature 5's `uses ≥3` fix) + Feature 4 #1 after YOUR ROLE.
+# roampal v0.3.5's get_context_insights description (its system overview, with `uses ≥3` for patterns),
+# and its memory-hygiene section after YOUR ROLE.
 GET_CONTEXT_INSIGHTS = """\
 You have outcome-based persistent memory that learns across sessions.
 
@@ -114,7 +96,7 @@ SUPPORT INFO (only mention if user asks about support/pricing/contributing):
 - Support development: https://roampal.gumroad.com/l/aagzxv
 - Feature ideas/feedback: Discord at https://discord.com/invite/F87za86R3v"""
 
-# Feature 3 Tool 1 + Feature 4 #3 after READING RESULTS.
+# roampal v0.3.5's search_memory description, with its verification section after READING RESULTS.
 SEARCH_MEMORY = """\
 Search your persistent memory. Use when you need details beyond what get_context_insights returned.
 
@@ -155,7 +137,8 @@ VERIFICATION USE:
 • Use id= lookup to verify specific memories referenced in KNOWN CONTEXT
   before building conclusions on them"""
 
-# Feature 3 Tool 2 + Feature 4 #2 after PER-MEMORY SCORING.
+# roampal v0.3.5's score_response description, with its active-memory-management section after
+# PER-MEMORY SCORING.
 SCORE_RESPONSE = """\
 Score the previous exchange. ONLY use when the <roampal-score-required> hook prompt appears.
 
@@ -213,7 +196,7 @@ Use for: decisions made, problems solved, approaches that worked or failed, proj
 Not for: permanent facts about the user (use add_to_memory_bank) or routine chatter.
 Write one self-contained takeaway: it will be read later without this conversation."""
 
-# The upstream add_to_memory_bank description's sections + Feature 4 #4 after SIZE GUIDANCE.
+# roampal v0.3.5's add_to_memory_bank description, with its storage-discipline section after SIZE GUIDANCE.
 ADD_TO_MEMORY_BANK = """\
 Store a permanent fact in memory_bank: who the user is, preferences, goals, project context,
 verified technical facts. memory_bank is never deleted by scoring; it is ranked by importance × confidence
@@ -243,70 +226,14 @@ DELETE_MEMORY = """\
 Delete a memory that is wrong, outdated or redundant. Name it by id (an [id:...] tag) or by content
 (matched by meaning against memory_bank). Deleted memories are archived for audit and never retrieved."""
 
-
-# --- Shapes -------------------------------------------------------------------------------------
-
-
-class MemoryShape(BaseModel):
-    """Seed 003 Feature 2's normalized memory (importance/confidence on memory_bank only;
-    embedding_similarity/final_rank_score only from a semantic search)."""
-
-    id: str
-    collection: str
-    content: str
-    created_at: str
-    age: str
-    score: float
-    wilson_score: float
-    uses: int
-    success_count: float
-    learned_score: float
-    last_outcome: str
-    outcome_history: str
-    tags: list[str]
-    importance: float | None = None
-    confidence: float | None = None
-    embedding_similarity: float | None = None
-    final_rank_score: float | None = None
-    effectiveness: float | None = None
-    metadata: dict[str, Any]
+# The Stop hook's answer while the previous exchange is still unscored.
+BLOCK_MESSAGE = (
+    "Before finishing, score the previous exchange: call score_response(outcome=..., memory_scores={...}) "
+    "for the memory IDs listed in the <roampal-score-required> prompt."
+)
 
 
-class SearchResult(BaseModel):
-    count: int
-    results: list[MemoryShape]
-
-
-class ContextResult(BaseModel):
-    query: str
-    user_facts: list[MemoryShape]
-    relevant_memories: list[MemoryShape]
-    self_audit: bool
-
-
-class ScoreResult(BaseModel):
-    # Optional: _result drops None, and a required field missing from the
-    # structured content failed the SDK's output check (an internal error).
-    outcome: str | None = None
-    updated: int
-    scored: dict[str, str] = Field(description="memory id -> outcome applied")
-    skipped: list[str] = Field(description="ids not found, or books (not scored)")
-    exchange_id: str | None = Field(default=None, description="the previous exchange the outcome was applied to")
-    stored: list[str] = Field(default_factory=list, description="ids stored from exchange_summary / facts")
-
-
-class StoredResult(BaseModel):
-    id: str
-    collection: str
-    content: str
-
-
-class DeletedResult(BaseModel):
-    id: str
-    deleted: bool
-
-
-# --- Rendering ----------------------------------------------------------------------------------
+# --- Rendering ---------------------------------------------------------------------------------
 
 
 def age(when: datetime, now: datetime | None = None) -> str:
@@ -337,7 +264,7 @@ def memory_text(memory: Any) -> str:
 
 
 def shape(hit: api.CollectionHit, now: datetime | None = None) -> dict[str, Any]:
-    """The normalized memory of Feature 2 (as a dict; optional keys absent, not null)."""
+    """roampal v0.3.5's normalized memory, as a dict (optional keys absent, not null)."""
     m = hit.memory
     out: dict[str, Any] = {
         "id": hit.id,
@@ -399,11 +326,6 @@ def known_context_block(context: api.KnownContext, now: datetime | None = None) 
     return "═══ KNOWN CONTEXT ═══\n" + PREAMBLE + "\n\n" + "\n".join(lines) + "\n═══ END CONTEXT ═══"
 
 
-def self_audit_due(context: api.KnownContext) -> bool:
-    """Feature 4 #6's trigger: when the context holds at least three memory_bank items."""
-    return len(context.user_facts) >= SELF_AUDIT_MIN_FACTS
-
-
 def scores_template(ids: Iterable[str]) -> str:
     entries = ",\n".join(f'        "{i}": "___"' for i in ids)
     return "    memory_scores={\n" + entries + ("\n" if entries else "") + "    }"
@@ -443,294 +365,3 @@ def scoring_prompt_simple(ids: Sequence[str]) -> str:
 def content_hint(content: str) -> str:
     flat = " ".join(content.split())
     return flat if len(flat) <= CONTENT_HINT_CHARS else flat[:CONTENT_HINT_CHARS] + "..."
-
-
-def _result(text: str, structured: BaseModel) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)],
-        structured_content=structured.model_dump(mode="json", exclude_none=True),
-    )
-
-
-# --- Tools ----------------------------------------------------------------------------------------
-
-Query = Annotated[str, Field(max_length=2000)]
-MemoryId = Annotated[str, Field(max_length=200)]
-Tag = Annotated[str, Field(max_length=64)]
-
-
-@dialect.tool(description=GET_CONTEXT_INSIGHTS)
-def get_context_insights(
-    query: Annotated[str, Field(max_length=2000, description="What the user asked (the topic to recall).")],
-) -> Annotated[CallToolResult, ContextResult]:
-    caller = dialect.caller()
-    now = timezone.now()
-    context = api.known_context(caller=caller, query=query)
-    audit = self_audit_due(context)
-    sections = [f"Known Context for '{query}':"]
-    if context.user_facts:
-        sections.append("User facts (memory_bank):\n" + "\n".join(context_line(h, now) for h in context.user_facts))
-    if context.relevant:
-        sections.append("Relevant memories:\n" + "\n".join(context_line(h, now) for h in context.relevant))
-    if not (context.user_facts or context.relevant):
-        sections.append("No memories found for this topic yet.")
-    if audit:
-        sections.append(SELF_AUDIT)
-    structured = ContextResult(
-        query=query,
-        user_facts=[MemoryShape(**shape(h, now)) for h in context.user_facts],
-        relevant_memories=[MemoryShape(**shape(h, now)) for h in context.relevant],
-        self_audit=audit,
-    )
-    return _result("\n\n".join(sections), structured)
-
-
-@dialect.tool(description=SEARCH_MEMORY)
-def search_memory(
-    query: Annotated[
-        str | None, Field(max_length=2000, description="What to search for (semantic). Optional with days_back or id.")
-    ] = None,
-    days_back: Annotated[
-        int | None,
-        Field(
-            ge=1,
-            le=365,
-            description="Only return memories from the last N days. Can be used alone (no query needed) or "
-            "combined with a semantic query.",
-        ),
-    ] = None,
-    id: Annotated[
-        str | None,
-        Field(
-            max_length=200,
-            description="Look up a specific memory by its doc_id (e.g., 'patterns_abc123'). Returns the full "
-            "memory with all metadata. Bypasses semantic search.",
-        ),
-    ] = None,
-    collections: Annotated[
-        list[CollectionName] | None,
-        Field(max_length=5, description="Collections to search; omit for auto-routing (recommended)."),
-    ] = None,
-    metadata: Annotated[
-        dict[str, Any] | None,
-        Field(
-            description='Optional filters, e.g. {"created_at": {"$gte": "2025-02-01T00:00:00"}} or {"title": "..."}.'
-        ),
-    ] = None,
-    sort_by: Annotated[
-        Literal["relevance", "recency", "score"] | None,
-        Field(description="relevance (default with a query), recency (default without), or score."),
-    ] = None,
-    limit: Annotated[int, Field(ge=1, le=20, description="How many results (1-20).")] = 5,
-) -> Annotated[CallToolResult, SearchResult]:
-    caller = dialect.caller()
-    now = timezone.now()
-    query = query if query and query.strip() else None
-    if id:
-        # A direct lookup takes priority over query and days_back (Feature 2).
-        hits = api.collection_lookup(caller=caller, memory_id=id)
-    elif query is None and days_back is None:
-        raise dialect.failure("INVALID_ARGUMENT", "Provide at least one of: query, days_back")
-    else:
-        hits = api.collection_search(
-            caller=caller,
-            query=query,
-            collections=collections,
-            days_back=days_back,
-            sort_by=sort_by,
-            limit=limit,
-            metadata=metadata,
-            now=now,
-        )
-    if not hits:
-        text = "No memories found."
-    else:
-        text = f"Found {len(hits)} memories:\n\n" + "\n".join(result_line(n, h, now) for n, h in enumerate(hits, 1))
-    return _result(text, SearchResult(count=len(hits), results=[MemoryShape(**shape(h, now)) for h in hits]))
-
-
-def _apply_scores(memory_scores: Mapping[str, str] | None) -> tuple[dict[str, str], list[str]]:
-    caller = dialect.caller()
-    scored: dict[str, str] = {}
-    skipped: list[str] = []
-    found = api.collection_ids(caller, list(memory_scores or {}))
-    for given, outcome in (memory_scores or {}).items():
-        memory = found.get(given)
-        if memory is None or api.collection_of(memory) == "books":  # books are reference material, never scored
-            skipped.append(given)
-            continue
-        api.memory_feedback(caller=caller, memory_id=memory.id, signal=outcome)
-        scored[given] = outcome
-    return scored, skipped
-
-
-def _score_exchange(outcome: str | None, already: Iterable[str]) -> str | None:
-    """The outcome of the previous exchange applies to its stored working memory
-    (unless the model scored that memory itself)."""
-    caller = dialect.caller()
-    previous = api.exchange_mark_scored(caller=caller)
-    if previous is None or previous.memory_id is None or outcome is None:
-        return None
-    found = api.collection_ids(caller, [str(previous.memory_id)])
-    memory = found.get(str(previous.memory_id))
-    if memory is None:
-        return None
-    if api.display_id(memory) in already or str(memory.id) in already:
-        return api.display_id(memory)
-    api.memory_feedback(caller=caller, memory_id=memory.id, signal=outcome)
-    return api.display_id(memory)
-
-
-ScoreMap = Annotated[
-    dict[Annotated[str, Field(max_length=200)], Outcome] | None,
-    Field(
-        max_length=MAX_SCORES,
-        description='Per-memory outcomes: {"<id from [id:...]>": "worked|partial|unknown|failed"}.',
-    ),
-]
-
-
-@dialect.tool(description=SCORE_RESPONSE, writes=True)
-def score_response(
-    outcome: Annotated[Outcome, Field(description="How the user reacted to your previous answer.")],
-    memory_scores: ScoreMap = None,
-) -> Annotated[CallToolResult, ScoreResult]:
-    scored, skipped = _apply_scores(memory_scores)
-    exchange = _score_exchange(outcome, scored)
-    updated = len(scored) + (1 if exchange and exchange not in scored else 0)
-    return _result(
-        f"Scored (outcome={outcome}, {updated} memories updated)",
-        ScoreResult(outcome=outcome, updated=updated, scored=scored, skipped=skipped, exchange_id=exchange),
-    )
-
-
-@dialect.tool(description=SCORE_MEMORIES, writes=True)
-def score_memories(
-    memory_scores: ScoreMap,
-    exchange_summary: Annotated[str | None, Field(max_length=2000)] = None,
-    exchange_outcome: Outcome | None = None,
-    noun_tags: Annotated[list[Tag] | None, Field(max_length=20)] = None,
-    facts: Annotated[list[Annotated[str, Field(max_length=2000)]] | None, Field(max_length=10)] = None,
-) -> Annotated[CallToolResult, ScoreResult]:
-    caller = dialect.caller()
-    scored, skipped = _apply_scores(memory_scores)
-    exchange = _score_exchange(exchange_outcome, scored)
-    stored: list[str] = []
-    if exchange_summary and exchange_summary.strip():
-        summary = api.working_store(caller=caller, content=exchange_summary, tags=noun_tags)
-        stored.append(api.display_id(summary))
-    for fact in facts or []:
-        if fact.strip():
-            stored.append(api.display_id(api.memory_bank_store(caller=caller, content=fact)))
-    updated = len(scored) + (1 if exchange and exchange not in scored else 0)
-    text = f"Scored ({updated} memories updated)"
-    if stored:
-        text += f"; stored {', '.join(stored)}"
-    return _result(
-        text,
-        ScoreResult(
-            outcome=exchange_outcome,
-            updated=updated,
-            scored=scored,
-            skipped=skipped,
-            exchange_id=exchange,
-            stored=stored,
-        ),
-    )
-
-
-@dialect.tool(description=RECORD_RESPONSE, writes=True)
-def record_response(
-    key_takeaway: Annotated[str, Field(min_length=1, max_length=2000, description="The learning, self-contained.")],
-) -> Annotated[CallToolResult, StoredResult]:
-    # upstream: a key takeaway starts at score 0.7 (one good scoring from history).
-    memory = api.working_store(caller=dialect.caller(), content=f"Key takeaway: {key_takeaway}", outcome_score=0.7)
-    return _result(
-        f"Recorded: {key_takeaway}",
-        StoredResult(id=api.display_id(memory), collection="working", content=memory.content),
-    )
-
-
-@dialect.tool(description=ADD_TO_MEMORY_BANK, writes=True)
-def add_to_memory_bank(
-    content: Annotated[str, Field(min_length=1, max_length=2000, description="One fact.")],
-    tags: Annotated[
-        list[Tag] | None, Field(max_length=20, description="Labels such as identity, preference, goal, project.")
-    ] = None,
-    importance: Annotated[float, Field(ge=0, le=1, description="How much it matters (0-1).")] = 0.7,
-    confidence: Annotated[
-        float, Field(ge=0, le=1, description="How sure you are (0-1); see STORAGE DISCIPLINE.")
-    ] = 0.7,
-    always_inject: Annotated[bool, Field(description="Show in every KNOWN CONTEXT block.")] = False,
-) -> Annotated[CallToolResult, StoredResult]:
-    memory = api.memory_bank_store(
-        caller=dialect.caller(),
-        content=content,
-        tags=tags,
-        importance=importance,
-        confidence=confidence,
-        always_inject=always_inject,
-    )
-    ident = api.display_id(memory)
-    return _result(
-        f"Added to memory bank (ID: {ident})", StoredResult(id=ident, collection="memory_bank", content=memory.content)
-    )
-
-
-def _by_content(content: str) -> Any:
-    """The memory_bank entry a text names, by meaning (upstream matches this way)."""
-    hits = api.collection_search(caller=dialect.caller(), query=content, collections=["memory_bank"], limit=1)
-    if hits and (
-        content.strip() in (hits[0].memory.content.strip(), memory_text(hits[0].memory).strip())
-        or (hits[0].similarity or 0) >= MATCH_SIMILARITY
-    ):
-        return hits[0].memory
-    raise api.NotFound("no memory_bank entry matches that content; search_memory to find its id.")
-
-
-MATCH_SIMILARITY = 0.6
-
-
-# Newer upstream clients call update_memory(id=..., content=...).
-@dialect.tool(description=UPDATE_MEMORY, aliases={"content": "new_content"}, writes=True)
-def update_memory(
-    new_content: Annotated[str, Field(min_length=1, max_length=2000, description="The corrected fact.")],
-    old_content: Annotated[
-        str | None, Field(max_length=2000, description="The fact to replace (matched by meaning).")
-    ] = None,
-    id: Annotated[str | None, Field(max_length=200, description="The id of the memory to replace.")] = None,
-) -> Annotated[CallToolResult, StoredResult]:
-    caller = dialect.caller()
-    if id:
-        target = api.collection_get(caller, id)
-    elif old_content and old_content.strip():
-        target = _by_content(old_content)
-    else:
-        raise dialect.failure("INVALID_ARGUMENT", "Provide id or old_content to name the memory to update.")
-    # The core keeps the old text as a superseded version; the id stays (upstream
-    # updates in place), so the answer names the memory by the id it already had.
-    _, new = api.memory_bank_update(caller=caller, memory_id=target.id, content=new_content)
-    ident = api.display_id(new)
-    return _result(
-        f"Updated memory (ID: {ident})",
-        StoredResult(id=ident, collection="memory_bank", content=memory_text(new)),
-    )
-
-
-@dialect.tool(description=DELETE_MEMORY, writes=True)
-def delete_memory(
-    content: Annotated[
-        str | None, Field(max_length=2000, description="The memory_bank fact to delete (matched by meaning).")
-    ] = None,
-    id: Annotated[str | None, Field(max_length=200, description="The id of the memory to delete.")] = None,
-) -> Annotated[CallToolResult, DeletedResult]:
-    caller = dialect.caller()
-    if id:
-        target = api.collection_get(caller, id)
-    elif content and content.strip():
-        target = _by_content(content)
-    else:
-        raise dialect.failure("INVALID_ARGUMENT", "Provide id or content to name the memory to delete.")
-    api.memory_forget(caller=caller, kind=target.kind, memory_id=target.id)
-    ident = api.display_id(target)
-    return _result(f"Deleted memory (ID: {ident})", DeletedResult(id=ident, deleted=True))

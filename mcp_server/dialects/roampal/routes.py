@@ -1,13 +1,14 @@
-"""Seed 003's hook server, on the service's own ASGI app (Django views):
+"""roampal v0.3.5's hook server, on the service's own ASGI app (Django views):
 ``POST /api/hooks/get-context`` (UserPromptSubmit: the KNOWN CONTEXT block and
 the scoring prompt), ``POST /api/hooks/stop`` (Stop: the exchange is stored),
-``POST /api/search`` (Feature 5's input limits) and ``POST /api/ingest``
-(books, 10 MB).
+``POST /api/search`` (upstream's SearchRequest and its input limits) and
+``POST /api/ingest`` (books, 10 MB).
 
 Unlike upstream (which trusts localhost), every call needs
 ``Authorization: Bearer <token>``; the tenant is the token's. No CORS headers
-are ever sent (Feature 5: browsers get nothing). Glue only: memory.api does the
-work, mcp_server.toolsets.roampal renders the texts."""
+are ever sent: browsers get nothing. Glue only: memory.api does the work,
+texts.py renders, and ``/api/search`` finds what search_memory finds
+(tools.find)."""
 
 from __future__ import annotations
 
@@ -18,18 +19,24 @@ from functools import wraps
 from typing import Annotated, Any, Literal
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mcp_server.http_errors import STORAGE_MESSAGE, retry_later, retryable, storage_failure
-from mcp_server.idempotent_http import idempotent_view
-from mcp_server.pooled import in_worker_thread
-from mcp_server.toolsets import roampal as text
+from mcp_server.dialects.roampal import texts as text
+from mcp_server.dialects.roampal.tools import find
+from mcp_server.http import (
+    STORAGE_MESSAGE,
+    bearer_caller,
+    idempotent_view,
+    in_worker_thread,
+    retry_later,
+    retryable,
+    storage_failure,
+)
 from memory import api
-from policy.caller import Caller
-from policy.errors import DomainError
-from policy.services.tokens import token_authenticate
+from memory.api import Caller, DomainError
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +61,7 @@ def _error(status: int, message: str, code: str = INVALID, **headers: str) -> Js
 
 
 def _caller(request: HttpRequest) -> Caller | JsonResponse:
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    caller = token_authenticate(token.strip()) if scheme.lower() == "bearer" else None
+    caller = bearer_caller(request.headers.get("Authorization", ""))
     if caller is None:
         return _error(
             401,
@@ -153,7 +158,7 @@ class StopRequest(_Strict):
 
 
 class SearchRequest(_Strict):
-    """Feature 5's SearchRequest with its Field constraints."""
+    """roampal v0.3.5's SearchRequest with its Field constraints."""
 
     query: Annotated[str | None, Field(max_length=2000)] = ""
     days_back: Annotated[int | None, Field(ge=1, le=365)] = None
@@ -182,10 +187,6 @@ class IngestRequest(_Strict):
 
 
 DEFAULT_CONVERSATION = "default"
-BLOCK_MESSAGE = (
-    "Before finishing, score the previous exchange: call score_response(outcome=..., memory_scores={...}) "
-    "for the memory IDs listed in the <roampal-score-required> prompt."
-)
 
 
 @hook_view()
@@ -264,7 +265,7 @@ def stop(request: HttpRequest, caller: Caller) -> HttpResponse:
             "doc_id": api.display_id(done.memory),
             "scoring_complete": done.scoring_complete,
             "should_block": not done.scoring_complete,
-            "block_message": "" if done.scoring_complete else BLOCK_MESSAGE,
+            "block_message": "" if done.scoring_complete else text.BLOCK_MESSAGE,
         }
     )
 
@@ -276,22 +277,17 @@ def search(request: HttpRequest, caller: Caller) -> HttpResponse:
         return body
     assert isinstance(body, SearchRequest)
     now = timezone.now()
-    query = body.query if body.query and body.query.strip() else None
-    if body.id:
-        hits = api.collection_lookup(caller=caller, memory_id=body.id)  # no such memory: an empty result
-    elif query is None and body.days_back is None:
-        return _error(422, "Provide at least one of: query, days_back")
-    else:
-        hits = api.collection_search(
-            caller=caller,
-            query=query,
-            collections=body.collections,
-            days_back=body.days_back,
-            sort_by=body.sort_by,
-            limit=body.limit,
-            metadata=body.metadata_filters,
-            now=now,
-        )
+    hits = find(
+        caller,
+        query=body.query,
+        days_back=body.days_back,
+        id=body.id,
+        collections=body.collections,
+        metadata=body.metadata_filters,
+        sort_by=body.sort_by,
+        limit=body.limit,
+        now=now,
+    )
     return JsonResponse({"count": len(hits), "results": [text.shape(h, now) for h in hits]})
 
 
@@ -343,3 +339,13 @@ def ingest(request: HttpRequest, caller: Caller) -> HttpResponse:
         },
         status=202,
     )
+
+
+urlpatterns = [
+    path("api/hooks/get-context", get_context),
+    path("api/hooks/stop", stop),
+    path("api/search", search),
+    path("api/ingest", ingest),
+]
+# The ingest endpoint's 10 MB document travels inside a JSON envelope.
+body_limits = {"/api/ingest": INGEST_BODY_LIMIT}

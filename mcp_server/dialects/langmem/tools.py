@@ -15,7 +15,7 @@ Options: ``namespace`` (template elements, comma-separated), ``actions_permitted
 A LangMem memory is a core fact in its namespace whose key (the memory id) is
 the fact's subject: an update supersedes the previous version through the one
 supersession mechanism, a delete retracts it. The same mapping backs the
-LangGraph store endpoint (``mcp_server/langmem_store.py``).
+LangGraph store endpoint (routes.py).
 
 Errors read as Python exceptions do: ``ValueError: <upstream message>``,
 ``ConfigurationError: Missing key in 'configurable' field: ...``."""
@@ -33,8 +33,8 @@ from mcp_types import CallToolResult, TextContent
 from mcp_types import Tool as MCPTool
 from pydantic import Field
 
-from mcp_server.clients import langmem_namespaces as ns
 from mcp_server.dialect import Dialect
+from mcp_server.dialects.langmem import namespaces as ns
 from memory import api
 
 INSTRUCTIONS = """\
@@ -136,7 +136,13 @@ def adapt_tools(tools: list[MCPTool]) -> list[MCPTool]:
     return out
 
 
-dialect = Dialect("langmem", INSTRUCTIONS, render_error=render_error, adapt_tools=adapt_tools)
+dialect = Dialect(
+    "langmem",
+    INSTRUCTIONS,
+    render_error=render_error,
+    adapt_tools=adapt_tools,
+    routes="mcp_server.dialects.langmem.routes",
+)
 
 
 def resolve(config: ConnectionConfig) -> tuple[str, ...]:

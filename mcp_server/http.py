@@ -1,0 +1,221 @@
+"""What every plain HTTP surface (``/api/*``) shares, the dialects' own routes
+(``mcp_server/dialects/<name>/routes.py``) among them:
+
+- Errors: a JSON body that names a code, never an HTML page or a traceback;
+  for an error a client may retry (the store unreachable, the embedder down,
+  a timeout) the status 503 with ``Retry-After``, so that clients back off and
+  retry instead of giving up (a 4xx) or retrying blindly (a bare 500). Each
+  surface keeps its own body shape (a dialect's error text on
+  ``/api/<toolset>/<tool>``, ``{"error": {"code", "message"}}`` on the
+  LangGraph store, roampal's ``{"error": "..."}`` plus ``code`` on its hooks);
+  this module decides the status and headers, and answers for Django itself
+  (``handler500`` and friends in ``memproj.urls``) on ``/api/`` and ``/mcp/``
+  paths.
+- Authentication: ``bearer_caller``, the caller behind an
+  ``Authorization: Bearer <token>`` header.
+- Worker threads: ``in_worker_thread`` serves a sync view from the event
+  loop's reused executor threads.
+- Idempotency keys: ``idempotent_response`` and ``idempotent_view`` for the
+  routes that write."""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError, InterfaceError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+
+from memory import api
+from memproj.dbthreads import fresh_connections
+from policy.caller import Caller
+from policy.errors import StorageUnavailable
+from policy.services.tokens import token_authenticate
+
+logger = logging.getLogger(__name__)
+
+# Seconds a client should wait before retrying while the store is unreachable.
+RETRY_AFTER_SECONDS = 5
+RETRYABLE = frozenset({StorageUnavailable.code, "EMBEDDING_ERROR", "TIMEOUT"})
+STORAGE_MESSAGE = f"the memory store is unavailable right now; retry in {RETRY_AFTER_SECONDS} seconds."
+API_PREFIXES = ("/api/", "/mcp/")
+Response = TypeVar("Response", bound=HttpResponse)
+
+
+def retryable(code: str) -> bool:
+    return code in RETRYABLE
+
+
+def retry_later(response: Response) -> Response:
+    """A retryable error's answer: 503 with Retry-After."""
+    response.status_code = 503
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+def storage_failure(exc: BaseException) -> bool:
+    """A database failure: the store is unreachable or refused the statement."""
+    return isinstance(exc, (DatabaseError, InterfaceError))
+
+
+def _for_api(request: HttpRequest) -> bool:
+    return request.path.startswith(API_PREFIXES)
+
+
+def _coded(code: str, message: str, status: int) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's handler500. Django calls it while handling the exception, so
+    the exception is at hand: a database failure is a retryable 503."""
+    if not _for_api(request):
+        return defaults.server_error(request)
+    exc = sys.exc_info()[1]
+    if exc is not None and storage_failure(exc):
+        logger.warning("%s: storage failure: %r", request.path, exc)
+        return retry_later(_coded(StorageUnavailable.code, STORAGE_MESSAGE, 503))
+    return _coded("INTERNAL", "unexpected internal error; it has been logged.", 500)
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if not _for_api(request):
+        return defaults.page_not_found(request, exception)
+    return _coded("NOT_FOUND", f"no endpoint at {request.path[:200]}.", 404)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if not _for_api(request):
+        return defaults.bad_request(request, exception)
+    return _coded("INVALID_ARGUMENT", "the request could not be read (bad headers or an oversized body).", 400)
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if not _for_api(request):
+        return defaults.permission_denied(request, exception)
+    return _coded("PERMISSION_DENIED", "this request is not allowed.", 403)
+
+
+# --- Authentication ------------------------------------------------------------------
+
+
+def bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization`` header of the Bearer scheme (in any
+    case, RFC 7235), or None when the header names no such token."""
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def bearer_caller(header: str) -> Caller | None:
+    """The caller behind an ``Authorization: Bearer <token>`` header, or None
+    (no header, another scheme, or a token that is unknown, revoked or expired).
+    Reads the database: call it from a worker thread."""
+    token = bearer_token(header)
+    return token_authenticate(token) if token else None
+
+
+# --- Worker threads ------------------------------------------------------------------
+# Under ASGI, Django runs a sync view in a thread of its own per request
+# (asgiref's ThreadSensitiveContext), and Django's connections are per thread:
+# every request opened a new PostgreSQL connection and left the old one open
+# until the thread was collected. A view wrapped here runs in the event loop's
+# executor threads instead, like the MCP tools (mcp_server.dialect) and the REST
+# route: the threads and their connections are reused, closed when stale
+# (CONN_MAX_AGE) or broken, around every call.
+
+
+def in_worker_thread(view: Callable[..., HttpResponse]) -> Callable[..., Coroutine[Any, Any, HttpResponse]]:
+    """The sync ``view`` as an async view that runs it in a reused worker thread."""
+    run = fresh_connections(view)
+
+    @functools.wraps(view)
+    async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return await sync_to_async(run, thread_sensitive=False)(request, *args, **kwargs)
+
+    return wrapper
+
+
+# --- Idempotency keys ----------------------------------------------------------------
+# On the plain HTTP surfaces that are not a dialect's tool route: roampal's
+# writing hooks (/api/hooks/stop, /api/ingest) and the LangGraph store. A
+# request with an Idempotency-Key header runs through
+# memory.services.idempotency: a retry with the same key and the same body gets
+# the first answer back, with Idempotent-Replayed: true, and stores nothing; the
+# same key with another body is a CONFLICT. The request is identified by its
+# bytes (with its content type and query string), so a retry must resend the
+# same body, as a retrying client does. Only a success is kept with its key: an
+# error answer rolls the write back, and a retry runs again. (The dialect
+# routes, /api/<toolset>/<tool>, do the same in mcp_server.dialect.)
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+View = Callable[[HttpRequest, Caller], HttpResponse]
+
+
+class _NotKept(Exception):
+    """An error answer: its write is rolled back and its key not kept."""
+
+    def __init__(self, response: HttpResponse) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+
+
+def idempotent_response(
+    request: HttpRequest, caller: Caller, scope: str, identity: bytes, respond: Callable[[], HttpResponse]
+) -> HttpResponse:
+    """``respond()`` at most once per Idempotency-Key. ``identity`` is what makes
+    two requests the same one. Raises the service's DomainErrors (CONFLICT,
+    TIMEOUT, INVALID_ARGUMENT) for the surface to render."""
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return respond()
+
+    def run() -> dict[str, object]:
+        response = respond()
+        if not 200 <= response.status_code < 300:
+            raise _NotKept(response)
+        return {
+            "status": response.status_code,
+            "content_type": response.get("Content-Type", "application/json"),
+            "body": response.content.decode("utf-8"),
+        }
+
+    try:
+        outcome = api.idempotent(caller=caller, scope=scope, key=key, request=identity, run=run)
+    except _NotKept as failed:
+        return failed.response
+    answer = outcome.answer
+    response = HttpResponse(answer["body"], status=answer["status"], content_type=answer["content_type"])
+    if outcome.replayed:
+        response[REPLAYED_HEADER] = "true"
+    return response
+
+
+def idempotent_view(scope: str, limit: int) -> Callable[[View], View]:
+    """For a view ``(request, caller)`` that writes: with an Idempotency-Key,
+    its body (at most ``limit`` + 1 bytes, the view refuses more itself) is read
+    here to identify the request, and handed to the view again."""
+
+    def decorate(view: View) -> View:
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, caller: Caller) -> HttpResponse:
+            if IDEMPOTENCY_HEADER not in request.headers:
+                return view(request, caller)
+            data = request.read(limit + 1)
+            # The view reads the body as sent.
+            request._stream = io.BytesIO(data)  # type: ignore[attr-defined]
+            identity = b"\n".join(
+                [(request.content_type or "").encode(), request.META.get("QUERY_STRING", "").encode(), data]
+            )
+            return idempotent_response(request, caller, scope, identity, lambda: view(request, caller))
+
+        return wrapper
+
+    return decorate

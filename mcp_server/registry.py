@@ -1,0 +1,38 @@
+"""The registry of served dialects: toolset name -> Dialect, and what the
+dialects add to the site besides their MCP endpoints.
+
+A dialect is a package under ``mcp_server/dialects/<name>/`` whose ``tools``
+module declares a module-level ``dialect``; add it to ``TOOLSETS`` below. It is
+then served at ``/mcp/<name>/``, at ``/api/<name>/<tool>``, by
+``python -m mcp_server --toolset <name>``, its plain HTTP routes (if its
+``Dialect`` names a ``routes`` module) are part of the site, and the contract
+tests cover it."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from django.urls import URLPattern, URLResolver, include, path
+
+from mcp_server.dialect import Dialect
+from mcp_server.dialects.langmem.tools import dialect as langmem
+from mcp_server.dialects.memento.tools import dialect as memento
+from mcp_server.dialects.memory.tools import dialect as memory
+from mcp_server.dialects.pce.tools import dialect as pce
+from mcp_server.dialects.roampal.tools import dialect as roampal
+
+TOOLSETS: dict[str, Dialect] = {d.name: d for d in (memory, memento, langmem, pce, roampal)}
+
+
+def dialect_urlpatterns() -> list[URLPattern | URLResolver]:
+    """Every dialect's own plain HTTP routes, at the site root."""
+    return [path("", include(d.routes)) for d in TOOLSETS.values() if d.routes]
+
+
+def dialect_body_limits() -> dict[str, int]:
+    """Request body limits (path -> bytes) the dialects' routes declare."""
+    limits: dict[str, int] = {}
+    for d in TOOLSETS.values():
+        if d.routes:
+            limits.update(getattr(import_module(d.routes), "body_limits", {}))
+    return limits
