@@ -22,7 +22,7 @@ from memory.models import (
     KINDS_WITH_OWN_GRAPH,
     effective_confidence_sql,
 )
-from memory.scoring import ChannelHit, RetrievalParams
+from memory.scoring import ChannelHit, RetrievalParams, with_evidence
 from memproj.dbthreads import side_by_side
 from memproj.pgtypes import pgvector_version
 from policy.boundary import DEFAULT_USE_TAGS, boundary_for
@@ -320,7 +320,8 @@ def channel_hits(
     params: RetrievalParams,
 ) -> dict[uuid.UUID, ChannelHit]:
     """Top ``params.k_vec`` by cosine similarity and top ``params.k_txt`` by
-    keyword score (BM25 or cover density), merged by id (``channel_search``)."""
+    keyword score (BM25 or cover density), merged by id, keeping only the hits
+    with evidence (``scoring.with_evidence``) (``channel_search``)."""
     return channel_search(caller=caller, flt=flt, query_text=query_text, query_vector=query_vector, params=params)[0]
 
 
@@ -365,6 +366,9 @@ def channel_search(
     rows, rows_vec = side_by_side(keyword_rows, vector_rows) if run_txt else ([], vector_rows())
     rows += rows_vec
     hits, columns_by_id = _hits_from_rows(rows)
+    # Every reader (each dialect's search, recall, context, activation, the
+    # admin's search) sees only memories that match the query in a channel.
+    hits = with_evidence(hits, params.vector_floor)
     if params.time_boost > 0:
         # Time-aware ranking (issue 14): time_fit on each hit when the query names a period.
         hits = temporal.annotate(hits, query_text, flt.now)

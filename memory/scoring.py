@@ -46,6 +46,22 @@ RECENCY_HALF_LIFE_DAYS = 30.0
 RRF_K = 60
 FUSIONS = ("alpha", "rrf", "norm", "minmax", "dbsf", "conf")
 
+# A hit needs evidence: a keyword match, or a cosine similarity to the query at
+# or above the model's floor. The vector channel always returns its k nearest
+# memories, however unrelated ("editor" against a tenant's twelve memories
+# returned all twelve), so without a floor a search never comes back empty.
+# Cosine scales differ by model, hence a floor per model (bench/quality.py
+# --floor measures it: the largest floor that drops no labelled evidence turn
+# the vector channel would otherwise rank in its top 10 on the development sets).
+# A model not listed gets 0.0: only similarities at or below zero (no shared
+# direction at all) count as no evidence.
+VECTOR_FLOORS: dict[str, float] = {"all-MiniLM-L6-v2": 0.2}
+
+
+def vector_floor_for(model_name: str) -> float:
+    """The evidence floor of an embedding model (its variants, e.g. "+int8", share it)."""
+    return VECTOR_FLOORS.get(model_name.split("+", 1)[0], 0.0)
+
 
 def days_between(earlier: datetime, later: datetime) -> float:
     return max(0.0, (later - earlier).total_seconds() / 86400.0)
@@ -174,6 +190,9 @@ class RetrievalParams:
     # Weight of the time fit after fusion (memory/temporal.py, time_boosted); 0 turns
     # it off (MEMPROJ_TIME_BOOST). 0.2: bench/quality.py "Chosen defaults".
     time_boost: float = 0.2
+    # A hit needs a keyword match or at least this cosine similarity (VECTOR_FLOORS;
+    # resolve() takes the configured model's).
+    vector_floor: float = 0.0
     # Recency half-life by kind (days); kinds not listed use the default.
     recency_half_life_days: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     default_half_life_days: float = RECENCY_HALF_LIFE_DAYS
@@ -193,6 +212,8 @@ class RetrievalParams:
             raise ValueError(f"time_boost must be between 0 and 1 (got {self.time_boost})")
         if not 0.0 <= self.conf_gain <= 100.0:
             raise ValueError(f"conf_gain must be between 0 and 100 (got {self.conf_gain})")
+        if not -1.0 <= self.vector_floor <= 1.0:
+            raise ValueError(f"vector_floor must be between -1 and 1 (got {self.vector_floor})")
         if self.bm25_k1 < 0 or not 0.0 <= self.bm25_b <= 1.0:
             raise ValueError("bm25_k1 must be >= 0 and bm25_b between 0 and 1")
         half_lives = dict(self.recency_half_life_days)
@@ -209,7 +230,7 @@ class RetrievalParams:
         from django.conf import settings
 
         conf = settings.MEMPROJ
-        base: dict[str, Any] = {}
+        base: dict[str, Any] = {"vector_floor": vector_floor_for(str(conf.get("EMBEDDING_MODEL", "")))}
         for name, key in (
             ("fusion", "FUSION"),
             ("alpha", "FUSION_ALPHA"),
@@ -252,6 +273,18 @@ def fuse_alpha(hit: ChannelHit, alpha: float) -> float:
     """S = alpha * S_vec + (1 - alpha) * S_text, both in [0, 1] (raw cosine, squashed keyword score)."""
     s_vec = max(0.0, hit.vector_similarity or 0.0)
     return alpha * s_vec + (1.0 - alpha) * squash_text(hit.text_rank_value)
+
+
+def has_evidence(hit: ChannelHit, floor: float) -> bool:
+    """A keyword match, or a vector similarity at or above ``floor``."""
+    if (hit.text_rank_value or 0.0) > 0.0:
+        return True
+    return hit.vector_similarity is not None and hit.vector_similarity >= floor and hit.vector_similarity > 0.0
+
+
+def with_evidence(hits: Mapping[K, ChannelHit], floor: float) -> dict[K, ChannelHit]:
+    """The hits that match the query in at least one channel (``has_evidence``)."""
+    return {key: hit for key, hit in hits.items() if has_evidence(hit, floor)}
 
 
 def normalised_channels(hits: Mapping[K, ChannelHit]) -> dict[K, tuple[float, float]]:

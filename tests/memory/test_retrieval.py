@@ -552,3 +552,53 @@ def test_the_half_precision_migration_names_the_pgvector_it_needs(version, refus
             migration.require_halfvec(None, editor)
     else:
         migration.require_halfvec(None, editor)
+
+
+EDITOR_MEMORIES = [
+    "Alice prefers the Helix editor over Vim for Rust work",
+    "The editor crashed when Bob opened a 2 GB log file",
+    "Carol works as an editor at the city newspaper",
+    "The deployment pipeline runs every Friday at noon",
+    "Our cat Miso sleeps on the radiator all winter",
+    "Quarterly taxes are due on the fifteenth of April",
+    "Dana is allergic to peanuts and shellfish",
+    "The team lunch moved to the Thai place on Main Street",
+    "Eve's flight to Lisbon leaves at 7:40 on Tuesday",
+    "The staging database uses PostgreSQL 16 with pgvector",
+    "Frank runs a half marathon every October",
+    "The office plants need watering twice a week",
+]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "semantic", "keyword"])
+def test_a_search_returns_only_memories_that_match_the_query(caller, mode):
+    """The vector channel returns its k nearest memories however unrelated; a
+    hit needs a keyword match or a similarity at or above the model's floor."""
+    store(caller, *EDITOR_MEMORIES)
+    found = memory_search(caller=caller, query=SearchQuery("editor", mode=mode, limit=20))
+    assert sorted(h.memory.content for h in found) == sorted(EDITOR_MEMORIES[:3])
+    assert all(h.score > 0 for h in found)
+    assert memory_search(caller=caller, query=SearchQuery("submarine", mode=mode)) == []
+
+
+def test_the_evidence_floor_is_the_configured_models(settings, caller):
+    """resolve() takes the floor of the configured model (its variants share
+    it); a model without a measured floor only drops similarities at or below 0."""
+    assert RetrievalParams.resolve().vector_floor == scoring.VECTOR_FLOORS["all-MiniLM-L6-v2"]
+    assert scoring.vector_floor_for("all-MiniLM-L6-v2+int8+ctx1") == scoring.VECTOR_FLOORS["all-MiniLM-L6-v2"]
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBEDDING_MODEL": "someone-elses-model"}
+    assert RetrievalParams.resolve().vector_floor == 0.0
+    with pytest.raises(ValueError):
+        RetrievalParams(vector_floor=1.5)
+    # The floor is what channel_hits keeps: everything with a lower similarity goes.
+    store(caller, *EDITOR_MEMORIES)
+    [vector] = WordHashEmbedder().embed(["editor"])
+    flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
+    open_floor = channel_hits(
+        caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(vector_floor=-1.0)
+    )
+    floored = channel_hits(
+        caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(vector_floor=0.3)
+    )
+    assert set(floored) == {pk for pk, hit in open_floor.items() if (hit.vector_similarity or 0) >= 0.3}
+    assert 0 < len(floored) < len(EDITOR_MEMORIES)

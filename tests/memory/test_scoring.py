@@ -38,3 +38,19 @@ def test_rule_effectiveness_and_maturity_steps():
     assert scoring.rule_maturity(maturity="established", success=15, harmful=0, age_days=30) == "proven"
     assert scoring.rule_maturity(maturity="proven", success=15, harmful=2, age_days=40) == "established"
     assert scoring.rule_maturity(maturity="candidate", success=1, harmful=3, age_days=1) == "anti_pattern"
+
+
+def test_a_hit_needs_a_keyword_match_or_a_similarity_at_the_floor():
+    ChannelHit, has_evidence, with_evidence = scoring.ChannelHit, scoring.has_evidence, scoring.with_evidence
+    keyword_only = ChannelHit(text_rank_value=0.4, text_rank=1)
+    weak_vector_and_keyword = ChannelHit(vector_similarity=0.05, vector_rank=9, text_rank_value=0.2, text_rank=2)
+    strong_vector = ChannelHit(vector_similarity=0.45, vector_rank=1)
+    weak_vector = ChannelHit(vector_similarity=0.12, vector_rank=2)
+    opposite = ChannelHit(vector_similarity=-0.2, vector_rank=3)
+    assert has_evidence(keyword_only, 0.2) and has_evidence(weak_vector_and_keyword, 0.2)
+    assert has_evidence(strong_vector, 0.2) and not has_evidence(weak_vector, 0.2)
+    assert has_evidence(weak_vector, 0.12)  # at the floor counts
+    assert not has_evidence(opposite, -1.0)  # no shared direction is never evidence
+    assert not has_evidence(ChannelHit(), 0.0)
+    hits = {"k": keyword_only, "s": strong_vector, "w": weak_vector}
+    assert set(with_evidence(hits, 0.2)) == {"k", "s"}
