@@ -85,6 +85,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 import _embcache  # noqa: E402
 import _longmemeval  # noqa: E402
+import _memorybank  # noqa: E402
 
 KS = (1, 5, 10, 20)
 LME_KS = (5, 10, 20, 50)
@@ -115,7 +116,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=Path(os.environ.get("MEMPROJ_MADIAL_DIR", DEFAULT_DATA)))
     p.add_argument("--lme-data", type=Path, default=Path(os.environ.get("MEMPROJ_LME_DIR", _longmemeval.DEFAULT_DATA)))
-    p.add_argument("--dataset", choices=("both", "madial", "lme"), default="both")
+    p.add_argument(
+        "--dataset",
+        choices=("all", "both", "madial", "lme", "memorybank"),
+        default="all",
+        help="all: the three sets; both: MADial and LongMemEval",
+    )
+    p.add_argument("--mb-data", type=Path, default=Path(os.environ.get("MEMPROJ_MB_DIR", _memorybank.DEFAULT_DATA)))
     p.add_argument("--limit", type=int, default=0, help="MADial: only the first N dialogues (0 = all)")
     p.add_argument("--lme-per-type", type=int, default=0, help="LongMemEval: first N questions of each type (0 = all)")
     p.add_argument("--params", nargs="*", default=[], help="RetrievalParams overrides, name=value")
@@ -137,6 +144,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=3,
         help="LongMemEval questions per type stored through every dialect's write (0 = MADial only)",
     )
+    p.add_argument("--floor", action="store_true", help="only the vector evidence floor table of each set")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.add_argument("--tiny", action="store_true", help="smoke-test size")
     args = p.parse_args(argv)
@@ -450,6 +458,36 @@ def lme_dataset(
 def lme_texts(data_dir: Path, per_type: int, version: str) -> list[str]:
     qs = _longmemeval.load(data_dir, per_type)
     return [q.question for q in qs] + [text for q in qs for text in lme_embedding_texts(q, version)]
+
+
+MB_VERSION = "v1"
+
+
+def memorybank_texts(data_dir: Path, version: str) -> list[str]:
+    users = _memorybank.load(data_dir)
+    return [q for u in users for q, _, _ in u.questions] + [
+        text
+        for u in users
+        for text in lme_embedding_texts(u, version)  # type: ignore[arg-type]
+    ]
+
+
+def memorybank_dataset(data_dir: Path, embedder: _embcache.CachedEmbedder, version: str) -> DataSet:
+    """One tenant per user, one episode per turn (speaker in the metadata,
+    session = the day), stored as the LongMemEval haystacks are."""
+    queries = []
+    for user in _memorybank.load(data_dir):
+        slug = re.sub(r"\W+", "-", user.name.lower())
+        caller = tenant_caller(f"bench-mb-{MB_VERSION}-{version}-{slug}")
+        fill_lme_tenant(caller, user, embedder, version)  # type: ignore[arg-type]
+        id_map = item_ids(caller, "turn")
+        for question, evidence, qtype in user.questions:
+            queries.append(
+                Query(
+                    caller=caller, text=question, gold=set(evidence), category=qtype, id_map=id_map, now=user.asked_at
+                )
+            )
+    return DataSet("MemoryBank (en, labelled evidence)", queries, KS, 20)
 
 
 def sessions_ranked(query: Query, ranked: Sequence[int]) -> list[str]:
@@ -770,11 +808,11 @@ def capped(hit, k_vec: int, k_txt: int):  # type: ignore[no-untyped-def]
 def rerank(ds: DataSet, wide: Wide, params, mode: str = "hybrid") -> list[list[int]]:  # type: ignore[no-untyped-def]
     """Order as memory_search does (score DESC, created_at DESC, id ASC), with the
     channel depths of ``params`` applied to the wide candidates."""
-    from memory.scoring import channel_relevance
+    from memory.scoring import channel_relevance, with_evidence
 
     runs = []
     for cands, q in wide:
-        hits = {pk: capped(h, params.k_vec, params.k_txt) for pk, h, _ in cands}
+        hits = with_evidence({pk: capped(h, params.k_vec, params.k_txt) for pk, h, _ in cands}, params.vector_floor)
         if mode == "keyword":
             hits = {pk: h for pk, h in hits.items() if h.text_rank is not None}
         elif mode == "semantic":
@@ -788,13 +826,65 @@ def rerank(ds: DataSet, wide: Wide, params, mode: str = "hybrid") -> list[list[i
     return runs
 
 
+# --------------------------------------------------------------------------- evidence floor
+
+FLOORS = (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4)
+
+
+def floor_table(ds: DataSet, params) -> list[str]:  # type: ignore[no-untyped-def]
+    """What a vector-similarity floor (scoring.has_evidence) costs and removes.
+    Per floor: the labelled evidence items the vector channel ranks in its top
+    10 without a keyword match that the floor would drop, the share of the
+    other vector-only candidates (top k_vec) it drops, and hybrid / vector-only
+    recall with it applied."""
+    wide = wide_candidates(ds, params.with_(vector_floor=-1.0))
+    rows = []
+    for floor in FLOORS:
+        lost = at_risk = dropped = others = 0
+        for cands, q in wide:
+            for pk, hit, _ in cands:
+                if hit.vector_rank is None or (hit.text_rank is not None and hit.text_rank <= params.k_txt):
+                    continue
+                below = (hit.vector_similarity or 0.0) < floor
+                if q.id_map.get(pk) in q.gold:
+                    if hit.vector_rank <= 10:
+                        at_risk += 1
+                        lost += below
+                elif hit.vector_rank <= params.k_vec:
+                    others += 1
+                    dropped += below
+        p = params.with_(vector_floor=floor)
+        hyb, sem = score_ds(ds, rerank(ds, wide, p)), score_ds(ds, rerank(ds, wide, p, "semantic"))
+        rows.append(
+            [f"{floor:.2f}", f"{lost}/{at_risk}", f"{dropped / max(1, others):.1%}"]
+            + [f"{m[c]:.3f}" for m in (hyb, sem) for c in ("R@5", "R@10")]
+        )
+    return [
+        "",
+        f"{ds.name}: vector evidence floor (a memory without a keyword match needs this cosine similarity)",
+        _common.table(
+            [
+                "floor",
+                "evidence in vector top 10 dropped",
+                "other vector-only candidates dropped",
+                "hybrid R@5",
+                "hybrid R@10",
+                "vector R@5",
+                "vector R@10",
+            ],
+            rows,
+        ),
+    ]
+
+
 # --------------------------------------------------------------------------- main
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    want_madial = args.dataset in ("both", "madial")
-    want_lme = args.dataset in ("both", "lme")
+    want_madial = args.dataset in ("all", "both", "madial")
+    want_lme = args.dataset in ("all", "both", "lme")
+    want_mb = args.dataset in ("all", "memorybank")
     if want_madial and not (args.data / "data_en").is_dir():
         print(f"MADial-Bench data not found in {args.data} (set --data or MEMPROJ_MADIAL_DIR)", file=sys.stderr)
         return 2
@@ -815,6 +905,7 @@ def main(argv: list[str] | None = None) -> int:
     # embedded by --warm-only (slow); until then its vector rows cover the
     # questions whose haystack is in the cache, and keyword rows cover all.
     _embcache.warm(embedder, madial_texts(args.data) if want_madial else [])
+    _embcache.warm(embedder, memorybank_texts(args.mb_data, version) if want_mb else [])
     if args.warm_only:
         if want_lme:
             # Smallest subsets first, so a long warm-up is usable early; only the
@@ -831,6 +922,8 @@ def main(argv: list[str] | None = None) -> int:
         datasets.append(madial)
     if want_lme:
         datasets.extend(d for d in lme_dataset(args.lme_data, args.lme_per_type, embedder, version) if d.queries)
+    if want_mb:
+        datasets.append(memorybank_dataset(args.mb_data, embedder, version))
     print(f"  tenants ready in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     # What a tenant's read gets (settings, then the tenant's policy: every bench
     # tenant has the default policy), then the command line's overrides.
@@ -850,6 +943,12 @@ def main(argv: list[str] | None = None) -> int:
         + (f" + {' '.join(args.params)})" if args.params else ")"),
     ]
     figures: dict[str, object] = {"params": {k: str(v) for k, v in vars(params).items()}}
+    if args.floor:
+        for ds in datasets:
+            if "semantic" in ds.modes:
+                out += floor_table(ds, params)
+        print("\n".join(out))
+        return 0
     for ds in datasets:
         runs = {mode: search_runs(ds, mode, params) for mode in ds.modes}
         rows = [
