@@ -1,4 +1,4 @@
-"""Shared fixtures. The trio convention (CONVENTIONS 3): an owner (admin) and a
+"""Shared fixtures. The trio every permission test uses: an owner (admin) and a
 member of tenant A, and an outsider in tenant B. And the embedder each test
 gets: a deterministic hashing embedder (tests/embedders.py), or the real
 all-MiniLM-L6-v2 for tests marked ``real_embedder``: MCP-level, worker and

@@ -105,7 +105,7 @@ _TEXT_FIELDS = ("query", "q", "topic", "trigger_prompt", "prompt", "text", "cont
 def _arguments(schema: dict[str, Any], memory: Memory) -> dict[str, Any]:
     props: dict[str, Any] = schema.get("properties", {})
     args: dict[str, Any] = {}
-    # An optional query is filled too: roampal's search_memory has no required argument (seed 003).
+    # An optional query is filled too: roampal v0.3.5's search_memory has no required argument.
     optional_query = [n for n in ("query",) if n in props and n not in schema.get("required", [])]
     for name in [*schema.get("required", []), *optional_query]:
         spec = props.get(name, {})

@@ -329,8 +329,9 @@ async def test_a_new_policy_applies_on_the_next_request_although_the_rule_is_cac
 
 @pytest.mark.django_db(transaction=True)
 async def test_the_rest_route_answers_a_rate_limit_in_the_dialects_own_error_body(owner):
-    """/api/pce/<tool> answers its errors in pce's body (seed 004), and so its
-    429: not the generic body, not JSON-RPC. Other /api/ endpoints keep the plain one."""
+    """/api/pce/<tool> answers its errors in pce's body (``{error: {code, message}}``,
+    as pce-memory v0.14.0 does), and so its 429: not the generic body, not JSON-RPC.
+    Other /api/ endpoints keep the plain one."""
     from asgiref.sync import sync_to_async
 
     from memproj.asgi import Router

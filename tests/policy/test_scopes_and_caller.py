@@ -81,7 +81,7 @@ def test_scope_ttls_from_the_policy_drive_expiry(owner, member):
 
 
 def test_expired_facts_and_rules_of_a_project_scope_are_deleted_with_an_event_each(owner, member):
-    """Seed 004: a project-scoped fact or rule leaves retrieval at its TTL like an
+    """pce's scopes: a project-scoped fact or rule leaves retrieval at its TTL like an
     episode, and its row goes after the retention period with an audit event.
     An expired fact takes the older versions it superseded with it (each
     audited), so no superseded row is left without its successor."""
