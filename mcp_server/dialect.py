@@ -203,7 +203,7 @@ class Dialect:
     # The HTTP status of an error text on the plain HTTP surface (mcp_server/rest.py).
     http_status: Callable[[str], int] = lambda text: 400  # noqa: E731
     # Resolve the tenant policy before validating, so that every answer,
-    # errors included, can name the policy version (seed 004's envelope).
+    # errors included, can name the policy version (pce-memory's envelope).
     preload_policy: bool = False
     tools: list[ToolSpec] = field(default_factory=list)
     # Optional: adapt the advertised tools to this connection's options
@@ -233,9 +233,9 @@ class Dialect:
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Register a sync tool function. ``aliases`` maps upstream argument
         names to this tool's (e.g. butlers' ``memory_id`` -> ``id``);
-        ``input_schema`` advertises and enforces a seed's schema verbatim instead
+        ``input_schema`` advertises and enforces an upstream's schema verbatim instead
         of the one derived from the signature; ``description`` replaces the
-        docstring (seed texts kept as constants). ``writes`` marks a tool that
+        docstring (upstream texts kept as constants). ``writes`` marks a tool that
         stores something: it honours an idempotency key; read tools ignore one."""
 
         def decorate(fn: Callable[P, R]) -> Callable[P, R]:
@@ -307,7 +307,7 @@ class Dialect:
 
 
 def resolve_caller(selection: CallSelection) -> Caller:
-    """Seed 000's tenant rule for every dialect; an elevation is audited in the target tenant."""
+    """The tenant rule of every dialect: the token's tenant, unless an admin elevates (audited in the target tenant)."""
     acting = caller_for_target_tenant(caller=selection.caller, tenant=selection.tenant, elevate=selection.elevate)
     if acting.elevated_from is not None:
         api.elevation_audit(caller=acting)

@@ -51,7 +51,7 @@ _slots_taken = 0  # side calls running now, at most MEMPROJ_SIDE_READ_THREADS
 _reads_in_flight = 0  # side_by_side calls running now, in any thread
 # Overlapping a read's statements pays when a core would otherwise idle: with as
 # many reads in flight as cores, they already keep the cores busy, and a second
-# connection's transaction is pure cost (-5 to -10% calls/s at 32 clients).
+# connection's transaction is then pure cost (fewer calls per second under load).
 _BUSY_READS = os.cpu_count() or 2
 
 

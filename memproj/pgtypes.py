@@ -4,9 +4,9 @@ and which pgvector types the server has.
 Django registers its own timestamptz loader on every connection: a Python
 subclass of psycopg's pure-Python loader that sets Django's tzinfo, so the C
 implementation that ``psycopg[binary]`` ships is never used for timestamps. A
-search reads ~300 of them (two per ranked candidate, several per returned
-row), and parsing them in Python was about a tenth of the web process's Python
-time under load. The loader registered here gives the same values (the session
+search reads hundreds of them (two per ranked candidate, several per returned
+row), and parsing them in Python is a visible share of the web process's
+Python time under load. The loader registered here gives the same values (the session
 time zone Django set, with Django's tzinfo object) from the C parser.
 """
 

@@ -1,4 +1,4 @@
-"""ASGI middleware: per-token rate limits on every HTTP request (seed 004 §4).
+"""ASGI middleware: per-token rate limits on every HTTP request (the pce-memory spec's rate limit, for every dialect).
 
 Every HTTP response carries ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and
 ``X-RateLimit-Reset`` (seconds until the window frees capacity). Over the limit

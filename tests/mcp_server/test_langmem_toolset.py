@@ -1,4 +1,4 @@
-"""Every scenario of seed 001 (langmem) through the real MCP SDK (in-process
+"""Every scenario of the langmem dialect (LangMem 0.0.30's tools) through the real MCP SDK (in-process
 client), with the per-connection options an HTTP endpoint's query parameters
 or the stdio flags would set."""
 

@@ -1,4 +1,4 @@
-"""Every scenario of seed 002 (memento), and the upstream server's remember /
+"""Every scenario of the Memento MCP tools spec, and the Memento server's remember /
 recall, through the real MCP SDK (in-process client)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ SEED_DESCRIPTIONS = {
 
 
 def error_of(text: str) -> dict:
-    """Seed 002 errors are exactly {"error": {"code", "message"}} as JSON text."""
+    """Memento errors are exactly {"error": {"code", "message"}} as JSON text."""
     body = json.loads(text)
     assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
     return body["error"]

@@ -1,4 +1,4 @@
-"""Every scenario of seed 000, through the real MCP SDK (in-process client)."""
+"""Every scenario of the memory dialect, through the real MCP SDK (in-process client)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ async def test_search_modes_default_limit_and_min_confidence(member, mcp_client_
         strict = await call(client, "memory_search", query="water tomatoes", types=["rule"], min_confidence=0.9)
         loose = await call(client, "memory_search", query="water tomatoes", types=["rule"], min_confidence=0.4)
         error = await call_error(client, "memory_search", query="x", mode="fuzzy")
-    assert hybrid["count"] == 20  # seed 000: limit defaults to 20
+    assert hybrid["count"] == 20  # the memory dialect: limit defaults to 20
     assert keyword["count"] == 5 and semantic["count"] == 5
     scores = [r["score"] for r in hybrid["results"]]
     assert scores == sorted(scores, reverse=True)

@@ -1,5 +1,5 @@
 """pce active contexts: a read-only token stores none (its activate is refused
-with the seed's UNAUTHORIZED and writes no row anywhere), and an active context
+with the spec's UNAUTHORIZED and writes no row anywhere), and an active context
 expires after MEMPROJ_ACTIVE_CONTEXT_TTL_SECONDS, is never served afterwards
 (its cursor answers GONE, 410, before and after the beat sweep deleted it) and
 is deleted by the beat sweep in bounded batches."""

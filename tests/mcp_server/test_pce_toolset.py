@@ -1,5 +1,5 @@
-"""Seed 004 (pce-memory) through the real MCP SDK: every tool under both
-spellings, answers validated against the seed's JSON Schemas, every error code
+"""The pce-memory MCP Tools Spec v0.1 through the real MCP SDK: every tool under both
+spellings, answers validated against the spec's JSON Schemas, every error code
 with its HTTP status, idempotency, active contexts, ranking and boundaries."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ async def ok(client, name: str, schema: dict, **arguments) -> dict:
 async def fails(client, name: str, **arguments) -> dict:
     result = await client.call_tool(name, arguments)
     assert result.is_error, f"{name} unexpectedly succeeded"
-    body = json.loads(result.content[0].text)  # the text is exactly the seed's error JSON
+    body = json.loads(result.content[0].text)  # the text is exactly the spec's error JSON
     assert set(body) == {"error", "request_id", "trace_id", "policy_version"}
     assert set(body["error"]) == {"code", "message", "details"}
     return body
@@ -52,7 +52,7 @@ async def fails(client, name: str, **arguments) -> dict:
 
 @pytest.fixture(scope="module", autouse=True)
 def _warm_embedder():
-    """Serving processes load the model at start-up; the seed's per-tool timeouts
+    """Serving processes load the model at start-up; the spec's per-tool timeouts
     (upsert 10 s) are about calls, not about loading a model in the first one."""
     from memory.embeddings import warm_up
 
@@ -61,7 +61,7 @@ def _warm_embedder():
 
 @pytest.fixture(scope="module", autouse=True)
 def _warm_embedder():
-    """Serving processes load the model at start-up; the seed's per-tool timeouts
+    """Serving processes load the model at start-up; the spec's per-tool timeouts
     (upsert 10 s) are about calls, not about loading a model in the first one."""
     from memory.embeddings import warm_up
 

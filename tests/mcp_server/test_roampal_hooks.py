@@ -1,5 +1,5 @@
-"""Seed 003's hook server (get-context, stop, search, ingest): authentication,
-Feature 5's limits, no CORS, tenant isolation; and the Claude Code hook
+"""roampal v0.3.5's hook server (get-context, stop, search, ingest): authentication,
+upstream's input limits, no CORS, tenant isolation; and the Claude Code hook
 commands run the way Claude Code runs them, against a live uvicorn."""
 
 from __future__ import annotations

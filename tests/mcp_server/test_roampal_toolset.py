@@ -1,5 +1,5 @@
-"""Seed 003 (roampal) through the real MCP SDK: every tool, the display formats,
-the id round trip, the normalized memory shape and the seed's texts."""
+"""roampal v0.3.5 through the real MCP SDK: every tool, the display formats,
+the id round trip, the normalized memory shape and roampal's texts."""
 
 from __future__ import annotations
 

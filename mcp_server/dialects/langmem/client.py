@@ -1,4 +1,4 @@
-"""LangMem on memproj, for LangGraph users (seed 001's Python API).
+"""LangMem on memproj, for LangGraph users (LangMem 0.0.30's Python API).
 
 Importable without Django or a database: it talks to a running memproj over
 HTTP with an API token. Needs ``langchain-core`` and ``langgraph`` (not the
@@ -12,9 +12,9 @@ service's dependencies: install them where your agent runs).
       tool = langmem.create_manage_memory_tool(namespace=("memories", "{user_id}"), store=store)
 
 - ``create_manage_memory_tool`` / ``create_search_memory_tool``: LangChain tools
-  with seed 001's behaviour (LangMem's ValueErrors and ConfigurationError, the
-  namespace resolved from the runnable config's ``configurable``), and seed
-  001's automatic namespaces when none is given: ``{"user_id": "u-123"}`` ->
+  with LangMem's behaviour (its ValueErrors and ConfigurationError, the
+  namespace resolved from the runnable config's ``configurable``), and
+  memproj's automatic namespaces when none is given: ``{"user_id": "u-123"}`` ->
   ``("user", "u-123")``, ``{"org_id": "acme", "agent_id": "alpha"}`` ->
   ``("org", "acme", "alpha")``.
 """
@@ -182,7 +182,7 @@ def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
 
 
 class _Namespace:
-    """A namespace template (LangMem's, or None for seed 001's automatic one)
+    """A namespace template (LangMem's, or None for memproj's automatic one)
     resolved against the runnable config at call time."""
 
     def __init__(self, template: tuple[str, ...] | str | None) -> None:
@@ -215,7 +215,7 @@ def create_manage_memory_tool(
 ) -> StructuredTool:
     """LangMem's manage_memory on memproj. Give ``store`` (e.g. a
     ``MemprojStore``), or ``url`` and ``token``, or run inside a LangGraph graph
-    compiled with a store. ``namespace=None`` uses seed 001's automatic
+    compiled with a store. ``namespace=None`` uses memproj's automatic
     ``("user", user_id)`` / ``("org", org_id, agent_id)``."""
     actions = check_actions(actions_permitted)
     namespacer = _Namespace(namespace)

@@ -1,4 +1,4 @@
-"""LangMem's namespace rules (seed 001), shared by the `langmem` MCP dialect and
+"""LangMem's namespace rules (LangMem 0.0.30), shared by the `langmem` MCP dialect and
 the Python client API. Pure Python: no Django, no LangChain, so both sides
 import it.
 
@@ -6,7 +6,7 @@ import it.
   by ``configurable[key]`` at run time (LangGraph's runnable config).
 - Without a template, the runtime config decides: ``{"org_id", "agent_id"}``
   resolves to ``("org", org_id, agent_id)`` and ``{"user_id"}`` to
-  ``("user", user_id)`` (seed 001; when both are present the org/agent pair,
+  ``("user", user_id)`` (memproj's addition, not LangMem's; when both are present the org/agent pair,
   the more specific partition, wins).
 - A missing key raises ``ConfigurationError`` with upstream's message."""
 

@@ -1,4 +1,4 @@
-"""The `langmem` dialect (seed 001): ``manage_memory`` and ``search_memory`` as
+"""The `langmem` dialect (LangMem 0.0.30): ``manage_memory`` and ``search_memory`` as
 LangMem's tools behave, with LangMem's per-tool configuration given per
 connection (never by the model):
 

@@ -1,6 +1,6 @@
-"""The `memento` dialect (seed 002): store_memory with similar-memory
+"""The `memento` dialect (the Memento MCP tools spec): store_memory with similar-memory
 suggestions, supersede_memory, search_memories, list_recent_memories; plus the
-upstream server's `remember` / `recall` (UPSTREAM.md) over the same core.
+Memento server's own `remember` / `recall` over the same core.
 
 A memento memory is a core fact without a subject/predicate key (never
 superseded automatically), in the root namespace. Searches and lists read every
@@ -48,7 +48,7 @@ language, include relevant context in the content, and be consistent with naming
 or always "John").
 """
 
-# Seed 002's error codes; the codes the core raises map onto them.
+# The spec's error codes; the codes the core raises map onto them.
 CODES = {
     "NOT_FOUND": "MEMORY_NOT_FOUND",
     "INVALID_ARGUMENT": "INVALID_PARAMETER",
@@ -62,8 +62,8 @@ CODES = {
 
 
 def render_error(code: str, message: str, details: Mapping[str, Any] | None = None) -> str:
-    """Seed 002: ``{"error": {"code": ..., "message": ...}}`` as the tool error's text
-    (exactly those two keys: the seed's shape has no details)."""
+    """The spec's ``{"error": {"code": ..., "message": ...}}`` as the tool error's text
+    (exactly those two keys: the spec's shape has no details)."""
     return json.dumps({"error": {"code": CODES.get(code, code), "message": message}})
 
 
@@ -71,13 +71,13 @@ dialect = Dialect("memento", INSTRUCTIONS, render_error=render_error)
 
 MAX_CONTENT_CHARS = settings.MEMPROJ["MAX_CONTENT_CHARS"]
 MAX_QUERY_CHARS = settings.MEMPROJ["MAX_QUERY_CHARS"]
-# The upstream server's `remember` limit (UPSTREAM.md seed 002).
+# The Memento server's `remember` limit (4,000 characters).
 REMEMBER_MAX_CHARS = 4000
 MemoryId = Annotated[str, Field(max_length=100)]
 
 
 class Memory(BaseModel):
-    """Seed 002's Memory object."""
+    """The Memento spec's Memory object."""
 
     id: str
     content: str
@@ -206,7 +206,7 @@ def list_recent_memories(
     return MemoryList(memories=_records(rows))
 
 
-# The upstream Memento server's own tools (UPSTREAM.md): plain-text answers and errors.
+# The Memento server's own tools: plain-text answers and errors, in its words.
 
 
 @dialect.tool(writes=True)

@@ -1,4 +1,4 @@
-"""The `memory` dialect (seed 000): episodes, facts and rules.
+"""The `memory` dialect (the butlers memory module's tools): episodes, facts and rules.
 
 Glue only: resolve the caller, call one service or selector, shape the answer."""
 
@@ -40,7 +40,7 @@ def http_status(text: str) -> int:
 
 
 dialect = Dialect("memory", INSTRUCTIONS, render_error=bracketed, http_status=http_status)
-# The butlers memory module (UPSTREAM.md) names these arguments memory_type / memory_id.
+# The butlers memory module names these arguments memory_type / memory_id.
 BUTLERS_ALIASES = {"memory_type": "type", "memory_id": "id"}
 
 LIMITS = settings.MEMPROJ

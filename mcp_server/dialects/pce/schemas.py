@@ -1,4 +1,4 @@
-"""The JSON Schemas of seed 004 (pce-memory MCP Tools Spec v0.1), verbatim but
+"""The JSON Schemas of the pce-memory MCP Tools Spec v0.1, verbatim but
 for two additions: the read filters' extra scope `global` (FILTER_SCOPES) and
 policy.apply's `would_conflict`. The request schemas are what the `pce` dialect
 advertises and enforces, the response schemas are what the tests validate

@@ -1,10 +1,10 @@
-"""The `pce` dialect (seed 004, pce-memory MCP Tools Spec v0.1): claims with
+"""The `pce` dialect (the pce-memory MCP Tools Spec v0.1): claims with
 provenance, active contexts, feedback, boundary validation and policy apply.
 
-Each tool is served under the seed's dotted name (`pce.memory.activate`) and
+Each tool is served under the spec's dotted name (`pce.memory.activate`) and
 the underscore name the published pce-memory switched to (`pce_memory_activate`)
 because several clients refuse dots in tool names (the Anthropic API accepts
-only [a-zA-Z0-9_-]). Requests are checked against the seed's JSON Schemas
+only [a-zA-Z0-9_-]). Requests are checked against the spec's JSON Schemas
 verbatim (schemas.py). Every success is the envelope
 `{"data", "policy_version", "request_id", "trace_id"}`, every failure the tool
 error whose text is `{"error": {"code", "message", "details"}, "request_id",
@@ -36,7 +36,7 @@ Scopes: session (7 days), project (120 days), principle (permanent) by default; 
 public / internal / pii / secret decide which use tags (allow) may see a claim.
 """
 
-# Core codes -> seed 004 §6 vocabulary.
+# Core codes -> the spec's error vocabulary.
 CODES = {
     "INVALID_ARGUMENT": "VALIDATION_ERROR",
     "NOT_FOUND": "UNKNOWN_CLAIM",
@@ -61,7 +61,7 @@ HTTP_STATUS = {
     "UNAUTHORIZED": 401,
     "INTERNAL": 500,
 }
-# Payload limits (bytes) and timeouts (seconds) per tool, seed 004 §2.
+# Payload limits (bytes) and timeouts (seconds) per tool, as the spec sets them.
 LIMITS = {
     "activate": (16 * 1024, 15.0),
     "search": (32 * 1024, 10.0),
@@ -72,7 +72,7 @@ LIMITS = {
 }
 # The tools that store something (an idempotency key applies to them).
 WRITES = frozenset({"activate", "upsert", "feedback", "policy.apply"})
-# seed 004: feedback is idempotent per (claim_id, ts_bucket); a bucket is one
+# The spec: feedback is idempotent per (claim_id, ts_bucket); a bucket is one
 # UTC minute, so a client's retry within the minute is applied once.
 FEEDBACK_BUCKET_SECONDS = 60
 ACTIVE_CONTEXT_PREFIX = "ac_"
@@ -117,7 +117,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def pce_tool(short: str, schema: Mapping[str, Any]) -> Callable[[F], F]:
-    """One tool under both spellings, with the seed's schema, payload limit and timeout."""
+    """One tool under both spellings, with the spec's schema, payload limit and timeout."""
     payload_limit, timeout = LIMITS[short]
     limits: dict[str, Any] = {"payload_limit": payload_limit, "timeout": timeout, "writes": short in WRITES}
     dotted = dialect.tool(f"pce.memory.{short}", input_schema=schema, **limits)

@@ -332,7 +332,7 @@ def scores_template(ids: Iterable[str]) -> str:
 
 
 def scoring_prompt(ids: Sequence[str]) -> str:
-    """Feature 1's lean scoring prompt (Claude Code / Cursor): ids only."""
+    """roampal v0.3.5's lean scoring prompt (Claude Code / Cursor): ids only."""
     return (
         "<roampal-score-required>\n"
         "Score the previous exchange before responding.\n\n"
@@ -352,7 +352,7 @@ def scoring_prompt(ids: Sequence[str]) -> str:
 
 
 def scoring_prompt_simple(ids: Sequence[str]) -> str:
-    """Feature 1's OpenCode prompt: refers to the SCORING REFERENCE block."""
+    """roampal v0.3.5's OpenCode scoring prompt: refers to the SCORING REFERENCE block."""
     return (
         "<roampal-score-required>\n"
         "Score the memories listed in SCORING REFERENCE above.\n\n"

@@ -53,7 +53,7 @@ SELF_AUDIT_MIN_FACTS = 3
 
 
 class MemoryShape(BaseModel):
-    """Seed 003 Feature 2's normalized memory (importance/confidence on memory_bank only;
+    """roampal v0.3.5's normalized memory (importance/confidence on memory_bank only;
     embedding_similarity/final_rank_score only from a semantic search)."""
 
     id: str
