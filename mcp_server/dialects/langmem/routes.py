@@ -100,12 +100,9 @@ def _run(caller: Caller, op: dict[str, Any]) -> Any:
         if query:
             found = api.memory_search_accessed(
                 caller=caller,
-                query=query,
-                types=["fact"],
-                limit=limit,
-                offset=offset,
-                namespace_prefix=prefix,
-                attributes=attributes,
+                query=api.SearchQuery(
+                    query, types=["fact"], limit=limit, offset=offset, namespace_prefix=prefix, attributes=attributes
+                ),
             )
             return [langmem.item(i.memory, i.score) for i in found]
         rows = api.memory_list_recent_accessed(

@@ -251,12 +251,9 @@ def search_memory(
     namespace = resolve(config)
     found = api.memory_search_accessed(
         caller=dialect.caller(),
-        query=query,
-        types=["fact"],
-        limit=limit,
-        offset=offset,
-        namespace_prefix=namespace,
-        attributes=filter,
+        query=api.SearchQuery(
+            query, types=["fact"], limit=limit, offset=offset, namespace_prefix=namespace, attributes=filter
+        ),
     )
     items = [item(i.memory, i.score) for i in found]
     text = TextContent(type="text", text=json.dumps(items, ensure_ascii=False, separators=(",", ":")))

@@ -193,7 +193,9 @@ def search_memories(
     limit: Annotated[int, Field(ge=1, le=20, description="Maximum number of results to return")] = 5,
 ) -> MemoryList:
     """Search for relevant memories based on a query. Automatically filters out superseded memories."""
-    found = api.memory_search_accessed(caller=dialect.caller(), query=query, types=["fact"], limit=limit)
+    found = api.memory_search_accessed(
+        caller=dialect.caller(), query=api.SearchQuery(query, types=["fact"], limit=limit)
+    )
     return MemoryList(memories=_records([i.memory for i in found], [i.score for i in found]))
 
 
@@ -242,7 +244,9 @@ def recall(
         raise DialectFailure("Query cannot be empty.", "INVALID_PARAMETER")
     if limit < 1:
         raise DialectFailure("Limit must be at least 1.", "INVALID_PARAMETER")
-    found = api.memory_search_accessed(caller=dialect.caller(), query=query, types=["fact"], limit=limit)
+    found = api.memory_search_accessed(
+        caller=dialect.caller(), query=api.SearchQuery(query, types=["fact"], limit=limit)
+    )
     if not found:
         return f'No memories found for "{query}".'
     lines = [f'Found {len(found)} result(s) for "{query}":']

@@ -333,12 +333,9 @@ def memory_search(
     return results(
         api.memory_search(
             caller=dialect.caller(),
-            query=query,
-            types=types,
-            scope=scope,
-            mode=mode,
-            limit=limit,
-            min_confidence=min_confidence,
+            query=api.SearchQuery(
+                query, types=types, scope=scope, mode=mode, limit=limit, min_confidence=min_confidence
+            ),
         )
     )
 
