@@ -106,7 +106,7 @@ def timed_each(fn, items) -> list[float]:  # type: ignore[no-untyped-def]
 
 def speed(args: argparse.Namespace, conninfo: str) -> tuple[list[list[object]], dict]:
     from memory.embeddings import get_embedder
-    from memory.selectors.memories import memory_search
+    from memory.selectors.memories import SearchQuery, memory_search
     from memory.services.memories import episode_store
     from policy.services.tokens import token_authenticate, token_issue
 
@@ -169,7 +169,7 @@ def speed(args: argparse.Namespace, conninfo: str) -> tuple[list[list[object]], 
 
         def memproj_search(q: str) -> object:
             embedder.clear_query_cache()  # every search pays its embedding, as mem0's does
-            return memory_search(caller=caller, query=q, mode="hybrid", limit=20)
+            return memory_search(caller=caller, query=SearchQuery(q, mode="hybrid", limit=20))
 
         results["memproj search"] += timed_each(memproj_search, part)
         for name, m in systems.items():
@@ -231,7 +231,7 @@ def quality(args: argparse.Namespace, conninfo: str) -> list[tuple[str, dict[str
     ours, theirs = [], []
     for query, dialogue in zip(ds.queries, dialogues, strict=True):
         found = selectors.memory_search(
-            caller=query.caller, query=query.text, mode="hybrid", limit=20, types=["episode"]
+            caller=query.caller, query=selectors.SearchQuery(query.text, mode="hybrid", limit=20, types=["episode"])
         )
         ours.append([query.id_map[item.memory.id] for item in found])
         answer = mem0.search(

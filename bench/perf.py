@@ -490,7 +490,7 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
     from memory.embeddings import get_embedder
     from memory.models import EMBEDDING_DIM, GRAPH_VECTOR_SQL
     from memory.retrieval import vector_literal
-    from memory.selectors.memories import memory_search
+    from memory.selectors.memories import SearchQuery, memory_search
     from memory.services.memories import episode_store, fact_store
     from memory.services.referencing import memory_get, memory_recall
 
@@ -548,9 +548,21 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
                 content=synthetic.fresh_episode(size * 1000 + next(counter)),
             ),
         ),
-        ("search_hybrid", "search", lambda: memory_search(caller=caller, query=next_query(), mode="hybrid")),
-        ("search_semantic", "search", lambda: memory_search(caller=caller, query=next_query(), mode="semantic")),
-        ("search_keyword", "search", lambda: memory_search(caller=caller, query=next_query(), mode="keyword")),
+        (
+            "search_hybrid",
+            "search",
+            lambda: memory_search(caller=caller, query=SearchQuery(next_query(), mode="hybrid")),
+        ),
+        (
+            "search_semantic",
+            "search",
+            lambda: memory_search(caller=caller, query=SearchQuery(next_query(), mode="semantic")),
+        ),
+        (
+            "search_keyword",
+            "search",
+            lambda: memory_search(caller=caller, query=SearchQuery(next_query(), mode="keyword")),
+        ),
         ("recall", "search", lambda: memory_recall(caller=caller, topic=next_query())),
         ("get", "get", get_one),
         ("context", "context", lambda: build_context(caller=caller, trigger_prompt=next_query(), butler="general")),
@@ -565,7 +577,13 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
         rows.append({"size": size, "path": "service", "op": name, "group": group, "samples": samples, "found": found})
     base["ann"] = ann_sweep(caller, qvecs)
     base["explain"] = [
-        explain_search(caller, mode, qs[0], size, lambda q, mode=mode: memory_search(caller=caller, query=q, mode=mode))
+        explain_search(
+            caller,
+            mode,
+            qs[0],
+            size,
+            lambda q, mode=mode: memory_search(caller=caller, query=SearchQuery(q, mode=mode)),
+        )
         for mode in ("hybrid", "keyword")
     ]
     # langmem's read: facts of one namespace (a filter the HNSW scan applies row by row).
@@ -576,7 +594,7 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
             qs[0],
             size,
             lambda q: memory_search(
-                caller=caller, query=q, types=["fact"], limit=10, namespace_prefix=LANGMEM_NAMESPACE
+                caller=caller, query=SearchQuery(q, types=["fact"], limit=10, namespace_prefix=LANGMEM_NAMESPACE)
             ),
         )
     )
@@ -614,13 +632,16 @@ def dialect_service_ops(caller, next_query) -> list[tuple]:  # type: ignore[no-u
         (
             "memento_search_memories",
             "dialect",
-            lambda: api.memory_search_accessed(caller=caller, query=next_query(), types=["fact"], limit=5),
+            lambda: api.memory_search_accessed(
+                caller=caller, query=api.SearchQuery(next_query(), types=["fact"], limit=5)
+            ),
         ),
         (
             "langmem_search_memory",
             "dialect",
             lambda: api.memory_search_accessed(
-                caller=caller, query=next_query(), types=["fact"], limit=10, namespace_prefix=LANGMEM_NAMESPACE
+                caller=caller,
+                query=api.SearchQuery(next_query(), types=["fact"], limit=10, namespace_prefix=LANGMEM_NAMESPACE),
             ),
         ),
         ("roampal_get_context_insights", "dialect", lambda: api.known_context(caller=caller, query=next_query())),

@@ -504,7 +504,8 @@ def search_runs(ds: DataSet, mode: str, params) -> list[list[int]]:  # type: ign
     for q in ds.queries:
         with asked_at(q.now):
             found = selectors.memory_search(
-                caller=q.caller, query=q.text, mode=mode, limit=ds.depth, types=["episode"], params=params
+                caller=q.caller,
+                query=selectors.SearchQuery(q.text, mode=mode, limit=ds.depth, types=["episode"], params=params),
             )
         runs.append([q.id_map[item.memory.id] for item in found])
     return runs
@@ -620,7 +621,9 @@ def dialect_reads() -> list[DialectRead]:
         DialectRead(
             "memory: memory_search",
             episode,
-            lambda c, q, k: [i.memory.id for i in api.memory_search(caller=c, query=q, types=["episode"], limit=k)],
+            lambda c, q, k: [
+                i.memory.id for i in api.memory_search(caller=c, query=api.SearchQuery(q, types=["episode"], limit=k))
+            ],
         ),
         DialectRead(
             "memory: memory_recall",
@@ -630,7 +633,9 @@ def dialect_reads() -> list[DialectRead]:
         DialectRead(
             "memento: search_memories",
             fact,
-            lambda c, q, k: [i.memory.id for i in api.memory_search(caller=c, query=q, types=["fact"], limit=k)],
+            lambda c, q, k: [
+                i.memory.id for i in api.memory_search(caller=c, query=api.SearchQuery(q, types=["fact"], limit=k))
+            ],
         ),
         DialectRead(
             "langmem: search_memory",
@@ -638,7 +643,8 @@ def dialect_reads() -> list[DialectRead]:
             lambda c, q, k: [
                 i.memory.id
                 for i in api.memory_search(
-                    caller=c, query=q, types=["fact"], limit=k, namespace_prefix=LANGMEM_BENCH_NAMESPACE
+                    caller=c,
+                    query=api.SearchQuery(q, types=["fact"], limit=k, namespace_prefix=LANGMEM_BENCH_NAMESPACE),
                 )
             ],
         ),

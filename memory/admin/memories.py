@@ -38,7 +38,7 @@ from memory.models import (
     Validity,
 )
 from memory.read_model import memory_view
-from memory.selectors.memories import memory_search
+from memory.selectors.memories import SearchQuery, memory_search
 from memory.services.conflicts import conflict_accept, conflict_dismiss
 from memory.services.memories import memory_confirm, memory_forget, memory_restore, memory_supersede
 from memory.services.review import memory_reembed, rule_set_maturity
@@ -218,7 +218,9 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
         ranked: list[tuple[float, uuid.UUID]] = []
         for tenant_id in tenant_ids:
             try:
-                hits = memory_search(caller=read_caller(request, tenant_id), query=term, limit=SEARCH_LIMIT)
+                hits = memory_search(
+                    caller=read_caller(request, tenant_id), query=SearchQuery(term, limit=SEARCH_LIMIT)
+                )
             except MemoryError_ as exc:
                 messages.error(request, str(exc))
                 return queryset.none(), False

@@ -216,14 +216,8 @@ class SearchQuery:
     params: RetrievalParams | None = None  # None: the tenant policy's retrieval parameters
 
 
-def search_query_of(query: SearchQuery | str, fields: Mapping[str, Any]) -> SearchQuery:
-    """TRANSITIONAL, removed once the dialects build a SearchQuery themselves:
-    the keyword form ``memory_search(caller=..., query="text", limit=5)``."""
-    return query if isinstance(query, SearchQuery) else SearchQuery(query, **fields)
-
-
-def memory_search(*, caller: Caller, query: SearchQuery | str, **fields: Any) -> list[ScoredMemory]:
-    ranking = memory_search_ranking(caller=caller, query=search_query_of(query, fields))
+def memory_search(*, caller: Caller, query: SearchQuery) -> list[ScoredMemory]:
+    ranking = memory_search_ranking(caller=caller, query=query)
     hits = {row.id: (relevance, hit) for row, relevance, hit in ranking.items}
     ordered = list(hits)
     rows = ranking.load(caller, ordered, ranking.limit)

@@ -15,7 +15,6 @@ from memory.selectors.memories import (
     memory_list_recent,
     memory_recall_candidates,
     memory_search,
-    search_query_of,
 )
 from memory.services.memories import memory_accessed_mark, memory_references_bump
 from policy.caller import Caller
@@ -36,10 +35,10 @@ def memory_get(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     return memory
 
 
-def memory_search_accessed(*, caller: Caller, query: SearchQuery | str, **fields: Any) -> list[ScoredMemory]:
+def memory_search_accessed(*, caller: Caller, query: SearchQuery) -> list[ScoredMemory]:
     """``memory_search`` for readers whose records carry ``accessed_at``
     (memento, langmem): what it returns counts as accessed."""
-    results = memory_search(caller=caller, query=search_query_of(query, fields))
+    results = memory_search(caller=caller, query=query)
     memory_accessed_mark(caller=caller, memories=[item.memory for item in results])
     return results
 

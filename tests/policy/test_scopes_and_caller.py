@@ -12,7 +12,7 @@ from django.utils import timezone
 from memory.context import build_context
 from memory.errors import InvalidArgument
 from memory.models import Memory, MemoryEvent
-from memory.selectors.memories import memory_search
+from memory.selectors.memories import SearchQuery, memory_search
 from memory.services.memories import episode_store, fact_store, rule_store
 from memory.services.sweeps import memories_expire
 from policy.caller import Caller
@@ -68,7 +68,9 @@ def test_scope_ttls_from_the_policy_drive_expiry(owner, member):
     assert ordinary.expires_at is None  # 'global' and butler scopes are not policy scopes
 
     with time_machine.travel(start + timedelta(days=31)):
-        found = {m.memory.id for m in memory_search(caller=fresh(member.caller), query="zebra", mode="keyword")}
+        found = {
+            m.memory.id for m in memory_search(caller=fresh(member.caller), query=SearchQuery("zebra", mode="keyword"))
+        }
         assert episode.id not in found and project.id not in found
         assert principle.id in found and ordinary.id in found
     # The expiry sweep deletes each expired memory after its retention period,
