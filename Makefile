@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint stop token migrate bench-perf bench-quality bench-venv bench-peer bench-export-onnx reliability
+.PHONY: setup run test lint stop token migrate bench-perf bench-quality bench-venv bench-peer bench-export-onnx reliability import-test-venv
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -24,7 +24,7 @@ run: migrate
 	$(PY) manage.py bootstrap
 	$(PY) -m memproj.serve
 
-test: setup
+test: setup import-test-venv
 	scripts/test.sh
 
 lint: setup
@@ -67,3 +67,20 @@ bench-export-onnx: setup
 # var/reliability/ (tests/reliability/ runs the same at CI size). ARGS=--small for a quick pass.
 reliability: setup
 	$(PY) bench/reliability.py $(ARGS)
+
+# The upstream systems the importer tests write real stores with (roampal, chromadb,
+# mem0ai, langgraph-checkpoint-postgres, duckdb from PyPI; the official MCP memory
+# server from npm) live in .venv-import, layered over .venv like .venv-bench, so
+# their pins never change the service's packages.
+IMPORT_VENV := .venv-import
+IMPORT_STAMP := $(IMPORT_VENV)/.installed
+MCP_MEMORY_SERVER := @modelcontextprotocol/server-memory@2026.8.31
+
+$(IMPORT_STAMP): requirements-import-test.txt $(STAMP)
+	test -x $(IMPORT_VENV)/bin/python || $(PYTHON) -m venv $(IMPORT_VENV)
+	$(IMPORT_VENV)/bin/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'zz-memproj-venv.pth').write_text('$(abspath $(VENV))/lib/python3.11/site-packages\n')"
+	$(IMPORT_VENV)/bin/python -m pip install --quiet -r requirements-import-test.txt
+	npm install --silent --no-audit --no-fund --prefix $(IMPORT_VENV)/node $(MCP_MEMORY_SERVER)
+	touch $(IMPORT_STAMP)
+
+import-test-venv: $(IMPORT_STAMP)

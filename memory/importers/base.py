@@ -66,8 +66,10 @@ class ImportedMemory:
     # A vector kept only when upstream computed it with memproj's own model.
     embedding: list[float] | None = None
     embedding_model: str = ""
-    # Keep ``source_id`` as the memory's own id when it is a UUID no other memory has.
+    # Keep ``source_id`` (or ``own_id`` when given) as the memory's own id when it
+    # is a UUID no other memory has.
     keep_id: bool = True
+    own_id: str = ""
 
 
 @dataclass

@@ -233,9 +233,11 @@ class _Importer:
             self._write(planned)
 
     def _write(self, planned: list[_Planned]) -> None:
-        wanted = {
-            uuid.UUID(p.record.source_id): p for p in planned if p.record.keep_id and _uuid_or_none(p.record.source_id)
-        }
+        wanted: dict[uuid.UUID, _Planned] = {}
+        for p in planned:
+            candidate = _uuid_or_none(p.record.own_id or p.record.source_id) if p.record.keep_id else None
+            if candidate is not None:
+                wanted.setdefault(candidate, p)
         taken = set(Memory.objects.filter(pk__in=list(wanted)).values_list("pk", flat=True))
         for pk, item in wanted.items():
             if pk not in taken:

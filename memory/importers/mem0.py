@@ -1,0 +1,206 @@
+"""mem0 (OSS ``mem0ai`` 2.x): its memories from a ``get_all()`` JSON export or
+straight from its pgvector table, with the history SQLite beside either.
+
+- ``get_all`` answers ``{"results": [{id, memory, hash, created_at, updated_at,
+  user_id?, agent_id?, run_id?, actor_id?, role?, metadata}]}`` (a bare list is
+  read too);
+- the pgvector table (``collection_name``, default ``mem0``) has ``id UUID,
+  vector, payload JSONB``; the payload holds ``data`` (the text), ``hash``,
+  ``created_at``, ``updated_at``, the id keys and the user's metadata, flattened;
+- the history database (``history_db_path``) has ``history(id, memory_id,
+  old_memory, new_memory, event, created_at, updated_at, is_deleted, actor_id,
+  role)``: the only place an updated memory's earlier text and a deleted
+  memory survive.
+
+Each memory becomes a keyless fact under the namespace of its ids (``user``,
+``agent``, ``run``), keeping its mem0 id (as its own id where free, always as an
+alias). With the history, each earlier text of an updated memory becomes a
+superseded version pointing at the next, and a deleted memory comes back
+retracted (kept for the record, never retrieved)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from memory.importers.base import ImportedMemory, ImportSourceError, Record, Skipped, parse_time
+
+SYSTEM = "mem0"
+ID_KEYS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
+PAYLOAD_KEYS = {"data", "hash", "created_at", "updated_at", "user_id", "agent_id", "run_id", "actor_id", "role"}
+
+
+def _namespace(item: dict[str, Any]) -> tuple[str, ...]:
+    parts: list[str] = []
+    for key, label in ID_KEYS:
+        if item.get(key):
+            parts += [label, str(item[key])]
+    return tuple(parts)
+
+
+def _history(path: Path | None) -> dict[str, list[dict[str, Any]]]:
+    """memory id -> its history rows, oldest first."""
+    if path is None:
+        return {}
+    if not path.is_file():
+        raise ImportSourceError(f"no history database {path}; give mem0's history_db_path (or leave it out).")
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    connection.row_factory = sqlite3.Row
+    try:
+        rows = connection.execute("SELECT * FROM history ORDER BY created_at, rowid").fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise ImportSourceError(f"{path} is not a mem0 history database ({exc}).") from exc
+    finally:
+        connection.close()
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        out[str(row["memory_id"])].append(dict(row))
+    return out
+
+
+class Mem0Source:
+    system = SYSTEM
+
+    def __init__(self, location: str, *, history: str = "", table: str = "mem0", embedding_model: str = "") -> None:
+        self.location = location
+        self.table = table
+        self.embedding_model = embedding_model
+        self.history = _history(Path(history) if history else None)
+        if location.startswith(("postgres://", "postgresql://")):
+            self.items = list(self._from_table())
+        else:
+            self.items = list(self._from_export(Path(location)))
+
+    def _from_export(self, path: Path) -> Iterator[dict[str, Any]]:
+        if not path.is_file():
+            raise ImportSourceError(f"no file {path}; give get_all()'s JSON or the pgvector database's URL.")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ImportSourceError(f"{path} is not JSON ({exc}).") from exc
+        items = data.get("results", data.get("memories")) if isinstance(data, dict) else data
+        if not isinstance(items, list):
+            raise ImportSourceError(f"{path} holds no list of memories (get_all() answers {{'results': [...]}}).")
+        for item in items:
+            if isinstance(item, dict):
+                yield item
+
+    def _from_table(self) -> Iterator[dict[str, Any]]:
+        import psycopg
+        from psycopg import sql
+
+        try:
+            with psycopg.connect(self.location, autocommit=True) as connection:
+                rows = connection.execute(
+                    sql.SQL("SELECT id::text, vector::text, payload FROM {} ORDER BY id").format(
+                        sql.Identifier(self.table)
+                    )
+                ).fetchall()
+        except psycopg.Error as exc:
+            raise ImportSourceError(f"cannot read mem0's table {self.table!r}: {exc}".strip()) from exc
+        for memory_id, vector, payload in rows:
+            payload = payload if isinstance(payload, dict) else json.loads(payload or "{}")
+            item = {key: payload.get(key) for key in PAYLOAD_KEYS if key in payload}
+            item["id"] = memory_id
+            item["memory"] = payload.get("data", "")
+            item["metadata"] = {k: v for k, v in payload.items() if k not in PAYLOAD_KEYS}
+            if vector and self.embedding_model:
+                item["_vector"] = [float(x) for x in vector.strip("[]").split(",")]
+            yield item
+
+    def estimate(self) -> int | None:
+        return len(self.items) + sum(len(v) for v in self.history.values())
+
+    def close(self) -> None:
+        return None
+
+    def records(self) -> Iterator[Record]:
+        present = set()
+        for item in self.items:
+            memory_id = str(item.get("id", ""))
+            if not memory_id:
+                yield Skipped("", "a mem0 memory without an id")
+                continue
+            present.add(memory_id)
+            record = self._record(memory_id, item, str(item.get("memory") or ""))
+            yield from self._earlier_versions(record, self.history.get(memory_id, []))
+            yield record
+        for memory_id, events in self.history.items():
+            if memory_id in present:
+                continue
+            deleted = [e for e in events if str(e.get("event", "")).upper() == "DELETE" or e.get("is_deleted")]
+            if not deleted:
+                yield Skipped(memory_id, "in the history only, not in the store (give the store it belongs to)")
+                continue
+            last = deleted[-1]
+            first = events[0]
+            record = self._record(
+                memory_id,
+                {
+                    "created_at": first.get("created_at"),
+                    "updated_at": last.get("created_at"),
+                    "actor_id": last.get("actor_id"),
+                    "role": last.get("role"),
+                },
+                str(last.get("old_memory") or first.get("new_memory") or ""),
+            )
+            record.validity = "retracted"
+            record.metadata["mem0_event"] = "DELETE"
+            yield from self._earlier_versions(record, [e for e in events if e is not last])
+            yield record
+
+    def _record(self, memory_id: str, item: dict[str, Any], text: str) -> ImportedMemory:
+        metadata = dict(item.get("metadata") or {})
+        for key in ("actor_id", "role", "hash"):
+            if item.get(key):
+                metadata[f"mem0_{key}"] = item[key]
+        created = parse_time(item.get("created_at"))
+        return ImportedMemory(
+            source_id=memory_id,
+            kind="fact",
+            content=text,
+            created_at=created,
+            updated_at=parse_time(item.get("updated_at")) or created,
+            occurred_at=created,
+            namespace=_namespace(item),
+            metadata=metadata,
+            source=SYSTEM,
+            embedding=item.get("_vector"),
+            embedding_model=self.embedding_model,
+        )
+
+    def _earlier_versions(self, current: ImportedMemory, events: list[dict[str, Any]]) -> Iterator[ImportedMemory]:
+        """Each UPDATE's old text, superseded by the text that replaced it."""
+        updates = [e for e in events if str(e.get("event", "")).upper() == "UPDATE" and e.get("old_memory")]
+        if not updates:
+            return
+        adds = [e for e in events if str(e.get("event", "")).upper() == "ADD"]
+        since = parse_time(adds[0].get("created_at")) if adds else current.created_at
+        if current.created_at is None:
+            current.created_at = current.occurred_at = since
+        for index, event in enumerate(updates):
+            replaced_at = parse_time(event.get("created_at"))
+            following = f"{current.source_id}#v{index + 1}" if index + 1 < len(updates) else current.source_id
+            yield ImportedMemory(
+                source_id=f"{current.source_id}#v{index}",
+                kind="fact",
+                content=str(event["old_memory"]),
+                created_at=since,
+                updated_at=replaced_at,
+                occurred_at=since,
+                namespace=current.namespace,
+                metadata={**current.metadata, "mem0_version_of": current.source_id},
+                source=SYSTEM,
+                validity="superseded",
+                superseded_by=following,
+                keep_id=False,
+            )
+            since = replaced_at
+
+
+def open_source(location: str, **options: Any) -> Mem0Source:
+    return Mem0Source(location, **options)
