@@ -1,5 +1,5 @@
 """What one HNSW graph costs to grow and how well it finds, per element type and
-build setting (issue 13: the worker's vector UPDATE is ~98% graph insertion).
+build setting (issue 13: graph insertion is most of the worker's vector UPDATE).
 
 Copies the bench database's embeddings (``bench/perf.py --prepare-only`` makes
 them) into scratch tables of ``vector(384)`` and ``halfvec(384)``, builds each

@@ -15,7 +15,7 @@ spaCy's English model cannot be downloaded here, so mem0 runs its search without
 lemmatisation and entity boost (its documented fallback): less work per query,
 which favours mem0 on speed.
 
-Measured on the same synthetic texts (bench/synthetic.py): per-call latency of
+Measured on the same synthetic texts (tests/harness/generators/synthetic.py): per-call latency of
 add (memproj: ``episode_store`` with its embedding; mem0: ``Memory.add``) and of
 search (memproj: hybrid ``memory_search``; mem0: ``Memory.search``, vector + BM25),
 and retrieval quality of both on MADial-Bench (the data and metrics of
@@ -39,8 +39,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
-import synthetic  # noqa: E402
+import _common  # noqa: E402 - puts the repository on the path
+
+from tests.harness.generators import synthetic  # noqa: E402
 
 PEER_DB = "memproj_bench_peer"
 
@@ -137,9 +138,9 @@ def speed(args: argparse.Namespace, conninfo: str) -> tuple[list[list[object]], 
         m.embedding_model.embed("warm up", "search")
 
     # The untimed fill: the same add calls, every system on memproj's embedder call.
-    # mem0's own embedder is the same model (sentence-transformers, PyTorch; cosine to
-    # the ONNX vectors >= 0.9999), only slower: ~0.5-1.5 s per add on a loaded 2-core
-    # machine, where it also embeds the entities it extracts.
+    # mem0's own embedder is the same model (sentence-transformers, PyTorch; the same
+    # vectors as the ONNX graph's up to rounding), only slower, and it also embeds the
+    # entities it extracts.
     fill = texts[: args.n - args.timed_adds]
     own_embed, own_batch = mem0.embedding_model.embed, mem0.embedding_model.embed_batch
     mem0.embedding_model.embed, mem0.embedding_model.embed_batch = (

@@ -38,16 +38,15 @@ def main() -> None:
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(BASE_DIR))
-    sys.path.insert(0, str(BASE_DIR / "bench"))
     import django
 
     django.setup()
-    import synthetic
     from django.db import connection, transaction
 
     from memory import retrieval
     from memory.embeddings import embed_query
     from memory.scoring import RetrievalParams
+    from tests.harness.generators import synthetic
 
     # The bench tenants' policy shows these classes to answer:task reads; no Caller needed.
     retrieval.boundary_where = lambda caller, tags: (  # type: ignore[assignment]

@@ -1,6 +1,6 @@
 """What the keyword channel's SQL costs in a large tenant: EXPLAIN ANALYZE and
 timings of the keyword channel (BM25 and cover density, with and without the
-candidate bound) on a tenant of N synthetic memories (bench/synthetic.py).
+candidate bound) on a tenant of N synthetic memories (tests/harness/generators/synthetic.py).
 
     .venv/bin/python bench/retrieval_sql.py --n 100000          # builds the tenant once, then measures
     .venv/bin/python bench/retrieval_sql.py --n 100000 --explain # also prints one EXPLAIN ANALYZE per scorer
@@ -20,8 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
-import synthetic  # noqa: E402
+import _common  # noqa: E402 - puts the repository on the path
+
+from tests.harness.generators import synthetic  # noqa: E402
 
 
 def build(caller, n: int) -> None:  # type: ignore[no-untyped-def]

@@ -113,7 +113,7 @@ def test_quality_script_prints_its_tables() -> None:
         assert row in out
     assert header_cells(out, "fusion")[0] == "fusion"
     assert "hybrid nDCG@10" in out and "better single channel" in out
-    # Every dialect's own search, today's settings against those of when issue 14 began.
+    # Every dialect's own search, the current settings against those of when issue 14 began.
     assert header_cells(out, "dialect: tool")[-2:] == ["nDCG@10 now - start (95% CI)", "verdict"]
     for tool in (
         "memory: memory_search",

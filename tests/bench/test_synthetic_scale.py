@@ -3,15 +3,10 @@ reuses a vector reuses its text too, stays close to it, and keeps its own key.""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import perf  # noqa: E402
-import synthetic  # noqa: E402
+from tests.harness.generators import synthetic
+from tests.harness.generators.dataset import chunk_vectors
 
 
 def test_rows_inside_the_embedded_set_are_the_embedded_texts() -> None:
@@ -38,10 +33,10 @@ def test_reused_vectors_are_unit_length_perturbations_of_their_source() -> None:
     base = rng.normal(size=(50, 384)).astype(np.float32)
     base /= np.linalg.norm(base, axis=1, keepdims=True)
     rows = np.arange(40, 140)
-    out = perf._chunk_vectors(base, rows)
+    out = chunk_vectors(base, rows)
     assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
     cosine = (out * base[rows % 50]).sum(axis=1)
     inside = rows < 50
     assert np.allclose(cosine[inside], 1.0, atol=1e-6)  # rows of the embedded set: unchanged
     assert (cosine[~inside] < 0.999).all() and (cosine[~inside] > 0.95).all()
-    assert np.array_equal(out, perf._chunk_vectors(base, rows))  # the same rows get the same vectors
+    assert np.array_equal(out, chunk_vectors(base, rows))  # the same rows get the same vectors

@@ -1,19 +1,17 @@
-"""The reliability suite at CI size: the pieces of bench/reliability.py (which
-runs them at full size, `make reliability`) against the test database."""
+"""The reliability suite at CI size: the harness's pieces (tests/harness/;
+bench/reliability.py runs them at full size, `make reliability`) against the
+test database."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.reliability import HttpSurfaces, InProcessClients, Stack, http_identities, identities
-from mcp_server.registry import TOOLSETS
+from tests.harness.surfaces.django_http import HttpSurfaces
+from tests.harness.surfaces.in_process import InProcessClients, toolset_names
+from tests.harness.tenants import http_identities, identities
 
 
 @pytest.fixture
@@ -26,7 +24,7 @@ def people(transactional_db: None) -> dict[str, tuple[int, str, Any]]:
 def clients(people: dict[str, tuple[int, str, Any]]) -> Iterator[InProcessClients]:
     """In-process MCP sessions for every identity on every registered toolset."""
     callers = {who: caller for who, (_, _, caller) in people.items()}
-    with InProcessClients(callers, sorted(TOOLSETS)) as opened:
+    with InProcessClients(callers, toolset_names()) as opened:
         yield opened
 
 
@@ -35,18 +33,3 @@ def surfaces(clients: InProcessClients, people: dict[str, tuple[int, str, Any]])
     """The HTTP endpoints beside MCP (REST route, roampal hooks, langmem store,
     admin as a staff user) for the same identities."""
     return HttpSurfaces(clients, http_identities("rel", people))
-
-
-@contextlib.contextmanager
-def private_stack(prefix: str, **options: Any) -> Iterator[Stack]:
-    """A `make run`-style stack (bench.reliability.Stack) under a fresh temporary
-    directory with a short name (Unix socket paths), removed afterwards."""
-    var_dir = Path(tempfile.mkdtemp(prefix=prefix))
-    running = Stack(var_dir, **options)
-    try:
-        running.prepare()
-        running.start()
-        yield running
-    finally:
-        running.stop()
-        shutil.rmtree(var_dir, ignore_errors=True)

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.reliability import CONTENTION_ENV, FAULT_RATE_LIMIT, Stack, contention_scenario
-from tests.reliability.conftest import private_stack
+from tests.harness.load.contention import CONTENTION_ENV, contention_scenario
+from tests.harness.stack import Stack, private_stack
+from tests.harness.tenants import FAULT_RATE_LIMIT
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bench.reliability import FAULT_RATE_LIMIT, FakeEmbeddingEndpoint, Stack, fault_scenario, load
-from tests.reliability.conftest import private_stack
+from tests.harness.faults import FakeEmbeddingEndpoint, fault_scenario
+from tests.harness.load.mixed import load
+from tests.harness.stack import Stack, private_stack
+from tests.harness.tenants import FAULT_RATE_LIMIT
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from bench.reliability import INTERNAL_CODES, FuzzReport, consistency_problems, fuzz, json_strings_in_optional_text
+from tests.harness.fuzzing import INTERNAL_CODES, FuzzReport, fuzz, json_strings_in_optional_text
+from tests.harness.rows import consistency_problems
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,8 +35,8 @@ def test_fuzzing_hangs_nothing_and_leaves_the_database_consistent(clients):
 
 
 def test_fuzzed_errors_are_coded_without_internal_detail(clients):
-    # Reuses the run above when it happened in this session (the DB is flushed
-    # between tests; the classified answers are what is checked here).
+    # Reuses the run above when it ran in the same pytest process (the DB is
+    # flushed between tests; the classified answers are what is checked here).
     report = _reports.get("last") or _fuzz(clients)
     for kind in ("uncoded error", "internal detail", "crash"):
         assert report.count(kind) == 0, {k: v for k, v in report.samples.items() if k[1] == kind}

@@ -13,19 +13,11 @@ import random
 
 import pytest
 
-from bench.reliability import (
-    SELECTOR_SURFACES,
-    SURFACES,
-    TENANT_SELECTORS,
-    Digests,
-    Generator,
-    IsolationRun,
-    Pools,
-    memory_ids_by_tenant,
-    run_isolation_machine,
-    selector_matrix,
-)
-from mcp_server.registry import TOOLSETS
+from tests.harness.generators.arguments import TENANT_SELECTORS, Generator, Pools
+from tests.harness.isolation import IsolationRun, run_isolation_machine, selector_matrix
+from tests.harness.rows import Digests, memory_ids_by_tenant
+from tests.harness.surfaces.django_http import SELECTOR_SURFACES, SURFACES
+from tests.harness.surfaces.in_process import toolset_names
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,14 +29,14 @@ def test_random_calls_across_three_tenants_leak_and_change_nothing_foreign(clien
     # CI size: 2 x 25 steps. `make reliability` runs 10,000.
     run_isolation_machine(run, examples=2, steps=25)
     report = run.report
-    assert report.calls > 0 and set(report.per_toolset) <= {*TOOLSETS, *SURFACES}
+    assert report.calls > 0 and set(report.per_toolset) <= {*toolset_names(), *SURFACES}
     assert report.leaks == [] and report.foreign_changes == []
     # The generated calls must reach past argument checks, or the test proves little.
     assert report.errors < report.calls
 
 
 @pytest.mark.parametrize("selector", TENANT_SELECTORS)
-@pytest.mark.parametrize("toolset", sorted(TOOLSETS))
+@pytest.mark.parametrize("toolset", toolset_names())
 def test_every_tenant_selector_is_refused_and_changes_nothing(clients, people, toolset, selector):
     digests = Digests()
     member = next(who for who in people if who.endswith("member"))

@@ -1,0 +1,1 @@
+"""What a suite does to a running stack: writers and readers, a mixed load, contention, throughput."""

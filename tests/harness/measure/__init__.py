@@ -1,0 +1,1 @@
+"""The speed benchmark's timings."""

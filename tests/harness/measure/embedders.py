@@ -1,0 +1,44 @@
+"""The two local embedder backends of the same model, side by side."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from datetime import UTC, datetime
+
+from tests.harness.generators import synthetic
+from tests.harness.measure.timing import summary, timed
+from tests.harness.reports.tables import markdown_table
+
+
+def bench_embedders(repeat: int) -> str:
+    """The two local backends of the same model, raw (no guard, no batcher): one
+    query, a batch of 64 texts, and how far apart their vectors are."""
+    import numpy as np
+
+    from memory.embeddings import LocalEmbedder
+
+    texts = [synthetic.memory_spec(i)["content"] for i in range(64)]
+    queries = synthetic.queries(repeat + 4, seed=5)
+    rows, vectors = [], {}
+    for backend in ("onnx", "torch"):
+        embedder = LocalEmbedder(backend=backend)
+        t0 = time.perf_counter()
+        embedder.embed(["load"])
+        load_s = time.perf_counter() - t0
+        qi = iter(range(10**9))
+        one = timed(lambda e=embedder, it=qi: e.embed([queries[next(it) % len(queries)]]), repeat)
+        batch = timed(lambda e=embedder: e.embed(texts), 5, warmup=1)
+        vectors[backend] = np.asarray(embedder.embed(texts + queries))
+        p50, p95, _ = summary(one)
+        rows.append([embedder.backend, load_s, p50, p95, 64_000.0 / statistics.median(batch)])
+    a, b = vectors["onnx"], vectors["torch"]
+    cosines = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    out = [
+        f"Embedder backends, all-MiniLM-L6-v2 from the packaged weights - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - "
+        f"{os.cpu_count()} cores - load average {os.getloadavg()[0]:.1f}",
+        markdown_table(["backend", "load_s", "one_query_p50_ms", "one_query_p95_ms", "batch64_texts_per_s"], rows),
+        f"cosine(ONNX, PyTorch) over {len(cosines)} texts: min {cosines.min():.6f}, mean {cosines.mean():.6f}",
+    ]
+    return "\n".join(out)

@@ -1,0 +1,1 @@
+"""What the suites print."""

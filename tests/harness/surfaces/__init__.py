@@ -1,0 +1,1 @@
+"""How a call reaches the service, and how its answer is judged."""
