@@ -44,6 +44,20 @@ from mcp_types import Tool as MCPTool
 from pydantic import AnyHttpUrl
 
 from mcp_server.auth import MemprojTokenVerifier, current_caller
+
+# A dialect's plain HTTP routes (roampal's hooks, langmem's store endpoint) use
+# the site's HTTP plumbing through this module as well, so that a dialect
+# imports only mcp_server.dialect and memory.api (tests/test_layers.py).
+from mcp_server.http import (  # noqa: F401 - re-exported for the dialects' routes
+    STORAGE_MESSAGE,
+    bearer_caller,
+    idempotent_response,
+    idempotent_view,
+    in_worker_thread,
+    retry_later,
+    retryable,
+    storage_failure,
+)
 from memory import api
 from policy.caller import Caller
 from policy.errors import DomainError, PermissionDenied, StorageUnavailable

@@ -28,10 +28,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
-from mcp_server.dialect import TENANT_SELECTORS
-from mcp_server.dialects.langmem import tools as langmem
-from mcp_server.http import (
+from mcp_server.dialect import (
     STORAGE_MESSAGE,
+    TENANT_SELECTORS,
     bearer_caller,
     idempotent_response,
     in_worker_thread,
@@ -39,6 +38,7 @@ from mcp_server.http import (
     retryable,
     storage_failure,
 )
+from mcp_server.dialects.langmem import tools as langmem
 from memory import api
 from memory.api import Caller
 

@@ -24,9 +24,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mcp_server.dialects.roampal import texts as text
-from mcp_server.dialects.roampal.tools import find
-from mcp_server.http import (
+from mcp_server.dialect import (
     STORAGE_MESSAGE,
     bearer_caller,
     idempotent_view,
@@ -35,6 +33,8 @@ from mcp_server.http import (
     retryable,
     storage_failure,
 )
+from mcp_server.dialects.roampal import texts as text
+from mcp_server.dialects.roampal.tools import find
 from memory import api
 from memory.api import Caller, DomainError
 
