@@ -12,7 +12,7 @@ Reads: ``memory_search`` (what to find: a ``SearchQuery``), ``memory_recall``, `
 ``memory_list_recent``, ``memory_similar``, ``memory_supersedes_map``,
 ``fact_get_by_key``, ``namespaces_list``; ``memory_search_accessed`` and
 ``memory_list_recent_accessed`` also move ``accessed_at`` of what they return.
-Seed 003 (roampal) collections: ``working_store``, ``memory_bank_store``,
+roampal v0.3.5's collections: ``working_store``, ``memory_bank_store``,
 ``memory_bank_update``, ``book_ingest`` / ``book_progress``, the hooked
 conversation's ``exchange_*``; reads ``collection_search``, ``collection_get``,
 ``collection_ids``, ``known_context`` and ``display_id``.
@@ -192,7 +192,7 @@ def elevation_audit(*, caller: Caller) -> None:
 
 
 def tool_call_audit(*, caller: Caller, tool: str, payload: dict[str, Any]) -> None:
-    """Seed 004: every call is written to the append-only audit log (time, tool,
+    """Every call is written to the append-only audit log, as pce-memory v0.14.0 asks (time, tool,
     boundary decision, provenance)."""
     event_append(
         caller=caller, tenant_id=caller.tenant_id, event_type=EventType.TOOL_CALL, payload={"tool": tool, **payload}

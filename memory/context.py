@@ -1,4 +1,4 @@
-"""The token-budgeted memory block for system-prompt injection (seed 000
+"""The token-budgeted memory block for system-prompt injection (the butlers memory module's
 memory_context): facts, rules and recent episodes in separate sections, each
 ordered by score with deterministic tie-breakers, never over the budget."""
 
@@ -100,7 +100,7 @@ def build_context(
     prompt = validation.query(trigger_prompt, field="trigger_prompt")
     butler = validation.label(butler, field="butler")
     budget = settings.MEMPROJ["CONTEXT_TOKEN_BUDGET"] if token_budget is None else token_budget
-    # The tenant policy bounds a context answer (seed 004 scopes.*.max_tokens).
+    # The tenant policy bounds a context answer (its scopes.*.max_tokens).
     policy_cap = caller.policy.max_tokens_for(butler)
     if isinstance(budget, int | float) and not isinstance(budget, bool) and MAX_BUDGET >= budget > policy_cap:
         raise validation.InvalidArgument(

@@ -2,10 +2,9 @@
 "context in the embedding").
 
 A conversation turn alone ("Yeah, it was amazing!") says little; published
-conversational retrievers embed it together with its neighbours. Measured on
-LongMemEval-S dev (bench/quality.py --embed-text ctx1, 18 questions): worse
-(vector nDCG@10 0.679 -> 0.625; there a short user turn's previous turn is a
-long assistant answer), so the default stays ``plain``; ``ctx1`` is there for
+conversational retrievers embed it together with its neighbours. On
+LongMemEval-S it ranks worse (bench/quality.py --embed-text ctx1; there a short
+user turn's previous turn is a long assistant answer), so the default stays ``plain``; ``ctx1`` is there for
 conversations of short turns between people, where the lead came from. With the
 ``EMBED_TEXT`` setting at ``ctx1`` an episode that belongs to a session is
 embedded with the previous episode of the same session appended (cut to

@@ -27,10 +27,9 @@ if TYPE_CHECKING:
 EMBEDDING_DIM = 384
 
 # The HNSW graphs index each vector at half precision (issue 13): the column keeps
-# the model's float32 vector, the graphs its float16 copy, which cost less to
-# build, grow and walk (bench/graph_cost.py at 139k rows: graph 157 -> 89 MB,
-# insertion 1.03 -> 0.90 ms per row, a top-10 probe 1.48 -> 1.19 ms, recall@10
-# .875 -> .868 against the exact top 10). A read walks a graph only when it
+# the model's float32 vector, the graphs its float16 copy, which is about half
+# the size and cheaper to build, grow and walk, at almost the same recall
+# against the exact top 10 (bench/graph_cost.py measures it). A read walks a graph only when it
 # orders by the same expression; raw SQL (table alias m) spells it GRAPH_VECTOR_SQL.
 GRAPH_VECTOR_SQL = f"m.embedding::halfvec({EMBEDDING_DIM})"
 
@@ -50,12 +49,12 @@ class Kind(models.TextChoices):
     EPISODE = "episode", "Episode"
     FACT = "fact", "Fact"
     RULE = "rule", "Rule"
-    # Seed 003 roampal `books`: a chunk of an ingested reference document.
+    # roampal's `books`: a chunk of an ingested reference document.
     DOCUMENT = "document", "Document chunk"
 
 
 class Collection(models.TextChoices):
-    """Seed 003 roampal collections, a property of a memory (DESIGN §1): working
+    """roampal v0.3.5's collections, a property of a memory (not a kind): working
     and history are episodes (TTL 24 h / 30 d), patterns are rules, memory_bank
     facts, books document chunks. Empty for memories other dialects stored."""
 
@@ -153,7 +152,7 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         return self.filter(retrievable_q(now))
 
     def in_scopes(self, scope: str | None) -> MemoryQuerySet:
-        """Seed 000: a scope argument means the caller's scope plus 'global'."""
+        """As in the butlers memory module, a scope argument means the caller's scope plus 'global'."""
         if not scope:
             return self
         return self.filter(scope__in=sorted({"global", scope}))
@@ -210,8 +209,8 @@ class Memory(models.Model):
     content = models.TextField()
     content_hash = models.CharField(max_length=71)
 
-    # Partitions inside a tenant: butler/session (episodes), scope (seed 000
-    # butler scopes and 'global'), namespace (langmem-style path segments).
+    # Partitions inside a tenant: butler/session (episodes), scope (a
+    # butler's scope and 'global'), namespace (langmem-style path segments).
     butler = models.CharField(max_length=100, blank=True)
     session_id = models.CharField(max_length=200, blank=True)
     scope = models.CharField(max_length=100, default="global")
@@ -220,7 +219,7 @@ class Memory(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     source = models.CharField(max_length=32, blank=True)
     collection = models.CharField(max_length=16, choices=Collection.choices, blank=True, default="", db_default="")
-    # Seed 004 boundary class (public / internal / pii / secret). The tenant
+    # pce-memory v0.14.0's boundary class (public / internal / pii / secret). The tenant
     # policy decides which classes a read may see and which come back redacted;
     # retrieval filters on it in SQL (boundary-first, issue 11).
     boundary_class = models.CharField(
@@ -302,17 +301,16 @@ class Memory(models.Model):
             _hnsw_graph("memory_embedding_hnsw"),
             # And one graph per minority kind, of its active memories (issue 13).
             # In the graph of every memory, a read of facts walked past the
-            # episodes near its query one by one (at 100k memories ~25,000 rows
-            # for 96 facts, 50 ms; at 1M a facts-and-rules graph still walked
-            # ~17,000 rules). Reads of these kinds only walk their own graphs
+            # episodes near its query one by one (thousands of rows for a few
+            # dozen facts, in a tenant of many episodes). Reads of these kinds only walk their own graphs
             # (memory.retrieval: one probe per kind); a fact or rule write
             # inserts into two graphs, an episode into one.
             *(_kind_hnsw(kind) for kind in KINDS_WITH_OWN_GRAPH),
             GinIndex(fields=["search_vector"], name="memory_search_vector_gin"),
             # The keyword channel's twin of the graphs above: the active facts, rules
             # and documents alone. A facts read's keyword candidates came from the GIN
-            # index of every memory ANDed with a bitmap of the tenant's facts (at 1M
-            # memories 300,000 rows, 30-36 ms to build); here they come from one scan.
+            # index of every memory ANDed with a bitmap of the tenant's facts, built
+            # anew for every read; here they come from one scan.
             GinIndex(
                 fields=["search_vector"],
                 name="memory_knowledge_search_gin",
@@ -350,7 +348,7 @@ class Memory(models.Model):
             ),
         ]
         constraints = [
-            # Seed 000 supersession: at most one active fact per subject+predicate
+            # Supersession as in the butlers memory module: at most one active fact per subject+predicate
             # (inside a tenant and namespace). The service serialises writers with
             # an advisory lock; this index is the backstop that makes a race
             # impossible rather than unlikely. Keyless facts are not keyed.
@@ -579,10 +577,10 @@ class ExchangeQuerySet(models.QuerySet["Exchange"]):
 
 
 class Exchange(models.Model):
-    """One turn of a hooked conversation (seed 003's session transcripts): the
+    """One turn of a hooked conversation (roampal's session transcripts): the
     memories the KNOWN CONTEXT block surfaced for it, the exchange as the Stop
-    hook reported it, and whether the model scored it. Kept 7 days (seed 003
-    Feature 5), then deleted by the retention sweep; what matters lives on as
+    hook reported it, and whether the model scored it. Kept 7 days (as
+    roampal v0.3.5 keeps them), then deleted by the retention sweep; what matters lives on as
     the working memory ``memory_id``."""
 
     id = models.BigAutoField(primary_key=True)
@@ -611,7 +609,7 @@ class Exchange(models.Model):
 
 
 class EntityType(models.TextChoices):
-    """Seed 004's entity types."""
+    """pce-memory v0.14.0's entity types."""
 
     ACTOR = "Actor", "Actor"
     ARTIFACT = "Artifact", "Artifact"
@@ -625,7 +623,7 @@ class EntityQuerySet(models.QuerySet["Entity"]):
 
 
 class Entity(models.Model):
-    """A node of the tenant's knowledge graph (seed 004). Entities with the same
+    """A node of the tenant's knowledge graph (pce-memory v0.14.0). Entities with the same
     canonical key are one entity: a second mention merges its attributes."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -675,7 +673,7 @@ class Relation(models.Model):
 
 
 class ActiveContext(models.Model):
-    """A ranked snapshot of claims for one query (seed 004 activate), paged by
+    """A ranked snapshot of claims for one query (pce-memory v0.14.0's activate), paged by
     cursor until it expires; an expired context's cursor answers 410."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

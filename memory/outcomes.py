@@ -3,9 +3,9 @@ feeds the same counters on the memory row, and the consequences (learned score,
 maturity, confidence) are rules stated once here.
 
 Signals and their sources:
-- seed 000: ``helpful`` / ``harmful`` (memory_mark_helpful / _harmful);
-- seed 003 roampal: ``worked`` / ``partial`` / ``failed`` / ``unknown``;
-- seed 004 pce: ``helpful`` / ``harmful`` / ``outdated`` / ``duplicate``.
+- the butlers memory module: ``helpful`` / ``harmful`` (memory_mark_helpful / _harmful);
+- roampal v0.3.5: ``worked`` / ``partial`` / ``failed`` / ``unknown``;
+- pce-memory v0.14.0: ``helpful`` / ``harmful`` / ``outdated`` / ``duplicate``.
 
 Counters: ``success_count`` (roampal's fractional successes), ``harmful_count``,
 ``applied_count`` (roampal's ``uses``: +1 on every report), ``outcome_score``
@@ -42,8 +42,8 @@ class Effect:
     confidence: float = 0.0
 
 
-# roampal v0.3.5 score / success deltas (UPSTREAM.md seed 003) and pce-memory's
-# utility / confidence deltas (UPSTREAM.md seed 004). Seed 000's helpful and
+# roampal v0.3.5's score / success deltas and pce-memory v0.14.0's utility / confidence
+# deltas, as their code applies them. The butlers memory module's helpful and
 # harmful are the same judgement as roampal's worked and failed, so they move
 # the learned score the same way; pce's helpful/harmful share those rows.
 EFFECTS: dict[Signal, Effect] = {
@@ -106,7 +106,7 @@ def signal_apply(memory: Memory, signal: Signal, now: datetime) -> tuple[list[st
 
 
 def collection_apply(memory: Memory, now: datetime) -> tuple[list[str], str | None]:
-    """Seed 003's lifecycle for one roampal memory (not saved): promotion,
+    """roampal v0.3.5's lifecycle for one memory of a collection (not saved): promotion,
     demotion or deletion by its learned score, uses and successes. Returns the
     changed fields and the collection it left (None: nothing moved). Deletion is
     memproj's forget: the row is retracted (retrieval-excluded, audited)."""
@@ -132,6 +132,6 @@ def collection_apply(memory: Memory, now: datetime) -> tuple[list[str], str | No
             memory.applied_count, memory.success_count = 0, 0.0
             fields += ["applied_count", "success_count"]
         return fields, before
-    # patterns: a proven rule (DESIGN §1), permanent.
+    # patterns: a proven rule, permanent.
     memory.kind, memory.expires_at = Kind.RULE, None
     return fields + maturity_set(memory, Maturity.ESTABLISHED, now)[1:], before

@@ -120,10 +120,10 @@ _ANY = re.compile(
     + r")\b"
 )
 ORDERS = {"recent", "early"}
-# The orders that count (a period always does). None by default: on LongMemEval
-# "currently" / "the latest" preferring newer memories lowered knowledge-update
-# R@10 0.833 -> 0.750 (its evidence is the old value and the new one), and
-# "initially" preferring older ones changed nothing.
+# The orders that count (a period always does). None by default: on LongMemEval,
+# "currently" / "the latest" preferring newer memories ranked knowledge-update
+# questions worse (their evidence is the old value and the new one), and
+# "initially" preferring older ones changed nothing (bench/quality.py measures it).
 PREFER_ORDERS: frozenset[str] = frozenset()
 _SENTENCE = re.compile(r"[^.!?\n]*\?")
 

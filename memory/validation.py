@@ -1,4 +1,5 @@
-"""Input bounds shared by every write and read path (DESIGN §9): checked before
+"""Input bounds shared by every write and read path (one set of limits for every
+dialect): checked before
 anything touches storage, so bad input changes nothing."""
 
 from __future__ import annotations
@@ -219,7 +220,7 @@ def choice(value: object, *, field: str, allowed: Iterable[str]) -> str:
     return str(value)
 
 
-# Seed 000: `retracted` is canonical; the legacy `forgotten` is accepted as an alias
+# As in the butlers memory module, `retracted` is canonical; the legacy `forgotten` is accepted as an alias
 # wherever a validity comes in (imports, filters) and never stored.
 VALIDITY_ALIASES = {"forgotten": "retracted"}
 
@@ -234,7 +235,7 @@ def validity(value: object) -> str:
 
 
 def normalize_content(value: str) -> str:
-    """Seed 004 §1.z: NFC, CRLF -> LF, trimmed, runs of blanks folded."""
+    """pce-memory v0.14.0's content normalization: NFC, CRLF -> LF, trimmed, runs of blanks folded."""
     normalized = unicodedata.normalize("NFC", value).replace("\r\n", "\n").replace("\r", "\n")
     return _WHITESPACE.sub(" ", normalized).strip()
 

@@ -1,8 +1,8 @@
-"""Boundary-first (seed 004 §4): which boundary classes a read may see, and which
+"""Boundary-first (pce-memory v0.14.0): which boundary classes a read may see, and which
 of them come back redacted, decided from the tenant policy and the read's use
 tags, before any retrieval runs.
 
-A read declares what it will use the memories for with use tags (seed 004 §1:
+A read declares what it will use the memories for with use tags (pce-memory's
 ``answer:task``, ``tool:*``, ``tool:contact-lookup``). A read that declares
 none uses ``DEFAULT_USE_TAGS`` = ``("answer:task",)``: answering the task at
 hand, which is what every dialect's search / recall / context / get does. A class
@@ -105,7 +105,7 @@ def redact_content(decision: BoundaryDecision, boundary_class: str, text: str) -
     return redaction.redact(text, rules).text if rules else text
 
 
-# --- redact-before-send (seed 004 boundary.validate) --------------------------------------------
+# --- redact-before-send (pce-memory's boundary.validate) ----------------------------------------
 # What a payload's findings make it: secrets (keys, tokens, card numbers) are the
 # `secret` class, personal data the `pii` class, anything else `internal`.
 SECRET_RULES = frozenset(

@@ -28,7 +28,8 @@ class Caller:
 
     @property
     def may_elevate(self) -> bool:
-        """Seed 000: only an admin token carrying the 'elevate' scope may reach another tenant."""
+        """Only an admin token carrying the 'elevate' scope may reach another tenant
+        (the butlers memory module's rule)."""
         return self.is_admin and "elevate" in self.scopes
 
     def has_scope(self, scope: str) -> bool:

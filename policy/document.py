@@ -1,8 +1,8 @@
-"""The tenant policy document (seed 004 §2.6): YAML in, one frozen internal form out.
+"""The tenant policy document (pce-memory v0.14.0's policy): YAML in, one frozen internal form out.
 
 Two shapes are accepted and normalised into the same ``PolicyDocument``:
 
-- the seed's example, as written: top-level ``version`` (YAML reads ``0.1`` as a
+- the shape of pce-memory's example policy, as written: top-level ``version`` (YAML reads ``0.1`` as a
   number), ``scopes``, ``boundary_classes``, ``retrieval.hybrid`` (alpha, k_txt,
   k_vec, k_final) and ``retrieval.rerank`` (use_quality, recency_half_life_days,
   recency.half_life_days_by_kind);
@@ -14,8 +14,8 @@ memproj adds two optional sections, ``rate_limit: {limit, window_seconds,
 algorithm}`` and ``quotas: {max_memories, ingest_bytes_per_call,
 ingest_bytes_per_day}`` (what one tenant may store, enforced by
 ``memory.services.quotas``; ``QUOTA_BOUNDS`` is the most a policy may allow).
-A key left out takes the default policy's value (``DEFAULT_POLICY``: the seed
-example's values, upstream's threshold and rate limit, memproj's quotas), so a
+A key left out takes the default policy's value (``DEFAULT_POLICY``: the
+example policy's values, upstream's threshold and rate limit, memproj's quotas), so a
 partial policy never leaves a class or scope unconfigured. Unknown keys and values out of
 range are refused; each problem names its key path (``retrieval.hybrid.alpha``).
 
@@ -46,7 +46,7 @@ BOUNDARY_CLASSES: tuple[str, ...] = ("public", "internal", "pii", "secret")
 DEFAULT_BOUNDARY_CLASS = "internal"
 POLICY_SCOPES: tuple[str, ...] = ("session", "project", "principle")
 ESCALATIONS: tuple[str, ...] = ("deny", "human_review")
-# Seed 004 claim kinds, plus memproj's own kinds (episode / fact / rule) so one
+# pce-memory v0.14.0's claim kinds, plus memproj's own kinds (episode / fact / rule) so one
 # policy can set a half-life for every kind stored.
 HALF_LIFE_KINDS: tuple[str, ...] = ("fact", "task", "preference", "policy_hint", "episode", "rule")
 RATE_LIMIT_ALGORITHMS: tuple[str, ...] = ("fixed", "sliding")
@@ -58,7 +58,7 @@ QUOTA_BOUNDS: dict[str, int] = {
     "ingest_bytes_per_call": 10 * MIB,
     "ingest_bytes_per_day": 1024 * MIB,
 }
-MAX_YAML_BYTES = 128 * 1024  # seed 004 §2.6: payload 128KB
+MAX_YAML_BYTES = 128 * 1024  # pce-memory v0.14.0's policy payload limit
 # The deepest key of a valid policy is retrieval.rerank.recency.half_life_days_by_kind.<kind>
 # (five mappings); a list adds one. Deeper nesting is refused before it is built.
 MAX_YAML_DEPTH = 8
@@ -71,7 +71,7 @@ _SEMVER = re.compile(r"^(0|[1-9]\d*)(?:\.(0|[1-9]\d*))?(?:\.(0|[1-9]\d*))?(?:-([
 _TTL = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _NEVER = ("inf", "never", "infinite")
-# Use tags: '*', 'answer:task', 'tool:*', 'tool:contact-lookup' (seed 004 §1).
+# Use tags: '*', 'answer:task', 'tool:*', 'tool:contact-lookup' (pce-memory v0.14.0).
 USE_TAG = re.compile(r"^(\*|[a-z][a-z0-9_.-]{0,63}(:(\*|[a-z0-9][a-z0-9_.-]{0,63}\*?))?)$")
 
 
@@ -189,7 +189,7 @@ class PolicyDocument:
 
     def ttl_for(self, scope: str) -> timedelta | None:
         """The TTL of a policy scope (session / project / principle); None never expires.
-        Scopes outside the policy (seed 000 butler scopes, 'global') have no policy TTL."""
+        Scopes outside the policy (a butler's scope, 'global') have no policy TTL."""
         entry = self.scopes.get(scope)
         return entry.ttl if entry is not None else None
 
@@ -202,7 +202,7 @@ class PolicyDocument:
         return max(s.max_tokens for s in self.scopes.values())
 
     def to_dict(self) -> dict[str, Any]:
-        """The canonical (seed-shaped) JSON form, stored with every version and diffed."""
+        """The canonical JSON form (the example policy's shape), stored with every version and diffed."""
         return {
             "version": self.version,
             "scopes": {
@@ -435,8 +435,8 @@ def _retrieval(raw: Mapping[str, Any], path: str, problems: _Problems, base: Ret
 
     hybrid_path = _join(path, "hybrid")
     hybrid = _mapping(raw.get("hybrid"), hybrid_path, problems) or {}
-    # Upstream keeps threshold and the recency half-life under hybrid; the seed
-    # keeps the half-life under rerank. Both land in the same field.
+    # Upstream's code keeps threshold and the recency half-life under hybrid; its
+    # example policy keeps the half-life under rerank. Both land in the same field.
     _known(hybrid, ("alpha", "k_txt", "k_vec", "k_final", "threshold", "recency_half_life_days"), hybrid_path, problems)
     for key in ("alpha", "k_txt", "k_vec", "k_final", "threshold", "recency_half_life_days"):
         take(hybrid, key, hybrid_path)
@@ -719,7 +719,7 @@ def _builtin() -> PolicyDocument:
             k_txt=48,
             k_vec=96,
             k_final=12,
-            threshold=0.15,  # upstream's default; the seed example does not set one
+            threshold=0.15,  # upstream's default; the example policy does not set one
             use_quality=False,
             recency_half_life_days=30.0,
             half_life_days_by_kind=MappingProxyType(
@@ -736,7 +736,7 @@ def _builtin() -> PolicyDocument:
 
 _BUILTIN = _builtin()
 
-# Seed 004 §2.6's example, as written: the policy every tenant starts with.
+# pce-memory v0.14.0's example policy, as written: the policy every tenant starts with.
 SEED_EXAMPLE_YAML = """\
 # policy with retrieval parameters
 version: 0.1
@@ -766,7 +766,7 @@ retrieval:
         policy_hint: 365
 """
 
-# A tenant's first policy has the seed example's values under version 0.0.0, so
+# A tenant's first policy has the example's values under version 0.0.0, so
 # that the example itself (version 0.1) still applies as a newer version.
 DEFAULT_POLICY: PolicyDocument = parse_mapping(yaml.safe_load(SEED_EXAMPLE_YAML), base=_BUILTIN).with_version("0.0.0")
 DEFAULT_POLICY_YAML = SEED_EXAMPLE_YAML.replace("version: 0.1\n", "version: '0.0.0'\n", 1)

@@ -1,7 +1,7 @@
 """Domain errors shared by every layer. ``policy`` sits below ``memory``, so the
 base class lives here; each dialect maps ``code`` to its own vocabulary and the
-message always says what to do next. The policy engine's own errors carry seed
-004's codes (INVALID_POLICY, UNAUTHORIZED, ...)."""
+message always says what to do next. The policy engine's own errors carry pce-memory's
+codes (INVALID_POLICY, UNAUTHORIZED, ...)."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ class ApiToken(models.Model):
 
 
 class PolicyVersion(models.Model):
-    """One version of a tenant's policy document (seed 004 §2.6). Every version
+    """One version of a tenant's policy document (pce-memory v0.14.0's policy). Every version
     is kept; exactly one per tenant is current (partial unique index). A row's
     document never changes after it is written: a new policy is a new row."""
 
@@ -141,7 +141,7 @@ class PolicyEvent(models.Model):
 class PolicySigningKey(models.Model):
     """A tenant's policy signing key. With a key configured, a policy is applied
     only with ``signature`` = hex HMAC-SHA256(key, the YAML's UTF-8 bytes)
-    (fail-closed, seed 004 §4); without one, signatures are not required."""
+    (fail-closed, as in pce-memory v0.14.0); without one, signatures are not required."""
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, primary_key=True, related_name="policy_key")
     secret = models.CharField(max_length=128)

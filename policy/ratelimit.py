@@ -1,4 +1,4 @@
-"""Rate limits per API token in Redis (seed 004 §4; upstream default 1,000 calls
+"""Rate limits per API token in Redis (pce-memory v0.14.0's default: 1,000 calls
 per 10 s), fixed or sliding window as the tenant policy's ``rate_limit`` says.
 
 Each check is one Lua script, so it is atomic in Redis: any number of web

@@ -1,8 +1,8 @@
-"""Redact-before-send (seed 004 §4): one table of patterns for what agents leak
+"""Redact-before-send (pce-memory v0.14.0): one table of patterns for what agents leak
 most. Used by the boundary filter of every read (classes whose policy names
 ``redact`` rules), by ``pce.memory.boundary.validate`` and by the admin preview.
 
-Seed 004 names ``email`` and ``phone`` in its example policy; the other rules are
+pce-memory names ``email`` and ``phone`` in its example policy; the other rules are
 the secrets the upstream observation path catches. Every pattern bounds its
 match with ASCII look-arounds instead of ``\\b``: in Python ``\\w`` includes
 Japanese characters, so ``連絡先foo@example.com`` has no word boundary before
@@ -121,7 +121,7 @@ RULES: dict[str, RedactionRule] = {
     )
 }
 
-# Seed 004's example writes ``redact: ['email','phone']``; these aliases let a
+# pce-memory's example policy writes ``redact: ['email','phone']``; these aliases let a
 # policy use the obvious other spellings.
 ALIASES: dict[str, str] = {
     "card": "card_number",

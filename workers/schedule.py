@@ -1,4 +1,4 @@
-"""The one beat table (CONVENTIONS 7). Each entry's cadence is a five-field
+"""The one beat table: every periodic task is declared here as data. Each entry's cadence is a five-field
 crontab string ("minute hour day-of-month month day-of-week") that an
 environment variable may override; "off" disables the entry. Every run
 expires just under its period, so a backlog of beat messages (beat running

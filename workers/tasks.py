@@ -1,4 +1,5 @@
-"""Celery tasks: ids in, one service call, nothing else (CONVENTIONS 4-5).
+"""Celery tasks: ids in, one service call, nothing else (the logic is in the
+services, so a task, a management command and a test run the same code).
 
 Every task is idempotent, so all acknowledge late (a worker killed mid-task has
 its message redelivered) and retry only transient errors: the embedder or the
@@ -36,8 +37,8 @@ _retrying: dict[str, Any] = {
 
 # An embedder outage is usually short (a restart, a circuit-breaker cooldown):
 # a write's vector should follow within a minute of recovery, not after a
-# ten-minute backoff (the reliability suite's embedder faults left ~1,000
-# follow-ups waiting past a 3-minute drain with the 600 s cap).
+# ten-minute backoff (with that cap, the reliability suite's embedder faults
+# left follow-ups waiting long after the embedder was back).
 @shared_task(bind=True, autoretry_for=(EmbeddingUnavailable, *TRANSIENT_DB), **{**_retrying, "retry_backoff_max": 60})
 def embed_memories_task(self, memory_ids: list[str]) -> int:  # type: ignore[no-untyped-def]
     # One model call for all of them; records each conflict check (outbox) once the vector is there.
@@ -97,7 +98,7 @@ followups_drain_task = _sweep_task("followups_drain_task", pipeline.followups_dr
 episodes_consolidate_task = _sweep_task(
     "episodes_consolidate_task", consolidation.consolidation_sweep, (ConsolidatorUnavailable,)
 )
-# Seed 003 (roampal): the collection lifecycle, transcript retention, book embedding.
+# roampal v0.3.5: the collection lifecycle, transcript retention, book embedding.
 collections_lifecycle_task = _sweep_task("collections_lifecycle_task", collections.collections_lifecycle)
 transcripts_retention_task = _sweep_task("transcripts_retention_task", collections.transcripts_retention)
 # pce: expired active contexts.

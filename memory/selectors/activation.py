@@ -1,4 +1,4 @@
-"""Activation (seed 004 activate / search): claims ranked by the hybrid score of
+"""Activation (pce-memory v0.14.0's activate / search): claims ranked by the hybrid score of
 the one retrieval path times the critic's g (memory.scoring.activation_score),
 boundary-first by the read's use tags, with the tenant policy's parameters.
 ``claims_activate`` keeps the ranking as an active context that a cursor pages
@@ -61,12 +61,11 @@ class ActivationPage:
 
 def _rank(caller: Caller, memory: Memory, channels: tuple[float, float], reason: str) -> RankedClaim:
     """``channels``: the claim's (S_vec, S_text), each channel's score over the
-    query's best in that channel (scoring.normalised_channels): the seed's
-    scores normalised to [0, 1]. Measured on MADial and LongMemEval through
-    pce's own write and activate (bench/quality.py, dialect table) against
-    upstream's (cos + 1) / 2 with the squashed keyword score used before (a
-    vector term confined to a fraction of its range, a keyword term near 1 for
-    any match): see the README's dialect table."""
+    query's best in that channel (scoring.normalised_channels): pce-memory's
+    scores normalised to [0, 1]. Through pce's own write and activate this ranks
+    better on MADial and LongMemEval (bench/quality.py's dialect table) than
+    upstream's (cos + 1) / 2 with a squashed keyword score (a vector term
+    confined to a fraction of its range, a keyword term near 1 for any match)."""
     policy = caller.policy.retrieval
     now = timezone.now()
     s_vec, s_text = channels

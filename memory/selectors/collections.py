@@ -1,4 +1,4 @@
-"""Reads for seed 003's collections (roampal): prefixed ids, search with
+"""Reads for roampal v0.3.5's collections: prefixed ids, search with
 ``days_back`` / ``id`` / ``sort_by``, the outcome history, and the memories a
 KNOWN CONTEXT block shows.
 
@@ -213,7 +213,7 @@ def collection_ids(caller: Caller, memory_ids: Sequence[str]) -> dict[str, Memor
 
 @dataclass
 class CollectionHit:
-    """One memory as seed 003's normalized shape needs it (Feature 2)."""
+    """One memory as roampal's normalized result shape needs it."""
 
     memory: Memory
     wilson: float
@@ -294,7 +294,7 @@ def rank_score(memory: Memory | RankRow, similarity: float) -> float:
 
 
 def _metadata_filter(metadata: Mapping[str, Any] | None) -> tuple[Q, datetime | None]:
-    """Seed 003's ``metadata`` filter: ``created_at`` comparisons ($gte, $gt, $lte,
+    """roampal's ``metadata`` filter: ``created_at`` comparisons ($gte, $gt, $lte,
     $lt with ISO dates) and equality on other metadata keys."""
     if not metadata:
         return Q(), None
@@ -341,7 +341,7 @@ def collection_search(
     metadata: Mapping[str, Any] | None = None,
     now: datetime | None = None,
 ) -> list[CollectionHit]:
-    """Seed 003 search: semantic (hybrid) with a query, a timeline without one
+    """roampal's search: semantic (hybrid) with a query, a timeline without one
     (newest first), both with the full scoring data."""
     require_read(caller)
     now = now or timezone.now()

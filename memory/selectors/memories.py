@@ -60,7 +60,7 @@ def read_boundary(caller: Caller, use_tags: Sequence[str] | None = None) -> Boun
 
 def boundary_apply(decision: BoundaryDecision, memories: Sequence[Memory]) -> None:
     """Redact, in place, the content of memories whose class the policy redacts
-    (seed 004 redact-before-send). The rows are read copies from here on:
+    (pce-memory v0.14.0's redact-before-send). The rows are read copies from here on:
     Memory.save() refuses them, so a redacted text can never be written back."""
     for memory in memories:
         if decision.redact.get(memory.boundary_class):
@@ -95,10 +95,9 @@ def memories_for_hits(
 class RankRow(NamedTuple):
     """The columns ranking reads (relevance, tie-breakers, composite score,
     effective confidence). A search ranks up to k_vec + k_txt candidates but
-    returns ``limit`` of them: building a full model row for each of ~96
-    candidates took about a third of a hybrid search's Python time (8.7 ms CPU
-    against 1.9 ms for these columns), so candidates are ranked on these columns
-    and only the returned rows are loaded in full (``_hydrate``). The channel
+    returns ``limit`` of them: building a full model row for every candidate
+    was a large share of a search's Python time, so candidates are ranked on
+    these columns and only the returned rows are loaded in full (``_hydrate``). The channel
     statement returns them with its hits (``retrieval.channel_search``), already
     filtered by tenant and boundary like every read here."""
 
@@ -143,7 +142,7 @@ class ScoredMemory:
 
 
 def order_key(score: float, created_at: datetime, memory_id: uuid.UUID) -> tuple:
-    """Seed 000: score DESC, created_at DESC, id ASC."""
+    """The order of the butlers memory module: score DESC, created_at DESC, id ASC."""
     return (-round(score, 12), -created_at.timestamp(), str(memory_id))
 
 
@@ -527,7 +526,7 @@ def memory_recall_candidates(
     use_tags: Sequence[str] | None = None,
     params: RetrievalParams | None = None,
 ) -> list[ScoredMemory]:
-    """Composite-scored facts and rules (seed 000 memory_recall), without side effects."""
+    """Composite-scored facts and rules (the butlers memory module's memory_recall), without side effects."""
     require_read(caller)
     decision = read_boundary(caller, use_tags)
     params = retrieval_params(caller, params)

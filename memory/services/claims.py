@@ -1,4 +1,4 @@
-"""Claims (seed 004 upsert): a fact, preference, task or policy hint with its
+"""Claims (pce-memory v0.14.0's upsert): a fact, preference, task or policy hint with its
 provenance, stored through the one fact/rule store and linked into the
 tenant's knowledge graph. Idempotent by content hash: the same normalized text
 in the same tenant is the same claim."""

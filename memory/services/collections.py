@@ -1,8 +1,9 @@
-"""Writes for seed 003's collections (roampal): working memories, memory_bank
+"""Writes for roampal v0.3.5's collections: working memories, memory_bank
 facts, books (ingested documents), the hooked conversation's exchanges, the
 lifecycle sweep and the transcript retention sweep.
 
-Every collection rides on a core kind (DESIGN §1) and the core's own store,
+Every collection rides on a core kind (a collection is a property of a memory,
+not a kind of its own) and the core's own store,
 supersession, forget, feedback and expiry: working/history are episodes with a
 24 h / 30 d TTL, patterns rules, memory_bank permanent facts, books document
 chunks. The lifecycle rules are ``scoring.collection_next`` and
@@ -40,7 +41,7 @@ BOOK_MAX_BYTES = 10 * 1024 * 1024  # 10 MB per ingested document (upstream v0.3.
 BOOK_CHUNK_CHARS = 1500
 BOOK_CHUNK_OVERLAP = 200
 BOOK_CHUNK_MIN, BOOK_CHUNK_MAX = 200, 8000  # a chunk is one memory's content
-TRANSCRIPT_RETENTION = timedelta(days=7)  # seed 003 Feature 5: 7-day transcript TTL
+TRANSCRIPT_RETENTION = timedelta(days=7)  # roampal v0.3.5: transcripts are kept 7 days
 _SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
 
 
@@ -82,7 +83,7 @@ def memory_bank_store(
 ) -> Memory:
     """A permanent fact in memory_bank. Each entry is its own supersession key
     (subject ``memory_bank``, predicate ``entry:<hex>``), so an update supersedes
-    exactly the entry it names. Importance is the seed's 0-1 scale, stored on the
+    exactly the entry it names. Importance is roampal's 0-1 scale, stored on the
     core's 0-10 scale."""
     importance = validation.number(importance, field="importance", low=0, high=1)
     result = fact_store(
@@ -369,7 +370,7 @@ def exchange_mark_scored(*, caller: Caller) -> Exchange | None:
 
 
 def transcripts_retention(*, now: datetime | None = None, batch_size: int = 1000) -> SweepResult:
-    """Seed 003 Feature 5: exchange transcripts are kept 7 days; what they taught
+    """roampal v0.3.5 keeps exchange transcripts 7 days; what they taught
     lives on in the memories."""
     cutoff = (now or timezone.now()) - TRANSCRIPT_RETENTION
     due = Exchange.objects.filter(created_at__lt=cutoff)

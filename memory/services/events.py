@@ -60,7 +60,7 @@ class EventType(models.TextChoices):
     CONFLICT_DETECTED = "conflict_detected"
     FACT_STATE_CHANGED = "fact_state_changed"
     EXPIRED_DELETED = "expired_deleted"
-    # Seed 004 (pce): every tool call is audited.
+    # As in pce-memory v0.14.0, every tool call is audited.
     TOOL_CALL = "tool_call"
     COLLECTION_CHANGED = "collection_changed"
     BOOK_INGESTED = "book_ingested"

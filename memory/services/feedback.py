@@ -1,5 +1,5 @@
 """The one feedback service: every dialect's outcome signal goes through here
-(seed 000 helpful/harmful, roampal worked/partial/failed/unknown, pce
+(the butlers memory module's helpful/harmful, roampal worked/partial/failed/unknown, pce
 helpful/harmful/outdated/duplicate). The rules live in ``memory.outcomes``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The tenant's knowledge graph (seed 004): entities merged by canonical key,
+"""The tenant's knowledge graph (pce-memory v0.14.0): entities merged by canonical key,
 typed relations between them, each linked to the claim that evidences it."""
 
 from __future__ import annotations

@@ -71,8 +71,8 @@ def _after_commit(memory: Memory) -> None:
 
 def _memory_row(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
     """A new memory of the caller's tenant, not saved yet."""
-    # Seed 004 scope TTLs (session / project / principle) come from the tenant
-    # policy; other scopes (seed 000 butler scopes, 'global') have none.
+    # The TTLs of pce-memory v0.14.0's scopes (session / project / principle) come from the
+    # tenant policy; other scopes (a butler's scope, 'global') have none.
     if fields.get("expires_at") is None and fields.get("scope") in caller.policy.scopes:
         ttl = caller.policy.ttl_for(fields["scope"])
         fields["expires_at"] = timezone.now() + ttl if ttl is not None else None
@@ -114,7 +114,7 @@ def _episode_values(
     """An episode's validated columns (one set of rules for one and for many)."""
     metadata = validation.metadata(metadata)
     if ttl is None:
-        # Episodes are seed 004's session scope: the tenant policy's session TTL
+        # Episodes expire as pce-memory's session scope does: the tenant policy's session TTL
         # decides their expiry (7 d by default); 'inf' keeps them 100 years, since
         # an episode always carries an expiry.
         ttl = caller.policy.ttl_for("session") or timedelta(days=36500)
@@ -271,7 +271,7 @@ def _supersede(*, caller: Caller, old: Sequence[Memory], new_id: uuid.UUID, reas
 
 
 def _fact_key(subject: str | None, predicate: str | None) -> tuple[str, str]:
-    """A fact's supersession key: subject + predicate (seed 000), a subject
+    """A fact's supersession key: subject + predicate (the butlers memory module), a subject
     alone (a LangGraph store key) or nothing (a memento memory, never
     superseded automatically). A given part must not be blank."""
     subject_value = validation.text(subject, field="subject", max_chars=200) if subject is not None else ""
@@ -461,7 +461,7 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
 
 
 def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -> None:
-    """Seed 000: recall and get bump reference counts (atomic F() increments).
+    """Recall and get bump reference counts, as in the butlers memory module (atomic F() increments).
     A reference is an access too."""
     ids = list(memory_ids)
     if ids:
@@ -472,7 +472,7 @@ def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -
 
 
 def memory_accessed_mark(*, caller: Caller, memories: Sequence[Memory]) -> None:
-    """Seed 002: ``accessed_at`` moves whenever a search or list returns a
+    """Memento MCP's ``accessed_at`` moves whenever a search or list returns a
     memory. One UPDATE; ``updated_at`` is left alone (reading is not editing).
     The loaded rows get the same value so the answer shows it."""
     if not memories:

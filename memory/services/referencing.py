@@ -1,5 +1,5 @@
 """Reads that count as references: recall and get bump each returned memory's
-reference count (seed 000), so they are services, not selectors. (The ranking
+reference count (as in the butlers memory module), so they are services, not selectors. (The ranking
 itself is ``memory.retrieval``; this module only adds the side effect.)"""
 
 from __future__ import annotations

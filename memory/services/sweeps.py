@@ -82,8 +82,8 @@ def audit_rows(
 def memories_expire(
     *, now: datetime | None = None, batch_size: int | None = None, per_tenant: int | None = None
 ) -> SweepResult:
-    """Every memory with a TTL, whatever its kind: episodes (seed 000, 7 days by
-    default), and facts and rules of a policy scope with a TTL (seed 004:
+    """Every memory with a TTL, whatever its kind: episodes (7 days by default, as in
+    the butlers memory module), and facts and rules of a policy scope with a TTL (pce-memory v0.14.0's
     ``session`` 7 d, ``project`` 120 d). Each left retrieval when its
     ``expires_at`` passed (every read filters on it); its row stays for audit
     and the dashboard for the retention period, then this sweep deletes it,
@@ -143,7 +143,7 @@ def facts_decay(
     *, now: datetime | None = None, batch_size: int | None = None, per_tenant: int | None = None
 ) -> SweepResult:
     """Record each active fact's state (active / fading / expired by effective
-    confidence, seed 000 memory_stats) when it changes: one
+    confidence, as the butlers memory module's memory_stats counts them) when it changes: one
     ``fact_state_changed`` event per transition. Only facts whose precomputed
     ``fact_state_changes_at`` has come are read (an index range scan, however
     many facts there are); confirming a fact makes it due at once, so the next
@@ -204,7 +204,7 @@ def rules_maturity(
     *, now: datetime | None = None, batch_size: int | None = None, per_tenant: int | None = None
 ) -> SweepResult:
     """Outcomes re-evaluate maturity when they arrive; this sweep catches what
-    only time changes (seed 000: proven needs 30 days of age)."""
+    only time changes (a proven rule needs 30 days of age)."""
     now = now or timezone.now()
     batch_size, per_tenant = sweep_sizes(batch_size, per_tenant)
     # Below these counts scoring.rule_maturity cannot move a rule anywhere.

@@ -1,5 +1,5 @@
 """Every tenant that existed before policies gets the default policy (version
-0.0.0, the seed 004 example's values), so no tenant is left unconfigured."""
+0.0.0, the values of pce-memory's example policy), so no tenant is left unconfigured."""
 
 import hashlib
 

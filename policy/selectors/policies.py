@@ -107,5 +107,5 @@ def visibility_changes(*, tenant_id: uuid.UUID, before: PolicyDocument, after: P
 def policy_is_applied(*, tenant_id: uuid.UUID) -> bool:
     """Whether the tenant has a current policy of its own. Every tenant gets the
     default at creation; a tenant without one (a raw insert, a restored backup)
-    reads with the built-in default, and seed 004's fail-closed tools refuse it."""
+    reads with the built-in default, and pce's fail-closed tools refuse it."""
     return PolicyVersion.objects.filter(tenant_id=tenant_id, is_current=True).exists()

@@ -1,4 +1,4 @@
-"""Applying tenant policies (seed 004 §2.6 ``pce.memory.policy.apply``): one
+"""Applying tenant policies (pce-memory v0.14.0's ``pce.memory.policy.apply``): one
 service for the pce tool, ``manage.py policy_apply`` and the admin.
 
 - ``validate_only``: parse, check signature, permissions and versions; store no
@@ -76,8 +76,8 @@ def _version_row(tenant_id: uuid.UUID, document: PolicyDocument, **fields: Any) 
 
 
 def policy_ensure_default(*, tenant_id: uuid.UUID) -> bool:
-    """Give a tenant without a policy the default one (version 0.0.0, the seed
-    example's values). Idempotent and race-safe: returns True if it wrote it."""
+    """Give a tenant without a policy the default one (version 0.0.0, the values
+    of pce-memory's example policy). Idempotent and race-safe: returns True if it wrote it."""
     if PolicyVersion.objects.filter(tenant_id=tenant_id, is_current=True).exists():
         return False
     try:

@@ -1,4 +1,4 @@
-"""Policy signatures (seed 004 §4, fail-closed): with a tenant signing key set,
+"""Policy signatures (pce-memory v0.14.0, fail-closed): with a tenant signing key set,
 ``signature`` must be the lowercase hex HMAC-SHA256 of the policy YAML's UTF-8
 bytes under that key, optionally written ``sha256=<hex>`` (the GitHub webhook
 form). HMAC, not a public-key signature: the key is a shared secret between

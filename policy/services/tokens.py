@@ -127,7 +127,7 @@ def token_revoke(tokens: QuerySet[ApiToken]) -> int:
 
 
 def caller_for_target_tenant(*, caller: Caller, tenant: str | None, elevate: bool = False) -> Caller:
-    """Seed 000: the tenant comes from the token. A non-admin naming any tenant is
+    """The tenant comes from the token, as in the butlers memory module. A non-admin naming any tenant is
     refused; an admin reaches another tenant only with an explicit elevation (a
     token with the 'elevate' scope and elevate=true). The decision only: the
     caller of this function records the elevation in the audit log."""

@@ -13,7 +13,7 @@ from memory.services.system import system_caller
 
 class Command(BaseCommand):
     help = (
-        "Ingest a text or Markdown file into a tenant's roampal `books` collection (seed 003): the file is "
+        "Ingest a text or Markdown file into a tenant's roampal `books` collection: the file is "
         "chunked and stored at once (keyword-searchable), the worker embeds the chunks; progress is shown "
         "until every chunk is embedded or --wait seconds pass."
     )

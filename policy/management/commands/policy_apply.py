@@ -13,7 +13,7 @@ from policy.services.policies import policy_apply
 
 class Command(BaseCommand):
     help = (
-        "Apply a policy YAML to a tenant (seed 004 policy.apply) as the operator. Prints the result as JSON; "
+        "Apply a policy YAML to a tenant (pce-memory's policy.apply) as the operator. Prints the result as JSON; "
         "--dry-run and --validate-only store nothing."
     )
 
