@@ -183,4 +183,4 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         # The queryset comes from get_queryset, so only the user's tenant's tokens.
         count = token_revoke(queryset)
-        self.message_user(request, f"Revoked {count} token(s).")
+        self.message_user(request, f"Revoked {count} token." if count == 1 else f"Revoked {count} tokens.")

@@ -1,5 +1,5 @@
 """Who may see and change what in the admin: the one place where admin access
-is resolved (CONVENTIONS 3). Every tenant-owned ModelAdmin mixes in
+is resolved. Every tenant-owned ModelAdmin mixes in
 ``TenantScopedAdminMixin``; the dashboard and review views call
 ``admin_access`` / ``require_tenant`` / ``review_caller``.
 

@@ -1,15 +1,17 @@
 """What every page of the review admin shares: list pages that never count the
 big tables, the tenant filter, running a review action through a service (with
-the superuser's audit event), bulk actions and CSV export.
+the superuser's audit event), bulk actions, the names of the actors of audit
+events, and CSV export.
 
-Admin reads; every write is a service call (CONVENTIONS 9). Tenant access is
-decided in ``policy.admin_access`` only."""
+Admin reads; every write is a service call. Tenant access is decided in
+``policy.admin_access`` only."""
 
 from __future__ import annotations
 
 import csv
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from django.contrib import admin, messages
@@ -22,10 +24,12 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from memory.errors import MemoryError_
-from memory.models import Memory
+from memory.models import Memory, MemoryEvent
+from memory.services.events import EventType
 from memory.services.review import admin_review_record
 from policy.admin_access import admin_access, review_caller
 from policy.caller import Caller
+from policy.models import Principal
 
 ACTION_ROW_CAP = 200
 
@@ -101,40 +105,110 @@ def run_review(
     memory: Memory | None,
     call: Callable[[Caller], Any],
     detail: dict[str, Any] | None = None,
+    written: Callable[[Any], Memory] | None = None,
 ) -> Any:
     """One review action: the caller for this admin user, the service call, and
     for a superuser (no Principal in the tenant) an ``admin_review`` event naming
-    them, in the same transaction."""
+    them, in the same transaction. ``written`` picks the memory out of the
+    call's result when the action creates it (``memory`` is None then)."""
     caller = review_caller(request, tenant_id)
     access = admin_access(request)
     with transaction.atomic():
         result = call(caller)
         if access is not None and access.is_superuser:
-            admin_review_record(caller=caller, action=action, username=access.username, memory=memory, detail=detail)
+            target = written(result) if written is not None else memory
+            admin_review_record(caller=caller, action=action, username=access.username, memory=target, detail=detail)
     return result
+
+
+def count_of(count: int, singular: str, plural: str) -> str:
+    """ "1 memory", "2 memories": the admin's messages name what they counted."""
+    return f"{count} {singular if count == 1 else plural}"
+
+
+@dataclass(frozen=True)
+class BulkAction:
+    """How a list action's messages speak: ``done`` is the participle
+    ("confirmed"), ``noun`` the row's name, singular and plural."""
+
+    done: str
+    noun: tuple[str, str]
+
+    def rows(self, count: int) -> str:
+        return count_of(count, *self.noun)
 
 
 def run_bulk(
     model_admin: admin.ModelAdmin,
     request: HttpRequest,
-    rows: Iterable[Any],
+    rows: QuerySet,
     *,
-    action: str,
-    label: str,
+    action: BulkAction,
     review: Callable[[Any], None],
 ) -> None:
     """A list action: ``review`` (one ``run_review``) for each selected row, at
     most ACTION_ROW_CAP of them; a row that fails is reported, the others go on."""
+    selected = list(rows[: ACTION_ROW_CAP + 1])
     done, failed = 0, []
-    for row in rows:
+    for row in selected[:ACTION_ROW_CAP]:
         try:
             review(row)
             done += 1
         except MemoryError_ as exc:
             failed.append(f"{row.pk}: {exc}")
-    model_admin.message_user(request, f"{action}: {done} {label} done.")
+    if done:
+        model_admin.message_user(request, f"{action.rows(done).capitalize()} {action.done}.", level=messages.SUCCESS)
+    if failed:
+        model_admin.message_user(
+            request, f"{action.rows(len(failed)).capitalize()} could not be {action.done}:", level=messages.WARNING
+        )
     for failure in failed[:10]:
-        model_admin.message_user(request, f"{action} failed for {failure}", level=messages.WARNING)
+        model_admin.message_user(request, failure, level=messages.WARNING)
+    if len(selected) > ACTION_ROW_CAP:
+        model_admin.message_user(
+            request,
+            f"Only the first {ACTION_ROW_CAP} selected {action.noun[1]} were {action.done}; "
+            "run the action again for the rest.",
+            level=messages.WARNING,
+        )
+
+
+# --- who did it: the actors of audit events ------------------------------------------------------
+def _principal_label(principal: Principal) -> str:
+    login = principal.user.get_username() if principal.user else ""
+    return principal.name if not login or login == principal.name else f"{principal.name} (login {login})"
+
+
+def actor_names(principal_ids: Iterable[uuid.UUID | None]) -> dict[uuid.UUID, str]:
+    """The principals' names, with the admin login linked to each when it is
+    another name (one query)."""
+    wanted = {pk for pk in principal_ids if pk is not None}
+    if not wanted:
+        return {}
+    principals = Principal.objects.filter(pk__in=wanted).select_related("user").only("id", "name", "user")
+    return {principal.pk: _principal_label(principal) for principal in principals}
+
+
+def actor_label(event: MemoryEvent, names: dict[uuid.UUID, str]) -> str:
+    """Who wrote an audit event, in words: the principal; for a superuser's
+    review, the superuser (their service's own event carries no principal, the
+    ``admin_review`` event next to it names them); background tasks act with no
+    principal."""
+    if event.event_type == EventType.ADMIN_REVIEW and isinstance(event.payload, dict):
+        superuser = event.payload.get("superuser")
+        if superuser:
+            return f"{superuser} (superuser)"
+    if event.actor_principal_id is None:
+        return "no principal"
+    return names.get(event.actor_principal_id) or f"deleted principal {str(event.actor_principal_id)[:8]}"
+
+
+def with_actor_labels(events: list[MemoryEvent]) -> list[MemoryEvent]:
+    """The events, each with ``actor_label`` set for the templates."""
+    names = actor_names(e.actor_principal_id for e in events)
+    for event in events:
+        event.actor_label = actor_label(event, names)  # type: ignore[attr-defined]
+    return events
 
 
 def memory_anchor(memory_id: uuid.UUID | None) -> str:

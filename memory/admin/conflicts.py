@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from memory.admin.common import ACTION_ROW_CAP, NoCountListMixin, TenantFilter, memory_anchor, run_bulk, run_review
+from memory.admin.common import BulkAction, NoCountListMixin, TenantFilter, memory_anchor, run_bulk, run_review
 from memory.models import ConflictCandidate
 from memory.services.conflicts import conflict_accept, conflict_dismiss
 from policy.admin_access import TenantScopedAdminMixin, admin_access
@@ -73,7 +73,8 @@ class ConflictCandidateAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.Mod
                 call=lambda c: service(caller=c, conflict_id=candidate.pk),
             )
 
-        run_bulk(self, request, queryset[:ACTION_ROW_CAP], action=action, label="candidate(s)", review=review)
+        done = "accepted" if action == "conflict_accept" else "dismissed"
+        run_bulk(self, request, queryset, action=BulkAction(done, ("conflict", "conflicts")), review=review)
 
     @admin.action(description="Accept selected (newer supersedes other)", permissions=["review"])
     def action_accept(self, request: HttpRequest, queryset: QuerySet) -> None:

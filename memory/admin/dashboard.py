@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from memory.admin.common import with_actor_labels
 from memory.models import ConflictCandidate, ConflictStatus, EmbeddingStatus, Kind, Memory, MemoryEvent
 from memory.selectors.memories import memory_stats
 from policy.admin_access import admin_access, read_caller, require_tenant
@@ -182,7 +183,7 @@ def dashboard(request: HttpRequest, slug: str) -> HttpResponse:
         "embedding": embedding,
         "conflict_counts": conflict_counts,
         "recent_conflicts": recent_conflicts,
-        "recent_events": list(MemoryEvent.objects.filter(tenant=tenant).order_by("-id")[:10]),
+        "recent_events": with_actor_labels(list(MemoryEvent.objects.filter(tenant=tenant).order_by("-id")[:10])),
         "can_write": admin_access(request).can_write,  # type: ignore[union-attr]
     }
     return TemplateResponse(request, "admin/memproj/dashboard.html", context)

@@ -10,7 +10,15 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
-from memory.admin.common import NoCountListMixin, TenantFilter, csv_response, memory_anchor
+from memory.admin.common import (
+    NoCountListMixin,
+    TenantFilter,
+    actor_label,
+    actor_names,
+    csv_response,
+    memory_anchor,
+    with_actor_labels,
+)
 from memory.models import MemoryEvent
 from memory.services.events import EventType
 from policy.admin_access import ReadOnlyAdminMixin, TenantScopedAdminMixin
@@ -35,7 +43,7 @@ class EventTypeFilter(admin.SimpleListFilter):
 @admin.register(MemoryEvent)
 class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     members_may_view = True
-    list_display = ("created_at", "tenant", "event_type", "memory_link", "memory_kind", "actor_principal_id")
+    list_display = ("created_at", "tenant", "event_type", "memory_link", "memory_kind", "actor")
     list_select_related = ("tenant",)
     list_filter = (TenantFilter, EventTypeFilter)
     search_fields = ("=memory_id",)
@@ -48,6 +56,7 @@ class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMi
         "memory_id",
         "memory_kind",
         "event_type",
+        "actor",
         "actor_principal_id",
         "payload",
         "created_at",
@@ -65,6 +74,17 @@ class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMi
     @admin.display(description="memory")
     def memory_link(self, obj: MemoryEvent) -> str:
         return memory_anchor(obj.memory_id)
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        # The page's rows (the queryset keeps them) with their actors' names, in one query.
+        with_actor_labels(list(changelist.result_list))
+        return changelist
+
+    @admin.display(description="actor")
+    def actor(self, obj: MemoryEvent) -> str:
+        label = getattr(obj, "actor_label", None)
+        return label if label is not None else actor_label(obj, actor_names([obj.actor_principal_id]))
 
     @admin.action(description="Export selected as CSV", permissions=["view"])
     def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:

@@ -16,18 +16,22 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, Streami
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 
+from memory.admin.adding import memory_add_view
 from memory.admin.common import (
-    ACTION_ROW_CAP,
+    BulkAction,
     NoCountListMixin,
     TenantFilter,
     csv_response,
     run_bulk,
     run_review,
+    with_actor_labels,
 )
 from memory.errors import MemoryError_
 from memory.models import (
     ConflictCandidate,
+    EmbeddingStatus,
     Kind,
     LinkKind,
     Maturity,
@@ -94,18 +98,18 @@ class MemoryReviewError(Exception):
 @admin.register(Memory)
 class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     members_may_view = True
-    tenant_admin_may_add = False
+    # Compact columns (a rule's maturity under its kind, a pending embedding under
+    # the validity, the date over the time) so the list fits beside the side
+    # navigation and the filters in a 1400 px window.
     list_display = (
         "short_content",
-        "kind",
-        "boundary_class",
+        "kind_and_maturity",
+        "boundary",
         "tenant",
-        "validity",
-        "maturity",
+        "status",
         "scope",
-        "embedding_status",
-        "reference_count",
-        "created_at",
+        "references",
+        "created",
     )
     list_display_links = ("short_content",)
     list_select_related = ("tenant",)
@@ -191,6 +195,33 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     def short_content(self, obj: Memory) -> str:
         text = obj.content if len(obj.content) <= 90 else obj.content[:87] + "..."
         return text
+
+    @admin.display(description="kind", ordering="kind")
+    def kind_and_maturity(self, obj: Memory) -> str:
+        if obj.kind == Kind.RULE and obj.maturity:
+            maturity = obj.get_maturity_display().lower()
+            return format_html('{}<br><span class="mp-muted">{}</span>', obj.get_kind_display(), maturity)
+        return obj.get_kind_display()
+
+    @admin.display(description="boundary", ordering="boundary_class")
+    def boundary(self, obj: Memory) -> str:
+        return obj.boundary_class
+
+    @admin.display(description="status", ordering="validity")
+    def status(self, obj: Memory) -> str:
+        if obj.embedding_status == EmbeddingStatus.READY:
+            return obj.get_validity_display()
+        embedding = f"embedding {obj.embedding_status}"
+        return format_html('{}<br><span class="mp-muted">{}</span>', obj.get_validity_display(), embedding)
+
+    @admin.display(description="refs", ordering="reference_count")
+    def references(self, obj: Memory) -> int:
+        return obj.reference_count
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Memory) -> str:
+        when = timezone.localtime(obj.created_at)
+        return format_html('{}<br><span class="mp-muted">{}</span>', when.strftime("%Y-%m-%d"), when.strftime("%H:%M"))
 
     # --- search: the hybrid search of the tools -------------------------------------------
     def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
@@ -286,7 +317,9 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
             .defer("memory__embedding", "memory__search_vector", "other__embedding", "other__search_vector")
             .order_by("-created_at")[:50]
         )
-        events = list(MemoryEvent.objects.filter(tenant_id=obj.tenant_id, memory_id=obj.pk).order_by("-id")[:200])
+        events = with_actor_labels(
+            list(MemoryEvent.objects.filter(tenant_id=obj.tenant_id, memory_id=obj.pk).order_by("-id")[:200])
+        )
         return {
             "memory": obj,
             "scores": {
@@ -309,6 +342,13 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
             "is_active": obj.validity == Validity.ACTIVE,
             "review_url": reverse("admin:memory_memory_review", args=[obj.pk]),
         }
+
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # A form of its own (memory.admin.adding): a memory is stored through the
+        # services, never saved from the model form.
+        return memory_add_view(self, request)
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
@@ -419,31 +459,54 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
 
     # --- list actions (each row through the service) -------------------------------------------
     def _bulk(
-        self, request: HttpRequest, queryset: QuerySet, action: str, call: Callable[[Caller, Memory], Any]
+        self,
+        request: HttpRequest,
+        queryset: QuerySet,
+        action: str,
+        done: str,
+        call: Callable[[Caller, Memory], Any],
     ) -> None:
         def review(memory: Memory) -> None:
             run_review(
                 request, tenant_id=memory.tenant_id, action=action, memory=memory, call=lambda c: call(c, memory)
             )
 
-        rows = queryset.defer("embedding", "search_vector")[:ACTION_ROW_CAP]
-        run_bulk(self, request, rows, action=action, label="memory(ies)", review=review)
+        rows = queryset.defer("embedding", "search_vector")
+        run_bulk(self, request, rows, action=BulkAction(done, ("memory", "memories")), review=review)
 
     @admin.action(description="Confirm selected facts/rules", permissions=["review"])
     def action_confirm(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._bulk(request, queryset, "confirm", lambda c, m: memory_confirm(caller=c, kind=m.kind, memory_id=m.pk))
+        self._bulk(
+            request,
+            queryset,
+            "confirm",
+            "confirmed",
+            lambda c, m: memory_confirm(caller=c, kind=m.kind, memory_id=m.pk),
+        )
 
     @admin.action(description="Retract selected memories", permissions=["review"])
     def action_retract(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._bulk(request, queryset, "retract", lambda c, m: memory_forget(caller=c, kind=m.kind, memory_id=m.pk))
+        self._bulk(
+            request,
+            queryset,
+            "retract",
+            "retracted",
+            lambda c, m: memory_forget(caller=c, kind=m.kind, memory_id=m.pk),
+        )
 
     @admin.action(description="Restore selected memories", permissions=["review"])
     def action_restore(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._bulk(request, queryset, "restore", lambda c, m: memory_restore(caller=c, memory_id=m.pk))
+        self._bulk(request, queryset, "restore", "restored", lambda c, m: memory_restore(caller=c, memory_id=m.pk))
 
     @admin.action(description="Re-embed selected memories", permissions=["review"])
     def action_reembed(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._bulk(request, queryset, "reembed", lambda c, m: memory_reembed(caller=c, memory_id=m.pk))
+        self._bulk(
+            request,
+            queryset,
+            "reembed",
+            "sent for re-embedding",
+            lambda c, m: memory_reembed(caller=c, memory_id=m.pk),
+        )
 
     @admin.action(description="Export selected as CSV", permissions=["view"])
     def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:

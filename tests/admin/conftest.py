@@ -1,5 +1,6 @@
-"""Admin fixtures: the trio (CONVENTIONS 3) as staff logins. A tenant admin and a
-member of tenant A, the admin of tenant B (the outsider), and a superuser."""
+"""Admin fixtures: the roles every permission test needs, as staff logins: a
+tenant admin and a member of tenant A, the admin of tenant B (the outsider),
+and a superuser."""
 
 from __future__ import annotations
 

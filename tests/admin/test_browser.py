@@ -1,6 +1,9 @@
 """End to end in a real browser: headless Debian chromium driven by Playwright
 against the live server. A tenant admin logs in, opens the dashboard and a
 memory's detail page, promotes a rule, and cannot reach tenant B's memory by URL.
+A new superuser's first hour: the site's name, adding a memory through the form
+and finding it in the list, the list's columns at 1400 and 1920 px, and audit
+events naming their actors.
 The dashboard screenshot is the README's (docs/dashboard.png), refreshed with
 MEMPROJ_UPDATE_SCREENSHOTS=1."""
 
@@ -165,3 +168,110 @@ def test_tenant_admin_reviews_in_a_real_browser(chromium, live_server, admin_a, 
     event = MemoryEvent.objects.filter(memory_id=rule.pk, event_type="maturity_changed").get()
     assert event.payload == {"from": "candidate", "to": "established", "manual": True, "reason": "admin review"}
     assert event.actor_principal_id == admin_a.principal.id
+
+
+# The list must show every column without a horizontal scrollbar at the window
+# widths reviewers use (a laptop's 1400 px, a desktop's 1920 px), with the side
+# navigation and the filter panel open.
+LIST_WIDTHS = (1400, 1920)
+
+OVERFLOW = """() => {
+    const results = document.querySelector('#changelist .results');
+    const table = document.querySelector('#result_list');
+    const right = results.getBoundingClientRect().right;
+    const clipped = [...table.querySelectorAll('thead th')]
+        .filter(th => th.getBoundingClientRect().right > right + 1)
+        .map(th => th.innerText.trim());
+    return {
+        page: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+        results: results.scrollWidth - results.clientWidth,
+        clipped: clipped,
+        columns: table.querySelectorAll('thead th').length,
+        widths: [...table.querySelectorAll('thead th')]
+            .map(th => [th.innerText.trim(), Math.round(th.getBoundingClientRect().width)]),
+        navigation: !!document.querySelector('#nav-sidebar'),
+    };
+}"""
+
+
+def test_first_hour_in_a_real_browser(chromium, live_server, superuser, admin_a, tmp_path, browser_env):
+    """A new superuser's first visit: the site's name, adding a memory through
+    the form and finding it in the list, the list's layout at common window
+    widths, and the memory's history naming who did what."""
+    from playwright.sync_api import sync_playwright
+
+    seed_tenant(admin_a.caller, admin_a.tenant)
+    long = "A long memory that wraps: " + "the staging database is rebuilt from the nightly snapshot " * 4
+    episode_store(caller=admin_a.caller, content=long, butler="ops", tags=["ops", "staging", "database"])
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{live_server.url}/admin/login/")
+            assert "memproj administration" in page.inner_text("#site-name")
+            page.fill("#id_username", superuser.user.username)
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_selector("#user-tools")
+            assert page.title() == "Memories, tenants and access | memproj admin"
+            assert "View site" not in page.inner_text("#user-tools")
+            assert "API tokens" in page.inner_text("#content-main")
+
+            # Add a memory from the list's button, as a new user would.
+            page.goto(f"{live_server.url}/admin/memory/memory/")
+            page.click(".object-tools a.addlink")
+            page.wait_for_selector("#memory-add-form")
+            assert page.title() == "Add memory | memproj admin"
+            page.select_option("#id_tenant", str(admin_a.tenant.pk))
+            assert page.is_checked("input[name=kind][value=fact]")
+            assert page.is_visible("#id_subject") and not page.is_visible("#id_butler")
+            page.check("input[name=kind][value=episode]")  # the form follows the kind
+            assert page.is_visible("#id_butler") and not page.is_visible("#id_subject")
+            page.check("input[name=kind][value=fact]")
+            page.fill("#id_subject", "office")
+            page.fill("#id_predicate", "coffee")
+            page.fill("#id_content", "The office coffee machine is on the third floor")
+            page.screenshot(path=str(tmp_path / "memory-add.png"), full_page=True)
+            page.click("#memory-add-form input[name=_save]")
+            page.wait_for_selector("ul.messagelist li.success")
+            assert "Stored fact" in page.inner_text("ul.messagelist")
+            first_row = page.inner_text("#result_list tbody tr:first-child")
+            assert "The office coffee machine is on the third floor" in first_row
+            stored = Memory.objects.get(content="The office coffee machine is on the third floor")
+            assert (stored.tenant_id, stored.subject, stored.predicate) == (admin_a.tenant.pk, "office", "coffee")
+
+            # A service's refusal shows on its field, and nothing is stored.
+            page.goto(f"{live_server.url}/admin/memory/memory/add/")
+            page.select_option("#id_tenant", str(admin_a.tenant.pk))
+            page.check("input[name=kind][value=episode]")
+            page.fill("#id_content", "An episode without its agent")
+            page.click("#memory-add-form input[name=_save]")
+            page.wait_for_selector(".field-butler ul.errorlist")
+            page.screenshot(path=str(tmp_path / "memory-add-error.png"), full_page=True)
+            assert "butler must be" in page.inner_text(".field-butler ul.errorlist")
+            assert page.is_visible("#id_butler")
+            assert not Memory.objects.filter(content="An episode without its agent").exists()
+
+            # The list at common window widths: no column cut off.
+            for width in LIST_WIDTHS:
+                page.set_viewport_size({"width": width, "height": 1000})
+                page.goto(f"{live_server.url}/admin/memory/memory/")
+                layout = page.evaluate(OVERFLOW)
+                page.screenshot(path=str(tmp_path / f"memory-list-{width}.png"), full_page=True)
+                assert layout["navigation"] and layout["columns"] == 9  # the side navigation is open
+                assert layout["clipped"] == [], f"at {width} px these columns are cut off: {layout['clipped']}"
+                assert layout["results"] <= 0 and layout["page"] <= 0, f"horizontal scrolling at {width} px: {layout}"
+
+            # The history names who stored it and which superuser acted.
+            page.set_viewport_size({"width": 1400, "height": 900})
+            page.goto(f"{live_server.url}/admin/memory/memory/{stored.pk}/change/")
+            history = page.inner_text("#mp-events")
+            assert "root (superuser)" in history
+            assert str(admin_a.principal.pk) not in history
+            page.goto(f"{live_server.url}/admin/memory/memoryevent/")
+            events = page.inner_text("#result_list")
+            assert "alice" in events and "root (superuser)" in events
+            assert str(admin_a.principal.pk) not in events
+        finally:
+            browser.close()

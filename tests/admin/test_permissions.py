@@ -162,10 +162,12 @@ def test_memory_list_does_not_count_or_load_vectors(client, admin_a):
 
 def test_search_box_uses_hybrid_search_within_tenant(client, admin_a, fact_a, fact_b):
     fact_store(caller=admin_a.caller, subject="office", predicate="snack", content="The office keeps green tea")
+    fact_store(caller=admin_a.caller, subject="office", predicate="floor", content="The office is on the third floor")
     client.force_login(admin_a.user)
     page = client.get(reverse("admin:memory_memory_changelist"), {"q": "beverages in the office"}).content.decode()
     assert "green tea" in page
-    assert page.index("green tea") < page.index("Acme launch code")  # ranked by relevance
+    assert page.index("green tea") < page.index("third floor")  # ranked by relevance
+    assert "Acme launch code" not in page  # no evidence for it: not a hit
     assert "Bravo" not in page
     by_id = client.get(reverse("admin:memory_memory_changelist"), {"q": str(fact_b.pk)}).content.decode()
     assert "Bravo" not in by_id
