@@ -9,10 +9,10 @@ from django.conf import settings
 from django.core.checks import Tags, Warning, register
 
 PUBLIC_SECRET_KEY = Warning(
-    "DJANGO_SECRET_KEY is not set: the service signs sessions and CSRF tokens with the public default key, so "
-    "anyone who can reach the admin can forge a login.",
-    hint="Set DJANGO_SECRET_KEY to a long random value (python -c 'import secrets; print(secrets.token_urlsafe(50))'). "
-    "The default is refused once MEMPROJ_HOST or DJANGO_ALLOWED_HOSTS name more than this machine.",
+    "DJANGO_SECRET_KEY is the former public default (memproj-dev-insecure-change-me): anyone who can reach the "
+    "admin can forge a login signed with it.",
+    hint="Remove it (an old .env file may still set it) to have a key generated for this install, or set a long "
+    "random value (python -c 'import secrets; print(secrets.token_urlsafe(50))').",
     id="memproj.W001",
 )
 

@@ -19,12 +19,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# The default key is public (it is in this file): anyone can forge sessions and
-# CSRF tokens signed with it. Tolerated, with a loud warning (the memproj.W001
-# system check, and the web process's log), only while the service is reachable
-# from this machine alone; refused once it is served to others (below).
-INSECURE_SECRET_KEY = "memproj-dev-insecure-change-me"  # noqa: S105 - public by design, refused when served
-SECRET_KEY = read("DJANGO_SECRET_KEY", default=INSECURE_SECRET_KEY)
+# Unset, the signing key is one generated for this install (var/secrets/django-secret-key,
+# 0600): nobody else knows it and restarts keep the sessions. That holds only while
+# the service is reachable from this machine alone; served to others, the key is set
+# on purpose (every host signs with it). The former public default, still in old
+# .env files, is refused when served and warned about (memproj.W001) otherwise.
+INSECURE_SECRET_KEY = "memproj-dev-insecure-change-me"  # noqa: S105 - public: refused when served, W001 otherwise
+SECRET_KEY = read("DJANGO_SECRET_KEY", default="")
 DEBUG = read("DJANGO_DEBUG")
 ALLOWED_HOSTS = read("DJANGO_ALLOWED_HOSTS")
 # Served to others: the web process binds a non-loopback address (MEMPROJ_HOST,
@@ -32,15 +33,20 @@ ALLOWED_HOSTS = read("DJANGO_ALLOWED_HOSTS")
 _LOOPBACK = {"127.0.0.1", "localhost", "[::1]", "::1", "testserver"}
 MEMPROJ_HOST = read("MEMPROJ_HOST")
 MEMPROJ_SERVED_BEYOND_LOOPBACK = MEMPROJ_HOST not in _LOOPBACK or any(host not in _LOOPBACK for host in ALLOWED_HOSTS)
-if SECRET_KEY == INSECURE_SECRET_KEY and MEMPROJ_SERVED_BEYOND_LOOPBACK and not DEBUG:
+if SECRET_KEY in ("", INSECURE_SECRET_KEY) and MEMPROJ_SERVED_BEYOND_LOOPBACK and not DEBUG:
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured(
-        "DJANGO_SECRET_KEY is not set, and the public default key would let anyone forge admin sessions of a "
-        "service reachable from other machines (MEMPROJ_HOST or DJANGO_ALLOWED_HOSTS name more than this one). "
-        "Set DJANGO_SECRET_KEY to a long random value, e.g. the output of "
-        "python -c 'import secrets; print(secrets.token_urlsafe(50))'."
+        ("DJANGO_SECRET_KEY is the former public default" if SECRET_KEY else "DJANGO_SECRET_KEY is not set")
+        + ", and the service is reachable from other machines (MEMPROJ_HOST or DJANGO_ALLOWED_HOSTS name more "
+        "than this one): set DJANGO_SECRET_KEY to a long random value, the same for every host, e.g. the output of "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'. (A key generated for one install is used "
+        "only while the service is reachable from this machine alone.)"
     )
+if not SECRET_KEY:
+    from memproj.embedded import secret
+
+    SECRET_KEY = secret("django-secret-key")
 
 # HTTPS (off by default: the embedded default serves http://127.0.0.1). MEMPROJ_HTTPS
 # turns on secure cookies, the redirect to https and a year of HSTS; each can be

@@ -79,11 +79,13 @@ SETTINGS: tuple[Setting, ...] = (
     _S(
         "DJANGO_SECRET_KEY",
         "str",
-        Computed("a public development key"),
-        "Django's signing key. Set it to a long random value. With the default, `manage.py check` and the web "
-        "process's log warn (`memproj.W001`), and every process refuses to start once the service is served "
-        "beyond this machine (`MEMPROJ_HOST` not a loopback address, or `DJANGO_ALLOWED_HOSTS` naming another "
-        "host) unless `DJANGO_DEBUG` is on.",
+        Computed("a key generated once into `var/secrets/django-secret-key` (0600)"),
+        "Django's signing key (sessions, CSRF). Unset, the key generated for this install is used while the "
+        "service is reachable from this machine only; once it is served beyond this machine (`MEMPROJ_HOST` not "
+        "a loopback address, or `DJANGO_ALLOWED_HOSTS` naming another host) every process refuses to start "
+        "until it is set to a long random value, the same for every host (unless `DJANGO_DEBUG` is on). The "
+        "former public default `memproj-dev-insecure-change-me` is refused there too, and warned about "
+        "(`memproj.W001`) elsewhere.",
         "Security and hosts",
     ),
     _S("DJANGO_DEBUG", "bool", False, "Django's debug mode (never in production).", "Security and hosts"),

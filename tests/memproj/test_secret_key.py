@@ -1,7 +1,8 @@
-"""The public default DJANGO_SECRET_KEY: a system-check warning while the
-service is reachable from this machine only, a refusal to start once it is
-served to others; HTTPS settings from the environment, off by default. Each
-case in a fresh process, with the settings read from its environment."""
+"""DJANGO_SECRET_KEY: unset, a key generated for this install while the
+service is reachable from this machine only, and a refusal to start once it is
+served to others; the former public default, a system-check warning. HTTPS
+settings from the environment, off by default. Each case in a fresh process,
+with the settings read from its environment."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_ENV = (
     "DJANGO_SECRET_KEY",
+    "MEMPROJ_VAR_DIR",
     "DJANGO_ALLOWED_HOSTS",
     "MEMPROJ_HOST",
     "DJANGO_DEBUG",
@@ -44,21 +46,41 @@ SECURITY = (
 )
 
 
-def test_the_public_default_key_is_a_system_check_warning():
-    local = _run(CHECK)
-    assert local.returncode == 0, local.stderr
-    assert "memproj.W001" in local.stdout
-    own = _run(CHECK, DJANGO_SECRET_KEY="a-key-of-this-deployment-" + "x" * 40)
+KEY = "from django.conf import settings as s; print(s.SECRET_KEY)"
+OWN_KEY = "a-key-of-this-deployment-" + "x" * 40
+
+
+def test_an_unset_key_is_generated_once_for_this_install(tmp_path):
+    first = _run(f"{CHECK}; {KEY}", MEMPROJ_VAR_DIR=str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    checks, key = first.stdout.split("\n")[:2]
+    stored = tmp_path / "secrets" / "django-secret-key"
+    assert key == stored.read_text().strip() and len(key) >= 64
+    assert stored.stat().st_mode & 0o777 == 0o600
+    assert checks == "[]", "a generated key needs no warning"
+    again = _run(KEY, MEMPROJ_VAR_DIR=str(tmp_path))
+    assert again.stdout.strip() == key, "every process and restart of the install signs with the same key"
+    elsewhere = _run(KEY, MEMPROJ_VAR_DIR=str(tmp_path / "another-install"))
+    assert elsewhere.stdout.strip() != key
+
+
+def test_the_former_public_default_is_a_system_check_warning(tmp_path):
+    public = _run(CHECK, DJANGO_SECRET_KEY="memproj-dev-insecure-change-me", MEMPROJ_VAR_DIR=str(tmp_path))
+    assert public.returncode == 0, public.stderr
+    assert "memproj.W001" in public.stdout
+    own = _run(CHECK, DJANGO_SECRET_KEY=OWN_KEY, MEMPROJ_VAR_DIR=str(tmp_path))
     assert own.returncode == 0 and "memproj.W001" not in own.stdout
 
 
-def test_the_public_default_key_is_refused_when_the_service_is_served_to_others():
+def test_a_key_must_be_set_when_the_service_is_served_to_others(tmp_path):
     for env in ({"DJANGO_ALLOWED_HOSTS": "memory.example.com"}, {"MEMPROJ_HOST": "0.0.0.0"}):  # noqa: S104
-        refused = _run(SECURITY, **env)
-        assert refused.returncode != 0, env
-        assert "ImproperlyConfigured" in refused.stderr and "DJANGO_SECRET_KEY" in refused.stderr
-        served = _run(SECURITY, DJANGO_SECRET_KEY="a-key-of-this-deployment-" + "x" * 40, **env)
+        for unset_or_public in ({}, {"DJANGO_SECRET_KEY": "memproj-dev-insecure-change-me"}):
+            refused = _run(SECURITY, MEMPROJ_VAR_DIR=str(tmp_path), **env, **unset_or_public)
+            assert refused.returncode != 0, (env, unset_or_public)
+            assert "ImproperlyConfigured" in refused.stderr and "DJANGO_SECRET_KEY" in refused.stderr
+        served = _run(SECURITY, DJANGO_SECRET_KEY=OWN_KEY, MEMPROJ_VAR_DIR=str(tmp_path), **env)
         assert served.returncode == 0, served.stderr
+    assert not (tmp_path / "secrets" / "django-secret-key").exists()
 
 
 def test_https_settings_come_from_the_environment_and_are_off_by_default():
