@@ -31,7 +31,7 @@ def main() -> None:
     p.add_argument("db")
     p.add_argument("variant")
     p.add_argument("reads", help="comma-separated: langmem, memento, hybrid, rare_ns, ns_deep, collection")
-    p.add_argument("--socket", default="/work/wt-bench/var/pgdata")
+    p.add_argument("--socket", default=str(BASE_DIR / "var" / "pgdata"), help="the embedded server's socket directory")
     args = p.parse_args()
     os.environ["DATABASE_URL"] = f"postgres://memproj_app@/{args.db}?host={args.socket}"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")

@@ -186,7 +186,9 @@ async def _bench_dialects(base: str, headers: dict, size: int, repeat: int, q) -
 
 
 async def _bench_memento(url: str, headers: dict, size: int, repeat: int, q) -> list[dict]:  # type: ignore[no-untyped-def]
-    """Seed 002's four tools through /mcp/memento/ (their latency targets are floors)."""
+    """memento's store, supersede and list tools through /mcp/memento/ (the latency
+    targets of memento's tool specification are floors; its search is measured with
+    the other dialects' reads)."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
