@@ -42,6 +42,7 @@ import os
 import queue
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -167,26 +168,46 @@ def export_onnx(model_dir: Path | None = None, out: Path | None = None) -> Path:
                 mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
                 return torch.nn.functional.normalize(mean, p=2, dim=1)
 
-        encoder = AutoModel.from_pretrained(str(model_dir)).eval()
-        ids, mask = _encode(_tokenizer(model_dir), _PROBES[:2])
-        axes = {0: "batch", 1: "tokens"}
-        with torch.no_grad():
-            torch.onnx.export(
-                Pooled(encoder),
-                (torch.from_numpy(ids), torch.from_numpy(mask), torch.zeros_like(torch.from_numpy(ids))),
-                str(tmp),
-                input_names=["input_ids", "attention_mask", "token_type_ids"],
-                output_names=["embedding"],
-                dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes, "embedding": {0: "b"}},
-                opset_version=17,
-                dynamo=False,  # the TorchScript exporter needs no onnxscript and handles BERT exactly
+        from transformers.utils import logging as transformers_logging
+
+        logger.info("exporting the packaged model to %s, once for this install (about a minute)", out)
+        bars = transformers_logging.is_progress_bar_enabled()
+        transformers_logging.disable_progress_bar()  # the "Loading weights" bar of each load below
+        try:
+            encoder = AutoModel.from_pretrained(str(model_dir)).eval()
+            ids, mask = _encode(_tokenizer(model_dir), _PROBES[:2])
+            axes = {0: "batch", 1: "tokens"}
+            with torch.no_grad(), warnings.catch_warnings():
+                # Expected for this graph, and what they warn about is checked below
+                # against PyTorch: the tracer records BERT's Python-level shape tests
+                # as constants, and aten::index would break on negative indices,
+                # which attention masks never hold.
+                warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+                warnings.filterwarnings("ignore", message="Exporting aten::index operator", category=UserWarning)
+                torch.onnx.export(
+                    Pooled(encoder),
+                    (torch.from_numpy(ids), torch.from_numpy(mask), torch.zeros_like(torch.from_numpy(ids))),
+                    str(tmp),
+                    input_names=["input_ids", "attention_mask", "token_type_ids"],
+                    output_names=["embedding"],
+                    dynamic_axes={
+                        "input_ids": axes,
+                        "attention_mask": axes,
+                        "token_type_ids": axes,
+                        "embedding": {0: "b"},
+                    },
+                    opset_version=17,
+                    dynamo=False,  # the TorchScript exporter needs no onnxscript and handles BERT exactly
+                )
+            least = _check_close(
+                OnnxBackend(tmp, model_dir).embed(_PROBES),
+                TorchBackend(model_dir).embed(_PROBES),
+                ONNX_MIN_COSINE,
+                "ONNX export differs from PyTorch",
             )
-        least = _check_close(
-            OnnxBackend(tmp, model_dir).embed(_PROBES),
-            TorchBackend(model_dir).embed(_PROBES),
-            ONNX_MIN_COSINE,
-            "ONNX export differs from PyTorch",
-        )
+        finally:
+            if bars:
+                transformers_logging.enable_progress_bar()
         logger.info("exported %s (cosine with PyTorch >= %.5f)", out, least)
 
     return _build_once(out, build)
