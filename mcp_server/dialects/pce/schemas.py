@@ -11,7 +11,7 @@ from typing import Any
 SCOPES = ["session", "project", "principle"]
 # A read's scope filter (activate, search) also takes the memory dialect's
 # `global`, since claims stored there show as `project` (the one addition to
-# the spec's schemas; see memory.services.claims.claim_scopes).
+# the spec's schemas; see memory.claims.claim_scopes).
 FILTER_SCOPES = [*SCOPES, "global"]
 KINDS = ["fact", "preference", "task", "policy_hint"]
 BOUNDARY_CLASSES = ["public", "internal", "pii", "secret"]
