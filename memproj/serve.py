@@ -45,6 +45,24 @@ PROCESSES = {
 }
 
 
+# Celery's worker warns at length when it runs as root (its tasks would have
+# root's rights). As root, memproj.serve says so in one line of its own instead.
+CELERY_ROOT_WARNING = "You're running the worker with superuser privileges"
+RUNNING_AS_ROOT = (
+    "running as root: the worker's tasks have root's rights, which is fine in a disposable container or VM; "
+    "elsewhere run make run as an ordinary user (the embedded PostgreSQL runs as its own user either way)"
+)
+
+
+def commands_for(euid: int, processes: Mapping[str, Sequence[str]] = PROCESSES) -> dict[str, list[str]]:
+    """The children's commands for this user: as root, the worker runs with
+    Celery's root warning filtered out (``RUNNING_AS_ROOT`` replaces it)."""
+    commands = {name: list(command) for name, command in processes.items()}
+    if euid == 0 and "worker" in commands:
+        commands["worker"][1:1] = ["-W", f"ignore:{CELERY_ROOT_WARNING}"]
+    return commands
+
+
 @dataclass
 class Child:
     name: str
@@ -186,11 +204,11 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
     from django.conf import settings
 
-    print(
-        f"memproj: admin at http://127.0.0.1:{settings.MEMPROJ_PORT}/admin/, MCP at /mcp/<toolset>/",
-        flush=True,
-    )
-    Supervisor(PROCESSES, backoff_max=read("MEMPROJ_RESTART_BACKOFF_MAX")).run()
+    supervisor = Supervisor(commands_for(os.geteuid()), backoff_max=read("MEMPROJ_RESTART_BACKOFF_MAX"))
+    supervisor.log(f"admin at http://127.0.0.1:{settings.MEMPROJ_PORT}/admin/, MCP at /mcp/<toolset>/")
+    if os.geteuid() == 0:
+        supervisor.log(RUNNING_AS_ROOT)
+    supervisor.run()
 
 
 if __name__ == "__main__":

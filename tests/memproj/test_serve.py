@@ -1,6 +1,7 @@
 """The `make run` supervisor with real child processes and real signals: a
 child killed with SIGKILL comes back, the others keep their pids, a crash loop
-backs off, and SIGTERM still stops everything."""
+backs off, and SIGTERM still stops everything. As root, the worker runs without
+Celery's root warning (the supervisor's one line explains it instead)."""
 
 from __future__ import annotations
 
@@ -143,3 +144,27 @@ def test_a_child_that_ran_long_enough_restarts_from_the_base_delay(monkeypatch):
     child.started_at = now - 120  # up for two minutes before it died
     supervisor.check()
     assert child.crashes == 1 and child.restart_at is not None and child.restart_at - now < 2
+
+
+def test_as_root_the_worker_runs_without_celerys_root_warning():
+    """As root, memproj.serve explains in one line of its own why the worker
+    runs as root, and the worker's command filters Celery's multi-line warning
+    out, narrowly: by its message, and only for root."""
+    from memproj.serve import CELERY_ROOT_WARNING, PROCESSES, commands_for
+
+    assert commands_for(1000) == {name: list(command) for name, command in PROCESSES.items()}
+    as_root = commands_for(0)
+    worker = as_root["worker"]
+    assert worker[:3] == [sys.executable, "-W", f"ignore:{CELERY_ROOT_WARNING}"]
+    assert worker[3:] == PROCESSES["worker"][1:]
+    assert {name: as_root[name] for name in ("web", "beat")} == {name: PROCESSES[name] for name in ("web", "beat")}
+
+    # Celery's own warning, as its worker raises it for root: silenced by the filter only.
+    warn = "from celery.platforms import _warn_or_raise_security_error as warn; warn(0, 0, 0, 0, False)"
+    loud = subprocess.run([sys.executable, "-c", warn], capture_output=True, text=True, timeout=60, check=True)
+    assert "SecurityWarning: You're running the worker with superuser privileges" in loud.stderr
+    quiet = subprocess.run([*worker[:3], "-c", warn], capture_output=True, text=True, timeout=60, check=True)
+    assert quiet.stderr == ""
+    other = "import warnings; warnings.warn('another warning')"
+    kept = subprocess.run([*worker[:3], "-c", other], capture_output=True, text=True, timeout=60, check=True)
+    assert "another warning" in kept.stderr
