@@ -620,5 +620,8 @@ def build_server(dialect: Dialect, *, static_caller: Caller | None = None, http:
             issuer_url=AnyHttpUrl(public_url),
             resource_server_url=AnyHttpUrl(f"{public_url}/mcp/{dialect.name}"),
             required_scopes=[],
+            # memproj's tokens are not issued per resource (no RFC 8707 audience):
+            # MemprojTokenVerifier and current_caller check a token's toolsets.
+            validate_token_resource=False,
         )
     return DialectServer(dialect, static_caller=static_caller, **kwargs)
