@@ -19,6 +19,7 @@ from django.db.models.functions import Cast
 from pgvector import HalfVector
 from pgvector.django import CosineDistance, HalfVectorField, HnswIndex, VectorField
 
+from memory import scoring
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
 if TYPE_CHECKING:
@@ -172,8 +173,6 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
     def in_fact_state(self, state: str, now: datetime) -> MemoryQuerySet:
         """Active facts whose effective confidence puts them in ``state``
         (active / fading / expired, thresholds from memory.scoring)."""
-        from memory import scoring
-
         bounds = {
             "active": Q(effective_confidence__gte=scoring.FADING_BELOW),
             "fading": Q(effective_confidence__gte=scoring.EXPIRED_BELOW, effective_confidence__lt=scoring.FADING_BELOW),

@@ -270,7 +270,7 @@ def annotate(hits: dict[uuid.UUID, ChannelHit], query_text: str | None, now: dat
     from django.db import connection
 
     # The candidates came from the tenant-filtered channel statement. One text
-    # array parameter: half the client time of the ORM's 150 UUID parameters.
+    # array parameter costs the client less than the ORM's one parameter per id.
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id, created_at FROM memory_memory WHERE id = ANY(%s::uuid[])",

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 
 from memory.errors import InvalidArgument
-from memory.models import Kind
+from memory.models import Kind, Validity
 
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
 _WHITESPACE = re.compile(r"[ \t\f\v]+")
@@ -226,8 +226,6 @@ VALIDITY_ALIASES = {"forgotten": "retracted"}
 
 
 def validity(value: object) -> str:
-    from memory.models import Validity
-
     canonical = VALIDITY_ALIASES.get(str(value), str(value))
     if canonical not in Validity.values:
         raise InvalidArgument(f"validity must be one of {', '.join(Validity.values)} or 'forgotten' (got {value!r}).")

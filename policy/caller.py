@@ -52,7 +52,7 @@ class Caller:
 
         Not functools.cached_property: before Python 3.12 it takes one lock per
         class, so every request thread of a web process queued behind whichever
-        one was running this query (a fifth of the wall time under 32 clients).
+        one was running this query.
         The instance __dict__ (which a frozen dataclass leaves writable) holds the
         value; ``setdefault`` keeps the first one if two threads of one caller race."""
         cached = self.__dict__.get("policy")

@@ -34,6 +34,8 @@ from collections.abc import Iterable
 
 from django.db import connection
 
+from memory.models import Memory
+
 # The key memproj_events_append locks (migration 0028): keep the two in step.
 _TENANT_LOCK_PREFIX = "memproj.events."
 
@@ -56,8 +58,6 @@ def tenant_write_lock(tenant_ids: uuid.UUID | Iterable[uuid.UUID]) -> None:
 def memories_tenant_write_lock(memory_ids: Iterable[uuid.UUID]) -> None:
     """A sweep's form: the write locks of every tenant owning one of the
     memories it is about to lock, before it locks any of them."""
-    from memory.models import Memory
-
     ids = list(memory_ids)
     if ids:
         tenant_write_lock(Memory.objects.filter(pk__in=ids).values_list("tenant_id", flat=True).distinct())
