@@ -84,11 +84,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 import _embcache  # noqa: E402
+import _fusions  # noqa: E402
 import _longmemeval  # noqa: E402
 import _memorybank  # noqa: E402
 
 KS = (1, 5, 10, 20)
-LME_KS = (5, 10, 20, 50)
+LME_KS = (1, 5, 10, 20, 50)
 DATA_VERSION = "v1"
 LME_VERSION = "v1"
 DEFAULT_DATA = _common.BASE_DIR.parent / "shared" / "bench-data" / "madial"
@@ -104,12 +105,12 @@ MODE_LABEL = {
     "keyword": "keyword-only",
     "semantic": "vector-only",
     "hybrid": "hybrid",
-    "hybrid-before": "hybrid before issue 14's fusion (norm)",
+    "hybrid-before": "hybrid with the fusion before issue 26 (conf)",
     "hybrid-no-time": "hybrid without the time boost",
 }
 # The shipped fusion before this work (with the policy's alpha 0.65), run beside the
 # current defaults so every report shows before / after on the same tenants.
-BEFORE = {"fusion": "norm", "time_boost": 0.0}
+BEFORE = {"fusion": "conf"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -129,9 +130,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-sweep", action="store_true", help="skip the scorer, fusion and depth sweeps")
     p.add_argument(
         "--embed-text",
-        choices=("plain", "ctx1"),
+        choices=("plain", "ctx1", "speaker"),
         default=None,
-        help="what is embedded for an episode (memory/embedtext.py; default: the MEMPROJ_EMBED_TEXT setting)",
+        help="what is embedded for an episode (memory/embedtext.py; default: the MEMPROJ_EMBED_TEXT setting);"
+        " speaker (benchmark only): '<speaker> (<session date>): <turn>'",
     )
     p.add_argument(
         "--warm-only",
@@ -361,6 +363,8 @@ def lme_embedding_texts(q: _longmemeval.Question, version: str) -> list[str]:
     path's previous-turn lookup finds it when turns are stored in order."""
     from memory.embedtext import embedding_text
 
+    if version == "speaker":
+        return [f"{t.role} ({t.when:%Y-%m-%d}): {t.content}" for t in q.turns]
     out = []
     for i, t in enumerate(q.turns):
         prev = q.turns[i - 1] if i and q.turns[i - 1].session_id == t.session_id else None
@@ -539,8 +543,31 @@ def ds_table(ds: DataSet, rows: list[tuple[str, dict[str, float]]], first: str =
     """Turn-level (or memory-level) figures, then session-level for LongMemEval."""
     cols = metric_cols(ds.ks)
     if ds.sessions:
-        cols = [c for c in cols if c in ("R@5", "R@10", "R@50", "nDCG@10")] + ["S-R@5", "S-R@10", "S-nDCG@10"]
+        cols = [c for c in cols if c in ("R@1", "R@5", "R@10", "R@50", "nDCG@10")] + ["S-R@5", "S-R@10", "S-nDCG@10"]
     return _common.table([first] + cols, [[name] + [f"{m[c]:.3f}" for c in cols] for name, m in rows])
+
+
+def never_below(ds: DataSet, runs: dict, hyb: dict, figs: dict, rows: list) -> list[str]:  # type: ignore[type-arg]
+    """Hybrid against the better single channel at R@1 (or the set's first k),
+    R@5, R@10 and nDCG@10, with a 95% paired-bootstrap interval of the
+    per-question difference."""
+    out = []
+    metrics = [f"R@{k}" for k in ds.ks if k <= 10] + ["nDCG@10"]
+    for metric in metrics:
+        keyword, semantic = figs[rows[0][0]][metric], figs[rows[1][0]][metric]
+        better = "keyword" if keyword >= semantic else "semantic"
+        best_single = max(keyword, semantic)
+        k = int(metric.split("@")[1])
+        score = ndcg_at if metric.startswith("nDCG") else recall_at
+        mine = [score(q.gold, r, k) for q, r in zip(ds.queries, runs["hybrid"], strict=True) if q.gold]
+        theirs = [score(q.gold, r, k) for q, r in zip(ds.queries, runs[better], strict=True) if q.gold]
+        low, mean, high = paired_bootstrap(mine, theirs)
+        verdict = "ok" if hyb[metric] >= best_single - 1e-9 else "BELOW"
+        out.append(
+            f"hybrid {metric} {hyb[metric]:.3f} vs {better} {best_single:.3f}: {verdict}"
+            f" (difference {mean:+.3f}, 95% interval {low:+.3f} .. {high:+.3f})"
+        )
+    return out
 
 
 def category_table(ds: DataSet, runs: dict[str, list[list[int]]]) -> str:
@@ -577,7 +604,7 @@ def time_table(ds: DataSet, runs: dict[str, list[list[int]]]) -> list[str]:
 # policy's alpha) of cosine and squashed cover density, no time boost. What the
 # dialect table compares against, so "no dialect's search gets worse" is measured
 # on each dialect's own write and read path, not inferred from memory_search.
-ISSUE_START_SETTINGS = {"FUSION": "alpha", "KEYWORD_SCORER": "cover_density", "TIME_BOOST": 0.0}
+ISSUE_START_SETTINGS = {"FUSION": "conf"}
 LANGMEM_BENCH_NAMESPACE = ("user", "bench")
 
 
@@ -752,7 +779,7 @@ def dialect_table(corpus: DialectCorpus, k: int) -> list[str]:
     return [
         "",
         f"{corpus.name}, through each dialect's own write and search tool "
-        "(now, and with the settings of when issue 14 began: alpha fusion, cover density, no time boost)",
+        "(now, and with the fusion before issue 26: conf)",
         _common.table(
             [
                 "dialect: tool",
@@ -811,9 +838,10 @@ def capped(hit, k_vec: int, k_txt: int):  # type: ignore[no-untyped-def]
     )
 
 
-def rerank(ds: DataSet, wide: Wide, params, mode: str = "hybrid") -> list[list[int]]:  # type: ignore[no-untyped-def]
+def rerank(ds: DataSet, wide: Wide, params, mode: str = "hybrid", fusion: str | None = None) -> list[list[int]]:  # type: ignore[no-untyped-def]
     """Order as memory_search does (score DESC, created_at DESC, id ASC), with the
-    channel depths of ``params`` applied to the wide candidates."""
+    channel depths of ``params`` applied to the wide candidates; ``fusion`` may
+    name an experiment-only fusion (bench/_fusions.py)."""
     from memory.scoring import channel_relevance, with_evidence
 
     runs = []
@@ -825,7 +853,7 @@ def rerank(ds: DataSet, wide: Wide, params, mode: str = "hybrid") -> list[list[i
             hits = {pk: h for pk, h in hits.items() if h.vector_rank is not None}
         else:
             hits = {pk: h for pk, h in hits.items() if h.vector_rank is not None or h.text_rank is not None}
-        rel = channel_relevance(hits, mode, params)
+        rel = _fusions.fuse(hits, params, fusion) if mode == "hybrid" else channel_relevance(hits, mode, params)
         created = {pk: c for pk, _, c in cands}
         ordered = sorted(hits, key=lambda pk: (-round(rel[pk], 12), -created[pk].timestamp(), str(pk)))
         runs.append([q.id_map[pk] for pk in ordered][: ds.depth])
@@ -903,9 +931,9 @@ def main(argv: list[str] | None = None) -> int:
     from memory import embedtext, scoring
     from memory.scoring import RetrievalParams
 
-    if args.embed_text:
+    if args.embed_text in embedtext.TEXT_VERSIONS:
         settings.MEMPROJ["EMBED_TEXT"] = args.embed_text
-    version = embedtext.text_version()
+    version = args.embed_text if args.embed_text == "speaker" else embedtext.text_version()
     embedder = _embcache.install()
     # MADial is small: embed what is missing now. LongMemEval's haystacks are
     # embedded by --warm-only (slow); until then its vector rows cover the
@@ -997,10 +1025,7 @@ def main(argv: list[str] | None = None) -> int:
         if "hybrid" in ds.modes:
             figs = dict(rows)
             hyb = figs[rows[2][0]]
-            for metric in ("R@10", "nDCG@10"):
-                best_single = max(figs[rows[0][0]][metric], figs[rows[1][0]][metric])
-                verdict = "ok" if hyb[metric] >= best_single - 1e-9 else "BELOW"
-                out.append(f"hybrid {metric} {hyb[metric]:.3f} vs better single channel {best_single:.3f}: {verdict}")
+            out += never_below(ds, runs, hyb, figs, rows)
         if len({q.category for q in ds.queries}) > 1:
             out += ["", f"{ds.name} per question type", category_table(ds, runs)]
         if "hybrid-no-time" in runs:
@@ -1036,40 +1061,41 @@ def sweeps(ds: DataSet, params, scoring, figures: dict, tiny: bool = False) -> l
     if "hybrid" not in ds.modes:
         return out
 
-    fusions: list[tuple[str, Any]] = []
+    fusions: list[tuple[str, Any, str]] = []
     for a in (0.5, 0.65, 0.7):
-        fusions.append((f"alpha={a}", params.with_(fusion="alpha", alpha=a)))
-    for a in (0.3, 0.4, 0.5, 0.6, 0.65, 0.7, 0.8):
-        fusions.append((f"norm alpha={a}", params.with_(fusion="norm", alpha=a)))
+        fusions.append((f"alpha={a}", params.with_(alpha=a), "alpha"))
+    for a in (0.3, 0.5, 0.65, 0.8):
+        fusions.append((f"norm alpha={a}", params.with_(alpha=a), "norm"))
     for how in ("minmax", "dbsf"):
-        for a in (0.3, 0.4, 0.5, 0.6, 0.7):
-            fusions.append((f"{how} alpha={a}", params.with_(fusion=how, alpha=a)))
-    for gain in (1.0, 2.0, 2.8, 4.0, 6.0):
-        fusions.append((f"conf alpha={params.alpha} gain={gain}", params.with_(fusion="conf", conf_gain=gain)))
-    for k in (5, 10, 30, 60):
-        fusions.append((f"RRF k={k}", params.with_(fusion="rrf", rrf_k=k)))
+        for a in (0.3, 0.5, 0.7):
+            fusions.append((f"{how} alpha={a}", params.with_(alpha=a), how))
+    for gain in (1.0, 2.0, 4.0):
+        fusions.append((f"conf alpha={params.alpha} gain={gain}", params.with_(conf_gain=gain), "conf"))
+    for k in (10, 60):
+        fusions.append((f"RRF k={k}", params.with_(rrf_k=k), "rrf"))
+    fusions.append(("adaptive", params, "adaptive"))
     fusion_rows = []
     per_query: dict[str, list[float]] = {}
     for scorer_name in ("cover_density", "bm25 k1=1.2 b=0.75"):
         wide = wides[scorer_name]
         base = dict(scorers)[scorer_name]
-        for name, p in fusions:
+        for name, p, fusion in fusions:
             if scorer_name == "cover_density" and not name.startswith(("alpha=0.65", "norm alpha=0.65")):
                 continue  # the scorer before BM25: only its old fusions, for the record
             fp = p.with_(keyword_scorer=base.keyword_scorer, bm25_k1=base.bm25_k1, bm25_b=base.bm25_b)
-            run = rerank(ds, wide, fp)
+            run = rerank(ds, wide, fp, fusion=fusion)
             key = f"{scorer_name} + {name}"
             fusion_rows.append((key, score_ds(ds, run)))
             per_query[key] = [ndcg_at(q.gold, r, 10) for q, r in zip(ds.queries, run, strict=True) if q.gold]
     out += ["", f"{ds.name}: fusion x keyword scorer (k_vec={params.k_vec}, k_txt={params.k_txt})"]
     out.append(ds_table(ds, fusion_rows, "fusion"))
-    today = "bm25 k1=1.2 b=0.75 + norm alpha=0.65"  # the shipped default before this work (policy alpha 0.65)
+    before = f"bm25 k1=1.2 b=0.75 + conf alpha={params.alpha} gain=2.0"  # the shipped default before issue 26
     best = max(fusion_rows, key=lambda r: r[1]["nDCG@10"])[0]
-    if best != today:
-        low, mean, high = paired_bootstrap(per_query[best], per_query[today])
+    if best != before and before in per_query:
+        low, mean, high = paired_bootstrap(per_query[best], per_query[before])
         out.append(
-            f"best ({best}) minus today's ({today}), nDCG@10: {mean:+.3f} "
-            f"(95% paired-bootstrap interval {low:+.3f} .. {high:+.3f}, {len(per_query[today])} queries)"
+            f"best ({best}) minus the fusion before issue 26 ({before}), nDCG@10: {mean:+.3f} "
+            f"(95% paired-bootstrap interval {low:+.3f} .. {high:+.3f}, {len(per_query[before])} queries)"
         )
 
     cap_rows = []

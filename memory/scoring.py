@@ -44,7 +44,9 @@ RECENCY_HALF_LIFE_DAYS = 30.0
 # MEMPROJ["FUSION"], MEMPROJ["FUSION_ALPHA"] override them, a tenant policy may
 # override per call). RRF stays available for tenant policies that ask for it.
 RRF_K = 60
-FUSIONS = ("alpha", "rrf", "norm", "minmax", "dbsf", "conf")
+# The fusions a deployment may choose; the benchmark's sweeps also try others
+# (bench/_fusions.py: alpha, norm, minmax, dbsf).
+FUSIONS = ("adaptive", "conf", "rrf")
 
 # A hit needs evidence: a keyword match, or a cosine similarity to the query at
 # or above the model's floor. The vector channel always returns its k nearest
@@ -172,8 +174,8 @@ class RetrievalParams:
     caller (a tenant policy) overrides. Frozen, so no step of a call can change
     what another step uses."""
 
-    fusion: str = "alpha"  # alpha | rrf | norm (FUSIONS)
-    alpha: float = 0.7  # weight of the vector channel in alpha / norm fusion
+    fusion: str = "adaptive"  # FUSIONS
+    alpha: float = 0.7  # weight of the vector channel in conf fusion (at coverage 1 / conf_gain)
     rrf_k: int = RRF_K
     # conf fusion: how strongly the keyword channel's coverage of the query
     # moves weight to it (confidence_alpha).
@@ -269,12 +271,6 @@ def squash_text(value: float | None) -> float:
     return v / (1.0 + v)
 
 
-def fuse_alpha(hit: ChannelHit, alpha: float) -> float:
-    """S = alpha * S_vec + (1 - alpha) * S_text, both in [0, 1] (raw cosine, squashed keyword score)."""
-    s_vec = max(0.0, hit.vector_similarity or 0.0)
-    return alpha * s_vec + (1.0 - alpha) * squash_text(hit.text_rank_value)
-
-
 def has_evidence(hit: ChannelHit, floor: float) -> bool:
     """A keyword match, or a vector similarity at or above ``floor``."""
     if (hit.text_rank_value or 0.0) > 0.0:
@@ -366,6 +362,44 @@ def confidence_alpha(hits: Mapping[K, ChannelHit], alpha: float, gain: float) ->
     return alpha / (alpha + keyword_weight) if alpha + keyword_weight > 0 else 1.0
 
 
+FUSION_FEATURES = ("bias", "coverage", "vec_gap", "txt_gap", "agree", "vec_top")
+
+
+def fusion_features(hits: Mapping[K, ChannelHit]) -> tuple[float, ...]:
+    """What tells, per query, which channel to trust (FUSION_FEATURES): the
+    keyword channel's best coverage of the query's rare-word weight, how far
+    each channel's best stands out from its 10th (cosine difference; the
+    share of the best BM25 score the 10th lacks), whether the channels agree
+    on a top hit (one's first within the other's first five), and the best
+    cosine similarity."""
+    vec = sorted((h.vector_similarity for h in hits.values() if h.vector_similarity is not None), reverse=True)
+    txt = sorted((h.text_rank_value for h in hits.values() if h.text_rank_value is not None), reverse=True)
+    coverage = max((h.text_coverage or 0.0 for h in hits.values()), default=0.0)
+    vec_gap = vec[0] - vec[min(9, len(vec) - 1)] if vec else 0.0
+    txt_gap = 1.0 - txt[min(9, len(txt) - 1)] / txt[0] if txt and txt[0] > 0 else 0.0
+    agree = any(
+        (h.text_rank == 1 and (h.vector_rank or 99) <= 5) or (h.vector_rank == 1 and (h.text_rank or 99) <= 5)
+        for h in hits.values()
+    )
+    return (1.0, coverage, vec_gap, txt_gap, float(agree), vec[0] if vec else 0.0)
+
+
+# Weights of adaptive_alpha over FUSION_FEATURES, fitted by bench/fusion_fit.py
+# across the development sets (leave one set out; docs/retrieval-quality.md).
+ADAPTIVE_WEIGHTS: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def adaptive_alpha(hits: Mapping[K, ChannelHit], weights: tuple[float, ...]) -> float:
+    """The vector channel's weight for one query: a logistic function of its
+    ``fusion_features``. Only one channel returned anything: that channel."""
+    if not any(h.text_rank_value is not None for h in hits.values()):
+        return 1.0
+    if not any(h.vector_similarity is not None for h in hits.values()):
+        return 0.0
+    z = sum(w * f for w, f in zip(weights, fusion_features(hits), strict=True))
+    return sigmoid(z)
+
+
 def fuse_all(hits: Mapping[K, ChannelHit], params: RetrievalParams) -> dict[K, float]:
     """The fusion (``_fuse``), then the query's time preference if it has one."""
     return time_boosted(_fuse(hits, params), hits, params.time_boost)
@@ -381,23 +415,19 @@ def time_boosted(fused: dict[K, float], hits: Mapping[K, ChannelHit], boost: flo
 
 def _fuse(hits: Mapping[K, ChannelHit], params: RetrievalParams) -> dict[K, float]:
     """Hybrid relevance in [0, 1] of every candidate of one query, with the
-    call's fusion. Fusion is a property of the candidate set (normalisation
-    needs each channel's best), so it is computed for all of them at once.
-    ``norm``: alpha * S_vec + (1 - alpha) * S_text over normalised channels, so
-    a channel whose raw scale is small is not drowned by the other one."""
+    call's fusion. Fusion is a property of the candidate set (each channel is
+    spread over its own candidates), so it is computed for all of them at once.
+    ``adaptive`` and ``conf``: a * S_vec + (1 - a) * S_text over min-max spread
+    channels, the vector weight a set per query (``adaptive_alpha``,
+    ``confidence_alpha``); ``rrf``: reciprocal rank fusion."""
     if params.fusion == "rrf":
         return {key: fuse_rrf(hit, params.rrf_k) for key, hit in hits.items()}
-    if params.fusion == "alpha":
-        return {key: fuse_alpha(hit, params.alpha) for key, hit in hits.items()}
-    a = params.alpha
-    if params.fusion in ("minmax", "dbsf"):
-        spread = spread_channels(hits, params.fusion, (params.k_vec, params.k_txt))
-        return {key: a * v + (1.0 - a) * t for key, (v, t) in spread.items()}
-    if params.fusion == "conf":
-        a = confidence_alpha(hits, a, params.conf_gain)
-        spread = spread_channels(hits, "minmax", (params.k_vec, params.k_txt))
-        return {key: a * v + (1.0 - a) * t for key, (v, t) in spread.items()}
-    return {key: a * v + (1.0 - a) * t for key, (v, t) in normalised_channels(hits).items()}
+    if params.fusion == "adaptive":
+        a = adaptive_alpha(hits, ADAPTIVE_WEIGHTS)
+    else:
+        a = confidence_alpha(hits, params.alpha, params.conf_gain)
+    spread = spread_channels(hits, "minmax", (params.k_vec, params.k_txt))
+    return {key: a * v + (1.0 - a) * t for key, (v, t) in spread.items()}
 
 
 def channel_relevance(hits: Mapping[K, ChannelHit], mode: str, params: RetrievalParams) -> dict[K, float]:

@@ -205,7 +205,7 @@ MEMPROJ = {
     # Hybrid fusion and keyword scorer (memory/scoring.py RetrievalParams; chosen on
     # retrieval benchmarks, docs/benchmarks.md). A tenant policy's retrieval.hybrid
     # values (alpha, k_vec, k_txt) override per tenant.
-    "FUSION": read("MEMPROJ_FUSION"),  # conf | norm | minmax | dbsf | alpha | rrf
+    "FUSION": read("MEMPROJ_FUSION"),  # conf | adaptive | rrf (memory/scoring.py FUSIONS)
     "FUSION_CONF_GAIN": read("MEMPROJ_FUSION_CONF_GAIN"),
     "KEYWORD_SCORER": read("MEMPROJ_KEYWORD_SCORER"),  # bm25 | cover_density
     "FUSION_ALPHA": read("MEMPROJ_FUSION_ALPHA"),

@@ -528,8 +528,9 @@ SETTINGS: tuple[Setting, ...] = (
         "str",
         "conf",
         "Hybrid fusion: `conf` (each channel min-max spread over its candidates, the vector weight set per query "
-        "from the keyword channel's coverage of the query) or, for experiments, `norm`, `minmax`, `dbsf`, `alpha`, "
-        "`rrf`.",
+        "from the keyword channel's coverage of the query), `adaptive` (the same, the weight a logistic function of "
+        "the query's channel features, fitted across the development sets) or `rrf` (reciprocal rank fusion). The "
+        "benchmark's other fusions are in `bench/_fusions.py`.",
         "Retrieval",
     ),
     _S(

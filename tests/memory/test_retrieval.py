@@ -179,9 +179,12 @@ def test_fusions_stay_in_unit_range_and_rank_agreement_first():
         fused = scoring.fuse_all(hits, RetrievalParams(fusion=fusion))
         assert all(0.0 <= v <= 1.0 for v in fused.values())
         assert max(fused, key=fused.get) == "both"
-    norm = scoring.fuse_all(hits, RetrievalParams(fusion="norm", alpha=0.5))
-    assert norm["both"] == pytest.approx(1.0)
-    assert norm["txt"] == pytest.approx(0.5 * 3.0 / 7.5)
+    # The experiment-only fusions live in the benchmark (bench/_fusions.py), not in a deployment's settings.
+    for fusion in ("alpha", "norm", "minmax", "dbsf"):
+        with pytest.raises(ValueError, match="fusion must be one of"):
+            RetrievalParams(fusion=fusion)
+    norm = scoring.normalised_channels(hits)  # pce's activation channels
+    assert norm["both"] == (1.0, 1.0) and norm["txt"] == (0.0, pytest.approx(3.0 / 7.5))
 
 
 def test_recall_recency_uses_the_per_kind_half_life(caller):
@@ -210,15 +213,19 @@ def test_minmax_does_not_bury_the_best_keyword_hit_under_every_vector_candidate(
         "txt1": ChannelHit(text_rank_value=9.0, text_rank=1),
         "txt2": ChannelHit(text_rank_value=2.0, text_rank=2),
     }
-    norm = scoring.fuse_all(hits, RetrievalParams(fusion="norm", alpha=0.5))
+
+    def blend(channels):
+        return {key: 0.5 * v + 0.5 * t for key, (v, t) in channels.items()}
+
+    norm = blend(scoring.normalised_channels(hits))
     # Both channels cut at their depth (2): each channel's last candidate is its "not relevant" level.
-    minmax = scoring.fuse_all(hits, RetrievalParams(fusion="minmax", alpha=0.5, k_vec=2, k_txt=2))
+    minmax = blend(scoring.spread_channels(hits, "minmax", (2, 2)))
     assert norm["vec2"] > norm["txt2"]
     assert minmax["txt1"] == minmax["vec1"] == pytest.approx(0.5)
     assert minmax["vec2"] == minmax["txt2"] == 0.0
     # Channels that returned every match (fewer than their depth) are spread from 0:
     # two close scores in a small tenant stay close.
-    whole = scoring.fuse_all(hits, RetrievalParams(fusion="minmax", alpha=0.5, k_vec=48, k_txt=48))
+    whole = blend(scoring.spread_channels(hits, "minmax", (48, 48)))
     assert whole["vec2"] == pytest.approx(0.5 * 0.45 / 0.60)
 
 
@@ -241,6 +248,35 @@ def test_conf_fusion_weighs_the_keyword_channel_by_its_coverage_of_the_query():
     assert scoring.confidence_alpha(hits(1 / 2.8), 0.65, 2.8) == pytest.approx(0.65)
     vector_only = {k: h for k, h in hits(1.0).items() if h.vector_rank is not None}
     assert scoring.fuse_all(vector_only, params)["vec"] == pytest.approx(1.0)
+
+
+def test_adaptive_fusion_sets_the_vector_weight_per_query_from_its_features():
+    def hits(coverage, agree):
+        return {
+            "vec": ChannelHit(vector_similarity=0.6, vector_rank=1, text_rank=None if not agree else 3),
+            "vec_low": ChannelHit(vector_similarity=0.3, vector_rank=2),
+            "txt": ChannelHit(
+                text_rank_value=5.0, text_rank=1, text_coverage=coverage, vector_rank=None if not agree else 2
+            ),
+            "txt_low": ChannelHit(text_rank_value=1.0, text_rank=2, text_coverage=coverage / 5),
+        }
+
+    features = scoring.fusion_features(hits(0.8, False))
+    assert dict(zip(scoring.FUSION_FEATURES, features, strict=True)) == pytest.approx(
+        {"bias": 1.0, "coverage": 0.8, "vec_gap": 0.3, "txt_gap": 0.8, "agree": 0.0, "vec_top": 0.6}
+    )
+    assert scoring.fusion_features(hits(0.8, True))[scoring.FUSION_FEATURES.index("agree")] == 1.0
+    # A weight on coverage below 0 moves the weight to the keyword channel as coverage grows.
+    weights = (1.0, -3.0, 0.0, 0.0, 0.0, 0.0)
+    assert scoring.adaptive_alpha(hits(1.0, False), weights) < 0.5 < scoring.adaptive_alpha(hits(0.1, False), weights)
+    assert scoring.adaptive_alpha(hits(1.0, False), weights) == pytest.approx(scoring.sigmoid(-2.0))
+    # One channel alone decides.
+    vector_only = {k: h for k, h in hits(1.0, False).items() if h.text_rank is None}
+    keyword_only = {k: h for k, h in hits(1.0, False).items() if h.vector_rank is None}
+    assert scoring.adaptive_alpha(vector_only, weights) == 1.0 and scoring.adaptive_alpha(keyword_only, weights) == 0.0
+    fused = scoring.fuse_all(hits(1.0, False), RetrievalParams(fusion="adaptive"))
+    a = scoring.adaptive_alpha(hits(1.0, False), scoring.ADAPTIVE_WEIGHTS)
+    assert fused["vec"] == pytest.approx(a) and fused["txt"] == pytest.approx(1.0 - a)
 
 
 def test_keyword_hits_carry_their_coverage_of_the_query(caller):
