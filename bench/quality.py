@@ -564,7 +564,7 @@ def never_below(ds: DataSet, runs: dict, hyb: dict, figs: dict, rows: list) -> l
         low, mean, high = paired_bootstrap(mine, theirs)
         verdict = "ok" if hyb[metric] >= best_single - 1e-9 else "BELOW"
         out.append(
-            f"hybrid {metric} {hyb[metric]:.3f} vs {better} {best_single:.3f}: {verdict}"
+            f"hybrid {metric} {hyb[metric]:.3f} vs better single channel ({better}) {best_single:.3f}: {verdict}"
             f" (difference {mean:+.3f}, 95% interval {low:+.3f} .. {high:+.3f})"
         )
     return out
