@@ -43,14 +43,18 @@ from mcp_types import INVALID_REQUEST, CallToolResult, TextContent
 from mcp_types import Tool as MCPTool
 from pydantic import AnyHttpUrl
 
+import memproj
 from mcp_server.auth import MemprojTokenVerifier, current_caller
 
 # A dialect's plain HTTP routes (roampal's hooks, langmem's store endpoint) use
 # the site's HTTP plumbing through this module as well, so that a dialect
 # imports only mcp_server.dialect and memory.api (tests/test_layers.py).
 from mcp_server.http import (  # noqa: F401 - re-exported for the dialects' routes
+    CREDENTIALS_REFUSED,
+    REFUSED_CHALLENGE,
     STORAGE_MESSAGE,
     bearer_caller,
+    bearer_token,
     idempotent_response,
     idempotent_view,
     in_worker_thread,
@@ -421,7 +425,13 @@ class DialectServer(MCPServer[Any]):
     """An MCPServer that applies the dialect's argument contract and error rendering."""
 
     def __init__(self, dialect: Dialect, *, static_caller: Caller | None, **kwargs: Any) -> None:
-        super().__init__(f"memproj-{dialect.name}", instructions=dialect.instructions, log_level="WARNING", **kwargs)
+        super().__init__(
+            f"memproj-{dialect.name}",
+            version=memproj.__version__,
+            instructions=dialect.instructions,
+            log_level="WARNING",
+            **kwargs,
+        )
         self.dialect = dialect
         self.static_caller = static_caller
         self.specs: dict[str, ToolSpec] = {}

@@ -114,10 +114,22 @@ def bearer_token(header: str) -> str | None:
 
 def bearer_caller(header: str) -> Caller | None:
     """The caller behind an ``Authorization: Bearer <token>`` header, or None
-    (no header, another scheme, or a token that is unknown, revoked or expired).
-    Reads the database: call it from a worker thread."""
+    (no header, another scheme, or a token that is unknown, revoked or expired:
+    ``bearer_token(header)`` tells a missing token from a refused one). Reads
+    the database: call it from a worker thread."""
     token = bearer_token(header)
     return token_authenticate(token) if token else None
+
+
+# A token was sent but is not one memproj accepts: every surface says so, apart
+# from a missing token (which asks for one).
+CREDENTIALS_REFUSED = (
+    "the bearer token was refused: it is unknown, revoked or expired. Issue a new one with "
+    "`python manage.py issue_token --tenant <tenant> --principal <principal>` or in the admin (API tokens)."
+)
+# RFC 6750's challenge for a refused token (no resource_metadata: memproj's
+# tokens come from issue_token or the admin, never from an OAuth flow).
+REFUSED_CHALLENGE = 'Bearer error="invalid_token", error_description="the bearer token was refused"'
 
 
 # --- Worker threads ------------------------------------------------------------------

@@ -18,7 +18,16 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from mcp_server.dialect import ERROR_CODE_META_KEY, REPLAYED_META_KEY
-from mcp_server.http import STORAGE_MESSAGE, bearer_caller, retry_later, retryable, storage_failure
+from mcp_server.http import (
+    CREDENTIALS_REFUSED,
+    REFUSED_CHALLENGE,
+    STORAGE_MESSAGE,
+    bearer_caller,
+    bearer_token,
+    retry_later,
+    retryable,
+    storage_failure,
+)
 from mcp_server.registry import TOOLSETS
 from mcp_server.server import build_server
 from memory import api
@@ -66,7 +75,8 @@ def _error(dialect: Any, code: str, message: str, status: int) -> HttpResponse:
 async def tool_call(request: HttpRequest, toolset: str, tool: str) -> HttpResponse:
     dialect = TOOLSETS.get(toolset)
     if dialect is None:
-        return JsonResponse({"error": {"code": "NOT_FOUND", "message": f"no toolset {toolset[:100]!r}"}}, status=404)
+        message = f"no toolset {toolset[:100]!r}; the toolsets are {', '.join(sorted(TOOLSETS))}."
+        return JsonResponse({"error": {"code": "NOT_FOUND", "message": message}}, status=404)
     if request.method != "POST":
         response = _error(dialect, "INVALID_ARGUMENT", "use POST with the tool's arguments as a JSON object.", 405)
         response["Allow"] = "POST"
@@ -81,7 +91,12 @@ async def tool_call(request: HttpRequest, toolset: str, tool: str) -> HttpRespon
 
 
 async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> HttpResponse:
-    caller = await sync_to_async(_authenticate, thread_sensitive=False)(request.headers.get("Authorization", ""))
+    header = request.headers.get("Authorization", "")
+    caller = await sync_to_async(_authenticate, thread_sensitive=False)(header)
+    if caller is None and bearer_token(header):
+        response = _error(dialect, "PERMISSION_DENIED", CREDENTIALS_REFUSED, 401)
+        response["WWW-Authenticate"] = REFUSED_CHALLENGE
+        return response
     if caller is None:
         response = _error(dialect, "PERMISSION_DENIED", "send Authorization: Bearer <token>.", 401)
         response["WWW-Authenticate"] = "Bearer"

@@ -33,14 +33,21 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 from django.db import InterfaceError, OperationalError  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
-from mcp_server.dialect import connection_options  # noqa: E402
-from mcp_server.http import RETRY_AFTER_SECONDS  # noqa: E402
+from mcp_server.auth import MemprojTokenVerifier  # noqa: E402
+from mcp_server.dialect import Dialect, connection_options  # noqa: E402
+from mcp_server.http import CREDENTIALS_REFUSED, REFUSED_CHALLENGE, RETRY_AFTER_SECONDS  # noqa: E402
 from mcp_server.registry import TOOLSETS, dialect_body_limits  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
 from memory.errors import StorageUnavailable  # noqa: E402
-from memproj.edge import BodyLimit, host_refusal, refuse  # noqa: E402
-from policy.middleware import RateLimitMiddleware, register_dialect_rate_limit  # noqa: E402
+from memproj.edge import BodyLimit, Refusal, host_refusal, refuse  # noqa: E402
+from policy.middleware import (  # noqa: E402
+    RateLimitMiddleware,
+    jsonrpc_error,
+    read_body_for_id,
+    register_dialect_rate_limit,
+    surface_error,
+)
 
 Scope = dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -92,6 +99,61 @@ async def storage_unavailable(toolset: str, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def presented_token(scope: Scope) -> str | None:
+    """The bearer token of the request as the SDK's transport reads it, or None."""
+    for key, value in scope.get("headers") or []:
+        if key == b"authorization":
+            header = value.decode("latin-1")
+            if header.lower().startswith("bearer ") and header[7:].strip():
+                return header[7:]
+    return None
+
+
+async def token_refusal(dialect: Dialect, receive: Any) -> Refusal:
+    """A token that was sent but refused (unknown, revoked or expired): 403 with
+    RFC 6750's ``invalid_token`` challenge and, in the body, a JSON-RPC error in
+    the dialect's vocabulary that says so, answering the request's id.
+
+    Not 401: the MCP Inspector and the SDKs' OAuth providers answer any 401 by
+    starting an interactive OAuth authorization, which cannot succeed (memproj's
+    tokens come from ``issue_token`` or the admin, not from an authorization
+    server) and hides the reason. A missing token keeps the SDK's 401 with the
+    ``resource_metadata`` challenge (OAuth discovery finds the RFC 9728
+    document); the python SDK's client surfaces this body's message as the
+    error, and clients that read the challenge see ``invalid_token``."""
+    body = await read_body_for_id(receive)
+    payload = jsonrpc_error(
+        "PERMISSION_DENIED", CREDENTIALS_REFUSED, {"error": "invalid_token"}, body, render=dialect.render_error
+    )
+    return 403, payload, "application/json", [(b"www-authenticate", REFUSED_CHALLENGE.encode())]
+
+
+def stateless_get(path: str) -> Refusal:
+    """A GET of the endpoint with a valid token. The endpoint is stateless (any
+    web process answers any request), so it keeps no event stream a GET could
+    listen to; without this answer the SDK would hold an empty one open."""
+    body, content_type = surface_error(
+        path,
+        "METHOD_NOT_ALLOWED",
+        "this MCP endpoint is stateless streamable HTTP: POST each JSON-RPC request to it and read the answer "
+        "from the response; it keeps no event stream for a GET to listen to.",
+        {"allow": "POST"},
+    )
+    return 405, body, content_type, [(b"allow", b"POST")]
+
+
+def unknown_toolset(path: str, name: str) -> Refusal:
+    """A path under /mcp/ that names no toolset: 404 naming the toolsets."""
+    toolsets = sorted(TOOLSETS)
+    message = (
+        f"no MCP toolset {name[:100]!r} here; the toolsets are {', '.join(toolsets)}, each at /mcp/<toolset>/."
+        if name
+        else f"name a toolset: /mcp/<toolset>/ with one of {', '.join(toolsets)}."
+    )
+    body, content_type = surface_error(path, "NOT_FOUND", message, {"toolsets": toolsets})
+    return 404, body, content_type, []
+
+
 class Router:
     def __init__(self) -> None:
         self.django = ASGIStaticFilesHandler(get_asgi_application())
@@ -99,6 +161,7 @@ class Router:
         # exact one (memproj.edge.host_refusal); the SDK's matches by prefix.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self.servers = {name: build_server(name, http=True) for name in TOOLSETS}
+        self.verifier = MemprojTokenVerifier()
         # Stateless JSON responses: any web process can answer any request, so
         # the HTTP tier scales out behind a plain load balancer.
         self.mcp_apps = {
@@ -116,29 +179,49 @@ class Router:
             await self._lifespan(receive, send)
             return
         path: str = scope.get("path", "")
-        if path.startswith("/mcp/"):
+        if path == "/mcp" or path.startswith("/mcp/"):
             name = path[len("/mcp/") :].strip("/")
             app = self.mcp_apps.get(name)
-            if app is not None:
-                refusal = host_refusal(scope, settings.MEMPROJ_MCP_ALLOWED_HOSTS)
-                if refusal is not None:
-                    await refuse(send, refusal)
-                    return
-                # Per-connection dialect options travel as the endpoint's query parameters.
-                options = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-                token = connection_options.set(options)
-                try:
-                    await self._mcp(name, app, scope, receive, send)
-                finally:
-                    connection_options.reset(token)
+            if app is None:
+                await refuse(send, unknown_toolset(path, name))
                 return
+            refusal = host_refusal(scope, settings.MEMPROJ_MCP_ALLOWED_HOSTS)
+            if refusal is not None:
+                await refuse(send, refusal)
+                return
+            # Per-connection dialect options travel as the endpoint's query parameters.
+            options = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+            token = connection_options.set(options)
+            try:
+                await self._mcp(name, app, scope, receive, send)
+            finally:
+                connection_options.reset(token)
+            return
         await self.django(scope, receive, send)
+
+    async def _before_the_sdk(self, name: str, scope: Scope, receive: Any) -> Refusal | None:
+        """What the router answers itself for a presented token, before the
+        SDK's transport (which answers a missing token: 401 with the OAuth
+        discovery challenge). A refused token is told so; a GET with a valid one
+        is told the endpoint keeps no event stream."""
+        token = presented_token(scope)
+        if token is None:
+            return None
+        if await self.verifier.verify_token(token) is None:
+            return await token_refusal(TOOLSETS[name], receive)
+        if scope.get("method") == "GET":
+            return stateless_get(scope.get("path", ""))
+        return None
 
     async def _mcp(self, name: str, app: Any, scope: Scope, receive: Any, send: Any) -> None:
         # Token verification reads the database before any tool runs: an outage
         # there must not surface as a bare 500.
         guarded = _HoldServerError(send)
         try:
+            refusal = await self._before_the_sdk(name, scope, receive)
+            if refusal is not None:
+                await refuse(send, refusal)
+                return
             await app(dict(scope, path=f"/mcp/{name}", raw_path=f"/mcp/{name}".encode()), receive, guarded)
         except (OperationalError, InterfaceError) as exc:
             if guarded.started:

@@ -17,6 +17,9 @@ elsewhere."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -37,18 +40,103 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-async def _answer(send: Send, status: int, body: bytes, content_type: str, *, close: bool) -> None:
-    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+# An answer given before any app runs: status, body, content type, extra headers.
+Refusal = tuple[int, bytes, str, list[tuple[bytes, bytes]]]
+
+
+async def _answer(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: str,
+    *,
+    close: bool,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    sent = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()), *(headers or [])]
     if close:
         # The rest of the body was never read: the connection cannot carry another request.
-        headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+        sent.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": sent})
     await send({"type": "http.response.body", "body": body})
 
 
-def _too_large(path: str, limit: int) -> tuple[bytes, str]:
+def _too_large(path: str, limit: int, request_id: int | str | None) -> tuple[bytes, str]:
     message = f"the request body is over the limit of {limit} bytes for {path}; send less."
-    return surface_error(path, "INVALID_ARGUMENT", message, {"limit": limit}, plain_code="PAYLOAD_TOO_LARGE")
+    # The request's own id, when the refused body showed it, so a JSON-RPC
+    # client pairs the error with its call.
+    id_only = json.dumps({"id": request_id}).encode() if request_id is not None else b""
+    return surface_error(path, "INVALID_ARGUMENT", message, {"limit": limit}, id_only, plain_code="PAYLOAD_TOO_LARGE")
+
+
+# A refused body that declares a length of at most this many bytes is read to
+# its end and dropped (within this many seconds) before the 413 is sent: HTTP
+# clients (httpx, so the MCP python SDK, and urllib) write their whole body
+# before they read the answer, and a connection closed on unread data is reset,
+# so the client would see a broken connection instead of the 413 and its
+# reason. A larger one, or one without a declared length, is answered at once
+# and its connection closed.
+DRAIN_MAX_BYTES = 16 * 1024 * 1024
+DRAIN_MAX_SECONDS = 15.0
+_ID_VALUE = rb'(-?[0-9]+|"(?:[^"\\]|\\.){0,200}")'
+# A JSON-RPC request's id among the first members of its object (the python
+# SDK writes {"jsonrpc": "2.0", "id": ..., ...}) or as its last member (the
+# TypeScript SDK writes {..., "jsonrpc": "2.0", "id": ...}): where a body too
+# large to parse still shows it.
+_ID_FIRST = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*' + _ID_VALUE)
+_ID_LAST = re.compile(rb'"id"\s*:\s*' + _ID_VALUE + rb"\s*\}\s*$")
+_ID_EDGE_BYTES = 512
+
+
+def request_id_of(head: bytes, tail: bytes) -> int | str | None:
+    """The JSON-RPC id a body shows at its start or its end, else None."""
+    match = _ID_FIRST.search(head) or _ID_LAST.search(tail)
+    if match is None:
+        return None
+    try:
+        value = json.loads(match.group(1))
+    except ValueError:
+        return None
+    return value if isinstance(value, int | str) else None
+
+
+class _Drained:
+    """What was kept of a refused body while it was read and dropped."""
+
+    def __init__(self) -> None:
+        self.head = b""
+        self.tail = b""
+        self.complete = False
+
+    def keep(self, chunk: bytes) -> None:
+        if len(self.head) < _ID_EDGE_BYTES:
+            self.head += chunk[: _ID_EDGE_BYTES - len(self.head)]
+        self.tail = (self.tail + chunk)[-_ID_EDGE_BYTES:]
+
+    @property
+    def request_id(self) -> int | str | None:
+        return request_id_of(self.head, self.tail)
+
+
+async def _drain(receive: Receive, drained: _Drained) -> None:
+    """Read the request body and drop it, keeping only its edges, within the
+    drain bounds; ``drained.complete`` says whether its end was reached."""
+
+    async def read() -> None:
+        seen = 0
+        while seen <= DRAIN_MAX_BYTES:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            drained.keep(chunk)
+            if not message.get("more_body", False):
+                drained.complete = True
+                return
+
+    with contextlib.suppress(TimeoutError):  # past the time bound the connection is closed instead
+        await asyncio.wait_for(read(), DRAIN_MAX_SECONDS)
 
 
 class BodyLimit:
@@ -79,13 +167,17 @@ class BodyLimit:
         declared = _header(scope, b"content-length")
         # The server has already refused a Content-Length that is not a number.
         if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-            body, content_type = _too_large(path, limit)
-            await _answer(send, 413, body, content_type, close=True)
+            drained = _Drained()
+            if int(declared) <= DRAIN_MAX_BYTES:
+                await _drain(receive, drained)
+            body, content_type = _too_large(path, limit, drained.request_id)
+            await _answer(send, 413, body, content_type, close=not drained.complete)
             return
 
         seen = 0
         refused = False
         started = False
+        received = _Drained()  # the start of the body, for the request id of a 413
 
         async def counted_receive() -> Message:
             nonlocal seen, refused, started
@@ -93,14 +185,19 @@ class BodyLimit:
                 return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
+                chunk = message.get("body", b"")
+                seen += len(chunk)
+                if len(received.head) < _ID_EDGE_BYTES:
+                    received.keep(chunk)
                 if seen > limit:
-                    # Answer now and tell the app the client has gone, so it stops reading.
+                    # Answer and tell the app the client has gone, so it stops reading.
                     refused = True
                     if not started:
+                        # A body that declared no length may be endless: it is
+                        # not drained, the answer comes at once.
                         started = True
-                        body, content_type = _too_large(path, limit)
-                        await _answer(send, 413, body, content_type, close=True)
+                        body, content_type = _too_large(path, limit, received.request_id)
+                        await _answer(send, 413, body, content_type, close=message.get("more_body", False))
                     return {"type": "http.disconnect"}
             return message
 
@@ -141,7 +238,7 @@ def _origin_allowed(origin: str, allowed_hosts: list[str]) -> bool:
     return _host_allowed(rest, allowed_hosts)
 
 
-def host_refusal(scope: Scope, allowed_hosts: list[str]) -> tuple[int, bytes, str] | None:
+def host_refusal(scope: Scope, allowed_hosts: list[str]) -> Refusal | None:
     """None if the request's Host (and Origin, when sent) are allowed; else the
     status and the coded answer (421 for a Host, 403 for an Origin)."""
     path: str = scope.get("path", "")
@@ -153,16 +250,16 @@ def host_refusal(scope: Scope, allowed_hosts: list[str]) -> tuple[int, bytes, st
             f"this endpoint is not served under the Host {host!r}; use one of MEMPROJ_MCP_ALLOWED_HOSTS.",
             {},
         )
-        return 421, body, content_type
+        return 421, body, content_type, []
     origin = _header(scope, b"origin")
     if origin is not None and not _origin_allowed(origin.decode("latin-1"), allowed_hosts):
         body, content_type = surface_error(
             path, "PERMISSION_DENIED", "requests from this Origin are refused (DNS-rebinding protection).", {}
         )
-        return 403, body, content_type
+        return 403, body, content_type, []
     return None
 
 
-async def refuse(send: Send, refusal: tuple[int, bytes, str]) -> None:
-    status, body, content_type = refusal
-    await _answer(send, status, body, content_type, close=False)
+async def refuse(send: Send, refusal: Refusal) -> None:
+    status, body, content_type, headers = refusal
+    await _answer(send, status, body, content_type, close=False, headers=headers)

@@ -1,6 +1,6 @@
 from django.conf import settings
 from django.contrib import admin
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import HttpRequest, JsonResponse
 from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
@@ -25,7 +25,9 @@ def protected_resource_metadata(request: HttpRequest, toolset: str) -> JsonRespo
     tokens are issued by ``manage.py issue_token`` or the admin, not by an OAuth
     authorization server, so the document names none."""
     if toolset not in TOOLSETS:
-        raise Http404("no such MCP toolset")
+        # Coded JSON naming the toolsets, also under DEBUG (whose 404 is an HTML page).
+        message = f"no MCP toolset {toolset[:100]!r}; the toolsets are {', '.join(sorted(TOOLSETS))}."
+        return JsonResponse({"error": {"code": "NOT_FOUND", "message": message}}, status=404)
     public_url = settings.MEMPROJ_PUBLIC_URL.rstrip("/")
     response = JsonResponse(
         {

@@ -368,18 +368,23 @@ class RateLimitMiddleware:
 
     @staticmethod
     async def _read_body(receive: Receive) -> bytes:
-        """Enough of the request to answer a JSON-RPC call with its own id."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > MAX_BODY_FOR_ID:
-                return b""
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
+        return await read_body_for_id(receive)
+
+
+async def read_body_for_id(receive: Receive) -> bytes:
+    """Enough of a refused request to answer a JSON-RPC call with its own id
+    (an empty body past MAX_BODY_FOR_ID bytes)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_FOR_ID:
+            return b""
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)

@@ -9,6 +9,7 @@ upstream's language:
 - ``client.py`` (langmem): a Python client of those routes.
 
 A dialect module imports, of memproj's own code, only ``mcp_server.dialect``
-(tools), ``mcp_server.http`` (routes), ``memory.api`` and its own package. The
-registry of served dialects is ``mcp_server.registry``. Nothing is imported
+(the seam: tools, and the HTTP plumbing its routes share with the site's),
+``memory.api`` and its own package. The registry of served dialects is
+``mcp_server.registry``. Nothing is imported
 here: ``mcp_server.dialects.langmem.client`` must import without Django."""

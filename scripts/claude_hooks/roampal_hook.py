@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Claude Code hooks for memproj's roampal dialect (seed 003). Standard library
+"""Claude Code hooks for memproj's roampal dialect (roampal v0.3.5's). Standard library
 only, so it runs with any python3, outside the service's virtualenv.
 
     roampal_hook.py user-prompt-submit   # UserPromptSubmit: prints the KNOWN CONTEXT injection
@@ -9,7 +9,8 @@ Claude Code writes the hook's JSON on stdin (session_id, transcript_path, cwd,
 hook_event_name, prompt / stop_hook_active). Configuration from the environment:
 MEMPROJ_URL (default http://127.0.0.1:8000) and MEMPROJ_TOKEN (a memproj API
 token). A hook never breaks the user's session: on any failure it prints a note
-on stderr and exits 0 without injecting anything."""
+on stderr (memproj unreachable, the token refused, or memproj's own reason)
+and exits 0 without injecting anything."""
 
 from __future__ import annotations
 
@@ -102,6 +103,22 @@ def stop(event: dict[str, Any]) -> int:
     return 0
 
 
+def refusal(exc: urllib.error.HTTPError) -> str:
+    """What memproj answered instead, in one line: the message of its coded JSON body."""
+    try:
+        body = json.loads(exc.read().decode("utf-8"))
+    except (OSError, ValueError):
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    reason = f": {message}" if isinstance(message, str) and message else ""
+    if exc.code == 401 and not os.environ.get("MEMPROJ_TOKEN"):
+        return "MEMPROJ_TOKEN is not set; memproj needs an API token" + reason
+    if exc.code == 401:
+        return "memproj refused the token in MEMPROJ_TOKEN" + reason
+    return f"memproj answered HTTP {exc.code}" + reason
+
+
 def main(argv: list[str]) -> int:
     commands = {"user-prompt-submit": user_prompt_submit, "stop": stop}
     if len(argv) != 2 or argv[1] not in commands:
@@ -110,6 +127,9 @@ def main(argv: list[str]) -> int:
     try:
         event = json.load(sys.stdin)
         return commands[argv[1]](event if isinstance(event, dict) else {})
+    except urllib.error.HTTPError as exc:  # memproj answered, with a reason
+        print(f"roampal hook: {refusal(exc)}; continuing without memory.", file=sys.stderr)
+        return 0
     except (OSError, ValueError, urllib.error.URLError) as exc:
         print(f"roampal hook: memproj unavailable ({exc}); continuing without memory.", file=sys.stderr)
         return 0

@@ -29,9 +29,12 @@ from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
 from mcp_server.dialect import (
+    CREDENTIALS_REFUSED,
+    REFUSED_CHALLENGE,
     STORAGE_MESSAGE,
     TENANT_SELECTORS,
     bearer_caller,
+    bearer_token,
     idempotent_response,
     in_worker_thread,
     retry_later,
@@ -146,9 +149,16 @@ def _handle(request: HttpRequest) -> HttpResponse:
         response = _error("METHOD_NOT_ALLOWED", "use POST.", 405)
         response["Allow"] = "POST"
         return response
-    caller = bearer_caller(request.headers.get("Authorization", ""))
+    header = request.headers.get("Authorization", "")
+    caller = bearer_caller(header)
+    if caller is None and bearer_token(header):
+        refused = _error("INVALID_TOKEN", CREDENTIALS_REFUSED, 401)
+        refused["WWW-Authenticate"] = REFUSED_CHALLENGE
+        return refused
     if caller is None:
-        return _error("UNAUTHENTICATED", "send Authorization: Bearer <token>.", 401)
+        missing = _error("UNAUTHENTICATED", "send Authorization: Bearer <token>.", 401)
+        missing["WWW-Authenticate"] = "Bearer"
+        return missing
     if not caller.may_use_toolset(langmem.dialect.name):
         return _error("PERMISSION_DENIED", "this token is not allowed to use the 'langmem' toolset.", 403)
     too_large = _error("PAYLOAD_TOO_LARGE", f"the body exceeds {MAX_BODY} bytes.", 413)

@@ -25,8 +25,11 @@ from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcp_server.dialect import (
+    CREDENTIALS_REFUSED,
+    REFUSED_CHALLENGE,
     STORAGE_MESSAGE,
     bearer_caller,
+    bearer_token,
     idempotent_view,
     in_worker_thread,
     retry_later,
@@ -47,7 +50,9 @@ TOOLSET = "roampal"
 STATUS = {"INVALID_ARGUMENT": 422, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "QUOTA_EXCEEDED": 403, "CONFLICT": 409}
 # roampal's hook answers carry ``{"error": "<message>"}``; ``code`` is added
 # beside it so a client can branch on the kind of error.
-UNAUTHENTICATED, INVALID, TOO_LARGE = "UNAUTHENTICATED", "INVALID_ARGUMENT", "PAYLOAD_TOO_LARGE"
+# UNAUTHENTICATED: no token was sent; INVALID_TOKEN: the token sent was refused.
+UNAUTHENTICATED, REFUSED = "UNAUTHENTICATED", "INVALID_TOKEN"
+INVALID, TOO_LARGE = "INVALID_ARGUMENT", "PAYLOAD_TOO_LARGE"
 
 View = Callable[[HttpRequest, Caller], HttpResponse]
 AsyncView = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponse]]
@@ -61,7 +66,10 @@ def _error(status: int, message: str, code: str = INVALID, **headers: str) -> Js
 
 
 def _caller(request: HttpRequest) -> Caller | JsonResponse:
-    caller = bearer_caller(request.headers.get("Authorization", ""))
+    header = request.headers.get("Authorization", "")
+    caller = bearer_caller(header)
+    if caller is None and bearer_token(header):
+        return _error(401, CREDENTIALS_REFUSED, REFUSED, **{"WWW-Authenticate": REFUSED_CHALLENGE})
     if caller is None:
         return _error(
             401,
