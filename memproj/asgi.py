@@ -249,7 +249,7 @@ class Router:
                 await send({"type": "lifespan.shutdown.complete"})
 
 
-# Every dialect's rate-limit error speaks its own error vocabulary (issue 11),
+# Every dialect's rate-limit error speaks its own error vocabulary,
 # over MCP and over its REST route.
 for _name, _dialect in TOOLSETS.items():
     register_dialect_rate_limit(_name, _dialect.render_error)

@@ -1,4 +1,4 @@
-"""The two database roles (issue 15): the owner runs migrations and owns the
+"""The two database roles: the owner runs migrations and owns the
 schema; the app role (DATABASE_URL) is what the service connects as and owns
 nothing, so the audit log's guards cannot be switched off from a service
 connection. See memproj/settings/base.py for how the two URLs are given."""

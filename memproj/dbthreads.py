@@ -1,4 +1,4 @@
-"""Database work in threads other than the request's own (issue 13).
+"""Database work in threads other than the request's own.
 
 Django's connections are per thread. A reused thread (the event loop's executor
 threads that run tools and pooled views, the side-by-side read threads below)

@@ -44,7 +44,7 @@ def _start_lock(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-# Two roles (issue 15): the owner runs migrations and owns every table; the
+# Two roles: the owner runs migrations and owns every table; the
 # app role, which web, worker, beat and stdio connect as, owns nothing, so it
 # cannot TRUNCATE, ALTER or DISABLE TRIGGER on the audit log, nor switch
 # replication mode (superuser only), and it is a member of no other role, so it

@@ -1,4 +1,4 @@
-"""PostgreSQL types: timestamptz values parsed by psycopg's C loader (issue 13),
+"""PostgreSQL types: timestamptz values parsed by psycopg's C loader,
 and which pgvector types the server has.
 
 Django registers its own timestamptz loader on every connection: a Python

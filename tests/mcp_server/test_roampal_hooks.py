@@ -68,7 +68,7 @@ def test_no_cors_headers_even_for_a_browser_origin(member):
         ({}, "Provide at least one of: query, days_back"),
     ],
 )
-def test_search_feature5_limits(member, body, fragment):
+def test_search_input_limits(member, body, fragment):
     answer = post(member, "/api/search", body)
     assert answer.status_code == 422 and fragment in answer.json()["error"]
 
