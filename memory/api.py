@@ -16,6 +16,9 @@ roampal v0.3.5's collections: ``working_store``, ``memory_bank_store``,
 ``memory_bank_update``, ``book_ingest`` / ``book_progress``, the hooked
 conversation's ``exchange_*``; reads ``collection_search``, ``collection_get``,
 ``collection_ids``, ``known_context`` and ``display_id``.
+Ids: ``memory_pk`` resolves an id a client holds (a memory's UUID or an imported
+memory's upstream id, kept as an alias); ``memory_alias_target`` only the latter;
+``aliases_of`` gives the upstream ids to show back.
 Read model: ``MemoryView`` / ``memory_view`` with every derived value computed
 in one place (effective confidence, fact state, effectiveness, Wilson score).
 """
@@ -31,6 +34,7 @@ from memory.models import Collection, collection_of
 from memory.outcomes import Signal
 from memory.read_model import MemoryView, memory_view
 from memory.selectors.activation import ActivationPage, RankedClaim, claims_activate, claims_search
+from memory.selectors.aliases import aliases_of, memory_alias_target, memory_pk
 from memory.selectors.collections import (
     COLLECTIONS,
     CollectionHit,
@@ -94,6 +98,9 @@ from policy.selectors.policies import policy_is_applied
 from policy.services.policies import PolicyApplyResult, policy_apply
 
 __all__ = [
+    "aliases_of",
+    "memory_alias_target",
+    "memory_pk",
     "BOOK_MAX_BYTES",
     "MEMORY_BANK_SUBJECT",
     "COLLECTIONS",

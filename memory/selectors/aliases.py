@@ -41,16 +41,22 @@ def alias_targets(*, tenant_id: uuid.UUID, aliases: Iterable[str], system: str |
     return found
 
 
+def memory_alias_target(caller: Caller, value: object, *, system: str | None = None) -> uuid.UUID | None:
+    """The memory an alias names in the caller's tenant, or None."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    found = alias_targets(tenant_id=caller.tenant_id, aliases=[value.strip()], system=system)
+    return next(iter(found.values()), None)
+
+
 def memory_pk(caller: Caller, value: object, *, system: str | None = None) -> uuid.UUID:
     """The memory an id names in the caller's tenant: an alias the tenant holds
     (an imported memory's upstream id) or the memory's own UUID. An id that is
     neither is refused as validation.memory_id refuses it; a UUID that names
     nothing comes back as it is, for the caller's own not-found answer."""
-    text = value if isinstance(value, str) else None
-    if text:
-        target = alias_targets(tenant_id=caller.tenant_id, aliases=[text.strip()], system=system)
-        if target:
-            return next(iter(target.values()))
+    target = memory_alias_target(caller, value, system=system)
+    if target is not None:
+        return target
     pk = _as_uuid(value)
     if pk is None:
         raise InvalidArgument(f"id must be a UUID such as the ids returned by store and search (got {value!r}).")

@@ -77,6 +77,8 @@ WRITES = frozenset({"activate", "upsert", "feedback", "policy.apply"})
 FEEDBACK_BUCKET_SECONDS = 60
 ACTIVE_CONTEXT_PREFIX = "ac_"
 CLAIM_PREFIX = "clm_"
+# The import that keeps pce-memory's claim ids (manage.py import_memories --from pce).
+IMPORTED_FROM = "pce"
 
 
 def _policy_version() -> str:
@@ -136,7 +138,9 @@ def envelope(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def claim_id(memory_id: uuid.UUID) -> str:
-    return CLAIM_PREFIX + memory_id.hex
+    """A claim's id: the pce-memory id it was imported with, else clm_<32 hex>."""
+    imported = api.aliases_of([memory_id], system=IMPORTED_FROM)
+    return imported.get(memory_id) or CLAIM_PREFIX + memory_id.hex
 
 
 def unknown_claim(value: str) -> DialectFailure:
@@ -151,7 +155,10 @@ def memory_id_of(value: str) -> uuid.UUID:
     """`clm_<32 hex>` back to the core id (a bare UUID is accepted as well). Any
     other id (upstream's `clm_<base62>`, a typo) names no claim of this tenant:
     UNKNOWN_CLAIM like an id that is well formed but not found, never a
-    complaint about UUIDs."""
+    complaint about UUIDs. A claim imported from pce-memory keeps its upstream id."""
+    imported = api.memory_alias_target(dialect.caller(), value)
+    if imported is not None:
+        return imported
     try:
         return uuid.UUID(value[len(CLAIM_PREFIX) :] if value.startswith(CLAIM_PREFIX) else value)
     except ValueError:
