@@ -23,6 +23,7 @@ from django.utils.html import format_html
 
 from policy import redaction
 from policy.admin_access import ReadOnlyAdminMixin, TenantScopedAdminMixin, admin_access, review_caller
+from policy.admin_actors import missing_principal_label, principal_labels
 from policy.document import diff
 from policy.errors import PolicyError
 from policy.models import PolicyEvent, PolicySigningKey, PolicyVersion, Tenant
@@ -220,16 +221,7 @@ class PolicyVersionAdmin(ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.Model
 class PolicyEventAdmin(ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     """The apply history: who applied which version, who approved it, and refusals."""
 
-    list_display = (
-        "created_at",
-        "tenant",
-        "event_type",
-        "version",
-        "previous_version",
-        "actor_name",
-        "actor_principal_id",
-        "approver",
-    )
+    list_display = ("created_at", "tenant", "event_type", "version", "previous_version", "actor", "approver")
     list_select_related = ("tenant",)
     list_filter = ("event_type",)
     search_fields = ("tenant__slug", "version", "approver", "actor_name")
@@ -239,9 +231,34 @@ class PolicyEventAdmin(ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.ModelAd
         "event_type",
         "version",
         "previous_version",
+        "actor",
         "actor_name",
         "actor_principal_id",
         "approver",
         "payload",
     )
     fields = readonly_fields
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        # The page's rows (the queryset keeps them) with their principals' names, in one query.
+        rows = list(changelist.result_list)
+        names = principal_labels(row.actor_principal_id for row in rows)
+        for row in rows:
+            row.actor_label = self._actor(row, names)
+        return changelist
+
+    @staticmethod
+    def _actor(event: PolicyEvent, names: dict[uuid.UUID, str]) -> str:
+        """The name the service recorded ("admin:root", "manage.py policy_apply"),
+        else the principal whose token applied it."""
+        if event.actor_name:
+            return event.actor_name
+        if event.actor_principal_id is None:
+            return "-"
+        return names.get(event.actor_principal_id) or missing_principal_label(event.actor_principal_id)
+
+    @admin.display(description="actor")
+    def actor(self, obj: PolicyEvent) -> str:
+        label = getattr(obj, "actor_label", None)
+        return label if label is not None else self._actor(obj, principal_labels([obj.actor_principal_id]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -28,8 +28,8 @@ from memory.models import Memory, MemoryEvent
 from memory.services.events import EventType
 from memory.services.review import admin_review_record
 from policy.admin_access import admin_access, review_caller
+from policy.admin_actors import missing_principal_label, principal_labels
 from policy.caller import Caller
-from policy.models import Principal
 
 ACTION_ROW_CAP = 200
 
@@ -174,21 +174,6 @@ def run_bulk(
 
 
 # --- who did it: the actors of audit events ------------------------------------------------------
-def _principal_label(principal: Principal) -> str:
-    login = principal.user.get_username() if principal.user else ""
-    return principal.name if not login or login == principal.name else f"{principal.name} (login {login})"
-
-
-def actor_names(principal_ids: Iterable[uuid.UUID | None]) -> dict[uuid.UUID, str]:
-    """The principals' names, with the admin login linked to each when it is
-    another name (one query)."""
-    wanted = {pk for pk in principal_ids if pk is not None}
-    if not wanted:
-        return {}
-    principals = Principal.objects.filter(pk__in=wanted).select_related("user").only("id", "name", "user")
-    return {principal.pk: _principal_label(principal) for principal in principals}
-
-
 def actor_label(event: MemoryEvent, names: dict[uuid.UUID, str]) -> str:
     """Who wrote an audit event, in words: the principal; for a superuser's
     review, the superuser (their service's own event carries no principal, the
@@ -200,12 +185,12 @@ def actor_label(event: MemoryEvent, names: dict[uuid.UUID, str]) -> str:
             return f"{superuser} (superuser)"
     if event.actor_principal_id is None:
         return "no principal"
-    return names.get(event.actor_principal_id) or f"deleted principal {str(event.actor_principal_id)[:8]}"
+    return names.get(event.actor_principal_id) or missing_principal_label(event.actor_principal_id)
 
 
 def with_actor_labels(events: list[MemoryEvent]) -> list[MemoryEvent]:
     """The events, each with ``actor_label`` set for the templates."""
-    names = actor_names(e.actor_principal_id for e in events)
+    names = principal_labels(e.actor_principal_id for e in events)
     for event in events:
         event.actor_label = actor_label(event, names)  # type: ignore[attr-defined]
     return events

@@ -14,7 +14,6 @@ from memory.admin.common import (
     NoCountListMixin,
     TenantFilter,
     actor_label,
-    actor_names,
     csv_response,
     memory_anchor,
     with_actor_labels,
@@ -22,6 +21,7 @@ from memory.admin.common import (
 from memory.models import MemoryEvent
 from memory.services.events import EventType
 from policy.admin_access import ReadOnlyAdminMixin, TenantScopedAdminMixin
+from policy.admin_actors import principal_labels
 
 KNOWN_EVENT_TYPES = tuple(EventType.values)  # the one list (memory/services/events.py)
 
@@ -84,7 +84,7 @@ class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMi
     @admin.display(description="actor")
     def actor(self, obj: MemoryEvent) -> str:
         label = getattr(obj, "actor_label", None)
-        return label if label is not None else actor_label(obj, actor_names([obj.actor_principal_id]))
+        return label if label is not None else actor_label(obj, principal_labels([obj.actor_principal_id]))
 
     @admin.action(description="Export selected as CSV", permissions=["view"])
     def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:

@@ -109,3 +109,19 @@ def test_a_principal_with_another_login_name_shows_both(client, admin_a):
     detail = client.get(reverse("admin:memory_memory_change", args=[fact.pk])).content.decode()
 
     assert '<td class="mp-actor">alice-laptop (login alice)</td>' in detail
+
+
+def test_policy_events_name_their_actor(client, admin_a):
+    from policy.models import PolicyVersion
+    from policy.services.policies import policy_apply
+
+    current = PolicyVersion.objects.get(tenant=admin_a.tenant, is_current=True)
+    policy_apply(caller=admin_a.caller, yaml=current.source_yaml, validate_only=True)  # as a tool call would
+    policy_apply(caller=admin_a.caller, yaml=current.source_yaml, dry_run=True, actor_name="admin:alice")
+    client.force_login(admin_a.user)
+
+    page = client.get(reverse("admin:policy_policyevent_changelist")).content.decode()
+
+    assert '<td class="field-actor">alice</td>' in page
+    assert '<td class="field-actor">admin:alice</td>' in page
+    assert str(admin_a.principal.pk) not in page
