@@ -81,7 +81,7 @@ class Supervisor:
     its consecutive early crashes; a child that stayed up ``stable_after`` seconds
     starts again from the base delay. A crash loop therefore costs a process
     start every ``backoff_max`` seconds at most, and one crashing part never
-    takes the others down (issue 15, item 3)."""
+    takes the others down."""
 
     def __init__(
         self,
