@@ -1,0 +1,121 @@
+"""Memento (rigrergl/memento, the Memento MCP server): its memories live in Neo4j
+as ``(:Memory {id, content, embedding, confidence, created_at, updated_at,
+accessed_at, source, supersedes, superseded_by})`` nodes, embedded with
+all-MiniLM-L6-v2 (384 dimensions, memproj's own model).
+
+Read from a JSON export of those nodes, in any of the shapes Neo4j's tools
+write: APOC's ``apoc.export.json`` lines (``{"type": "node", "labels":
+["Memory"], "properties": {...}}``), a JSON list of nodes or of their property
+maps (``MATCH (m:Memory) RETURN m`` from cypher-shell or the browser, with or
+without an ``m`` wrapper), or ``{"memories": [...]}``. Times may be ISO strings,
+epoch seconds or milliseconds, or Neo4j's ``{year, month, day, ...}`` maps.
+
+Each memory becomes a keyless fact (as memproj's memento dialect stores one),
+its UUID kept as its id where free, with its confidence, dates (accessed_at
+too) and source; ``superseded_by`` chains become supersessions. The vector is
+kept when it has memproj's dimension (the same model), else recomputed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memory.importers.base import ImportedMemory, ImportSourceError, Record, Skipped, number, parse_time
+
+SYSTEM = "memento"
+MODEL = "all-MiniLM-L6-v2"
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, dict) and "year" in value:  # a Neo4j temporal value as a map
+        try:
+            return datetime(
+                int(value["year"]),
+                int(value.get("month", 1)),
+                int(value.get("day", 1)),
+                int(value.get("hour", 0)),
+                int(value.get("minute", 0)),
+                int(value.get("second", 0)),
+                int(value.get("nanosecond", 0)) // 1000,
+                tzinfo=UTC,
+            )
+        except (TypeError, ValueError):
+            return None
+    return parse_time(value)
+
+
+def _nodes(data: Any) -> Iterator[dict[str, Any]]:
+    """Property maps of Memory nodes, whatever the export's shape."""
+    if isinstance(data, dict) and isinstance(data.get("memories"), list):
+        data = data["memories"]
+    if isinstance(data, dict):
+        data = [data]
+    for item in data if isinstance(data, list) else []:
+        if not isinstance(item, dict):
+            continue
+        if len(item) == 1 and isinstance(next(iter(item.values())), dict):
+            item = next(iter(item.values()))  # a RETURN m row: {"m": {...}}
+        if item.get("type") == "node" or "labels" in item:
+            if "Memory" not in (item.get("labels") or []):
+                continue
+            item = item.get("properties") or {}
+        elif isinstance(item.get("properties"), dict) and "content" not in item:
+            item = item["properties"]
+        yield item
+
+
+class MementoExport:
+    system = SYSTEM
+
+    def __init__(self, path: Path) -> None:
+        if not path.is_file():
+            raise ImportSourceError(f"no file {path}; give a JSON export of Memento's Memory nodes.")
+        text = path.read_text(encoding="utf-8")
+        try:
+            data: Any = json.loads(text)
+        except ValueError:
+            try:
+                data = [json.loads(line) for line in text.splitlines() if line.strip()]  # APOC JSON lines
+            except ValueError as exc:
+                raise ImportSourceError(f"{path} is neither JSON nor JSON lines ({exc}).") from exc
+        self.nodes = list(_nodes(data))
+
+    def estimate(self) -> int | None:
+        return len(self.nodes)
+
+    def close(self) -> None:
+        return None
+
+    def records(self) -> Iterator[Record]:
+        for node in self.nodes:
+            memory_id = str(node.get("id") or "")
+            if not memory_id:
+                yield Skipped("", "a Memory node without an id")
+                continue
+            created = _time(node.get("created_at"))
+            embedding = node.get("embedding") if isinstance(node.get("embedding"), list) else None
+            record = ImportedMemory(
+                source_id=memory_id,
+                kind="fact",
+                content=str(node.get("content") or ""),
+                created_at=created,
+                updated_at=_time(node.get("updated_at")) or created,
+                occurred_at=created,
+                accessed_at=_time(node.get("accessed_at")),
+                confidence=number(node.get("confidence"), 1.0, low=0, high=1),
+                source=str(node.get("source") or "memento")[:32],
+                embedding=[float(x) for x in embedding] if embedding else None,
+                embedding_model=MODEL if embedding else "",
+            )
+            if node.get("superseded_by"):
+                record.validity, record.superseded_by = "superseded", str(node["superseded_by"])
+            if node.get("supersedes"):
+                record.metadata["supersedes"] = node["supersedes"]
+            yield record
+
+
+def open_source(location: str, **_: Any) -> MementoExport:
+    return MementoExport(Path(location))
