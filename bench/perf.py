@@ -78,6 +78,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help="for the index builds after a bulk load (default: 4GB above 500k rows loaded, else 1GB)",
     )
+    p.add_argument(
+        "--ab",
+        default="",
+        metavar="A_DIR,B_DIR",
+        help="A/B only: serve two copies of the code (e.g. a checkout before a change and one after) against the "
+        "same database and measure each --ab-kinds call's CPU per answered call, kind by kind, the two servers in "
+        "turn (--ab-rounds rounds of --conc-seconds at the largest --clients), then exit",
+    )
+    p.add_argument(
+        "--ab-kinds",
+        default="store_episode,memory_search,memento_search_memories,langmem_search_memory,"
+        "roampal_get_context_insights,pce_activate,mixed",
+    )
+    p.add_argument("--ab-rounds", type=int, default=3)
     p.add_argument("--explain", action="store_true", default=True, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.tiny:
@@ -113,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     from memory.embeddings import get_embedder
 
     env = ensure_tenants(args)
+    if args.ab:
+        return ab_main(args, env, db_url)
     if args.prepare_only:
         print(f"prepared: {env['rows']} rows in {env['tenants']} tenants; {env['load_timings']}; {env['sizes']}")
         return 0
@@ -183,6 +199,51 @@ def main(argv: list[str] | None = None) -> int:
                 indent=1,
             )
         )
+    return 0
+
+
+def ab_main(args: argparse.Namespace, env: dict, db_url: str) -> int:
+    """Two copies of the code served side by side, measured in turn (tests/harness/load/percall.py)."""
+    from tests.harness.load.percall import AB_HEADERS, Server, ab_table, interleaved, summarise
+    from tests.harness.reports.tables import markdown_table
+
+    dirs = [Path(d).resolve() for d in args.ab.split(",")]
+    if len(dirs) != 2 or not all((d / "memproj" / "asgi.py").exists() for d in dirs):
+        raise SystemExit("--ab takes two directories holding memproj's code: A_DIR,B_DIR")
+    _caller, token = env["callers"][f"{args.prefix}-{args.size_list[-1]}"]
+    procs, servers = [], []
+    try:
+        for label, code_dir in zip(("A", "B"), dirs, strict=True):
+            proc, url = start_web(db_url, 1, code_dir=code_dir)
+            procs.append(proc)
+            servers.append(Server(label, proc.pid, url.removesuffix("/mcp/memory")))
+        kinds = [k for k in args.ab_kinds.split(",") if k]
+        steps = interleaved(
+            servers,
+            token,
+            kinds,
+            clients=max(args.client_list),
+            seconds=args.conc_seconds,
+            rounds=args.ab_rounds,
+            database=args.database,
+            progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True),
+        )
+    finally:
+        for proc in procs:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    print(
+        f"A = {dirs[0]}, B = {dirs[1]}; {args.size_list[-1]} memories in the tenant; "
+        f"{max(args.client_list)} closed-loop clients, {args.conc_seconds:g} s per step, {args.ab_rounds} rounds, "
+        f"A and B in turn; medians over rounds; load average {os.getloadavg()[0]:.1f} at the end\n"
+    )
+    print(markdown_table(AB_HEADERS, ab_table(summarise(steps), ("A", "B"))))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(steps, default=str, indent=1))
     return 0
 
 

@@ -312,14 +312,20 @@ def setup_django_on(stack: Stack) -> None:
         raise SystemExit(f"refusing to run against a database outside {stack.var_dir}: host {host!r}")
 
 
-def start_web(db_url: str, workers: int = 1) -> tuple[subprocess.Popen, str]:
+def start_web(
+    db_url: str, workers: int = 1, *, code_dir: Path = BASE_DIR, env_overrides: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str]:
     """uvicorn alone (no worker, no beat) against ``db_url``, embedding in the
-    request: (the process, the URL of its memory toolset's MCP endpoint)."""
+    request: (the process, the URL of its memory toolset's MCP endpoint).
+    ``code_dir`` serves another copy of the code (an A/B's baseline) with this
+    checkout's var/ (its model files, the embedded Redis)."""
     port = free_port()
     # No query cache in the server either: every search pays its embedding.
     env = dict(
         os.environ, DATABASE_URL=db_url, MEMPROJ_EMBED_MODE="sync", LOG_LEVEL="WARNING", MEMPROJ_EMBED_QUERY_CACHE="0"
     )
+    env.setdefault("MEMPROJ_VAR_DIR", str(BASE_DIR / "var"))
+    env.update(env_overrides or {})
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -338,7 +344,7 @@ def start_web(db_url: str, workers: int = 1) -> tuple[subprocess.Popen, str]:
             "--workers",
             str(max(1, workers)),
         ],
-        cwd=str(BASE_DIR),
+        cwd=str(code_dir),
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
