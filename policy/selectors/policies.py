@@ -13,6 +13,7 @@ from django.db import connection
 from policy.boundary import DEFAULT_USE_TAGS, boundary_for
 from policy.document import BOUNDARY_CLASSES, DEFAULT_POLICY, PolicyDocument, from_dict
 from policy.models import PolicyVersion
+from policy.tokencache import policy_caching, policy_head_cached, policy_head_put
 
 _CACHE_SIZE = 4096
 _cache: OrderedDict[tuple[uuid.UUID, str], PolicyDocument] = OrderedDict()
@@ -36,14 +37,30 @@ def _cached(tenant_id: uuid.UUID, version: str, row_id: int) -> PolicyDocument:
     return document
 
 
-def policy_current(*, tenant_id: uuid.UUID) -> PolicyDocument:
-    """The tenant's current policy: one indexed lookup of (id, version), the
-    parsed document from the cache. A tenant row made without the tenant service
-    (a raw insert, an old backup) still gets the default policy, never none."""
+def _current_head(tenant_id: uuid.UUID) -> tuple[int, str] | None:
+    """(row id, version) of the tenant's current policy, or None: in the HTTP
+    tier from its short-lived cache (policy/tokencache.py), else one indexed lookup."""
+    caching = policy_caching()
+    if caching:
+        head = policy_head_cached(tenant_id)
+        if head is not None:
+            return head
     row = PolicyVersion.objects.filter(tenant_id=tenant_id, is_current=True).values_list("id", "version").first()
     if row is None:
+        return None  # not cached: the default policy written at first use must be seen at once
+    if caching:
+        policy_head_put(tenant_id, (row[0], row[1]))
+    return row[0], row[1]
+
+
+def policy_current(*, tenant_id: uuid.UUID) -> PolicyDocument:
+    """The tenant's current policy: its (id, version), the parsed document from
+    the cache. A tenant row made without the tenant service (a raw insert, an old
+    backup) still gets the default policy, never none."""
+    head = _current_head(tenant_id)
+    if head is None:
         return DEFAULT_POLICY
-    return _cached(tenant_id, row[1], row[0])
+    return _cached(tenant_id, head[1], head[0])
 
 
 def policy_history(*, tenant_id: uuid.UUID) -> list[PolicyVersion]:
@@ -108,4 +125,4 @@ def policy_is_applied(*, tenant_id: uuid.UUID) -> bool:
     """Whether the tenant has a current policy of its own. Every tenant gets the
     default at creation; a tenant without one (a raw insert, a restored backup)
     reads with the built-in default, and pce's fail-closed tools refuse it."""
-    return PolicyVersion.objects.filter(tenant_id=tenant_id, is_current=True).exists()
+    return _current_head(tenant_id) is not None

@@ -37,6 +37,7 @@ from policy.models import PolicyEvent, PolicyVersion, Tenant
 from policy.ratelimit import policy_generation_bump
 from policy.selectors.policies import policy_current, visibility_changes
 from policy.services.signing import signature_matches, signing_key_of
+from policy.tokencache import token_cache_clear
 
 logger = logging.getLogger(__name__)
 
@@ -241,6 +242,7 @@ def _apply(
             visibility=visibility,
             conflict=conflict,
         )
+
         def record(event_type: str, **payload: Any) -> None:
             PolicyEvent.objects.create(
                 tenant_id=caller.tenant_id,
@@ -269,7 +271,12 @@ def _apply(
                 conflict=conflict,
             )
             return result
-        # Web processes cache each token's rate limit: tell them after the commit.
+        # Web processes cache each token's rate limit and each tenant's policy
+        # version: this one forgets them now and once the apply commits (a
+        # request in between may have read the old version again), every other
+        # one on its next request after the commit (policy/tokencache.py).
+        token_cache_clear()
+        transaction.on_commit(token_cache_clear)
         transaction.on_commit(policy_generation_bump)
         PolicyVersion.objects.filter(tenant_id=caller.tenant_id, is_current=True).update(is_current=False)
         _version_row(

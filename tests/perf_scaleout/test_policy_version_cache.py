@@ -1,0 +1,118 @@
+"""The HTTP tier keeps each tenant's current policy version between requests
+(policy/tokencache.py): no policy row is read per call, yet a policy applied
+anywhere takes effect on the next request, and within TOKEN_CACHE_SECONDS
+while Redis cannot be reached."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from policy import tokencache
+from policy.middleware import RateLimitMiddleware
+from policy.models import PolicyVersion
+from policy.ratelimit import AsyncRateLimiter, policy_generation_bump
+from policy.selectors.policies import policy_current
+from policy.services.policies import policy_apply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _version_app(tenant_id):  # type: ignore[no-untyped-def]
+    """An app that answers the tenant's policy version as a request reads it."""
+
+    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        version = await sync_to_async(lambda: policy_current(tenant_id=tenant_id).version)()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": json.dumps({"version": version}).encode()})
+
+    return app
+
+
+def _switch_elsewhere(tenant_id, version: str) -> None:  # type: ignore[no-untyped-def]
+    """What another process's policy apply leaves behind: a new current row in
+    the database (this process's cache untouched)."""
+    current = PolicyVersion.objects.get(tenant_id=tenant_id, is_current=True)
+    PolicyVersion.objects.filter(pk=current.pk).update(is_current=False)
+    current.pk = None
+    current.version = version
+    current.major, current.minor, current.patch = (int(p) for p in version.split("."))
+    current.document = {**current.document, "version": version}
+    current.is_current = True
+    current.save()
+
+
+@pytest.fixture
+def caching():  # type: ignore[no-untyped-def]
+    before = tokencache._policy_caching[0]
+    tokencache.policy_caching_enable()
+    tokencache.token_cache_clear()
+    yield
+    tokencache._policy_caching[0] = before
+    tokencache.token_cache_clear()
+
+
+def test_a_cached_version_reads_no_policy_row(owner, caching):
+    policy_current(tenant_id=owner.caller.tenant_id)
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(3):
+            policy_current(tenant_id=owner.caller.tenant_id)
+    assert [q["sql"] for q in queries.captured_queries] == []
+
+
+def test_without_the_http_tier_every_read_sees_the_row(owner):
+    """Workers, the stdio server and other callers read the row every time."""
+    tokencache._policy_caching[0] = False
+    tenant = owner.caller.tenant_id
+    policy_current(tenant_id=tenant)
+    _switch_elsewhere(tenant, "7.0.0")
+    assert policy_current(tenant_id=tenant).version == "7.0.0"
+
+
+def test_an_apply_in_this_process_is_seen_at_once(owner, caching):
+    tenant = owner.caller.tenant_id
+    policy_current(tenant_id=tenant)
+    policy_apply(caller=owner.caller, yaml="version: '3.1.4'\n")
+    assert policy_current(tenant_id=tenant).version == "3.1.4"
+
+
+async def test_an_apply_elsewhere_takes_effect_on_the_next_request(owner):
+    """The generation in Redis, which the rate limiter compares before every
+    request, clears the cached version: the request right after the other
+    process's apply reads the new one."""
+    tenant = owner.caller.tenant_id
+    app = RateLimitMiddleware(_version_app(tenant))  # its limiter turns the cache on
+    headers = {"Authorization": f"Bearer {owner.token}"}
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+            first = (await client.get("/v", headers=headers)).json()["version"]
+            await sync_to_async(_switch_elsewhere)(tenant, "9.0.0")
+            assert (await client.get("/v", headers=headers)).json()["version"] == first, "the version is cached"
+            await sync_to_async(policy_generation_bump)()
+            assert (await client.get("/v", headers=headers)).json()["version"] == "9.0.0"
+    finally:
+        tokencache.token_cache_clear()
+
+
+async def test_with_redis_unreachable_a_version_is_kept_at_most_the_cache_seconds(owner, monkeypatch):
+    tenant = owner.caller.tenant_id
+    clock = [1000.0]
+    monkeypatch.setattr(tokencache.time, "monotonic", lambda: clock[0])
+    # Nothing listens on port 9 of loopback: every check fails and the request is served unlimited.
+    app = RateLimitMiddleware(_version_app(tenant), limiter=AsyncRateLimiter("redis://127.0.0.1:9/0"))
+    headers = {"Authorization": f"Bearer {owner.token}"}
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+            first = (await client.get("/v", headers=headers)).json()["version"]
+            await sync_to_async(_switch_elsewhere)(tenant, "8.0.0")
+            clock[0] += tokencache.TOKEN_CACHE_SECONDS - 0.5
+            assert (await client.get("/v", headers=headers)).json()["version"] == first
+            clock[0] += 1.0
+            assert (await client.get("/v", headers=headers)).json()["version"] == "8.0.0"
+    finally:
+        tokencache.token_cache_clear()
