@@ -710,6 +710,15 @@ def madial_corpus(data_dir: Path, dialogues: list[dict]) -> DialectCorpus:
     )
 
 
+def memorybank_corpus(data_dir: Path) -> DialectCorpus:
+    users = _memorybank.load(data_dir)
+    return DialectCorpus(
+        f"MemoryBank (en), {sum(len(u.questions) for u in users)} questions",
+        {u.name: [(t.index, t.content, t.when) for t in u.turns] for u in users},
+        [(u.name, q, set(evidence), u.asked_at) for u in users for q, evidence, _ in u.questions],
+    )
+
+
 def lme_corpus(data_dir: Path, per_type: int) -> DialectCorpus:
     questions = _longmemeval.load(data_dir, per_type)
     return DialectCorpus(
@@ -1018,6 +1027,8 @@ def main(argv: list[str] | None = None) -> int:
         out += ["", f"{ds.name} - {len(ds.queries)} queries - Recall@k and nDCG@k", ds_table(ds, rows)]
         if ds.name.startswith("MADial"):
             out += dialect_table(madial_corpus(args.data, dialogues), 20)
+        elif ds.name.startswith("MemoryBank"):
+            out += dialect_table(memorybank_corpus(args.mb_data), 20)
         elif "embedded" in ds.name and args.dialects_lme_per_type:
             out += dialect_table(lme_corpus(args.lme_data, args.dialects_lme_per_type), 20)
         if ds.sessions:
