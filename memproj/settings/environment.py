@@ -453,9 +453,9 @@ SETTINGS: tuple[Setting, ...] = (
         "MEMPROJ_EMBED_TEXT",
         "str",
         "plain",
-        "What is embedded for an episode: `plain` (its content) or `ctx1` (with the previous turn of its session; "
-        "an experiment, measured worse). Vectors record the choice, so the re-embed sweep catches up after a "
-        "change.",
+        "What is embedded for an episode: `plain` (its content) or `ctx1` (with the previous turn of its session: "
+        "better for short turns, worse when the previous turn is a long answer). Vectors record the choice, so "
+        "the re-embed sweep catches up after a change.",
         "Embedding",
     ),
     _S(
