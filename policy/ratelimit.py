@@ -28,7 +28,7 @@ from typing import Any
 from django.conf import settings
 
 from policy.document import RateLimitPolicy
-from policy.tokencache import policy_caching_enable
+from policy.policycache import policy_caching_enable
 
 logger = logging.getLogger(__name__)
 

@@ -13,15 +13,8 @@ from the first request after the revocation commits. Only while Redis cannot be
 reached (the limiter then fails open) does a process keep a revoked token for
 up to ``TOKEN_CACHE_SECONDS``.
 
-The same process also keeps each tenant's current policy version (its row id
-and version, the parsed document being cached by version in
-``policy.selectors.policies``), so that a call reads no policy row: a policy
-apply clears it in its own process at once and again when it commits, and
-bumps the same generation, so every other web process re-reads the policy on
-its next request; with Redis unreachable, after at most
-``TOKEN_CACHE_SECONDS``. Only a process whose every request checks the
-generation (the HTTP tier's rate limiter turns this on) keeps policy versions;
-workers, the stdio server and tests read the row every time.
+Clearing it clears the tenants' policy versions too (``policy.policycache``),
+which the same generation governs.
 
 No Django models here: the rate-limit middleware clears the cache without the
 app registry."""
@@ -30,12 +23,12 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from dataclasses import replace
 
+from policy import policycache
 from policy.caller import Caller
 
-TOKEN_CACHE_SECONDS = 5.0
+TOKEN_CACHE_SECONDS = policycache.POLICY_CACHE_SECONDS  # one window for both caches
 _TOKEN_CACHE_MAX = 10_000
 _token_cache: dict[str, tuple[float, Caller]] = {}
 _token_cache_lock = threading.Lock()
@@ -63,36 +56,4 @@ def token_cache_clear() -> None:
     """Forget everything this process cached: verified tokens and policy versions."""
     with _token_cache_lock:
         _token_cache.clear()
-        _policy_heads.clear()
-
-
-# --- policy versions ---------------------------------------------------------------
-
-# tenant -> (expiry, (row id, version)) of its current policy; only tenants that have one.
-_policy_heads: dict[uuid.UUID, tuple[float, tuple[int, str]]] = {}
-_policy_caching = [False]
-
-
-def policy_caching_enable() -> None:
-    """This process checks the policy generation before every request (the
-    HTTP tier's rate limiter): it may keep tenants' policy versions."""
-    _policy_caching[0] = True
-
-
-def policy_caching() -> bool:
-    return _policy_caching[0]
-
-
-def policy_head_cached(tenant_id: uuid.UUID) -> tuple[int, str] | None:
-    """(row id, version) of the tenant's current policy as this process last read it, if still fresh."""
-    entry = _policy_heads.get(tenant_id)
-    if entry is None or entry[0] <= time.monotonic():
-        return None
-    return entry[1]
-
-
-def policy_head_put(tenant_id: uuid.UUID, head: tuple[int, str]) -> None:
-    with _token_cache_lock:
-        if len(_policy_heads) >= _TOKEN_CACHE_MAX:
-            _policy_heads.clear()
-        _policy_heads[tenant_id] = (time.monotonic() + TOKEN_CACHE_SECONDS, head)
+    policycache.policy_heads_clear()

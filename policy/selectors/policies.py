@@ -13,7 +13,7 @@ from django.db import connection
 from policy.boundary import DEFAULT_USE_TAGS, boundary_for
 from policy.document import BOUNDARY_CLASSES, DEFAULT_POLICY, PolicyDocument, from_dict
 from policy.models import PolicyVersion
-from policy.tokencache import policy_caching, policy_head_cached, policy_head_put
+from policy.policycache import policy_caching, policy_head_cached, policy_head_put
 
 _CACHE_SIZE = 4096
 _cache: OrderedDict[tuple[uuid.UUID, str], PolicyDocument] = OrderedDict()
@@ -39,7 +39,7 @@ def _cached(tenant_id: uuid.UUID, version: str, row_id: int) -> PolicyDocument:
 
 def _current_head(tenant_id: uuid.UUID) -> tuple[int, str] | None:
     """(row id, version) of the tenant's current policy, or None: in the HTTP
-    tier from its short-lived cache (policy/tokencache.py), else one indexed lookup."""
+    tier from its short-lived cache (policy/policycache.py), else one indexed lookup."""
     caching = policy_caching()
     if caching:
         head = policy_head_cached(tenant_id)

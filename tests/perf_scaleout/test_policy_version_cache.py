@@ -1,5 +1,5 @@
 """The HTTP tier keeps each tenant's current policy version between requests
-(policy/tokencache.py): no policy row is read per call, yet a policy applied
+(policy/policycache.py): no policy row is read per call, yet a policy applied
 anywhere takes effect on the next request, and within TOKEN_CACHE_SECONDS
 while Redis cannot be reached."""
 
@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from policy import tokencache
+from policy import policycache, tokencache
 from policy.middleware import RateLimitMiddleware
 from policy.models import PolicyVersion
 from policy.ratelimit import AsyncRateLimiter, policy_generation_bump
@@ -49,11 +49,11 @@ def _switch_elsewhere(tenant_id, version: str) -> None:  # type: ignore[no-untyp
 
 @pytest.fixture
 def caching():  # type: ignore[no-untyped-def]
-    before = tokencache._policy_caching[0]
-    tokencache.policy_caching_enable()
+    before = policycache._policy_caching[0]
+    policycache.policy_caching_enable()
     tokencache.token_cache_clear()
     yield
-    tokencache._policy_caching[0] = before
+    policycache._policy_caching[0] = before
     tokencache.token_cache_clear()
 
 
@@ -67,7 +67,7 @@ def test_a_cached_version_reads_no_policy_row(owner, caching):
 
 def test_without_the_http_tier_every_read_sees_the_row(owner):
     """Workers, the stdio server and other callers read the row every time."""
-    tokencache._policy_caching[0] = False
+    policycache._policy_caching[0] = False
     tenant = owner.caller.tenant_id
     policy_current(tenant_id=tenant)
     _switch_elsewhere(tenant, "7.0.0")
