@@ -53,7 +53,7 @@ def render_line(item: ScoredMemory) -> str:
         if memory.maturity == "anti_pattern":
             return f"- [rule {short_id}] AVOID (proven harmful): {memory.content}"
         return f"- [rule {short_id}, {memory.maturity}] {memory.content}"
-    return f"- [episode {memory.created_at:%Y-%m-%d %H:%M}] {memory.content}"
+    return f"- [episode {memory.occurred_at:%Y-%m-%d %H:%M}] {memory.content}"
 
 
 # A line's token count depends on its text alone, and the same memories come back

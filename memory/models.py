@@ -329,7 +329,7 @@ class Memory(models.Model):
             models.Index(fields=["expires_at"], name="memory_expires_at_idx", condition=Q(expires_at__isnull=False)),
             # The roampal lifecycle sweep and collection listings (days_back without a query).
             models.Index(
-                fields=["tenant", "collection", "-created_at"],
+                fields=["tenant", "collection", "-occurred_at"],
                 name="memory_collection_idx",
                 condition=~Q(collection=""),
             ),

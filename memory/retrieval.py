@@ -138,7 +138,7 @@ def _where(caller: Caller, flt: RetrievalFilter, *, kinds: bool = True) -> tuple
         params["collections"] = list(flt.collections)
         params["ckinds"] = [k for k, name in COLLECTION_OF_KIND.items() if name in flt.collections]
     if flt.created_after is not None:
-        clauses.append("m.created_at >= %(created_after)s")
+        clauses.append("m.occurred_at >= %(created_after)s")  # when it happened (an import keeps it)
         params["created_after"] = flt.created_after
     return " AND ".join(clauses), params
 

@@ -273,7 +273,7 @@ def annotate(hits: dict[uuid.UUID, ChannelHit], query_text: str | None, now: dat
     # array parameter costs the client less than the ORM's one parameter per id.
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, created_at FROM memory_memory WHERE id = ANY(%s::uuid[])",
+            "SELECT id, occurred_at FROM memory_memory WHERE id = ANY(%s::uuid[])",
             ["{" + ",".join(str(pk) for pk in hits) + "}"],
         )
         times = dict(cursor.fetchall())

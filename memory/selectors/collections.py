@@ -295,7 +295,8 @@ def rank_score(memory: Memory | RankRow, similarity: float) -> float:
 
 def _metadata_filter(metadata: Mapping[str, Any] | None) -> tuple[Q, datetime | None]:
     """roampal's ``metadata`` filter: ``created_at`` comparisons ($gte, $gt, $lte,
-    $lt with ISO dates) and equality on other metadata keys."""
+    $lt with ISO dates; on when the memory happened, which an import keeps) and
+    equality on other metadata keys."""
     if not metadata:
         return Q(), None
     validation.json_value(metadata, field="metadata")
@@ -307,7 +308,7 @@ def _metadata_filter(metadata: Mapping[str, Any] | None) -> tuple[Q, datetime | 
                 when = _iso(raw)
                 if lookup is None or when is None:
                     raise InvalidArgument(f"metadata.{key} takes $gte/$gt/$lte/$lt with ISO dates.")
-                condition &= Q(**{f"created_at__{lookup}": when})
+                condition &= Q(**{f"occurred_at__{lookup}": when})
                 if lookup in ("gte", "gt"):
                     after = when if after is None else max(after, when)
         elif key == "tags":
@@ -392,11 +393,11 @@ def collection_search(
             .filter(condition)
         )
         if created_after is not None:
-            qs = qs.filter(created_at__gte=created_after)
+            qs = qs.filter(occurred_at__gte=created_after)
         if sort_by == "score":
             qs = qs.order_by("-outcome_score", "-created_at", "id")
         else:
-            qs = qs.order_by("-created_at", "id")
+            qs = qs.order_by("-occurred_at", "id")
         rows = list(qs.without_vectors()[:limit])
         boundary_apply(decision, rows)
         hits = _hits(rows)

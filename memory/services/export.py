@@ -16,7 +16,7 @@ from django.utils.dateparse import parse_datetime
 
 from memory import validation
 from memory.errors import InvalidArgument, NotFound
-from memory.models import ConflictCandidate, Memory, MemoryEvent, MemoryLink
+from memory.models import ConflictCandidate, Memory, MemoryAlias, MemoryEvent, MemoryLink
 from memory.services.events import NewEvent, events_append
 from policy.models import Principal, Tenant
 
@@ -54,16 +54,18 @@ def _row(kind: str, obj: models.Model) -> str:
 
 
 def tenant_export(*, tenant_id: uuid.UUID, out: TextIO) -> dict[str, int]:
-    """Every principal, memory (every column, vectors included), link,
-    conflict candidate and audit event of one tenant, one JSON object a line."""
+    """Every principal, memory (every column, vectors included), alias (another
+    system's id of a memory, kept by an import), link, conflict candidate and
+    audit event of one tenant, one JSON object a line."""
     tenant = Tenant.objects.filter(pk=tenant_id).first()
     if tenant is None:
         raise NotFound(f"no tenant with id {tenant_id}.")
-    counts = {"principal": 0, "memory": 0, "link": 0, "conflict": 0, "event": 0}
+    counts = {"principal": 0, "memory": 0, "alias": 0, "link": 0, "conflict": 0, "event": 0}
     out.write(json.dumps({"type": "header", "format": EXPORT_FORMAT, "tenant": _row("tenant", tenant)}) + "\n")
     sources: list[tuple[str, models.QuerySet]] = [
         ("principal", Principal.objects.filter(tenant_id=tenant_id).order_by("created_at", "id")),
         ("memory", Memory.objects.filter(tenant_id=tenant_id).order_by("created_at", "id")),
+        ("alias", MemoryAlias.objects.filter(tenant_id=tenant_id).order_by("id")),
         ("link", MemoryLink.objects.filter(tenant_id=tenant_id).order_by("id")),
         ("conflict", ConflictCandidate.objects.filter(tenant_id=tenant_id).order_by("created_at", "id")),
         ("event", MemoryEvent.objects.filter(tenant_id=tenant_id).order_by("id")),
@@ -80,7 +82,7 @@ def _keep_timestamps() -> Iterator[None]:
     """Imported rows keep their recorded timestamps: auto_now/auto_now_add are
     switched off for the duration (commands run single-threaded)."""
     switched = []
-    for model in (Principal, Memory, MemoryLink, ConflictCandidate, MemoryEvent):
+    for model in (Principal, Memory, MemoryAlias, MemoryLink, ConflictCandidate, MemoryEvent):
         for concrete in model._meta.concrete_fields:
             f = cast(Any, concrete)  # only DateField has auto_now*
             if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
@@ -117,7 +119,9 @@ def tenant_import(*, tenant_slug: str, lines: Iterable[str]) -> dict[str, int]:
     by_type: dict[str, list[dict[str, Any]]] = {}
     for row in parsed[1:]:
         by_type.setdefault(row.pop("type"), []).append(row)
-    counts = {kind: len(by_type.get(kind, [])) for kind in ("principal", "memory", "link", "conflict", "event")}
+    counts = {
+        kind: len(by_type.get(kind, [])) for kind in ("principal", "memory", "alias", "link", "conflict", "event")
+    }
     with transaction.atomic(), _keep_timestamps():
         tenant, _ = Tenant.objects.get_or_create(
             slug=tenant_slug, defaults={"name": json.loads(parsed[0]["tenant"]).get("name", "")}
@@ -143,6 +147,12 @@ def tenant_import(*, tenant_slug: str, lines: Iterable[str]) -> dict[str, int]:
         for row in by_type.get("memory", []):
             if row.get("superseded_by_id"):
                 Memory.objects.filter(pk=row["id"]).update(superseded_by_id=row["superseded_by_id"])
+        MemoryAlias.objects.bulk_create(
+            [
+                _build(MemoryAlias, {k: v for k, v in r.items() if k != "id"}, tenant_id=tenant.pk)
+                for r in by_type.get("alias", [])
+            ]
+        )
         MemoryLink.objects.bulk_create([_build(MemoryLink, r, tenant_id=tenant.pk) for r in by_type.get("link", [])])
         ConflictCandidate.objects.bulk_create(
             [_build(ConflictCandidate, r, tenant_id=tenant.pk) for r in by_type.get("conflict", [])]

@@ -252,3 +252,75 @@ def test_a_cogx_archive_from_cognee_maps_its_record_kinds(tmp_path):
     assert (works.subject, works.predicate, works.occurred_at.year) == ("n-1", "works_at", 2024)
     relation = Relation.objects.get(tenant_id=caller.tenant_id)
     assert (relation.src.name, relation.dst.name, relation.src.attrs["type"]) == ("Alice", "Acme", "Person")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.real_embedder
+def test_when_it_happened_decides_the_time_filters(tmp_path, mcp_client_for):
+    """An imported episode is dated when it happened (occurred_at), not when the
+    source system or memproj stored it: roampal's days_back reads that date."""
+    import asyncio
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    archive = tmp_path / "dated_cogx"
+    archive.mkdir()
+    (archive / "manifest.json").write_text(json.dumps({"cogx_version": "0.1", "source_system": "cognee"}))
+    episodes = [
+        # stored long ago, happened two days ago (a late upload of a recent conversation)
+        {"external_id": "recent", "created_at": "2024-01-01T00:00:00Z", "occurred": now - timedelta(days=2)},
+        # stored yesterday, happened a month ago (a backfill)
+        {
+            "external_id": "old",
+            "created_at": (now - timedelta(days=1)).isoformat(),
+            "occurred": now - timedelta(days=30),
+        },
+    ]
+    (archive / "episodes.jsonl").write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "kind": "episode",
+                    "external_id": e["external_id"],
+                    "created_at": e["created_at"],
+                    "turns": [
+                        {
+                            "role": "user",
+                            "content": f"Trip planning {e['external_id']}",
+                            "occurred_at": e["occurred"].isoformat(),
+                        }
+                    ],
+                }
+            )
+            for e in episodes
+        )
+    )
+    owner = make_identity("tenant-a", "owner", role="admin")
+    memories_import(caller=owner.caller, system="cogx", location=str(archive))
+
+    async def within_three_days():
+        async with mcp_client_for(owner, "roampal") as client:
+            result = await client.call_tool("search_memory", {"days_back": 3, "collections": ["history"]})
+            return [h["content"] for h in result.structured_content["results"]]
+
+    assert asyncio.run(within_three_days()) == ["user: Trip planning recent"]
+
+
+def test_aliases_travel_with_a_memproj_export(tmp_path):
+    """A memory imported from elsewhere keeps its upstream id through a move
+    between memproj installations (the export carries the aliases)."""
+    archive = tmp_path / "small_cogx"
+    archive.mkdir()
+    (archive / "manifest.json").write_text(json.dumps({"cogx_version": "0.1"}))
+    (archive / "memories.jsonl").write_text(
+        json.dumps({"kind": "memory", "external_id": "m-7", "content": "Owns a kayak"})
+    )
+    a = make_identity("tenant-a", "owner", role="admin").caller
+    memories_import(caller=a, system="cogx", location=str(archive))
+    path = export_file(tmp_path, "tenant-a")
+    assert any(json.loads(line).get("type") == "alias" for line in path.read_text().splitlines())
+    b = make_identity("tenant-b", "owner", role="admin").caller
+    memories_import(caller=b, system="memproj", location=str(path))
+    assert api.memory_fetch(caller=b, kind="fact", memory_id="m-7").content == "Owns a kayak"
