@@ -2,9 +2,9 @@
 (every statement of the call, EXPLAIN (ANALYZE, BUFFERS) of each), for a store
 and every dialect's main read.
 
-    .venv/bin/python bench/profile.py                         # 10k memories per tenant, 8 clients, 15 s per kind
-    .venv/bin/python bench/profile.py --size 100000 --kinds memory_search,store_episode
-    .venv/bin/python bench/profile.py --tiny                  # smoke test
+    .venv/bin/python bench/profile_calls.py                         # 10k memories per tenant, 8 clients, 15 s per kind
+    .venv/bin/python bench/profile_calls.py --size 100000 --kinds memory_search,store_episode
+    .venv/bin/python bench/profile_calls.py --tiny                  # smoke test
 
 Per kind of call: a closed loop of --clients HTTP clients sending only that call
 to uvicorn (as bench/perf.py's concurrency steps do) while py-spy samples the
