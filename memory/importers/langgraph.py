@@ -2,7 +2,9 @@
 LangMem user's memories live: the table ``store(prefix, key, value jsonb,
 created_at, updated_at, expires_at, ttl_minutes)``, primary key (prefix, key),
 ``prefix`` being the namespace joined with ".". LangMem's manage_memory tool
-writes ``{"content": ...}`` under a UUID key.
+writes ``{"content": ...}`` under a UUID key. Read from the database (a
+``postgresql://`` URL) or from a plain ``pg_dump`` of it (the ``COPY ... store``
+block; the restrict / unrestrict meta-commands recent pg_dump writes are skipped).
 
 Each item becomes a fact keyed by its key in its namespace, as memproj's LangGraph
 store and langmem dialect hold one (the key is the subject; a UUID key is also the
@@ -15,7 +17,9 @@ model the index was configured with: they are recomputed."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from memory.importers.base import ImportedMemory, ImportSourceError, Record, Skipped, parse_time
@@ -38,7 +42,8 @@ class PostgresStoreSource:
 
     def __init__(self, location: str, *, table: str = "store") -> None:
         if not location.startswith(("postgres://", "postgresql://")):
-            raise ImportSourceError("give the PostgresStore's database as a postgresql:// URL.")
+            self.rows = _dumped_rows(Path(location), table)
+            return
         import psycopg
         from psycopg import sql
 
@@ -84,6 +89,48 @@ class PostgresStoreSource:
                 expires_at=parse_time(expires_at),
                 source="langgraph",
             )
+
+
+_COPY_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
+
+
+def _copy_field(text: str) -> str | None:
+    """One field of PostgreSQL's COPY text format."""
+    if text == "\\N":
+        return None
+    out, i = [], 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text):
+            out.append(_COPY_ESCAPES.get(text[i + 1], text[i + 1]))
+            i += 2
+        else:
+            out.append(char)
+            i += 1
+    return "".join(out)
+
+
+def _dumped_rows(path: Path, table: str) -> list[tuple[Any, ...]]:
+    """The store table's rows from a plain-format pg_dump file."""
+    if not path.is_file():
+        raise ImportSourceError(f"no file {path}: give the store's database URL or a plain pg_dump of it.")
+    wanted = ["prefix", "key", "value", "created_at", "updated_at", "expires_at"]
+    rows: list[tuple[Any, ...]] = []
+    columns: list[str] | None = None
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if columns is None:
+                match = re.match(r"^COPY (?:[\w\"]+\.)?\"?(\w+)\"? \(([^)]*)\) FROM stdin;", line)
+                if match and match.group(1) == table:
+                    columns = [c.strip().strip('"') for c in match.group(2).split(",")]
+                continue
+            if line.startswith("\\."):
+                break
+            fields = dict(zip(columns, (_copy_field(f) for f in line.rstrip("\n").split("\t")), strict=False))
+            rows.append(tuple(fields.get(name) for name in wanted))
+    if columns is None:
+        raise ImportSourceError(f"{path} holds no COPY block of the table {table!r} (a plain-format pg_dump?).")
+    return sorted(rows, key=lambda r: (str(r[3]), str(r[0]), str(r[1])))
 
 
 def open_source(location: str, **options: Any) -> PostgresStoreSource:

