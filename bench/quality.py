@@ -125,6 +125,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--mb-data", type=Path, default=Path(os.environ.get("MEMPROJ_MB_DIR", _memorybank.DEFAULT_DATA)))
     p.add_argument("--limit", type=int, default=0, help="MADial: only the first N dialogues (0 = all)")
+    p.add_argument("--mb-users", type=int, default=0, help="MemoryBank: only the first N users (0 = all 15)")
     p.add_argument("--lme-per-type", type=int, default=0, help="LongMemEval: first N questions of each type (0 = all)")
     p.add_argument("--params", nargs="*", default=[], help="RetrievalParams overrides, name=value")
     p.add_argument("--no-sweep", action="store_true", help="skip the scorer, fusion and depth sweeps")
@@ -154,6 +155,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.limit = args.limit or 20
         args.lme_per_type = args.lme_per_type or 1
         args.dialects_lme_per_type = min(args.dialects_lme_per_type, 1)
+        args.mb_users = args.mb_users or 2
     return args
 
 
@@ -467,8 +469,8 @@ def lme_texts(data_dir: Path, per_type: int, version: str) -> list[str]:
 MB_VERSION = "v1"
 
 
-def memorybank_texts(data_dir: Path, version: str) -> list[str]:
-    users = _memorybank.load(data_dir)
+def memorybank_texts(data_dir: Path, version: str, users_wanted: int = 0) -> list[str]:
+    users = _memorybank.load(data_dir)[: users_wanted or None]
     return [q for u in users for q, _, _ in u.questions] + [
         text
         for u in users
@@ -476,11 +478,13 @@ def memorybank_texts(data_dir: Path, version: str) -> list[str]:
     ]
 
 
-def memorybank_dataset(data_dir: Path, embedder: _embcache.CachedEmbedder, version: str) -> DataSet:
+def memorybank_dataset(
+    data_dir: Path, embedder: _embcache.CachedEmbedder, version: str, users_wanted: int = 0
+) -> DataSet:
     """One tenant per user, one episode per turn (speaker in the metadata,
     session = the day), stored as the LongMemEval haystacks are."""
     queries = []
-    for user in _memorybank.load(data_dir):
+    for user in _memorybank.load(data_dir)[: users_wanted or None]:
         slug = re.sub(r"\W+", "-", user.name.lower())
         caller = tenant_caller(f"bench-mb-{MB_VERSION}-{version}-{slug}")
         fill_lme_tenant(caller, user, embedder, version)  # type: ignore[arg-type]
@@ -710,8 +714,8 @@ def madial_corpus(data_dir: Path, dialogues: list[dict]) -> DialectCorpus:
     )
 
 
-def memorybank_corpus(data_dir: Path) -> DialectCorpus:
-    users = _memorybank.load(data_dir)
+def memorybank_corpus(data_dir: Path, users_wanted: int = 0) -> DialectCorpus:
+    users = _memorybank.load(data_dir)[: users_wanted or None]
     return DialectCorpus(
         f"MemoryBank (en), {sum(len(u.questions) for u in users)} questions",
         {u.name: [(t.index, t.content, t.when) for t in u.turns] for u in users},
@@ -948,7 +952,7 @@ def main(argv: list[str] | None = None) -> int:
     # embedded by --warm-only (slow); until then its vector rows cover the
     # questions whose haystack is in the cache, and keyword rows cover all.
     _embcache.warm(embedder, madial_texts(args.data) if want_madial else [])
-    _embcache.warm(embedder, memorybank_texts(args.mb_data, version) if want_mb else [])
+    _embcache.warm(embedder, memorybank_texts(args.mb_data, version, args.mb_users) if want_mb else [])
     if args.warm_only:
         if want_lme:
             # Smallest subsets first, so a long warm-up is usable early; only the
@@ -966,7 +970,7 @@ def main(argv: list[str] | None = None) -> int:
     if want_lme:
         datasets.extend(d for d in lme_dataset(args.lme_data, args.lme_per_type, embedder, version) if d.queries)
     if want_mb:
-        datasets.append(memorybank_dataset(args.mb_data, embedder, version))
+        datasets.append(memorybank_dataset(args.mb_data, embedder, version, args.mb_users))
     print(f"  tenants ready in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     # What a tenant's read gets (settings, then the tenant's policy: every bench
     # tenant has the default policy), then the command line's overrides.
@@ -1028,7 +1032,7 @@ def main(argv: list[str] | None = None) -> int:
         if ds.name.startswith("MADial"):
             out += dialect_table(madial_corpus(args.data, dialogues), 20)
         elif ds.name.startswith("MemoryBank"):
-            out += dialect_table(memorybank_corpus(args.mb_data), 20)
+            out += dialect_table(memorybank_corpus(args.mb_data, args.mb_users), 20)
         elif "embedded" in ds.name and args.dialects_lme_per_type:
             out += dialect_table(lme_corpus(args.lme_data, args.dialects_lme_per_type), 20)
         if ds.sessions:
