@@ -1,5 +1,6 @@
 """What every plain HTTP surface (``/api/*``) shares, the dialects' own routes
-(``mcp_server/dialects/<name>/routes.py``) among them:
+(``mcp_server/dialects/<name>/routes.py``, which import it through
+``mcp_server.dialect``) among them:
 
 - Errors: a JSON body that names a code, never an HTML page or a traceback;
   for an error a client may retry (the store unreachable, the embedder down,
