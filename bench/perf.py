@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from memory.embeddings import get_embedder
 
-    env = ensure_tenants(args)
+    env: dict[str, Any] = ensure_tenants(args)
     if args.ab:
         return ab_main(args, env, db_url)
     if args.prepare_only:

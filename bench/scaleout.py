@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in range(1, max(args.web_list) + 1):  # every web process loads its model before anything is timed
             deployment.balance(n)
             asyncio.run(_closed_loop(deployment.webs[n - 1][1], token, CALL_KINDS["memory_search"], 1, 2.0, 1))
-        order = []
+        order: list[int] = []
         for r in range(args.rounds):
             order += args.web_list if r % 2 == 0 else list(reversed(args.web_list))
         for i, webs in enumerate(order):

@@ -38,6 +38,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from policy.document import RateLimitPolicy
+from policy.policycache import policy_caching_enable
 from policy.ratelimit import AsyncRateLimiter, RateDecision, StaleRule
 from policy.tokencache import token_cache_clear
 
@@ -302,6 +303,11 @@ class RateLimitMiddleware:
         self._last_failure_log = 0.0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            # The server runs this application: every request of the process
+            # passes the generation check below first, so tenants' policy
+            # versions may be kept between requests (policy/policycache.py).
+            policy_caching_enable()
         if scope["type"] != "http":
             await self.app(scope, receive, send)  # lifespan, websockets
             return

@@ -7,9 +7,10 @@ and bumps the generation the rate limiter compares on every request
 (``policy.ratelimit``), so every other web process re-reads the policy on its
 next request (``policy.tokencache.token_cache_clear`` clears this cache with the
 verified tokens); with Redis unreachable, after at most ``POLICY_CACHE_SECONDS``.
-Only a process whose every request checks the generation (the HTTP tier's rate
-limiter turns this on) keeps policy versions; workers, the stdio server and
-tests read the row every time.
+Only a process whose every request checks the generation keeps policy versions:
+the rate-limit middleware turns this on when the server starts the application
+(its lifespan startup), so merely building a limiter or a middleware changes
+nothing; workers, the stdio server and tests read the row every time.
 
 It imports nothing of memproj's, so the policy selectors can use it (the token
 cache holds callers, and a caller reads its policy through those selectors)."""
@@ -34,6 +35,12 @@ def policy_caching_enable() -> None:
     """This process checks the policy generation before every request (the
     HTTP tier's rate limiter): it may keep tenants' policy versions."""
     _policy_caching[0] = True
+
+
+def policy_caching_disable() -> None:
+    """Read the policy row every time again, forgetting what was kept."""
+    _policy_caching[0] = False
+    policy_heads_clear()
 
 
 def policy_caching() -> bool:

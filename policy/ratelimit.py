@@ -28,7 +28,6 @@ from typing import Any
 from django.conf import settings
 
 from policy.document import RateLimitPolicy
-from policy.policycache import policy_caching_enable
 
 logger = logging.getLogger(__name__)
 
@@ -161,9 +160,6 @@ class AsyncRateLimiter:
         self._url = url
         # Per event loop: the client and its registered scripts.
         self._clients: dict[int, tuple[Any, dict[str, Any]]] = {}
-        # Every request of this process now checks the policy generation first,
-        # so tenants' policy versions may be kept between requests.
-        policy_caching_enable()
 
     def _scripts(self) -> dict[str, Any]:
         import asyncio

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -323,7 +324,7 @@ def _clean_environ() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def deployment() -> object:
+def deployment() -> Iterator[Deployment]:
     running = Deployment()
     try:
         running.start_data_tier()

@@ -47,14 +47,45 @@ def _switch_elsewhere(tenant_id, version: str) -> None:  # type: ignore[no-untyp
     current.save()
 
 
+def _client(app: RateLimitMiddleware) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # its scope is a dict, httpx's a MutableMapping
+    return httpx.AsyncClient(transport=transport, base_url="http://testserver")
+
+
 @pytest.fixture
 def caching():  # type: ignore[no-untyped-def]
-    before = policycache._policy_caching[0]
+    """What the server's lifespan startup does to a web process."""
     policycache.policy_caching_enable()
     tokencache.token_cache_clear()
     yield
-    policycache._policy_caching[0] = before
+    policycache.policy_caching_disable()
     tokencache.token_cache_clear()
+
+
+async def test_only_the_servers_startup_turns_the_cache_on():
+    """Building a limiter or a middleware changes nothing in the process; the
+    lifespan startup of an application behind the rate limiter does."""
+
+    async def lifespan_app(scope, receive, send):  # type: ignore[no-untyped-def]
+        await receive()
+        await send({"type": "lifespan.startup.complete"})
+
+    app = RateLimitMiddleware(lifespan_app, limiter=AsyncRateLimiter())
+    assert not policycache.policy_caching()
+    sent: list[dict[str, str]] = []
+
+    async def receive():  # type: ignore[no-untyped-def]
+        return {"type": "lifespan.startup"}
+
+    async def send(message):  # type: ignore[no-untyped-def]
+        sent.append(message)
+
+    try:
+        await app({"type": "lifespan"}, receive, send)
+        assert sent == [{"type": "lifespan.startup.complete"}]
+        assert policycache.policy_caching()
+    finally:
+        policycache.policy_caching_disable()
 
 
 def test_a_cached_version_reads_no_policy_row(owner, caching):
@@ -67,7 +98,7 @@ def test_a_cached_version_reads_no_policy_row(owner, caching):
 
 def test_without_the_http_tier_every_read_sees_the_row(owner):
     """Workers, the stdio server and other callers read the row every time."""
-    policycache._policy_caching[0] = False
+    assert not policycache.policy_caching()
     tenant = owner.caller.tenant_id
     policy_current(tenant_id=tenant)
     _switch_elsewhere(tenant, "7.0.0")
@@ -81,38 +112,32 @@ def test_an_apply_in_this_process_is_seen_at_once(owner, caching):
     assert policy_current(tenant_id=tenant).version == "3.1.4"
 
 
-async def test_an_apply_elsewhere_takes_effect_on_the_next_request(owner):
+async def test_an_apply_elsewhere_takes_effect_on_the_next_request(owner, caching):
     """The generation in Redis, which the rate limiter compares before every
     request, clears the cached version: the request right after the other
     process's apply reads the new one."""
     tenant = owner.caller.tenant_id
-    app = RateLimitMiddleware(_version_app(tenant))  # its limiter turns the cache on
+    app = RateLimitMiddleware(_version_app(tenant))
     headers = {"Authorization": f"Bearer {owner.token}"}
-    try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
-            first = (await client.get("/v", headers=headers)).json()["version"]
-            await sync_to_async(_switch_elsewhere)(tenant, "9.0.0")
-            assert (await client.get("/v", headers=headers)).json()["version"] == first, "the version is cached"
-            await sync_to_async(policy_generation_bump)()
-            assert (await client.get("/v", headers=headers)).json()["version"] == "9.0.0"
-    finally:
-        tokencache.token_cache_clear()
+    async with _client(app) as client:
+        first = (await client.get("/v", headers=headers)).json()["version"]
+        await sync_to_async(_switch_elsewhere)(tenant, "9.0.0")
+        assert (await client.get("/v", headers=headers)).json()["version"] == first, "the version is cached"
+        await sync_to_async(policy_generation_bump)()
+        assert (await client.get("/v", headers=headers)).json()["version"] == "9.0.0"
 
 
-async def test_with_redis_unreachable_a_version_is_kept_at_most_the_cache_seconds(owner, monkeypatch):
+async def test_with_redis_unreachable_a_version_is_kept_at_most_the_cache_seconds(owner, monkeypatch, caching):
     tenant = owner.caller.tenant_id
     clock = [1000.0]
     monkeypatch.setattr(tokencache.time, "monotonic", lambda: clock[0])
     # Nothing listens on port 9 of loopback: every check fails and the request is served unlimited.
     app = RateLimitMiddleware(_version_app(tenant), limiter=AsyncRateLimiter("redis://127.0.0.1:9/0"))
     headers = {"Authorization": f"Bearer {owner.token}"}
-    try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
-            first = (await client.get("/v", headers=headers)).json()["version"]
-            await sync_to_async(_switch_elsewhere)(tenant, "8.0.0")
-            clock[0] += tokencache.TOKEN_CACHE_SECONDS - 0.5
-            assert (await client.get("/v", headers=headers)).json()["version"] == first
-            clock[0] += 1.0
-            assert (await client.get("/v", headers=headers)).json()["version"] == "8.0.0"
-    finally:
-        tokencache.token_cache_clear()
+    async with _client(app) as client:
+        first = (await client.get("/v", headers=headers)).json()["version"]
+        await sync_to_async(_switch_elsewhere)(tenant, "8.0.0")
+        clock[0] += tokencache.TOKEN_CACHE_SECONDS - 0.5
+        assert (await client.get("/v", headers=headers)).json()["version"] == first
+        clock[0] += 1.0
+        assert (await client.get("/v", headers=headers)).json()["version"] == "8.0.0"

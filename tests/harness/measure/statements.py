@@ -27,7 +27,9 @@ def recorded_statements() -> Iterator[list[tuple[str, Any, float]]]:
     from django.db.backends import utils
 
     captured: list[tuple[str, Any, float]] = []
-    original = utils.CursorWrapper._execute
+    # A private method of Django's cursor wrapper, which no stub declares.
+    wrapper: Any = utils.CursorWrapper
+    original = wrapper._execute
 
     def execute(self, sql, params, *ignored_wrapper_args):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
@@ -37,11 +39,11 @@ def recorded_statements() -> Iterator[list[tuple[str, Any, float]]]:
             with _lock:
                 captured.append((sql, params, (time.perf_counter() - t0) * 1000.0))
 
-    utils.CursorWrapper._execute = execute  # type: ignore[method-assign]
+    wrapper._execute = execute
     try:
         yield captured
     finally:
-        utils.CursorWrapper._execute = original  # type: ignore[method-assign]
+        wrapper._execute = original
 
 
 def _verb(sql: str) -> str:
