@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -139,8 +139,13 @@ def envelope(data: dict[str, Any]) -> dict[str, Any]:
 
 def claim_id(memory_id: uuid.UUID) -> str:
     """A claim's id: the pce-memory id it was imported with, else clm_<32 hex>."""
-    imported = api.aliases_of([memory_id], system=IMPORTED_FROM)
-    return imported.get(memory_id) or CLAIM_PREFIX + memory_id.hex
+    return claim_ids([memory_id])[memory_id]
+
+
+def claim_ids(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """Every listed memory's claim id, from one look-up of the imported ids."""
+    imported = api.aliases_of(memory_ids, system=IMPORTED_FROM)
+    return {memory_id: imported.get(memory_id) or CLAIM_PREFIX + memory_id.hex for memory_id in memory_ids}
 
 
 def unknown_claim(value: str) -> DialectFailure:
@@ -175,9 +180,9 @@ def _audit(tool: str, **payload: Any) -> None:
     api.tool_call_audit(caller=dialect.caller(), tool=tool, payload=payload)
 
 
-def _claim(memory: Any) -> dict[str, Any]:
+def _claim(memory: Any, ids: Mapping[uuid.UUID, str]) -> dict[str, Any]:
     return {
-        "id": claim_id(memory.id),
+        "id": ids[memory.id],
         "text": memory.content,
         "kind": api.claim_kind_of(memory),
         "scope": api.claim_scope_of(memory.scope),
@@ -187,11 +192,11 @@ def _claim(memory: Any) -> dict[str, Any]:
     }
 
 
-def _evidences(memory: Any) -> list[dict[str, Any]]:
+def _evidences(memory: Any, ids: Mapping[uuid.UUID, str]) -> list[dict[str, Any]]:
     provenance = memory.metadata.get("provenance") or {}
     if not provenance:
         return []
-    evidence: dict[str, Any] = {"id": claim_id(memory.id), "source_type": "provenance", "snippet": memory.content[:200]}
+    evidence: dict[str, Any] = {"id": ids[memory.id], "source_type": "provenance", "snippet": memory.content[:200]}
     if provenance.get("at"):
         evidence["at"] = provenance["at"]
     git = provenance.get("git") or {}
@@ -202,16 +207,21 @@ def _evidences(memory: Any) -> list[dict[str, Any]]:
     return [evidence]
 
 
-def _scored(item: Any, include_meta: bool) -> dict[str, Any]:
+def _scored(item: Any, include_meta: bool, ids: Mapping[uuid.UUID, str]) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "claim": _claim(item.memory),
+        "claim": _claim(item.memory, ids),
         "score": round(item.score, 6),
-        "evidences": _evidences(item.memory),
+        "evidences": _evidences(item.memory, ids),
         "reason": item.reason,
     }
     if include_meta:
         out["scores"] = {k: round(v, 6) for k, v in item.breakdown.__dict__.items()}
     return out
+
+
+def _scored_page(items: Sequence[Any], include_meta: bool) -> list[dict[str, Any]]:
+    ids = claim_ids([item.memory.id for item in items])
+    return [_scored(item, include_meta, ids) for item in items]
 
 
 def _check_provenance(provenance: Mapping[str, Any]) -> None:
@@ -265,7 +275,7 @@ def activate(
     retrieval = caller.policy.retrieval
     data: dict[str, Any] = {
         "active_context_id": ACTIVE_CONTEXT_PREFIX + context.id.hex,
-        "claims": [_scored(item, include_meta) for item in page.items],
+        "claims": _scored_page(page.items, include_meta),
         "claims_count": len(page.items),
         "expires_at": context.expires_at.isoformat(),
         "has_more": page.has_more,
@@ -305,7 +315,7 @@ def search(
         caller=caller, query=query, top_k=top_k, scopes=scope, use_tags=_use_tags(allow), cursor=cursor
     )
     data: dict[str, Any] = {
-        "items": [_scored(item, include_meta) for item in page.items],
+        "items": _scored_page(page.items, include_meta),
         "has_more": page.has_more,
         "policy_version": caller.policy.version,
     }
