@@ -110,22 +110,23 @@ def presented_token(scope: Scope) -> str | None:
 
 
 async def token_refusal(dialect: Dialect, receive: Any) -> Refusal:
-    """A token that was sent but refused (unknown, revoked or expired): 403 with
-    RFC 6750's ``invalid_token`` challenge and, in the body, a JSON-RPC error in
-    the dialect's vocabulary that says so, answering the request's id.
+    """A token that was sent but refused (unknown, revoked or expired): 401 with
+    RFC 6750's ``invalid_token`` challenge and no ``resource_metadata``, and, in
+    the body, a JSON-RPC error in the dialect's vocabulary that says so,
+    answering the request's id.
 
-    Not 401: the MCP Inspector and the SDKs' OAuth providers answer any 401 by
-    starting an interactive OAuth authorization, which cannot succeed (memproj's
-    tokens come from ``issue_token`` or the admin, not from an authorization
-    server) and hides the reason. A missing token keeps the SDK's 401 with the
-    ``resource_metadata`` challenge (OAuth discovery finds the RFC 9728
-    document); the python SDK's client surfaces this body's message as the
-    error, and clients that read the challenge see ``invalid_token``."""
+    401 because the MCP authorization spec requires it for invalid or expired
+    tokens. What tells it apart from a missing token (401 with the
+    ``resource_metadata`` challenge, so OAuth discovery finds the RFC 9728
+    document) is the ``invalid_token`` error in the challenge and the body's
+    message, which the python SDK's client surfaces as the error: memproj's
+    tokens come from ``issue_token`` or the admin, so a client is told to get a
+    new one rather than pointed at an authorization server."""
     body = await read_body_for_id(receive)
     payload = jsonrpc_error(
         "PERMISSION_DENIED", CREDENTIALS_REFUSED, {"error": "invalid_token"}, body, render=dialect.render_error
     )
-    return 403, payload, "application/json", [(b"www-authenticate", REFUSED_CHALLENGE.encode())]
+    return 401, payload, "application/json", [(b"www-authenticate", REFUSED_CHALLENGE.encode())]
 
 
 def stateless_get(path: str) -> Refusal:

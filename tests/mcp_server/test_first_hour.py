@@ -86,7 +86,7 @@ async def test_a_refused_token_says_so_and_points_to_no_oauth_flow(http_server, 
 
     for token in ("mp_not-a-real-token", revoked.token, expired.token):
         refused = await sync_to_async(mcp_post)(http_server, "memory", token)
-        assert refused.status_code == 403, refused.text
+        assert refused.status_code == 401, refused.text
         challenge = refused.headers["www-authenticate"]
         assert 'error="invalid_token"' in challenge and "resource_metadata" not in challenge
         answer = refused.json()
