@@ -291,6 +291,27 @@ def test_dialects_import_only_the_seam_and_their_own_package():
     )
 
 
+def test_only_the_registry_imports_the_dialects():
+    """The registry is where dialects are listed: urls.py, asgi.py and the rest of
+    the service find a dialect's tools and routes through it, so adding a
+    dialect touches its own package and one line of the registry."""
+    known = modules()
+    project = []  # memproj (settings, urls, asgi) sits above the apps: read it for this rule only
+    for path in sorted((ROOT / "memproj").rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        tree = ast.parse(path.read_text(), filename=relative)
+        for line, name in imported_names(tree, module_name(path), path.name == "__init__.py"):
+            project.append(Import(relative, line, module_name(path), resolve(name, known)))
+    bad = [
+        i
+        for i in unexplained([*imports(), *project])
+        if dialect_of(i.imported) is not None
+        and dialect_of(i.importer) is None
+        and i.importer != "mcp_server.registry"
+    ]
+    assert not bad, "only mcp_server/registry.py imports a dialect package:\n" + "\n".join(map(str, bad))
+
+
 def test_known_violations_still_exist():
     present = {(i.path, i.imported) for i in imports()}
     stale = [f"{path} -> {module}" for path, module in KNOWN_VIOLATIONS if (path, module) not in present]
