@@ -6,7 +6,7 @@ on the same PostgreSQL + pgvector server and the same packaged MiniLM weights.
     .venv-bench/bin/python bench/peer_mem0.py --n 2000 --queries 200
     .venv-bench/bin/python bench/peer_mem0.py --tiny
 
-mem0 is configured offline as ../shared/UPSTREAM.md says: a dummy OpenAI key at
+mem0 is configured offline (mem0ai 2.2 runs without a network this way): a dummy OpenAI key at
 construction (no LLM is ever called: ``add(..., infer=False)`` stores the text as
 it is), ``embedding_model_dims=384``, telemetry off, its ``huggingface`` embedder
 loading the packaged all-MiniLM-L6-v2 directory with sentence-transformers, and

@@ -1,4 +1,4 @@
-"""Seed 004 activation ranking: S = alpha * S_vec + (1 - alpha) * S_text with each
+"""pce-memory v0.14.0 activation ranking: S = alpha * S_vec + (1 - alpha) * S_text with each
 channel normalised to [0, 1] over the query's best hit, then g."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seed 003 (roampal) in the core: the formulas (Wilson reference values, each
+"""roampal v0.3.5 in the core: the formulas (Wilson reference values, each
 outcome delta, the time scaling), every lifecycle transition (with time travel),
 TTLs, the beat sweeps, books ingestion and the prefixed ids."""
 

@@ -1,4 +1,4 @@
-"""Fact keys: seed 000's subject+predicate supersession is unchanged, a
+"""Fact keys: the butlers memory module's subject+predicate supersession is unchanged, a
 subject alone keys a LangGraph store item, and keyless facts (memento) never
 supersede each other. accessed_at moves only through the reading services."""
 
