@@ -1,0 +1,160 @@
+"""Two web processes behind haproxy, with PostgreSQL and Redis as ordinary
+servers on loopback TCP (tests/harness/scaleout.py, as bench/scaleout.py runs
+them): what one process learns, the other honours. A token revoked by another
+process is refused by both on their next request, inside the window they keep
+verified tokens; a tenant's rate limit is one count over both; a pce active
+context made through one process pages through the other.
+
+Each check addresses the two processes directly, so that which one answers is
+known; the load balancer in front of them answers the same calls."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.harness.paths import BASE_DIR
+from tests.harness.scaleout import Deployment, _clean_environ
+from tests.harness.surfaces.mcp_http import MCP_HEADERS
+
+pytestmark = [
+    pytest.mark.xdist_group("scaleout"),
+    pytest.mark.skipif(
+        not (shutil.which("haproxy") or Path("/usr/sbin/haproxy").exists()),
+        reason="haproxy is not installed (scripts/install_loadbalancer.sh)",
+    ),
+]
+
+AT = "2025-01-31T12:00:00Z"
+# The window each web process keeps a verified token (policy.tokencache.TOKEN_CACHE_SECONDS).
+TOKEN_CACHE_SECONDS = 5.0
+
+
+@pytest.fixture(scope="module")
+def deployment() -> Iterator[Deployment]:
+    running = Deployment()
+    try:
+        running.start_data_tier(shared_buffers="128MB")
+        running.manage("migrate", "--noinput")
+        running.start_web(2)
+        running.balance(2)
+        yield running
+    finally:
+        running.close()
+
+
+def _tenant(deployment: Deployment, policy_yaml: str | None = None) -> tuple[str, str]:
+    """A fresh tenant (slug, token), its policy applied by the operator's command when given."""
+    slug = f"t{uuid.uuid4().hex[:10]}"
+    token = deployment.manage("issue_token", "--tenant", slug, "--principal", "agent").strip().splitlines()[-1]
+    if policy_yaml is not None:
+        deployment.manage("policy_apply", "--tenant", slug, "--file", "-", stdin=policy_yaml)
+    return slug, token
+
+
+def _post(base: str, path: str, token: str, method: str, params: dict[str, Any]) -> httpx.Response:
+    body = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}"}
+    return httpx.post(base + path, json=body, headers=headers, timeout=120)
+
+
+def _tool(base: str, path: str, token: str, name: str, **arguments: Any) -> dict[str, Any]:
+    response = _post(base, path, token, "tools/call", {"name": name, "arguments": arguments})
+    assert response.status_code == 200, response.text
+    result = response.json()["result"]
+    assert not result.get("isError"), result
+    return dict(result["structuredContent"])
+
+
+def _webs(deployment: Deployment) -> tuple[str, str]:
+    return deployment.webs[0][1], deployment.webs[1][1]
+
+
+def test_a_token_revoked_elsewhere_is_refused_by_every_web_process_at_once(deployment: Deployment) -> None:
+    slug, token = _tenant(deployment)
+    first, second = _webs(deployment)
+    # The revocation runs in a third process (as the admin's or an operator's
+    # shell would), already started so that it takes milliseconds when asked.
+    revoker = subprocess.Popen(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "--no-imports",
+            "-c",
+            "import sys\n"
+            "from policy.models import ApiToken\n"
+            "from policy.services.tokens import token_revoke\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
+            f"print(token_revoke(ApiToken.objects.filter(principal__tenant__slug='{slug}')), flush=True)\n",
+        ],
+        cwd=BASE_DIR,
+        env={**_clean_environ(), **deployment.service_env()},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert revoker.stdout is not None and revoker.stdin is not None
+        assert revoker.stdout.readline().strip() == "ready"
+        verified_at = time.monotonic()
+        for base in (first, second, deployment.url):  # each process verifies and keeps the token
+            assert _post(base, "/mcp/memory", token, "tools/list", {}).status_code == 200
+        revoker.stdin.write("go\n")
+        revoker.stdin.flush()
+        assert revoker.stdout.readline().strip() == "1"
+        answers = [_post(base, "/mcp/memory", token, "tools/list", {}) for base in (first, second, deployment.url)]
+        refused_within = time.monotonic() - verified_at
+    finally:
+        revoker.communicate(timeout=60)
+    # Refused as a token that was sent but is no longer valid (RFC 6750's invalid_token).
+    assert [a.status_code for a in answers] == [401, 401, 401], [a.text for a in answers]
+    assert all('error="invalid_token"' in a.headers.get("www-authenticate", "") for a in answers)
+    assert all(a.json()["error"]["data"]["code"] == "PERMISSION_DENIED" for a in answers)
+    # Without the shared generation both would still have served the token from their caches.
+    assert refused_within < TOKEN_CACHE_SECONDS, refused_within
+
+
+def test_a_tenants_rate_limit_is_one_count_over_every_web_process(deployment: Deployment) -> None:
+    _slug, token = _tenant(
+        deployment, "version: '1.0.0'\nrate_limit: { limit: 6, window_seconds: 600, algorithm: sliding }\n"
+    )
+    first, second = _webs(deployment)
+    answers = [_post(base, "/mcp/memory", token, "tools/list", {}) for base in (first, second) * 4]
+    assert [a.status_code for a in answers] == [200] * 6 + [429] * 2, [a.text for a in answers]
+    # One count: each process's answer says how many calls the other left.
+    assert [int(a.headers["x-ratelimit-remaining"]) for a in answers] == [5, 4, 3, 2, 1, 0, 0, 0]
+    refused = answers[-1].json()
+    assert refused["error"]["data"]["code"] == "RATE_LIMIT" and int(answers[-1].headers["retry-after"]) >= 1
+    # Through the load balancer too.
+    assert _post(deployment.url, "/mcp/memory", token, "tools/list", {}).status_code == 429
+
+
+def test_a_pce_active_context_made_on_one_process_pages_on_the_other(deployment: Deployment) -> None:
+    _slug, token = _tenant(deployment, "version: '1.0.0'\n")
+    first, second = _webs(deployment)
+    texts = [f"The deploy of service {name} must wait for the API freeze" for name in ("alpha", "beta", "gamma")]
+    for text in texts:
+        _tool(first, "/mcp/pce", token, "pce_memory_upsert", text=text, scope="project", provenance={"at": AT})
+    opened = _tool(first, "/mcp/pce", token, "pce_memory_activate", q="deploy API freeze", top_k=1)["data"]
+    assert opened["has_more"] and opened["next_cursor"]
+    pages = [opened]
+    for base in (second, deployment.url):
+        pages.append(
+            _tool(base, "/mcp/pce", token, "pce_memory_activate", q="deploy API freeze", top_k=1,
+                  cursor=pages[-1]["next_cursor"])["data"]
+        )  # fmt: skip
+    assert {page["active_context_id"] for page in pages} == {opened["active_context_id"]}
+    seen = [page["claims"][0]["claim"]["text"] for page in pages]
+    assert sorted(seen) == sorted(texts), seen
+    assert not pages[-1]["has_more"]
