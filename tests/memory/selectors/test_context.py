@@ -54,16 +54,17 @@ def test_context_never_exceeds_budget_and_omits_lowest_scored(caller, budget):
 
 def test_context_section_quotas_are_configurable(caller):
     _fill(caller, 20)
+    # Both the facts and the rules mention the ingredient: each section has hits to fill its quota with.
     facts_heavy = build_context(
         caller=caller,
-        trigger_prompt="diet",
+        trigger_prompt="diet ingredient",
         butler="health",
         token_budget=600,
         quotas={"facts": 1.0, "rules": 0.0, "episodes": 0.0},
     )
     rules_heavy = build_context(
         caller=caller,
-        trigger_prompt="diet",
+        trigger_prompt="diet ingredient",
         butler="health",
         token_budget=600,
         quotas={"facts": 0.0, "rules": 1.0, "episodes": 0.0},
