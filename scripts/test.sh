@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 if [ -x scripts/install_test_browser.sh ]; then scripts/install_test_browser.sh; fi
+# Debian's haproxy for the scale-out tests (tests/perf_scaleout/, skipped without it).
+if [ -x scripts/install_loadbalancer.sh ]; then scripts/install_loadbalancer.sh || true; fi
 # Two pytest-xdist workers, each with its own test database (test_memproj_gw0, ...):
 # the long tests that mostly wait on other processes (bench scripts, Celery
 # workers, MCP servers, the browser) overlap with the rest. MEMPROJ_TEST_WORKERS=0
