@@ -103,7 +103,10 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
     for name, group, fn in ops:
         # Every timed call pays its query embedding: the query cache is emptied first
         # (the synthetic queries repeat; agents' real repeats would only make it faster).
-        found = count_found(fn())
+        # The most any of the first calls found: the queries cycle over every kind of
+        # question, and one about rules finds no fact (a hit needs evidence).
+        counts = [count_found(fn()) for _ in range(FOUND_PROBES)]
+        found = None if all(c is None for c in counts) else max(c or 0 for c in counts)
         samples = timed(lambda fn=fn: (embedder.clear_query_cache(), fn()), repeat)
         rows.append({"size": size, "path": "service", "op": name, "group": group, "samples": samples, "found": found})
     base["ann"] = ann_sweep(caller, qvecs)
@@ -167,6 +170,9 @@ def dialect_service_ops(caller, next_query) -> list[tuple]:  # type: ignore[no-u
         ("roampal_hook_get_context", "dialect", hook_get_context),
         ("pce_activate", "dialect", lambda: api.claims_activate(caller=caller, query=next_query())),
     ]
+
+
+FOUND_PROBES = 5
 
 
 def count_found(result: object) -> int | None:
