@@ -102,7 +102,10 @@ def test_memproj_store_is_a_langgraph_base_store(http_server, member, outsider):
 
     hits = store.search(("docs", "u1"), query="what does Alice eat")
     assert hits[0].key == "profile" and hits[0].score is not None
-    assert [h.key for h in store.search(("docs",), query="food", filter={"category": "travel"})] == ["trip"]
+    # Both of Alice's items match "Alice"; the filter keeps the travel one.
+    assert [h.key for h in store.search(("docs",), query="Alice", filter={"category": "travel"})] == ["trip"]
+    # A hit needs evidence: the travel item has nothing to do with food, so it is not returned.
+    assert store.search(("docs",), query="food", filter={"category": "travel"}) == []
     assert {(tuple(h.namespace), h.key) for h in store.search(("docs",))} == {
         (("docs", "u1"), "profile"),
         (("docs", "u1"), "trip"),
