@@ -1,4 +1,4 @@
-"""Every scoring formula of the seeds, in one module (DESIGN §6)."""
+"""Every scoring formula of the five dialects, in one module: each exists once, whichever dialect asks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 K = TypeVar("K")
 
-# Seed 000: permanence labels map to decay rates (per day); permanent never decays.
+# The butlers memory module: permanence labels map to decay rates (per day); permanent never decays.
 DECAY_RATES: dict[str, float] = {
     "permanent": 0.0,
     "stable": 0.002,
@@ -26,7 +26,7 @@ FADING_BELOW = 0.5
 EXPIRED_BELOW = 0.1
 
 # Rule maturity thresholds.
-RULE_CANDIDATE_CONFIDENCE = 0.5  # seed 000: new rules are candidates at 0.5
+RULE_CANDIDATE_CONFIDENCE = 0.5  # butlers memory module: new rules are candidates at 0.5
 ESTABLISHED_MIN_SUCCESS = 5
 ESTABLISHED_MIN_EFFECTIVENESS = 0.6
 PROVEN_MIN_SUCCESS = 15
@@ -99,7 +99,7 @@ def fact_state_schedule(
 
 
 def rule_effectiveness(success: float, harmful: int) -> float:
-    """Seed 000: success / (success + 4 x harmful + 0.01)."""
+    """The butlers memory module's effectiveness: success / (success + 4 x harmful + 0.01)."""
     return success / (success + 4 * harmful + 0.01)
 
 
@@ -288,7 +288,7 @@ def normalised_channels(hits: Mapping[K, ChannelHit]) -> dict[K, tuple[float, fl
     score divided by the best in that channel, so the best hit of a channel
     scores 1 in it whatever the channel's raw scale (cosine similarities cluster
     in 0.2-0.7 with MiniLM; BM25 is unbounded). What a formula that blends the
-    channels (the hybrid fusion, seed 004's S = alpha S_vec + (1 - alpha) S_text)
+    channels (the hybrid fusion, pce-memory's S = alpha S_vec + (1 - alpha) S_text)
     takes as its inputs."""
     vec_max = max((max(0.0, h.vector_similarity or 0.0) for h in hits.values()), default=0.0)
     txt_max = max((max(0.0, h.text_rank_value or 0.0) for h in hits.values()), default=0.0)
@@ -440,7 +440,7 @@ def channel_relevance(hits: Mapping[K, ChannelHit], mode: str, params: Retrieval
     return fuse_all(hits, params)
 
 
-# Outcome learning (seed 003 roampal v0.3.5, shared by every dialect's feedback).
+# Outcome learning (roampal v0.3.5, shared by every dialect's feedback).
 UNSCORED_OUTCOME_SCORE = 0.5  # roampal: an unscored memory starts at 0.5
 OUTCOME_SCALE_DAYS = 30.0
 WILSON_Z = 1.96
@@ -452,7 +452,7 @@ def outcome_score_after(score: float, delta: float, days_since_used: float) -> f
 
 
 def wilson_lower_bound(successes: float, uses: int, z: float = WILSON_Z) -> float:
-    """Lower bound of the Wilson score interval; 0.5 for an unused memory (seed 003).
+    """Lower bound of the Wilson score interval; 0.5 for an unused memory (roampal v0.3.5).
     Reference values: (1, 1) 0.2065, (90, 100) 0.8256, (50, 100) 0.4038."""
     if uses <= 0:
         return 0.5
@@ -463,7 +463,7 @@ def wilson_lower_bound(successes: float, uses: int, z: float = WILSON_Z) -> floa
     return (centre - margin) / denominator
 
 
-# Roampal collections (seed 003, upstream promotion_service / scoring_service).
+# Roampal collections (roampal v0.3.5's promotion_service / scoring_service).
 WORKING_TTL = timedelta(hours=24)
 HISTORY_TTL = timedelta(days=30)
 HISTORY_MIN_SCORE, HISTORY_MIN_USES = 0.7, 2  # working -> history (uses and successes reset)
@@ -525,7 +525,7 @@ def memory_bank_quality(importance: float, confidence: float, successes: float, 
 def collection_rank(
     *, collection: str, similarity: float, score: float, uses: int, quality: float | None = None
 ) -> float:
-    """final_rank_score of seed 003: books by similarity alone, memory_bank by
+    """roampal v0.3.5's final_rank_score: books by similarity alone, memory_bank by
     similarity and quality, the scored collections by similarity and learned score."""
     if collection == "books":
         return similarity
@@ -536,7 +536,7 @@ def collection_rank(
     return (1 - weight) * similarity + weight * score
 
 
-# Seed 004 (pce) activation ranking: S = alpha * S_vec + (1 - alpha) * S_text,
+# pce-memory v0.14.0 activation ranking: S = alpha * S_vec + (1 - alpha) * S_text,
 # then g = (0.6 + 0.4 sigma(utility)) * (0.5 + 0.5 confidence) * (0.3 + 0.7 recency)
 # * quality, recency = exp(-ln 2 * age / half-life of the claim's kind). The seed's
 # `quality` term (documented, never implemented upstream) is how well the claim
