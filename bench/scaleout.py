@@ -85,6 +85,7 @@ def step(deployment: Deployment, token: str, webs: int, args: argparse.Namespace
     result["cpu_ms"] = {tier: (after[tier] - before[tier]) * 1000.0 / calls for tier in TIERS}
     result["cpu_ms"]["client"] = (me1 - me0) * 1000.0 / calls
     result["cores"] = {tier: (after[tier] - before[tier]) / result["seconds"] for tier in TIERS}
+    result["cores"]["client"] = (me1 - me0) / result["seconds"]
     return {"webs": webs, **result}
 
 
@@ -134,7 +135,8 @@ def report(args: argparse.Namespace, steps: list[dict]) -> str:
                 med(lambda s: s["p95"]),
                 *(med(lambda s, t=t: s["cpu_ms"][t]) for t in TIERS),
                 total,
-                " / ".join(f"{med(lambda s, t=t: s['cores'][t]):.2f}" for t in ("web", "postgres")),
+                med(lambda s: s["cpu_ms"]["client"]),
+                " / ".join(f"{med(lambda s, t=t: s['cores'][t]):.2f}" for t in ("web", "postgres", "client")),
                 sum(s["errors"] for s in mine),
             ]
         )
@@ -144,7 +146,8 @@ def report(args: argparse.Namespace, steps: list[dict]) -> str:
             "",
             f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`; {os.cpu_count()} cores; "
             f"{args.rounds} round(s) of {args.seconds:g} s steps, medians per N; load average "
-            f"{os.getloadavg()[0]:.1f} at the end. CPU in ms per answered call by tier.",
+            f"{os.getloadavg()[0]:.1f} at the end. CPU in ms per answered call by tier (total: the service's "
+            "tiers; the load generator, this process, runs on the same cores).",
             "",
             markdown_table(
                 [
@@ -155,7 +158,8 @@ def report(args: argparse.Namespace, steps: list[dict]) -> str:
                     "p95 ms",
                     *(f"{t} CPU" for t in TIERS),
                     "total CPU",
-                    "cores used web / postgres",
+                    "load generator CPU",
+                    "cores used web / postgres / load generator",
                     "errors",
                 ],
                 rows,
