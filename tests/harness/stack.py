@@ -246,7 +246,7 @@ class Stack:
     def start_broker(self) -> None:
         self.run("-c", "from memproj.embedded import ensure_redis; ensure_redis()")
 
-    def superuser(self) -> dict[str, str]:
+    def superuser(self) -> dict[str, Any]:
         """The embedded superuser authenticates with its password (memproj/embedded.py)."""
         from memproj.embedded import SUPERUSER_ROLE, role_password
 

@@ -363,7 +363,9 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
         t0 = time.perf_counter()
         owner.execute("VACUUM (ANALYZE) memory_memory, memory_termstat, memory_tenantstat")
         timings["vacuum_analyze_s"] = time.perf_counter() - t0
-        rows, tenants = owner.execute("SELECT count(*), count(DISTINCT tenant_id) FROM memory_memory").fetchone()
+        counted = owner.execute("SELECT count(*), count(DISTINCT tenant_id) FROM memory_memory").fetchone()
+        assert counted is not None
+        rows, tenants = counted
         found = owner.execute(
             "SELECT pg_size_pretty(pg_table_size('memory_memory')), "
             "pg_size_pretty(pg_relation_size('memory_embedding_hnsw') + pg_relation_size('memory_fact_hnsw') "
@@ -371,5 +373,6 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
             "pg_size_pretty(pg_relation_size('memory_search_vector_gin')), "
             "pg_size_pretty(pg_total_relation_size('memory_termstat')), current_setting('shared_buffers')"
         ).fetchone()
+        assert found is not None
         sizes = dict(zip(("heap", "hnsw", "gin", "termstat", "shared_buffers"), found, strict=True))
     return {"callers": callers, "rows": rows, "tenants": tenants, "load_timings": timings, "sizes": sizes}

@@ -123,12 +123,14 @@ def bench_concurrency(
         me0 = time.process_time()
         step = asyncio.run(_concurrency_step(url, token, clients, seconds, store_share, seed=100 + i))
         calls = max(1, step["calls"])
-        step["web_cpu_ms"] = (cpu_seconds(web_pid) - web0) * 1000.0 / calls if web0 is not None else float("nan")
+        step["web_cpu_ms"] = (
+            (cpu_seconds(web_pid) - web0) * 1000.0 / calls if web_pid and web0 is not None else float("nan")
+        )
         step["loop_cpu_ms"] = (
-            (loop_cpu_seconds(web_pid) - loop0) * 1000.0 / calls if loop0 is not None else float("nan")
+            (loop_cpu_seconds(web_pid) - loop0) * 1000.0 / calls if web_pid and loop0 is not None else float("nan")
         )
         step["pg_cpu_ms"] = (
-            (cpu_seconds(pg_pid, reaped=True) - pg0) * 1000.0 / calls if pg0 is not None else float("nan")
+            (cpu_seconds(pg_pid, reaped=True) - pg0) * 1000.0 / calls if pg_pid and pg0 is not None else float("nan")
         )
         step["client_cpu_ms"] = (time.process_time() - me0) * 1000.0 / calls
         out.append(step)

@@ -64,7 +64,7 @@ async def write_load(
     an error is retried (same content) up to ``retries`` times."""
     import httpx
 
-    answers: dict[str, list[Answer]] = {} if answers is None else answers
+    collected: dict[str, list[Answer]] = {} if answers is None else answers
     counter = itertools.count()
     url = f"{stack.url}/mcp/memory"
     stop_at = time.monotonic() + seconds
@@ -74,11 +74,11 @@ async def write_load(
             n = next(counter)
             marker = f"{run_id}x{n}"
             name, args = write_arguments(WRITE_KINDS[n % 3], marker)
-            answers[marker] = []
+            collected[marker] = []
             for attempt in range(retries + 1):
                 # One key per write, as a careful client sends: a retry after a lost answer stores nothing twice.
                 answer = await mcp_call(http, url, token, name, args, idempotency_key=marker)
-                answers[marker].append(answer)
+                collected[marker].append(answer)
                 if answer.outcome == "ok":
                     break
                 await asyncio.sleep(min(0.25 * 2**attempt, 2))
@@ -88,7 +88,7 @@ async def write_load(
         if timeline is not None:
             tasks.append(asyncio.create_task(timeline(stop_at)))
         await asyncio.gather(*tasks)
-    return answers
+    return collected
 
 
 def pending_follow_ups(stack: Stack, run_id: str) -> int:

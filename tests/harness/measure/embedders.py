@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from tests.harness.generators import synthetic
@@ -28,8 +29,15 @@ def bench_embedders(repeat: int) -> str:
         embedder.embed(["load"])
         load_s = time.perf_counter() - t0
         qi = iter(range(10**9))
-        one = timed(lambda e=embedder, it=qi: e.embed([queries[next(it) % len(queries)]]), repeat)
-        batch = timed(lambda e=embedder: e.embed(texts), 5, warmup=1)
+
+        def embed_one(e: LocalEmbedder = embedder, it: Iterator[int] = qi) -> object:
+            return e.embed([queries[next(it) % len(queries)]])
+
+        def embed_batch(e: LocalEmbedder = embedder) -> object:
+            return e.embed(texts)
+
+        one = timed(embed_one, repeat)
+        batch = timed(embed_batch, 5, warmup=1)
         vectors[backend] = np.asarray(embedder.embed(texts + queries))
         p50, p95, _ = summary(one)
         rows.append([embedder.backend, load_s, p50, p95, 64_000.0 / statistics.median(batch)])

@@ -47,6 +47,7 @@ def bench_ingest(n: int, *, bulk: int = 0) -> dict:
 
     issued = token_issue(tenant_slug=f"bench-ingest-{uuid.uuid4().hex[:8]}", principal_name="bench")
     caller = token_authenticate(issued.token)
+    assert caller is not None
     queued: queue.SimpleQueue[str | None] = queue.SimpleQueue()
     # The worker path: each stored memory's embed follow-up goes to this
     # process's batching worker thread instead of the broker.

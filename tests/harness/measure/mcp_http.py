@@ -138,7 +138,7 @@ async def _bench_dialects(base: str, headers: dict, size: int, repeat: int, q) -
                     raise RuntimeError(f"{tool} failed over MCP: {result.content}")
                 if result.structured_content:
                     return count_found_json(result.structured_content)
-                text = result.content[0].text if result.content else ""
+                text = getattr(result.content[0], "text", "") if result.content else ""
                 try:
                     return count_found_json(json.loads(text))
                 except ValueError:
@@ -156,10 +156,12 @@ async def _bench_dialects(base: str, headers: dict, size: int, repeat: int, q) -
         )
 
     # The roampal hook (UserPromptSubmit): POST /api/hooks/get-context, JSON in and out.
-    async with httpx.AsyncClient(headers=headers, timeout=120.0) as http:
+    async with httpx.AsyncClient(headers=headers, timeout=120.0) as hook_http:
 
         async def hook() -> int:
-            response = await http.post(base + "/api/hooks/get-context", json={"query": q(), "conversation_id": "bench"})
+            response = await hook_http.post(
+                base + "/api/hooks/get-context", json={"query": q(), "conversation_id": "bench"}
+            )
             if response.status_code != 200:
                 raise RuntimeError(f"hook get-context answered {response.status_code}: {response.text[:200]}")
             data = response.json()

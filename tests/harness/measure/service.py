@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 from tests.harness.generators import synthetic
 from tests.harness.generators.dataset import LANGMEM_NAMESPACE
@@ -34,7 +36,7 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
 
     # Baselines: the raw embedder on one query; the raw pgvector top-k query
     # (same tenant filter and HNSW settings, a precomputed vector, no ORM).
-    base = {}
+    base: dict[str, Any] = {}
     base["embed_one"] = timed(lambda: embedder.embed([next_query()]), repeat)
     qvecs = [vector_literal(v) for v in embedder.embed(qs[:16])]
 
@@ -107,7 +109,12 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
         # question, and one about rules finds no fact (a hit needs evidence).
         counts = [count_found(fn()) for _ in range(FOUND_PROBES)]
         found = None if all(c is None for c in counts) else max(c or 0 for c in counts)
-        samples = timed(lambda fn=fn: (embedder.clear_query_cache(), fn()), repeat)
+
+        def uncached(fn: Callable[[], object] = fn) -> object:
+            embedder.clear_query_cache()
+            return fn()
+
+        samples = timed(uncached, repeat)
         rows.append({"size": size, "path": "service", "op": name, "group": group, "samples": samples, "found": found})
     base["ann"] = ann_sweep(caller, qvecs)
     base["explain"] = [
@@ -248,7 +255,7 @@ def explain_search(caller, mode: str, query: str, size: int, search) -> dict:  #
     (hnsw settings). The full plan goes to var/bench/explain-<size>-<mode>.txt."""
     from django.db import connection, transaction
 
-    captured: list[tuple[str, object, float]] = []
+    captured: list[tuple[str, Any, float]] = []
 
     def wrapper(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
