@@ -28,6 +28,7 @@ from memory.admin.common import (
     run_review,
     with_actor_labels,
 )
+from memory.admin.imports import memory_import_view
 from memory.errors import MemoryError_
 from memory.models import (
     ConflictCandidate,
@@ -361,9 +362,14 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     # --- review endpoint (POST from the detail page) --------------------------------------------
     def get_urls(self) -> list[Any]:
         custom = [
+            path("import/", self.admin_site.admin_view(self.import_view), name="memory_memory_import"),
             path("<path:object_id>/review/", self.admin_site.admin_view(self.review_view), name="memory_memory_review"),
         ]
         return custom + super().get_urls()
+
+    def import_view(self, request: HttpRequest) -> HttpResponse:
+        # memory.admin.imports: a thin caller of the import service, with a dry run first.
+        return memory_import_view(self, request)
 
     def review_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         if request.method != "POST":

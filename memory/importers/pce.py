@@ -106,7 +106,10 @@ class DuckDbStore:
                 "reading pce-memory's DuckDB file needs the duckdb package (pip install duckdb)."
             ) from exc
         try:
-            connection = duckdb.connect(str(path), read_only=True)
+            # A DuckDB file can hold views over read_text('/any/path') or other
+            # databases: with external access off, reading the store reads
+            # nothing else of the server's (an admin upload is someone else's file).
+            connection = duckdb.connect(str(path), read_only=True, config={"enable_external_access": False})
         except duckdb.Error as exc:
             raise ImportSourceError(f"{path} is not a DuckDB file pce-memory wrote ({exc}).") from exc
         try:
