@@ -295,10 +295,10 @@ MEMPROJ_ANONYMOUS_RATE_LIMIT = {
 
 # Public base URL of the HTTP endpoints (OAuth protected-resource metadata) and
 # the Host headers the MCP endpoints accept (DNS-rebinding protection).
-MEMPROJ_PUBLIC_URL = read("MEMPROJ_PUBLIC_URL")
-MEMPROJ_MCP_ALLOWED_HOSTS = read("MEMPROJ_MCP_ALLOWED_HOSTS")
 # The web process's port (memproj/serve.py); MEMPROJ_HOST is read above.
 MEMPROJ_PORT = read("PORT")
+MEMPROJ_PUBLIC_URL = read("MEMPROJ_PUBLIC_URL") or f"http://127.0.0.1:{MEMPROJ_PORT}"
+MEMPROJ_MCP_ALLOWED_HOSTS = read("MEMPROJ_MCP_ALLOWED_HOSTS")
 # The rate limiter's Redis (policy/ratelimit.py); empty: the Celery broker's.
 MEMPROJ_RATE_LIMIT_REDIS_URL = read("MEMPROJ_RATE_LIMIT_REDIS_URL", default="")
 

@@ -157,9 +157,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S(
         "MEMPROJ_PUBLIC_URL",
         "str",
-        "http://127.0.0.1:8000",
+        "",
         "Public base URL of the HTTP endpoints, as clients reach them (the OAuth protected-resource metadata "
-        "that a 401 points to).",
+        "that a 401 points to, the admin address in var/bootstrap.txt); empty: http://127.0.0.1:<PORT>.",
         "Security and hosts",
     ),
     _S(

@@ -3,6 +3,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
@@ -51,7 +52,7 @@ class Command(BaseCommand):
             write_private(
                 path,
                 "memproj's first admin and API token (shown nowhere else; delete this file once you keep them):\n"
-                f"admin login: admin / {password}   (http://127.0.0.1:8000/admin/)\n"
+                f"admin login: admin / {password}   ({settings.MEMPROJ_PUBLIC_URL.rstrip('/')}/admin/)\n"
                 f"API token: {issued.token}\n",
             )
         self.stdout.write(
