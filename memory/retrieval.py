@@ -172,10 +172,10 @@ _WORK_MEM_SQL = (
 )
 
 
-def _statement_settings(cursor, run_vec: bool) -> None:  # type: ignore[no-untyped-def]
-    """pgvector >= 0.8 keeps scanning the HNSW graph until enough rows pass the
-    tenant filter; older servers (a user's PostgreSQL) simply skip this. One
-    round trip for all settings."""
+def statement_settings_sql(run_vec: bool) -> str:
+    """The settings a channel statement runs with, as one string of statements.
+    pgvector >= 0.8 keeps scanning the HNSW graph until enough rows pass the
+    tenant filter; older servers (a user's PostgreSQL) simply skip this."""
     settings = []
     if run_vec:
         settings.append("SET LOCAL hnsw.ef_search = 100")
@@ -183,7 +183,32 @@ def _statement_settings(cursor, run_vec: bool) -> None:  # type: ignore[no-untyp
             settings.append("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
     # Last: bench/perf.py's EXPLAIN replays the statements that start with SET.
     settings.append(_WORK_MEM_SQL)
-    cursor.execute("; ".join(settings))
+    return "; ".join(settings)
+
+
+def _statement_settings(cursor, run_vec: bool) -> None:  # type: ignore[no-untyped-def]
+    """The settings alone, in the caller's transaction (the bench scripts)."""
+    cursor.execute(statement_settings_sql(run_vec))
+
+
+# Between the settings and the channel statement in the one query string a
+# channel sends (``split_settings`` undoes it for tools that EXPLAIN the statement).
+_SETTINGS_END = ";\n-- channel statement\n"
+
+
+def with_settings(sql: str, run_vec: bool) -> str:
+    """The channel statement preceded by its settings, to be sent as one query."""
+    return statement_settings_sql(run_vec) + _SETTINGS_END + sql
+
+
+def split_settings(sql: str) -> tuple[str, str]:
+    """A query ``with_settings`` made, as its settings (what
+    ``statement_settings_sql`` gave) and the channel statement; any other query
+    as no settings ("") and itself."""
+    if _SETTINGS_END not in sql:
+        return "", sql
+    settings, statement = sql.split(_SETTINGS_END, 1)
+    return settings, statement
 
 
 def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
@@ -376,11 +401,26 @@ def channel_search(
 
 
 def _channel_rows(sql: str, params_sql: dict, *, run_vec: bool) -> list[tuple]:
-    """One channel's statement in a transaction of its own, with its settings."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        _statement_settings(cursor, run_vec)
-        cursor.execute(sql, params_sql)
-        return cursor.fetchall()
+    """One channel's settings and statement in one round trip. Several
+    statements in one query string run as one implicit transaction, which
+    scopes the SET LOCALs as an explicit one would, without a BEGIN and a COMMIT
+    of their own. Inside a caller's transaction a savepoint still keeps a
+    failed read from aborting it."""
+    query = with_settings(sql, run_vec)
+    if connection.in_atomic_block:
+        with transaction.atomic(), connection.cursor() as cursor:
+            return _rows_of_last_statement(cursor, query, params_sql)
+    with connection.cursor() as cursor:
+        return _rows_of_last_statement(cursor, query, params_sql)
+
+
+def _rows_of_last_statement(cursor, query: str, params_sql: dict) -> list[tuple]:  # type: ignore[no-untyped-def]
+    # Client-side binding (Django's default cursor for psycopg 3) sends the
+    # string with the simple query protocol, which allows several statements.
+    cursor.execute(query, params_sql)
+    while cursor.nextset():
+        pass
+    return cursor.fetchall()
 
 
 def channel_statement(

@@ -496,19 +496,53 @@ def test_outside_a_transaction_the_channels_run_side_by_side_with_the_same_hits(
     (memproj.dbthreads.side_by_side); the hits are those of one statement."""
     flt, params, query, vector, expected = channels_in_one_statement(caller)
     threads: dict[bool, str] = {}
-    settings_of = retrieval._statement_settings
+    settings_of = retrieval.statement_settings_sql
 
-    def record(cursor, run_vec: bool) -> None:  # type: ignore[no-untyped-def]
+    def record(run_vec: bool) -> str:
         threads[run_vec] = threading.current_thread().name
-        settings_of(cursor, run_vec)
+        return settings_of(run_vec)
 
-    monkeypatch.setattr(retrieval, "_statement_settings", record)
+    monkeypatch.setattr(retrieval, "statement_settings_sql", record)
     hits, _ = retrieval.channel_search(
         caller=caller, flt=flt, query_text=query, query_vector=lambda: vector, params=params
     )
     assert hits == expected
     assert threads[False] == threading.current_thread().name  # the keyword channel: this thread
     assert threads[True].startswith("side-read")  # the vector channel: a side-read thread
+
+
+_SETTINGS_PROBE = "SELECT current_setting('hnsw.ef_search', true), current_setting('work_mem')"
+
+
+def _session_settings() -> tuple:
+    with connection.cursor() as cursor:
+        cursor.execute(_SETTINGS_PROBE)
+        return cursor.fetchone()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_channel_sends_its_settings_and_statement_as_one_query_and_they_end_with_it(caller):
+    """Outside a transaction the settings and the statement go as one query
+    string, one implicit transaction: the statement runs with them, and the
+    connection's next statement no longer does."""
+    before = _session_settings()
+    retrieval.iterative_scan_supported()  # asked once per process
+    with CaptureQueriesContext(connection) as queries:
+        [(ef_search, work_mem)] = retrieval._channel_rows(_SETTINGS_PROBE, {}, run_vec=True)
+    assert len(queries) == 1
+    assert ef_search == "100"
+    assert before[1] == "4MB" and work_mem == "16MB"  # the test server keeps PostgreSQL's default
+    after = _session_settings()
+    assert after[0] != "100" and after[1] == "4MB"
+    keyword_only = retrieval.split_settings(retrieval.with_settings(_SETTINGS_PROBE, run_vec=False))
+    assert keyword_only == (retrieval._WORK_MEM_SQL, _SETTINGS_PROBE)
+
+
+def test_inside_a_transaction_a_channel_keeps_a_savepoint_so_a_failed_read_leaves_it_usable(caller):
+    with pytest.raises(DatabaseError):
+        retrieval._channel_rows("SELECT 1 / 0", {}, run_vec=False)
+    [(ef_search, _)] = retrieval._channel_rows(_SETTINGS_PROBE, {}, run_vec=True)
+    assert ef_search == "100"
 
 
 @pytest.mark.parametrize("kinds", [["fact"], ["fact", "rule"]])

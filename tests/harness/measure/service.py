@@ -255,6 +255,8 @@ def explain_search(caller, mode: str, query: str, size: int, search) -> dict:  #
     (hnsw settings). The full plan goes to var/bench/explain-<size>-<mode>.txt."""
     from django.db import connection, transaction
 
+    from memory.retrieval import split_settings
+
     captured: list[tuple[str, Any, float]] = []
 
     def wrapper(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
@@ -262,7 +264,11 @@ def explain_search(caller, mode: str, query: str, size: int, search) -> dict:  #
         try:
             return execute(sql, params, many, context)
         finally:
-            captured.append((sql, params, (time.perf_counter() - t0) * 1000.0))
+            # A retrieval channel's one query holds its settings and its statement: recorded apart.
+            settings, statement = split_settings(sql)
+            if settings:
+                captured.append((settings, None, 0.0))
+            captured.append((statement, params, (time.perf_counter() - t0) * 1000.0))
 
     with connection.execute_wrapper(wrapper):
         search(query)

@@ -31,13 +31,20 @@ def recorded_statements() -> Iterator[list[tuple[str, Any, float]]]:
     wrapper: Any = utils.CursorWrapper
     original = wrapper._execute
 
+    from memory.retrieval import split_settings
+
     def execute(self, sql, params, *ignored_wrapper_args):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
         try:
             return original(self, sql, params, *ignored_wrapper_args)
         finally:
+            # A retrieval channel sends its settings and its statement as one
+            # query: recorded apart, so that the statement is explained with them.
+            settings, statement = split_settings(sql)
             with _lock:
-                captured.append((sql, params, (time.perf_counter() - t0) * 1000.0))
+                if settings:
+                    captured.append((settings, None, 0.0))
+                captured.append((statement, params, (time.perf_counter() - t0) * 1000.0))
 
     wrapper._execute = execute
     try:
