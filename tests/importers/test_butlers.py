@@ -1,16 +1,21 @@
-"""The butlers memory module is not published on a package registry, so no
-store written by it could be made here: this test creates its four tables with
-the columns of its schema (src/butlers/modules/memory/migrations, episodes /
-facts / rules / memory_links) in a schema of the test database, fills them as
-its tools would (a superseded fact, a rule with outcomes, 384-d vectors of the
-same model), imports them, and reads them back through memproj's memory dialect
-(the butlers module's own tool names; a real MCP client)."""
+"""The butlers memory module is not published on a package registry, so its
+software cannot write the store here; its schema is real: this test creates the
+tables by running the SQL of the module's own migration
+(src/butlers/modules/memory/migrations/001_memory_schema.py of
+github.com/tzeusy-org/butlers, extracted with the upstream commit it came from
+by tests/importers/upstream/butlers_schema_extract.py into
+fixtures/butlers/001_memory_schema.sql) in a schema of the test database, fills
+them as its tools would (a superseded fact, a rule with outcomes, 384-d vectors
+of the same model), imports them, and reads them back through memproj's memory
+dialect (the butlers module's own tool names; a real MCP client)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import uuid
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -23,34 +28,7 @@ from tests.importers.conftest import owner_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.real_embedder]
 
-DDL = """
-CREATE TABLE {s}.episodes (id uuid PRIMARY KEY, butler text NOT NULL, session_id uuid, content text NOT NULL,
-    embedding vector(384), importance float NOT NULL DEFAULT 5.0, reference_count int NOT NULL DEFAULT 0,
-    consolidated boolean NOT NULL DEFAULT false, consolidation_status varchar(20) NOT NULL DEFAULT 'pending',
-    created_at timestamptz NOT NULL DEFAULT now(), last_referenced_at timestamptz,
-    expires_at timestamptz DEFAULT now() + interval '7 days', metadata jsonb DEFAULT '{{}}'::jsonb,
-    tenant_id text NOT NULL DEFAULT 'owner', retention_class text NOT NULL DEFAULT 'transient',
-    sensitivity text NOT NULL DEFAULT 'normal');
-CREATE TABLE {s}.facts (id uuid PRIMARY KEY, subject text NOT NULL, predicate text NOT NULL, content text NOT NULL,
-    embedding vector(384), importance float NOT NULL DEFAULT 5.0, confidence float NOT NULL DEFAULT 1.0,
-    decay_rate float NOT NULL DEFAULT 0.008, permanence text NOT NULL DEFAULT 'standard', source_butler text,
-    supersedes_id uuid, validity text NOT NULL DEFAULT 'active', scope text NOT NULL DEFAULT 'global',
-    reference_count int NOT NULL DEFAULT 0, created_at timestamptz NOT NULL DEFAULT now(),
-    last_referenced_at timestamptz, last_confirmed_at timestamptz, tags jsonb DEFAULT '[]'::jsonb,
-    metadata jsonb DEFAULT '{{}}'::jsonb, valid_at timestamptz, tenant_id text NOT NULL DEFAULT 'owner',
-    observed_at timestamptz DEFAULT now(), invalid_at timestamptz);
-CREATE TABLE {s}.rules (id uuid PRIMARY KEY, content text NOT NULL, embedding vector(384),
-    scope text NOT NULL DEFAULT 'global', maturity text NOT NULL DEFAULT 'candidate',
-    confidence float NOT NULL DEFAULT 0.5, decay_rate float NOT NULL DEFAULT 0.008,
-    permanence text NOT NULL DEFAULT 'standard', effectiveness_score float NOT NULL DEFAULT 0.0,
-    applied_count int NOT NULL DEFAULT 0, success_count int NOT NULL DEFAULT 0, harmful_count int NOT NULL DEFAULT 0,
-    source_butler text, created_at timestamptz NOT NULL DEFAULT now(), last_applied_at timestamptz,
-    last_confirmed_at timestamptz, reference_count int NOT NULL DEFAULT 0, last_referenced_at timestamptz,
-    tags jsonb DEFAULT '[]'::jsonb, metadata jsonb DEFAULT '{{}}'::jsonb, tenant_id text NOT NULL DEFAULT 'owner');
-CREATE TABLE {s}.memory_links (source_type text NOT NULL, source_id uuid NOT NULL, target_type text NOT NULL,
-    target_id uuid NOT NULL, relation text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (source_type, source_id, target_type, target_id));
-"""
+SCHEMA_SQL = Path(__file__).resolve().parent / "fixtures" / "butlers" / "001_memory_schema.sql"
 
 
 def vec(text):
@@ -60,10 +38,21 @@ def vec(text):
 @pytest.fixture
 def butler_schema():
     schema = f"butler_{uuid.uuid4().hex[:8]}"
-    ids = {"episodes": [], "old": str(uuid.uuid4()), "new": str(uuid.uuid4()), "rule": str(uuid.uuid4())}
+    ids: dict[str, Any] = {
+        "episodes": [],
+        "old": str(uuid.uuid4()),
+        "new": str(uuid.uuid4()),
+        "rule": str(uuid.uuid4()),
+    }
     with psycopg.connect(owner_url(), autocommit=True) as db:
         db.execute(f"CREATE SCHEMA {schema}")
-        db.execute(DDL.format(s=schema))
+        # The module's own migration, in the butler's schema (butlers gives each butler one).
+        db.execute(f"SET search_path TO {schema}, public")
+        available = {row[0] for row in db.execute("SELECT name FROM pg_available_extensions").fetchall()}
+        for statement in SCHEMA_SQL.read_text(encoding="utf-8").split(";\n\n"):
+            if '"uuid-ossp"' in statement and "uuid-ossp" not in available:
+                continue  # the embedded server has no uuid-ossp; no statement of the schema uses it
+            db.execute(statement)
         for n in range(8):
             episode = str(uuid.uuid4())
             ids["episodes"].append(episode)
