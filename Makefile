@@ -75,11 +75,14 @@ reliability: setup
 IMPORT_VENV := .venv-import
 IMPORT_STAMP := $(IMPORT_VENV)/.installed
 MCP_MEMORY_SERVER := @modelcontextprotocol/server-memory@2026.8.31
+# cognee's COGX modules only (tests/importers/upstream/cognee_cogx.py): see requirements-import-test.txt.
+COGNEE := cognee==1.6.5
 
 $(IMPORT_STAMP): requirements-import-test.txt $(STAMP)
 	test -x $(IMPORT_VENV)/bin/python || $(PYTHON) -m venv $(IMPORT_VENV)
 	$(IMPORT_VENV)/bin/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'zz-memproj-venv.pth').write_text('$(abspath $(VENV))/lib/python3.11/site-packages\n')"
 	$(IMPORT_VENV)/bin/python -m pip install --quiet -r requirements-import-test.txt
+	$(IMPORT_VENV)/bin/python -m pip install --quiet --no-deps $(COGNEE)
 	npm install --silent --no-audit --no-fund --prefix $(IMPORT_VENV)/node $(MCP_MEMORY_SERVER)
 	touch $(IMPORT_STAMP)
 
