@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from memory import scoring, validation
 from memory.errors import InvalidArgument, NotFound
-from memory.models import Collection, Memory, MemoryEvent, Validity, collection_of
+from memory.models import Collection, Memory, Validity, collection_of
 from memory.selectors.aliases import alias_targets, aliases_of
 from memory.selectors.memories import (
     RankRow,
@@ -220,7 +220,7 @@ class CollectionHit:
     outcomes: list[str] = field(default_factory=list)  # newest last, at most 3
     similarity: float | None = None
     final_rank_score: float | None = None
-    first_version: uuid.UUID | None = None  # set by _hits, which looks them up together
+    first_version: uuid.UUID | None = None  # set by _annotate, which looks them up together
     upstream_hex: str | None = None  # likewise: the hex of the roampal id it was imported with
 
     @property
@@ -234,47 +234,97 @@ class CollectionHit:
         return _display(self.memory, self.first_version, self.upstream_hex)
 
 
-def outcome_histories(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[str]]:
-    """The last three roampal outcomes of each memory, oldest first, from the
-    audit log (every feedback appends ``marked_<signal>``)."""
-    if not memory_ids:
-        return {}
-    rows = MemoryEvent.objects.raw(
-        """
-        SELECT id, memory_id, event_type FROM (
-            SELECT id, memory_id, event_type,
-                   row_number() OVER (PARTITION BY memory_id ORDER BY id DESC) AS turn
-            FROM memory_memoryevent
-            WHERE memory_id = ANY(%s) AND event_type = ANY(%s)
-        ) recent WHERE turn <= 3 ORDER BY id
-        """,
-        [list(memory_ids), [f"marked_{s}" for s in OUTCOME_SIGNALS]],
-    )
-    out: dict[uuid.UUID, list[str]] = {}
-    for row in rows:
-        if row.memory_id is not None:
-            out.setdefault(row.memory_id, []).append(row.event_type.removeprefix("marked_"))
-    return out
-
-
 def _hits(memories: Sequence[Memory], similarity: Mapping[uuid.UUID, float] | None = None) -> list[CollectionHit]:
-    histories = outcome_histories([m.id for m in memories])
-    firsts = first_versions([m.id for m in memories])
-    upstream = upstream_hexes(list(set(firsts.values())))
+    hits = _bare_hits(memories, similarity)
+    _annotate(hits)
+    return hits
+
+
+def _bare_hits(memories: Sequence[Memory], similarity: Mapping[uuid.UUID, float] | None = None) -> list[CollectionHit]:
+    """The hits without what ``_annotate`` adds (outcomes, first version, roampal id)."""
     out = []
     for memory in memories:
         hit = CollectionHit(
-            memory=memory,
-            wilson=scoring.wilson_lower_bound(memory.success_count, memory.applied_count),
-            outcomes=histories.get(memory.id, []),
-            first_version=firsts[memory.id],
-            upstream_hex=upstream.get(firsts[memory.id]),
+            memory=memory, wilson=scoring.wilson_lower_bound(memory.success_count, memory.applied_count)
         )
         if similarity is not None:
             hit.similarity = similarity.get(memory.id, 0.0)
             hit.final_rank_score = rank_score(memory, hit.similarity)
         out.append(hit)
     return out
+
+
+# What ``outcome_histories``, ``first_versions`` and ``upstream_hexes`` read, in
+# one statement: rows of (what, memory, first version, text), where what is 'f'
+# (the memory's first version), 'o' (an outcome, oldest first) or 'a' (the
+# roampal id the first version was imported with).
+_ANNOTATIONS_SQL = """
+    WITH RECURSIVE chain(head, id, depth) AS (
+        SELECT id, id, 0 FROM memory_memory WHERE id = ANY(%(ids)s)
+        UNION ALL
+        SELECT chain.head, m.id, chain.depth + 1
+        FROM memory_memory m JOIN chain ON m.superseded_by_id = chain.id
+        WHERE m.validity = %(superseded)s AND chain.depth < %(max_depth)s
+    ),
+    firsts AS (
+        SELECT DISTINCT ON (chain.head) chain.head, chain.id AS first
+        FROM chain JOIN memory_memory m ON m.id = chain.id
+        ORDER BY chain.head, chain.depth DESC, m.created_at, m.id
+    )
+    SELECT 'f', head, first, NULL::text, NULL::bigint FROM firsts
+    UNION ALL
+    SELECT 'o', memory_id, NULL::uuid, event_type, id FROM (
+        SELECT id, memory_id, event_type,
+               row_number() OVER (PARTITION BY memory_id ORDER BY id DESC) AS turn
+        FROM memory_memoryevent
+        WHERE memory_id = ANY(%(ids)s) AND event_type = ANY(%(outcomes)s)
+    ) recent WHERE turn <= 3
+    UNION ALL
+    SELECT 'a', memory_id, NULL::uuid, alias, id FROM (
+        SELECT DISTINCT ON (a.memory_id) a.memory_id, a.alias, a.id
+        FROM memory_memoryalias a
+        WHERE a.memory_id IN (SELECT first FROM firsts) AND a.system = %(system)s
+        ORDER BY a.memory_id, a.id
+    ) first_alias
+    ORDER BY 1, 5
+"""
+
+
+def _annotate(hits: Sequence[CollectionHit]) -> None:
+    """Each hit's outcome history, first version and upstream roampal id, for
+    all of them in one statement (an answer's sections share it)."""
+    memory_ids = list(dict.fromkeys(h.memory.id for h in hits))
+    if not memory_ids:
+        return
+    histories: dict[uuid.UUID, list[str]] = {}
+    firsts: dict[uuid.UUID, uuid.UUID] = {}
+    upstream: dict[uuid.UUID, str] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _ANNOTATIONS_SQL,
+            {
+                "ids": memory_ids,
+                "superseded": Validity.SUPERSEDED,
+                "max_depth": CHAIN_MAX_DEPTH,
+                "outcomes": [f"marked_{s}" for s in OUTCOME_SIGNALS],
+                "system": UPSTREAM_SYSTEM,
+            },
+        )
+        # Outcomes arrive oldest first ('o' rows by event id), as outcome_histories gives them.
+        for what, memory_id, first, text, _order in cursor.fetchall():
+            if what == "f":
+                firsts[memory_id] = first
+            elif what == "o":
+                histories.setdefault(memory_id, []).append(text.removeprefix("marked_"))
+            else:
+                match = _UPSTREAM_ID.match(text)
+                if match:
+                    upstream[memory_id] = match.group(2).lower()
+    for hit in hits:
+        first = firsts.get(hit.memory.id, hit.memory.id)
+        hit.outcomes = list(histories.get(hit.memory.id, []))
+        hit.first_version = first
+        hit.upstream_hex = upstream.get(first)
 
 
 def rank_score(memory: Memory | RankRow, similarity: float) -> float:
@@ -344,6 +394,32 @@ def collection_search(
 ) -> list[CollectionHit]:
     """roampal's search: semantic (hybrid) with a query, a timeline without one
     (newest first), both with the full scoring data."""
+    hits = _collection_search(
+        caller=caller,
+        query=query,
+        collections=collections,
+        days_back=days_back,
+        sort_by=sort_by,
+        limit=limit,
+        metadata=metadata,
+        now=now,
+    )
+    _annotate(hits)
+    return hits
+
+
+def _collection_search(
+    *,
+    caller: Caller,
+    query: str | None = None,
+    collections: Sequence[str] | None = None,
+    days_back: int | None = None,
+    sort_by: str | None = None,
+    limit: int = 5,
+    metadata: Mapping[str, Any] | None = None,
+    now: datetime | None = None,
+) -> list[CollectionHit]:
+    """``collection_search``'s hits before ``_annotate`` (their order does not depend on it)."""
     require_read(caller)
     now = now or timezone.now()
     chosen = list(collections or COLLECTIONS)
@@ -382,7 +458,7 @@ def collection_search(
             for row, _, _ in sorted(found, key=lambda f: _order_key(f[0], rank_score(f[0], similarity[f[0].id]), order))
         ]
         loaded = ranking.load(caller, ranked, limit)
-        hits = _hits([loaded[pk] for pk in ranked if pk in loaded], similarity)
+        hits = _bare_hits([loaded[pk] for pk in ranked if pk in loaded], similarity)
     else:
         decision = read_boundary(caller)
         qs = (
@@ -400,7 +476,7 @@ def collection_search(
             qs = qs.order_by("-occurred_at", "id")
         rows = list(qs.without_vectors()[:limit])
         boundary_apply(decision, rows)
-        hits = _hits(rows)
+        hits = _bare_hits(rows)
         order = sort_by or "recency"
     return sort_hits(hits, order)[:limit]
 
@@ -446,8 +522,8 @@ def known_context(*, caller: Caller, query: str, facts: int = 3, memories: int =
     if query.strip():
         # Two independent searches: side by side, each on its own connection.
         found, relevant = side_by_side(
-            lambda: collection_search(caller=caller, query=query, collections=["memory_bank"], limit=facts, now=now),
-            lambda: collection_search(
+            lambda: _collection_search(caller=caller, query=query, collections=["memory_bank"], limit=facts, now=now),
+            lambda: _collection_search(
                 caller=caller,
                 query=query,
                 collections=["working", "history", "patterns", "books"],
@@ -455,5 +531,7 @@ def known_context(*, caller: Caller, query: str, facts: int = 3, memories: int =
                 now=now,
             ),
         )
-    user_facts = _hits(pinned) + [h for h in found if h.memory.id not in {m.id for m in pinned}]
+    user_facts = _bare_hits(pinned) + [h for h in found if h.memory.id not in {m.id for m in pinned}]
+    # The sections' outcomes, first versions and roampal ids: one statement for all.
+    _annotate([*user_facts, *relevant])
     return KnownContext(user_facts=user_facts, relevant=relevant)
