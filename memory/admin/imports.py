@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -48,8 +47,9 @@ from policy.models import Tenant
 
 logger = logging.getLogger(__name__)
 
-IMPORT_MAX_BYTES = int(settings.MEMPROJ.get("ADMIN_IMPORT_MAX_BYTES") or 64 * 1024 * 1024)
-IMPORT_RUN_LIMIT = int(settings.MEMPROJ.get("ADMIN_IMPORT_RUN_LIMIT") or 5000)
+# One request's worth: a larger store goes through manage.py import_memories.
+IMPORT_MAX_BYTES = 64 * 1024 * 1024
+IMPORT_RUN_LIMIT = 5000
 # A staged upload nobody imported is removed after this long.
 STAGED_MAX_AGE_SECONDS = 6 * 3600
 SESSION_KEY = "memproj_admin_imports"
