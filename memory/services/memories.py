@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from memory import embedtext, scoring, validation
@@ -471,14 +471,33 @@ def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -
         )
 
 
+# ``accessed_at`` is stored to this granularity: a memory returned again within
+# it is not written again (the answer still shows the time of the read). Reads
+# that return the same memories over and over then write nothing, and hold no
+# row locks that concurrent reads of those rows would wait for.
+ACCESSED_AT_GRANULARITY = timedelta(minutes=1)
+
+
 def memory_accessed_mark(*, caller: Caller, memories: Sequence[Memory]) -> None:
     """Memento MCP's ``accessed_at`` moves whenever a search or list returns a
-    memory. One UPDATE; ``updated_at`` is left alone (reading is not editing).
-    The loaded rows get the same value so the answer shows it."""
+    memory (to ``ACCESSED_AT_GRANULARITY``). At most one UPDATE, none when every
+    memory was marked within it; ``updated_at`` is left alone (reading is not
+    editing). The loaded rows get the read's time so the answer shows it."""
     if not memories:
         return
     now = timezone.now()
-    Memory.objects.for_caller(caller).filter(pk__in=[m.pk for m in memories]).update(accessed_at=now)
+    stale_before = now - ACCESSED_AT_GRANULARITY
+    stale = [
+        memory.pk
+        for memory in memories
+        if "accessed_at" in memory.get_deferred_fields()
+        or memory.accessed_at is None
+        or memory.accessed_at < stale_before
+    ]
+    if stale:
+        Memory.objects.for_caller(caller).filter(pk__in=stale).filter(
+            Q(accessed_at__isnull=True) | Q(accessed_at__lt=stale_before)
+        ).update(accessed_at=now)
     for memory in memories:
         memory.accessed_at = now
 

@@ -2,12 +2,16 @@
 subject alone keys a LangGraph store item, and keyless facts (memento) never
 supersede each other. accessed_at moves only through the reading services."""
 
+from datetime import timedelta
+
 import pytest
+import time_machine
 from django.db import IntegrityError, transaction
 
 from memory import api
 from memory.errors import InvalidArgument
 from memory.models import Memory
+from memory.services.memories import ACCESSED_AT_GRANULARITY
 from tests.conftest import make_identity
 
 pytestmark = pytest.mark.django_db
@@ -93,6 +97,10 @@ def test_accessed_at_moves_only_when_a_reader_returns_the_memory(caller):
     api.memory_search_accessed(caller=caller, query=api.SearchQuery("jazz"))
     first = Memory.objects.get(pk=fact.pk).accessed_at
     assert first is not None
-    api.memory_list_recent_accessed(caller=caller)
-    assert Memory.objects.get(pk=fact.pk).accessed_at > first
+    listed = api.memory_list_recent_accessed(caller=caller)
+    # Within a minute a memory is not written again; the answer shows the read's time all the same.
+    assert Memory.objects.get(pk=fact.pk).accessed_at == first and listed[0].accessed_at > first
+    with time_machine.travel(first + ACCESSED_AT_GRANULARITY + timedelta(seconds=1)):
+        api.memory_list_recent_accessed(caller=caller)
+    assert Memory.objects.get(pk=fact.pk).accessed_at > first + ACCESSED_AT_GRANULARITY
     assert api.memory_view(Memory.objects.get(pk=fact.pk)).accessed_at == Memory.objects.get(pk=fact.pk).accessed_at
