@@ -310,7 +310,7 @@ def _annotate(hits: Sequence[CollectionHit]) -> None:
                 "system": UPSTREAM_SYSTEM,
             },
         )
-        # Outcomes arrive oldest first ('o' rows by event id), as outcome_histories gives them.
+        # Outcomes arrive oldest first: the 'o' rows are ordered by event id.
         for what, memory_id, first, text, _order in cursor.fetchall():
             if what == "f":
                 firsts[memory_id] = first
