@@ -222,8 +222,9 @@ class _Importer:
                 self.report.skip(f"not storable: {exc}", record.source_id)
                 continue
             if self.limit is not None and self.report.created_total >= self.limit:
+                # Stop reading, but write what this batch planned (and counted) already.
                 self.report.stopped_at_limit = True
-                return
+                break
             planned.append(_Planned(record, values, uuid.uuid4()))
             self.report.created[values["kind"]] += 1
             self.created_ids.add(record.source_id)

@@ -244,3 +244,35 @@ def test_stale_staged_uploads_are_removed(scratch):
     admin_imports._forget_stale_uploads()
 
     assert not old.exists() and fresh.is_dir()
+
+
+def test_a_run_stops_at_its_limit_and_import_the_rest_goes_on(client, admin_a, scratch, monkeypatch):
+    monkeypatch.setattr(admin_imports, "IMPORT_RUN_LIMIT", 1)
+    client.force_login(admin_a.user)
+    token = dry_run(client, admin_a.tenant, file=upload()).context["token"]
+
+    first = client.post(reverse(IMPORT), {"token": token})
+
+    assert first.context["report"].created_total == 1 and first.context["token"] == token
+    assert 'value="Import the rest"' in first.content.decode()
+    assert len(list(scratch.iterdir())) == 1  # kept for the rest
+    created = [1]
+    for _ in range(3):
+        rest = client.post(reverse(IMPORT), {"token": token})
+        created.append(rest.context["report"].created_total)
+        if not rest.context["token"]:
+            break
+    assert created == [1, 1] and rest.context["report"].entities == 2
+    assert Memory.objects.filter(tenant=admin_a.tenant).count() == 2
+    assert list(scratch.iterdir()) == []
+
+
+def test_the_dry_run_page_says_why_it_skips(client, admin_a):
+    client.force_login(admin_a.user)
+    client.post(reverse(IMPORT), {"token": dry_run(client, admin_a.tenant, file=upload()).context["token"]})
+
+    page = dry_run(client, admin_a.tenant, file=upload()).content.decode()
+
+    assert 'id="import-skipped"' in page
+    skipped = page[page.index('id="import-skipped"') : page.index("</table>", page.index('id="import-skipped"'))]
+    assert "already imported" in skipped and "<td>2</td>" in skipped

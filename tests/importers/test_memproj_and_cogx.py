@@ -127,6 +127,19 @@ def test_a_limit_bounds_a_run_and_the_next_run_goes_on(tmp_path):
     assert_kept(b, rows)
 
 
+def test_a_limit_inside_a_batch_writes_what_it_counted(tmp_path):
+    """The limit falls in the middle of a batch: the memories counted before it are written."""
+    a = make_identity("tenant-a", "owner", role="admin").caller
+    populate(a)
+    path = export_file(tmp_path, "tenant-a")
+    b = make_identity("tenant-b", "owner", role="admin").caller
+    first = memories_import(caller=b, system="memproj", location=str(path), limit=2, batch_size=100)
+    assert first.created_total == 2 and first.stopped_at_limit
+    assert Memory.objects.filter(tenant_id=b.tenant_id).count() == 2
+    second = memories_import(caller=b, system="memproj", location=str(path), batch_size=100)
+    assert second.created_total == 3 and Memory.objects.filter(tenant_id=b.tenant_id).count() == 5
+
+
 def test_the_command_prints_the_report(tmp_path):
     a = make_identity("tenant-a", "owner", role="admin").caller
     populate(a)
