@@ -7,8 +7,11 @@ the reader cannot read is a form error. Django test client, real database."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import tarfile
+from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -17,6 +20,7 @@ from django.urls import reverse
 from memory.admin import imports as admin_imports
 from memory.models import Memory, MemoryAlias, MemoryEvent
 from memory.services.events import EventType
+from memory.services.imports import tenant_export_cogx
 
 pytestmark = pytest.mark.django_db
 
@@ -276,3 +280,34 @@ def test_the_dry_run_page_says_why_it_skips(client, admin_a):
     assert 'id="import-skipped"' in page
     skipped = page[page.index('id="import-skipped"') : page.index("</table>", page.index('id="import-skipped"'))]
     assert "already imported" in skipped and "<td>2</td>" in skipped
+
+
+def test_a_store_the_real_pce_memory_wrote_uploads_and_imports(client, admin_a):
+    """The DuckDB file pce-memory v0.14.0 wrote (tests/importers/fixtures/pce), uploaded as a file."""
+    pytest.importorskip("duckdb")
+    fixture = Path(__file__).resolve().parents[1] / "importers" / "fixtures" / "pce" / "pce.duckdb.gz"
+    client.force_login(admin_a.user)
+
+    dry = dry_run(client, admin_a.tenant, system="pce", file=upload(gzip.decompress(fixture.read_bytes()), "pce.db"))
+
+    assert dry.context["report"].created_total == 24, dry.context["report_lines"]
+    assert not Memory.objects.exists()
+    done = client.post(reverse(IMPORT), {"token": dry.context["token"]})
+    assert done.context["report"].created_total == 24
+    assert MemoryAlias.objects.filter(tenant_id=admin_a.tenant.pk, system="pce", alias__startswith="clm_").count() >= 24
+
+
+def test_a_cogx_tarball_uploads_under_its_own_name(client, admin_a, admin_b, tmp_path):
+    """A .cogx.tar.gz keeps its name when staged, which is how the reader knows to unpack it."""
+    client.force_login(admin_b.user)
+    client.post(reverse(IMPORT), {"token": dry_run(client, admin_b.tenant, file=upload()).context["token"]})
+    directory = tmp_path / "b_cogx"
+    tenant_export_cogx(tenant_id=admin_b.tenant.pk, directory=directory)
+    tarball = tmp_path / "b.cogx.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(directory, arcname="b_cogx")
+    client.force_login(admin_a.user)
+
+    dry = dry_run(client, admin_a.tenant, system="cogx", file=upload(tarball.read_bytes(), "b.cogx.tar.gz"))
+
+    assert dry.context["report"].created_total == 2, dry.context["report_lines"]
