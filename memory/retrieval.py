@@ -44,9 +44,9 @@ class RetrievalFilter:
     tags_all: Sequence[str] | None = None
     min_confidence: float | None = None
     exclude_maturity: Sequence[str] | None = None
-    collections: Sequence[str] | None = None  # seed 003 roampal collections
-    created_after: datetime | None = None  # seed 003 days_back
-    # Seed 004 use tags of this read (boundary-first, issue 11); the default is answer:task.
+    collections: Sequence[str] | None = None  # roampal v0.3.5 collections
+    created_after: datetime | None = None  # roampal v0.3.5 days_back
+    # pce-memory v0.14.0 use tags of this read (boundary-first, issue 11); the default is answer:task.
     use_tags: Sequence[str] = DEFAULT_USE_TAGS
     # LangGraph store semantics: namespaces starting with this tuple.
     namespace_prefix: Sequence[str] | None = None
