@@ -130,6 +130,9 @@ def test_http_endpoint_rejects_missing_or_wrong_token(http_server, member):
     wrong = httpx.post(
         f"{http_server}/mcp/memory", json=body, headers={**headers, "Authorization": "Bearer mp_wrong"}, timeout=30
     )
-    assert missing.status_code == 401 and wrong.status_code == 403  # refused, not missing: test_first_hour.py
+    assert missing.status_code == wrong.status_code == 401
+    # Refused, not missing (test_first_hour.py): only a missing token is sent to OAuth discovery.
+    assert "resource_metadata" in missing.headers["www-authenticate"]
+    assert "resource_metadata" not in wrong.headers["www-authenticate"] and "refused" in wrong.text
     admin = httpx.get(f"{http_server}/admin/login/", timeout=30)
     assert admin.status_code == 200 and "Log in" in admin.text
