@@ -23,9 +23,11 @@ and then waited for a term-statistics or memory row, was a deadlock.
 
 The primitives that lock (``memory_lock``, ``_lock_fact_key``, the inserts,
 ``memory_supersede``) take it themselves; a service that locks rows of its own
-calls ``tenant_write_lock`` before it does. Writes that only touch one row and
-append nothing (a vector, an access time) need not take it: they wait on a row
-lock while holding none, which cannot close a cycle."""
+calls ``tenant_write_lock`` before it does. Writes that append nothing (a
+vector, an access time, a reference count) need not take it: they take only
+memory rows, and ``memory_rows_lock`` takes several in primary-key order first,
+so such a write never holds one row while waiting for a row a writer holds
+(one multi-row UPDATE locks in its plan's order, which is no order at all)."""
 
 from __future__ import annotations
 
@@ -61,3 +63,17 @@ def memories_tenant_write_lock(memory_ids: Iterable[uuid.UUID]) -> None:
     ids = list(memory_ids)
     if ids:
         tenant_write_lock(Memory.objects.filter(pk__in=ids).values_list("tenant_id", flat=True).distinct())
+
+
+def memory_rows_lock(memory_ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
+    """Step 3 for a multi-row UPDATE that appends nothing: lock the rows
+    ``FOR NO KEY UPDATE`` in primary-key order, inside the caller's transaction,
+    before the UPDATE that follows takes them again. Returns the ids found."""
+    ids = sorted({str(memory_id) for memory_id in memory_ids})
+    if not ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memory_memory WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE", [ids]
+        )
+        return [row[0] for row in cursor.fetchall()]

@@ -22,7 +22,7 @@ from memory.selectors.aliases import memory_pk
 from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, caller_event, event_append, events_append
 from memory.services.followups import followups_for_writes
-from memory.services.locks import tenant_write_lock
+from memory.services.locks import memory_rows_lock, tenant_write_lock
 from memory.services.quotas import quota_memories_check
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
@@ -466,9 +466,11 @@ def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -
     ids = list(memory_ids)
     if ids:
         now = timezone.now()
-        Memory.objects.for_caller(caller).filter(pk__in=ids).update(
-            reference_count=F("reference_count") + 1, last_referenced_at=now, accessed_at=now
-        )
+        with transaction.atomic():
+            locked = memory_rows_lock(ids)
+            Memory.objects.for_caller(caller).filter(pk__in=locked).update(
+                reference_count=F("reference_count") + 1, last_referenced_at=now, accessed_at=now
+            )
 
 
 # ``accessed_at`` is stored to this granularity: a memory returned again within
@@ -495,9 +497,11 @@ def memory_accessed_mark(*, caller: Caller, memories: Sequence[Memory]) -> None:
         or memory.accessed_at < stale_before
     ]
     if stale:
-        Memory.objects.for_caller(caller).filter(pk__in=stale).filter(
-            Q(accessed_at__isnull=True) | Q(accessed_at__lt=stale_before)
-        ).update(accessed_at=now)
+        with transaction.atomic():
+            locked = memory_rows_lock(stale)
+            Memory.objects.for_caller(caller).filter(pk__in=locked).filter(
+                Q(accessed_at__isnull=True) | Q(accessed_at__lt=stale_before)
+            ).update(accessed_at=now)
     for memory in memories:
         memory.accessed_at = now
 

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -18,6 +18,7 @@ from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable
 from memory.models import EmbeddingStatus, Memory
 from memory.retrieval import vector_literal
+from memory.services.locks import memory_rows_lock
 
 
 def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
@@ -46,7 +47,8 @@ def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
     params: list[Any] = []
     for (pk, _, digest, _), vector in zip(pending, vectors, strict=True):
         params += [pk, digest, vector_literal(vector)]
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        memory_rows_lock(pk for pk, _, _, _ in pending)
         cursor.execute(
             f"""
             UPDATE memory_memory m
