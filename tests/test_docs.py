@@ -10,18 +10,14 @@ from __future__ import annotations
 import ast
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-import pytest
-
 from memproj.settings.environment import SETTINGS, all_settings
+from tests.mcp_server.test_transports import http_server  # noqa: F401  (the live server fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -182,60 +178,12 @@ def test_the_readme_client_is_a_complete_script() -> None:
     assert client_script(DOCS / "connecting.md") == script, "docs/connecting.md shows the same script"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def uvicorn_server(transactional_db: None) -> Iterator[str]:
-    """uvicorn serving the ASGI app on this test run's database."""
-    from django.conf import settings
-    from django.db import connection
-
-    db = connection.settings_dict
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "memproj.settings.base",
-        "DATABASE_URL": f"postgres://{db['USER']}@/{db['NAME']}?host={db['HOST']}",
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "CELERY_TASK_ALWAYS_EAGER": "true",
-        "MEMPROJ_PUBLIC_URL": f"http://127.0.0.1:{port}",
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "memproj.asgi:application", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            output = proc.stdout.read().decode() if proc.stdout else ""
-            proc.kill()
-            pytest.fail(f"uvicorn did not start:\n{output}")
-        time.sleep(0.2)
-    yield base
-    proc.terminate()
-    proc.wait(timeout=20)
-
-
-def test_the_readme_client_runs_against_a_live_server(uvicorn_server: str, member) -> None:
+def test_the_readme_client_runs_against_a_live_server(http_server: str, member) -> None:  # noqa: F811
     from memory.models import Memory
 
     script = client_script(README)
     assert 'URL = "http://127.0.0.1:8000/mcp/memory/"' in script and 'TOKEN = "mp_..."' in script
-    script = script.replace("http://127.0.0.1:8000", uvicorn_server).replace('"mp_..."', repr(member.token))
+    script = script.replace("http://127.0.0.1:8000", http_server).replace('"mp_..."', repr(member.token))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "Austin"
