@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from memory.models import FollowUp, FollowUpKind, Memory, MemoryEvent
 from memory.services.events import EventType
-from memory.services.pipeline import followups_drain
 from memory.services.memories import fact_store
+from memory.services.pipeline import followups_drain
 from memproj.celery import app
 from tests.conftest import call, make_identity
 from tests.workers.conftest import _reset_amqp
