@@ -88,6 +88,7 @@ def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, no
                 kind=Kind.EPISODE,
                 consolidated_at__isnull=True,
             )
+            .order_by("pk")
             .select_for_update()
             .values_list("pk", flat=True)
         )

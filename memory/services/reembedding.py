@@ -102,7 +102,10 @@ def memories_reembed(
         ids = fair_batch(stale, order_by=["created_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
         memories_tenant_write_lock(ids)
         rows = list(
-            stale.filter(pk__in=ids).select_for_update().values_list("pk", "tenant_id", "kind", "embedding_model")
+            stale.filter(pk__in=ids)
+            .order_by("pk")
+            .select_for_update()
+            .values_list("pk", "tenant_id", "kind", "embedding_model")
         )
         Memory.objects.filter(pk__in=[r[0] for r in rows]).update(
             embedding=None, embedding_status=EmbeddingStatus.PENDING, embedding_error="", embedding_attempts=0

@@ -102,7 +102,12 @@ def memories_expire(
         ids = fair_batch(due, order_by=["expires_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
         fields = ("pk", "tenant_id", "kind", "expires_at", "content_hash", "validity", "superseded_by_id")
         memories_tenant_write_lock(ids)  # a successor's history is always in its own tenant
-        rows = list(Memory.objects.filter(pk__in=ids, expires_at__lte=cutoff).select_for_update().values_list(*fields))
+        rows = list(
+            Memory.objects.filter(pk__in=ids, expires_at__lte=cutoff)
+            .order_by("pk")
+            .select_for_update()
+            .values_list(*fields)
+        )
         expired = [row[0] for row in rows]
         history: list[tuple[Any, ...]] = []
         successors = set(expired)
@@ -110,6 +115,7 @@ def memories_expire(
             older = list(
                 Memory.objects.filter(superseded_by_id__in=successors)
                 .exclude(pk__in=expired + [row[0] for row in history])
+                .order_by("pk")
                 .select_for_update()
                 .values_list(*fields)
             )
