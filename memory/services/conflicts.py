@@ -39,7 +39,7 @@ from memory.models import (
     graph_distance,
 )
 from memory.services.events import EventType, event_append
-from memory.services.locks import tenant_write_lock
+from memory.services.locks import memory_group_lock, tenant_write_lock
 from memory.services.memories import memory_confirm, memory_supersede
 from memory.services.system import pipeline_setting, system_caller
 from memory.statements import differing_words, statement_words
@@ -125,6 +125,10 @@ def _check(memory: Memory) -> ConflictCheckResult:
         # The newest of the group stays; the others are superseded by it.
         group = [memory, *duplicates.values()]
         keeper = max(group, key=_age)
+        # memory_supersede locks each pair in primary-key order, but pair after
+        # pair is no order at all: a reader bumping two of these rows in key
+        # order would deadlock with us. Lock the whole group first, in key order.
+        memory_group_lock(m.pk for m in group)
         for other in group:
             if other.pk == keeper.pk:
                 continue

@@ -73,7 +73,16 @@ def memory_rows_lock(memory_ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
     if not ids:
         return []
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id FROM memory_memory WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE", [ids]
-        )
+        cursor.execute("SELECT id FROM memory_memory WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE", [ids])
         return [row[0] for row in cursor.fetchall()]
+
+
+def memory_group_lock(memory_ids: Iterable[uuid.UUID]) -> None:
+    """Step 3 for a write that will change several memories one call after
+    another (a duplicate group merged pair by pair): lock them all ``FOR
+    UPDATE`` in primary-key order first, inside the caller's transaction, so
+    the per-call locks that follow only take rows already held."""
+    ids = sorted({str(memory_id) for memory_id in memory_ids})
+    if ids:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM memory_memory WHERE id = ANY(%s::uuid[]) ORDER BY id FOR UPDATE", [ids])

@@ -1,0 +1,91 @@
+"""Writers that change several memories take them in primary-key order, the
+order readers' bookkeeping (recall's reference counts) takes them in, so the
+two never wait on each other in a circle.
+
+The duplicate merge is the case that broke: it merged a group pair by pair,
+each pair in key order but the pairs in no order, and a recall bumping two
+rows of the group in key order deadlocked with it under 32 writers."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from types import SimpleNamespace
+
+import pytest
+from django.db import close_old_connections, connection, transaction
+
+from memory.services import followups, memories
+from memory.services.conflicts import memory_conflict_check
+from memory.services.locks import memory_rows_lock
+from memory.services.memories import fact_store
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _wait_until_blocked(pid_holder: list[int], timeout: float = 20.0) -> None:
+    """Until the checker's backend waits on a row lock."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pid_holder:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid_holder[0]])
+                row = cursor.fetchone()
+            if row and row[0] == "Lock":
+                return
+        time.sleep(0.05)
+    raise AssertionError("the conflict check never waited on the held row")
+
+
+def test_duplicate_merge_waits_for_the_lowest_row_before_holding_any_other(member, monkeypatch):
+    # Ids chosen so the merge's pair-by-pair order (newest duplicate first)
+    # differs from key order: the oldest duplicate has the lowest key.
+    ids = iter(uuid.UUID(f"00000000-0000-4000-8000-00000000000{n}") for n in (1, 2, 3, 9))
+    monkeypatch.setattr(memories, "uuid", SimpleNamespace(uuid4=lambda: next(ids)))
+    # The checks run here, by hand, not on commit.
+    monkeypatch.setattr(followups, "_enqueue", lambda *args, **kwargs: None)
+    stored = [
+        fact_store(caller=member.caller, subject=f"s{n}", predicate="p", content="Ana keeps bees on the roof").memory
+        for n in range(4)
+    ]
+    monkeypatch.undo()
+    keeper = stored[-1]
+    group = sorted(m.pk for m in stored)
+    lowest, others = group[0], group[1:]
+    assert lowest != keeper.pk
+
+    checker_pid: list[int] = []
+    outcome: list[object] = []
+
+    def check() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                checker_pid.append(cursor.fetchone()[0])
+            outcome.append(memory_conflict_check(memory_id=keeper.pk))
+        except BaseException as exc:  # asserted below
+            outcome.append(exc)
+        finally:
+            close_old_connections()
+
+    checker = threading.Thread(target=check)
+    with transaction.atomic():
+        memory_rows_lock([lowest])  # a recall bumping the group holds its first row
+        checker.start()
+        _wait_until_blocked(checker_pid)
+        # While the checker waits for that row it must hold none of the others:
+        # a reader can take them at once (NOWAIT fails if the checker holds one).
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM memory_memory WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE NOWAIT",
+                [[str(pk) for pk in others]],
+            )
+            assert len(cursor.fetchall()) == len(others)
+    checker.join(timeout=60)
+
+    [result] = outcome
+    assert not isinstance(result, BaseException), result
+    assert sorted(result.merged) == sorted(m.pk for m in stored[:-1])  # type: ignore[attr-defined]
+    assert result.merged_into == keeper.pk  # type: ignore[attr-defined]
