@@ -232,9 +232,7 @@ def quantize_onnx(fp32_path: Path, out: Path | None = None, model_dir: Path | No
         # reduce_range: on a CPU without VNNI (AVX2 only) onnxruntime's u8 x s8
         # products saturate with full-range weights, and short texts (the empty
         # one most) drift below INT8_MIN_COSINE; 7-bit weights cannot overflow.
-        quantize_dynamic(
-            str(fp32_path), str(tmp), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True
-        )
+        quantize_dynamic(str(fp32_path), str(tmp), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True)
         least = _check_close(
             OnnxBackend(tmp, model_dir).embed(_PROBES),
             OnnxBackend(fp32_path, model_dir).embed(_PROBES),

@@ -305,9 +305,7 @@ def test_only_the_registry_imports_the_dialects():
     bad = [
         i
         for i in unexplained([*imports(), *project])
-        if dialect_of(i.imported) is not None
-        and dialect_of(i.importer) is None
-        and i.importer != "mcp_server.registry"
+        if dialect_of(i.imported) is not None and dialect_of(i.importer) is None and i.importer != "mcp_server.registry"
     ]
     assert not bad, "only mcp_server/registry.py imports a dialect package:\n" + "\n".join(map(str, bad))
 

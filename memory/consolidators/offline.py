@@ -38,9 +38,7 @@ class OfflineConsolidator:
     name = "offline"
     needs_embeddings = True
 
-    def __init__(
-        self, *, cluster_similarity: float, min_size: int, settle: timedelta
-    ) -> None:
+    def __init__(self, *, cluster_similarity: float, min_size: int, settle: timedelta) -> None:
         self.cluster_similarity = cluster_similarity
         self.min_size = min_size
         self.settle = settle
