@@ -15,25 +15,26 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.utils import timezone
 
 from memory import scoring, validation
-from memory.claims import claim_kind_of, claim_scopes
+from memory.claims import claim_scopes
 from memory.errors import Gone, InvalidArgument, PermissionDenied
 from memory.models import ActiveContext, Kind, Memory
 from memory.retrieval import RetrievalFilter, channel_hits
-from memory.scoring import ActivationScore, ChannelHit
+from memory.scoring import ActivationScore
 from memory.selectors.graph import claims_near
 from memory.selectors.memories import (
     boundary_apply,
-    memories_for_hits,
     query_vector_later,
     read_boundary,
     require_read,
     retrieval_params,
 )
+from policy.boundary import BoundaryDecision
 from policy.caller import Caller
 
 MAX_RANKED = 200  # an active context keeps at most this many ranked claims
@@ -59,7 +60,48 @@ class ActivationPage:
     context: ActiveContext | None = None
 
 
-def _rank(caller: Caller, memory: Memory, channels: tuple[float, float], reason: str) -> RankedClaim:
+class ClaimRow(NamedTuple):
+    """The columns a claim's ranking reads (``_rank``): an activation ranks
+    every hit of both channels (up to k_vec + k_txt) and returns a page of
+    them, so only the page's rows are loaded in full (``_with_rows``)."""
+
+    id: uuid.UUID
+    kind: str
+    scope: str
+    utility: float
+    confidence: float
+    created_at: datetime
+    success_count: float
+    applied_count: int
+    claim_kind: object  # metadata's claim_kind as stored (memory.claims.claim_kind_of)
+
+
+_CLAIM_ROW_FIELDS = tuple(name if name != "claim_kind" else "metadata__claim_kind" for name in ClaimRow._fields)
+
+
+@dataclass(frozen=True)
+class _Ranked:
+    """A ranked claim before its row is loaded."""
+
+    id: uuid.UUID
+    created_at: datetime
+    breakdown: ActivationScore
+    reason: str
+
+    @property
+    def score(self) -> float:
+        return self.breakdown.score
+
+
+def _claim_rows(caller: Caller, decision: BoundaryDecision, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, ClaimRow]:
+    """The ranking columns of these memories, filtered by tenant and by the
+    read's boundary (the channel statement filters by both already; filtered
+    again so a hit from any other source cannot leak)."""
+    rows = Memory.objects.for_caller(caller).visible_in(decision.visible).filter(pk__in=list(ids))
+    return {row[0]: ClaimRow(*row) for row in rows.values_list(*_CLAIM_ROW_FIELDS)}
+
+
+def _rank(caller: Caller, row: ClaimRow, channels: tuple[float, float], reason: str) -> _Ranked:
     """``channels``: the claim's (S_vec, S_text), each channel's score over the
     query's best in that channel (scoring.normalised_channels): pce-memory's
     scores normalised to [0, 1]. Through pce's own write and activate this ranks
@@ -69,18 +111,30 @@ def _rank(caller: Caller, memory: Memory, channels: tuple[float, float], reason:
     policy = caller.policy.retrieval
     now = timezone.now()
     s_vec, s_text = channels
+    # memory.claims.claim_kind_of on the row's columns.
+    claim_kind = str(row.claim_kind or ("policy_hint" if row.kind == Kind.RULE else "fact"))
     breakdown = scoring.activation_score(
         s_vec=s_vec,
         s_text=s_text,
         alpha=policy.alpha,
-        utility=memory.utility,
-        confidence=memory.confidence,
-        age_days=scoring.days_between(memory.created_at, now),
-        half_life_days=policy.half_life_days(claim_kind_of(memory)),
+        utility=row.utility,
+        confidence=row.confidence,
+        age_days=scoring.days_between(row.created_at, now),
+        half_life_days=policy.half_life_days(claim_kind),
         use_quality=policy.use_quality,
-        wilson=scoring.wilson_lower_bound(memory.success_count, memory.applied_count),
+        wilson=scoring.wilson_lower_bound(row.success_count, row.applied_count),
     )
-    return RankedClaim(memory=memory, breakdown=breakdown, reason=reason)
+    return _Ranked(id=row.id, created_at=row.created_at, breakdown=breakdown, reason=reason)
+
+
+def _with_rows(caller: Caller, decision: BoundaryDecision, ranked: Sequence[_Ranked]) -> list[RankedClaim]:
+    """The ranked claims with their full rows (redacted), in ranking order; a
+    claim deleted or reclassified since it was ranked is left out."""
+    rows = (
+        Memory.objects.for_caller(caller).visible_in(decision.visible).without_vectors().in_bulk([r.id for r in ranked])
+    )
+    boundary_apply(decision, list(rows.values()))
+    return [RankedClaim(memory=rows[r.id], breakdown=r.breakdown, reason=r.reason) for r in ranked if r.id in rows]
 
 
 def claims_rank(
@@ -89,6 +143,14 @@ def claims_rank(
     """Every claim (fact or rule of any dialect) the read may see, best first:
     score DESC, created_at DESC, id ASC; claims whose hybrid score is below the
     policy's threshold are dropped (as upstream)."""
+    ranked, decision = _claims_ranked(caller=caller, query=query, scopes=scopes, use_tags=use_tags)
+    return _with_rows(caller, decision, ranked)
+
+
+def _claims_ranked(
+    *, caller: Caller, query: str, scopes: Sequence[str] | None, use_tags: Sequence[str] | None
+) -> tuple[list[_Ranked], BoundaryDecision]:
+    """``claims_rank`` on the ranking columns alone, and the read's boundary decision."""
     require_read(caller)
     query = validation.query(query, field="q")
     chosen = claim_scopes(scopes)
@@ -105,26 +167,29 @@ def claims_rank(
         caller=caller, flt=flt, query_text=query, query_vector=query_vector_later(query, "hybrid"), params=params
     )
     threshold = caller.policy.retrieval.threshold
-    visible = memories_for_hits(caller=caller, hits=hits, decision=decision)
+    rows = _claim_rows(caller, decision, list(hits))
+    visible = [(rows[pk], hit) for pk, hit in hits.items() if pk in rows]
     # Normalised over what this read may see, so no hidden memory sets the scale.
-    channels = scoring.normalised_channels({m.id: hit for m, hit in visible})
+    channels = scoring.normalised_channels({row.id: hit for row, hit in visible})
     ranked = [
         r
-        for r in (_rank(caller, m, channels[m.id], "hybrid match") for m, _ in visible)
+        for r in (_rank(caller, row, channels[row.id], "hybrid match") for row, _ in visible)
         if r.breakdown.combined >= threshold
     ]
     hops = settings.MEMPROJ.get("PCE_GRAPH_HOPS", 0)
     if hops and ranked:
-        found = {r.memory.id for r in ranked}
+        found = {r.id for r in ranked}
         near = [pk for pk in claims_near(caller=caller, claim_ids=list(found), hops=hops) if pk not in found]
-        neighbours = memories_for_hits(caller=caller, hits={pk: ChannelHit() for pk in near}, decision=decision)
+        neighbours = _claim_rows(caller, decision, near)
         ranked += [
-            _rank(caller, m, (0.0, 0.0), f"graph neighbour within {hops} hop(s)")
-            for m, _ in neighbours
-            if m.kind in (Kind.FACT, Kind.RULE) and chosen.matches(m.scope)
+            _rank(caller, row, (0.0, 0.0), f"graph neighbour within {hops} hop(s)")
+            for pk in near
+            if (row := neighbours.get(pk)) is not None
+            and row.kind in (Kind.FACT, Kind.RULE)
+            and chosen.matches(row.scope)
         ]
-    ranked.sort(key=lambda r: (-round(r.score, 12), -r.memory.created_at.timestamp(), str(r.memory.id)))
-    return ranked[:MAX_RANKED]
+    ranked.sort(key=lambda r: (-round(r.score, 12), -r.created_at.timestamp(), str(r.id)))
+    return ranked[:MAX_RANKED], decision
 
 
 def _cursor(kind: str, handle: str, offset: int) -> str:
@@ -178,8 +243,8 @@ def _live_context(caller: Caller, handle: str) -> ActiveContext:
     raise InvalidArgument("cursor is not one this tool returned; start again without a cursor.")
 
 
-def _page(items: list[RankedClaim], offset: int, top_k: int, kind: str, handle: str) -> tuple[list, str | None, bool]:
-    page = items[offset : offset + top_k]
+def _page(items: Sequence[Any], offset: int, top_k: int, kind: str, handle: str) -> tuple[list, str | None, bool]:
+    page = list(items[offset : offset + top_k])
     more = offset + top_k < len(items)
     return page, (_cursor(kind, handle, offset + top_k) if more else None), more
 
@@ -199,9 +264,9 @@ def claims_search(
     offset = 0
     if cursor:
         _, offset = _parse_cursor(cursor, "s")
-    items = claims_rank(caller=caller, query=query, scopes=scopes, use_tags=use_tags)
-    page, next_cursor, more = _page(items, offset, top_k, "s", "q")
-    return ActivationPage(items=page, next_cursor=next_cursor, has_more=more)
+    ranked, decision = _claims_ranked(caller=caller, query=query, scopes=scopes, use_tags=use_tags)
+    page, next_cursor, more = _page(ranked, offset, top_k, "s", "q")
+    return ActivationPage(items=_with_rows(caller, decision, page), next_cursor=next_cursor, has_more=more)
 
 
 def claims_activate(
@@ -242,16 +307,18 @@ def claims_activate(
             "this token is read-only and an active context is stored state: search claims for the same ranking "
             "without one (pce.memory.search), or ask an admin for a token with the 'write' scope."
         )
-    items = claims_rank(caller=caller, query=query, scopes=scopes, use_tags=use_tags)
+    ranked, decision = _claims_ranked(caller=caller, query=query, scopes=scopes, use_tags=use_tags)
     ttl = timedelta(seconds=settings.MEMPROJ["ACTIVE_CONTEXT_TTL_SECONDS"])
     context = ActiveContext.objects.create(
         tenant_id=caller.tenant_id,
         principal_id=caller.principal_id,
         query=query,
-        items=[[str(r.memory.id), r.breakdown.__dict__, r.reason] for r in items],
-        params={"use_tags": list(read_boundary(caller, use_tags).use_tags), "scopes": list(scopes or [])},
+        items=[[str(r.id), r.breakdown.__dict__, r.reason] for r in ranked],
+        params={"use_tags": list(decision.use_tags), "scopes": list(scopes or [])},
         policy_version=caller.policy.version,
         expires_at=timezone.now() + ttl,
     )
-    page, next_cursor, more = _page(items, 0, top_k, "a", _context_handle(context))
-    return ActivationPage(items=page, next_cursor=next_cursor, has_more=more, context=context)
+    page, next_cursor, more = _page(ranked, 0, top_k, "a", _context_handle(context))
+    return ActivationPage(
+        items=_with_rows(caller, decision, page), next_cursor=next_cursor, has_more=more, context=context
+    )
