@@ -50,6 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=60, help="timed calls per service-layer operation")
     p.add_argument("--mcp-repeat", type=int, default=40, help="timed calls per MCP operation")
     p.add_argument("--ingest", type=int, default=2000, help="memories in the bulk-ingest measurement")
+    p.add_argument(
+        "--ingest-only",
+        action="store_true",
+        help="only the bulk-ingest measurement (both paths, --ingest memories each) into the table as the "
+        "database holds it: no tenant load, no other step",
+    )
     p.add_argument("--skip-mcp", action="store_true", help="service layer only")
     p.add_argument("--reload", action="store_true", help="drop and re-insert the bench tenants")
     p.add_argument("--json", type=Path, default=None, help="also write raw results as JSON here")
@@ -127,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from memory.embeddings import get_embedder
 
+    if args.ingest_only:
+        return ingest_main(args, server)
     env: dict[str, Any] = ensure_tenants(args)
     if args.ab:
         return ab_main(args, env, db_url)
@@ -200,6 +208,33 @@ def main(argv: list[str] | None = None) -> int:
                 indent=1,
             )
         )
+    return 0
+
+
+def ingest_main(args: argparse.Namespace, server: str) -> int:
+    """--ingest-only: the two ingest paths and nothing else."""
+    from memory.models import Memory
+    from tests.harness.reports.tables import markdown_table
+
+    rows = Memory.objects.count()
+    runs = [bench_ingest(args.ingest), bench_ingest(args.ingest, bulk=min(INGEST_BULK_BATCH, args.ingest))]
+    print(f"{server}; {rows} memories in the table before; load average {os.getloadavg()[0]:.1f} at the end")
+    print(
+        markdown_table(
+            ["n", "store_path", "raw_embedder_per_s", "store_per_s", "ingest_per_s", "ratio"],
+            [
+                [
+                    r["n"],
+                    r["path"],
+                    r["raw_embedder_per_s"],
+                    r["store_async_per_s"],
+                    r["ingest_per_s"],
+                    f"{r['ingest_per_s'] / r['raw_embedder_per_s']:.0%}",
+                ]
+                for r in runs
+            ],
+        )
+    )
     return 0
 
 
