@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
@@ -87,9 +89,60 @@ def memories_for_hits(
 ) -> list[tuple[Memory, ChannelHit]]:
     """Load the rows behind channel hits (already boundary-filtered in SQL; the
     queryset filters again so a hit from any other source cannot leak), redacted."""
-    rows = Memory.objects.for_caller(caller).visible_in(decision.visible).without_vectors().in_bulk(list(hits))
+    rows = _rows_by_id(caller, decision, list(hits))
     boundary_apply(decision, list(rows.values()))
     return [(rows[pk], hit) for pk, hit in hits.items() if pk in rows]
+
+
+@dataclass(frozen=True)
+class _RowStatement:
+    """The statement that loads memories by id as the queryset
+    ``Memory.objects.for_caller(caller).visible_in(classes).without_vectors()
+    .in_bulk(ids)`` would, with that queryset's columns and value converters,
+    compiled once per process instead of on every read."""
+
+    sql: str
+    attnames: tuple[str, ...]
+    # Column index -> (its converters, its expression), as SQLCompiler.get_converters gives them.
+    converters: tuple[tuple[int, tuple[list[Any], Any]], ...]
+
+
+@functools.cache
+def _row_statement() -> _RowStatement:
+    template = Memory.objects.without_vectors().filter(pk=uuid.UUID(int=0))
+    compiler = template.query.get_compiler(connection=connection)
+    compiler.setup_query()
+    columns = [col for col, _, _ in compiler.select]
+    table = connection.ops.quote_name(Memory._meta.db_table)
+    selected = ", ".join(compiler.compile(col)[0] for col in columns)
+    where = f'{table}."tenant_id" = %s AND {table}."boundary_class" = ANY(%s) AND {table}."id" = ANY(%s)'
+    # The model's own column and table names; every value is a parameter.
+    sql = f"SELECT {selected} FROM {table} WHERE {where}"  # noqa: S608
+    return _RowStatement(
+        sql=sql,
+        attnames=tuple(col.target.attname for col in columns),
+        converters=tuple(compiler.get_converters(columns).items()),
+    )
+
+
+def _rows_by_id(caller: Caller, decision: BoundaryDecision, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Memory]:
+    """The caller's memories of these ids in the read's visible classes, without
+    their vectors (not redacted: ``boundary_apply`` does that)."""
+    if not ids:
+        return {}
+    statement = _row_statement()
+    with connection.cursor() as cursor:
+        cursor.execute(statement.sql, [caller.tenant_id, sorted(decision.visible), list(ids)])
+        rows = cursor.fetchall()
+    out: dict[uuid.UUID, Memory] = {}
+    for fetched in rows:
+        values = list(fetched)
+        for index, (converters, expression) in statement.converters:
+            for converter in converters:
+                values[index] = converter(values[index], expression, connection)
+        memory = Memory.from_db(connection.alias, statement.attnames, values)
+        out[memory.pk] = memory
+    return out
 
 
 class RankRow(NamedTuple):
@@ -121,13 +174,12 @@ def _hydrate(
     """Full rows (redacted) of the first ``want`` of ``ranked_ids`` that still
     exist and are visible: a row deleted or reclassified since it was ranked is
     replaced by the next one, as a single read would have ranked without it."""
-    base = Memory.objects.for_caller(caller).visible_in(decision.visible).without_vectors()
     rows: dict[uuid.UUID, Memory] = {}
     start = 0
     while len(rows) < want and start < len(ranked_ids):
         chunk = list(ranked_ids[start : start + want - len(rows)])
         start += len(chunk)
-        rows.update(base.in_bulk(chunk))
+        rows.update(_rows_by_id(caller, decision, chunk))
     boundary_apply(decision, list(rows.values()))
     return rows
 
