@@ -512,7 +512,7 @@ class DialectServer(MCPServer[Any]):
             return self._error(exc.code, str(exc))
         token = _authenticated.set(caller)
         try:
-            if self.dialect.preload_policy:
+            if self.dialect.preload_policy and caller.policy_if_kept() is None:
                 await sync_to_async(_preload_policy, thread_sensitive=False)(caller)
             return await self._checked_call(spec, caller, name, arguments, context)
         finally:

@@ -62,6 +62,19 @@ class Caller:
 
         return self.__dict__.setdefault("policy", policy_current(tenant_id=self.tenant_id))
 
+    def policy_if_kept(self) -> PolicyDocument | None:
+        """``policy`` when it needs no query (resolved already, or this process
+        keeps the tenant's current version and its document:
+        ``policy_current_kept``), then fixed for this Caller as ``policy`` is;
+        else None. An event loop may call it; ``policy`` may query."""
+        cached = self.__dict__.get("policy")
+        if cached is not None:
+            return cached
+        from policy.selectors.policies import policy_current_kept
+
+        kept = policy_current_kept(tenant_id=self.tenant_id)
+        return None if kept is None else self.__dict__.setdefault("policy", kept)
+
     def with_policy(self, policy: PolicyDocument) -> Caller:
         """This caller with a given policy (tests, dry runs, a policy resolved elsewhere)."""
         clone = replace(self)

@@ -63,6 +63,24 @@ def policy_current(*, tenant_id: uuid.UUID) -> PolicyDocument:
     return _cached(tenant_id, head[1], head[0])
 
 
+def policy_current_kept(*, tenant_id: uuid.UUID) -> PolicyDocument | None:
+    """The tenant's current policy if this process has kept both its version
+    (policy/policycache.py, the HTTP tier only) and its parsed document, else
+    None: what ``policy_current`` would answer without a query, so an event loop
+    may resolve it without handing the call to a worker thread."""
+    if not policy_caching():
+        return None
+    head = policy_head_cached(tenant_id)
+    if head is None:
+        return None
+    key = (tenant_id, head[1])
+    with _cache_lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+        return found
+
+
 def policy_history(*, tenant_id: uuid.UUID) -> list[PolicyVersion]:
     return list(PolicyVersion.objects.filter(tenant_id=tenant_id).order_by("-major", "-minor", "-patch", "-id"))
 
