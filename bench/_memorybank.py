@@ -1,7 +1,13 @@
 """MemoryBank (English), bench/data/memorybank (MIT; evidence labels added by
 hand, see its README): 15 users' ten days of chat with an AI companion, one
 episode per turn, one tenant per user; the 100 probing questions asked the day
-after the last session, scored on the labelled evidence turns."""
+after the last session, scored on the labelled evidence turns.
+
+``load(said=True)`` derives a two-speaker variant in the form conversation logs
+are often stored in: each turn as ``<speaker> said, "<turn>"`` and each question
+put in the third person with the speakers' names ("What did you recommend to
+me?" -> "What did the AI companion recommend to Frank?", ``third_person``), so
+that questions name a person and every turn carries its speaker's name."""
 
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ from _longmemeval import Turn
 
 DEFAULT_DATA = _common.BASE_DIR / "bench" / "data" / "memorybank"
 COMPANION = "AI companion"
+# How a question of the derived variant names the companion.
+COMPANION_IN_QUESTION = "the AI companion"
 _DATED = re.compile(r"\b(January|February|March|April|May|June|July|August|September|October|November|December) \d")
 
 
@@ -37,7 +45,41 @@ def question_type(question: str, evidence: list[str]) -> str:
     return "user"
 
 
-def load(data_dir: Path = DEFAULT_DATA) -> list[User]:
+def third_person(question: str, name: str) -> str:
+    """The question with its first- and second-person words replaced by the
+    speakers' names (I / me -> the user's name, you -> the companion; "do" and
+    "have" after a name agree with it). A mechanical rewrite: some sentences
+    stay awkward ("Do the AI companion remember ..."), which the channels'
+    analysers (stop words, stemming) and the embedder take in their stride."""
+    comp = COMPANION_IN_QUESTION
+    words = {
+        "i": name, "me": name, "myself": name, "my": f"{name}'s", "mine": f"{name}'s",
+        "i'm": f"{name} is", "i've": f"{name} has", "am": "is",
+        "you": comp, "your": f"{comp}'s", "yours": f"{comp}'s", "yourself": comp,
+        "we": f"{name} and {comp}", "us": f"{name} and {comp}", "our": f"{name} and {comp}'s",
+    }  # fmt: skip
+
+    def swap(m: re.Match[str]) -> str:
+        out = words[m.group(0).lower()]
+        return out[0].upper() + out[1:] if m.start() == 0 else out
+
+    text = re.sub(
+        r"\b(?:i'm|i've|i|me|myself|my|mine|am|you|your|yours|yourself|we|us|our)\b", swap, question.strip(), flags=re.I
+    )
+    text = re.sub(
+        rf"\b(do|have)( {re.escape(name)}| {comp})\b",
+        lambda m: {"do": "does", "have": "has"}[m.group(1)] + m.group(2),
+        text,
+    )
+    text = re.sub(
+        rf"^({re.escape(name)}) (don't|have)\b",
+        lambda m: m.group(1) + {"don't": " doesn't", "have": " has"}[m.group(2)],
+        text,
+    )
+    return text.strip('"')
+
+
+def load(data_dir: Path = DEFAULT_DATA, said: bool = False) -> list[User]:
     bank = json.loads((data_dir / "memory_bank_en.json").read_text(encoding="utf-8"))
     evidence = json.loads((data_dir / "evidence.json").read_text(encoding="utf-8"))
     users = []
@@ -54,11 +96,14 @@ def load(data_dir: Path = DEFAULT_DATA) -> list[User]:
                     index[f"{date[5:]}.{i}{part}"] = len(turns)
                     # A second per turn keeps the session's order in created_at.
                     when = day + timedelta(seconds=len(turns))
-                    turns.append(Turn(len(turns), date, speaker, exchange[field].strip(), when, False))
+                    content = exchange[field].strip()
+                    if said:
+                        content = f'{speaker} said, "{content}"'
+                    turns.append(Turn(len(turns), date, speaker, content, when, False))
         assert last is not None
         questions = tuple(
             (
-                item["question"],
+                third_person(item["question"].strip().strip('"'), name) if said else item["question"],
                 frozenset(index[label] for label in item["evidence"]),
                 question_type(item["question"], item["evidence"]),
             )

@@ -120,9 +120,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lme-data", type=Path, default=Path(os.environ.get("MEMPROJ_LME_DIR", _longmemeval.DEFAULT_DATA)))
     p.add_argument(
         "--dataset",
-        choices=("all", "both", "madial", "lme", "memorybank"),
+        choices=("all", "both", "madial", "lme", "memorybank", "mbsaid"),
         default="all",
-        help="all: the three sets; both: MADial and LongMemEval",
+        help="all: the four sets; both: MADial and LongMemEval; mbsaid: MemoryBank's two-speaker variant"
+        " (turns stored as '<name> said, \"...\"', questions in the third person)",
     )
     p.add_argument("--mb-data", type=Path, default=Path(os.environ.get("MEMPROJ_MB_DIR", _memorybank.DEFAULT_DATA)))
     p.add_argument("--limit", type=int, default=0, help="MADial: only the first N dialogues (0 = all)")
@@ -231,7 +232,7 @@ class Query:
     gold: set  # item ids (MADial memory ids; LongMemEval turn indexes)
     category: str = "all"
     id_map: dict = field(default_factory=dict)  # memory uuid -> item id
-    session_of: dict = field(default_factory=dict)  # item id -> session (LongMemEval)
+    session_of: dict = field(default_factory=dict)  # item id -> session (LongMemEval, MemoryBank)
     gold_sessions: set = field(default_factory=set)
     now: datetime | None = None  # the time the question is asked (relative time expressions)
 
@@ -255,7 +256,8 @@ def tenant_caller(slug: str):  # type: ignore[no-untyped-def]
 
 
 def backdate(tenant_id: uuid.UUID, key_sql: str, key_type: str, keys: Sequence, dates: Sequence[datetime]) -> None:
-    """Set created_at (auto_now_add on insert) to each memory's own date, in one
+    """Set created_at (auto_now_add on insert) and occurred_at (when it happened,
+    which the time-aware ranking reads) to each memory's own date, in one
     statement: the memories of the tenant whose ``key_sql`` (an expression of
     alias m) equals a key get that key's date. Cheap to repeat: rows already
     dated are left alone."""
@@ -264,9 +266,9 @@ def backdate(tenant_id: uuid.UUID, key_sql: str, key_type: str, keys: Sequence, 
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            UPDATE memory_memory m SET created_at = x.at, updated_at = x.at
+            UPDATE memory_memory m SET created_at = x.at, updated_at = x.at, occurred_at = x.at
             FROM unnest(%s::{key_type}[], %s::timestamptz[]) AS x(k, at)
-            WHERE m.tenant_id = %s AND {key_sql} = x.k AND m.created_at <> x.at
+            WHERE m.tenant_id = %s AND {key_sql} = x.k AND (m.created_at <> x.at OR m.occurred_at <> x.at)
             """,
             [list(keys), list(dates), tenant_id],
         )
@@ -468,10 +470,11 @@ def lme_texts(data_dir: Path, per_type: int, version: str) -> list[str]:
 
 
 MB_VERSION = "v1"
+MBSAID_NAME = 'MemoryBank two speakers ("<name> said, ...", third-person questions)'
 
 
-def memorybank_texts(data_dir: Path, version: str, users_wanted: int = 0) -> list[str]:
-    users = _memorybank.load(data_dir)[: users_wanted or None]
+def memorybank_texts(data_dir: Path, version: str, users_wanted: int = 0, said: bool = False) -> list[str]:
+    users = _memorybank.load(data_dir, said)[: users_wanted or None]
     return [q for u in users for q, _, _ in u.questions] + [
         text
         for u in users
@@ -480,22 +483,31 @@ def memorybank_texts(data_dir: Path, version: str, users_wanted: int = 0) -> lis
 
 
 def memorybank_dataset(
-    data_dir: Path, embedder: _embcache.CachedEmbedder, version: str, users_wanted: int = 0
+    data_dir: Path, embedder: _embcache.CachedEmbedder, version: str, users_wanted: int = 0, said: bool = False
 ) -> DataSet:
     """One tenant per user, one episode per turn (speaker in the metadata,
     session = the day), stored as the LongMemEval haystacks are."""
     queries = []
-    for user in _memorybank.load(data_dir)[: users_wanted or None]:
+    for user in _memorybank.load(data_dir, said)[: users_wanted or None]:
         slug = re.sub(r"\W+", "-", user.name.lower())
-        caller = tenant_caller(f"bench-mb-{MB_VERSION}-{version}-{slug}")
+        caller = tenant_caller(f"bench-mb{'said' if said else ''}-{MB_VERSION}-{version}-{slug}")
         fill_lme_tenant(caller, user, embedder, version)  # type: ignore[arg-type]
         id_map = item_ids(caller, "turn")
+        session_of = {t.index: t.session_id for t in user.turns}
         for question, evidence, qtype in user.questions:
             queries.append(
                 Query(
-                    caller=caller, text=question, gold=set(evidence), category=qtype, id_map=id_map, now=user.asked_at
+                    caller=caller,
+                    text=question,
+                    gold=set(evidence),
+                    category=qtype,
+                    id_map=id_map,
+                    session_of=session_of,
+                    now=user.asked_at,
                 )
             )
+    if said:
+        return DataSet(MBSAID_NAME, queries, KS, 20)
     return DataSet("MemoryBank (en, labelled evidence)", queries, KS, 20)
 
 
@@ -817,8 +829,9 @@ def dialect_table(corpus: DialectCorpus, k: int) -> list[str]:
 Wide = list[tuple[list[tuple[uuid.UUID, object, datetime]], Query]]
 
 
-def wide_candidates(ds: DataSet, params) -> Wide:  # type: ignore[no-untyped-def]
-    """Every candidate of both channels (depth 500), once per query, to re-rank offline."""
+def wide_candidates(ds: DataSet, params, vector_text: Callable[[Query], str] | None = None) -> Wide:  # type: ignore[no-untyped-def]
+    """Every candidate of both channels (depth 500), once per query, to re-rank
+    offline; ``vector_text``: what the vector channel embeds for a query (default its text)."""
     from django.utils import timezone
 
     from memory.embeddings import embed_one
@@ -829,7 +842,7 @@ def wide_candidates(ds: DataSet, params) -> Wide:  # type: ignore[no-untyped-def
     deep = params.with_(k_vec=500, k_txt=500)
     for q in ds.queries:
         flt = RetrievalFilter(kinds=["episode"], now=q.now or timezone.now())
-        vector = embed_one(q.text) if "semantic" in ds.modes else None
+        vector = embed_one(vector_text(q) if vector_text else q.text) if "semantic" in ds.modes else None
         hits = channel_hits(caller=q.caller, flt=flt, query_text=q.text, query_vector=vector, params=deep)
         created = dict(Memory.objects.filter(pk__in=list(hits)).values_list("id", "created_at"))
         wide.append(([(pk, hit, created[pk]) for pk, hit in hits.items()], q))
@@ -933,6 +946,7 @@ def main(argv: list[str] | None = None) -> int:
     want_madial = args.dataset in ("all", "both", "madial")
     want_lme = args.dataset in ("all", "both", "lme")
     want_mb = args.dataset in ("all", "memorybank")
+    want_mbsaid = args.dataset in ("all", "mbsaid")
     if want_madial and not (args.data / "data_en").is_dir():
         print(f"MADial-Bench data not found in {args.data} (set --data or MEMPROJ_MADIAL_DIR)", file=sys.stderr)
         return 2
@@ -954,6 +968,7 @@ def main(argv: list[str] | None = None) -> int:
     # questions whose haystack is in the cache, and keyword rows cover all.
     _embcache.warm(embedder, madial_texts(args.data) if want_madial else [])
     _embcache.warm(embedder, memorybank_texts(args.mb_data, version, args.mb_users) if want_mb else [])
+    _embcache.warm(embedder, memorybank_texts(args.mb_data, version, args.mb_users, True) if want_mbsaid else [])
     if args.warm_only:
         if want_lme:
             # Smallest subsets first, so a long warm-up is usable early; only the
@@ -972,6 +987,8 @@ def main(argv: list[str] | None = None) -> int:
         datasets.extend(d for d in lme_dataset(args.lme_data, args.lme_per_type, embedder, version) if d.queries)
     if want_mb:
         datasets.append(memorybank_dataset(args.mb_data, embedder, version, args.mb_users))
+    if want_mbsaid:
+        datasets.append(memorybank_dataset(args.mb_data, embedder, version, args.mb_users, said=True))
     print(f"  tenants ready in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     # What a tenant's read gets (settings, then the tenant's policy: every bench
     # tenant has the default policy), then the command line's overrides.
@@ -1032,7 +1049,7 @@ def main(argv: list[str] | None = None) -> int:
         out += ["", f"{ds.name} - {len(ds.queries)} queries - Recall@k and nDCG@k", ds_table(ds, rows)]
         if ds.name.startswith("MADial"):
             out += dialect_table(madial_corpus(args.data, dialogues), 20)
-        elif ds.name.startswith("MemoryBank"):
+        elif ds.name.startswith("MemoryBank (en"):
             out += dialect_table(memorybank_corpus(args.mb_data, args.mb_users), 20)
         elif "embedded" in ds.name and args.dialects_lme_per_type:
             out += dialect_table(lme_corpus(args.lme_data, args.dialects_lme_per_type), 20)
