@@ -7,6 +7,8 @@ relative to ``now`` (the request time; the question date in the benchmark):
 - a period: "yesterday", "two weeks ago", "last Friday", "last weekend",
   "last month", "last summer", "in the past few months", "this year",
   "in March", "in May 2023", "in 2022";
+- a day named by its date: "On April 27th", "on May 2nd", "the 3rd of May",
+  "May 2, 2023" (the latest such day up to ``now`` unless a year is given);
 - an order: "most recently", "currently", "the latest" prefer newer memories,
   "the first time", "originally", "when I just started" older ones (parsed,
   but only the orders in ``PREFER_ORDERS`` count: none by default, see there).
@@ -20,7 +22,10 @@ matches but an unrelated one is not pulled up.
 
 Only what the query asks about counts: with a question mark, only the question
 sentences are read ("I painted a picture yesterday. Which colour looks best?"
-asks about no period), and a text longer than ``MAX_QUERY_CHARS`` is a context
+asks about no period). A day named by its date is the exception: it is read in
+the whole query, since a question names it as often in the sentence before
+("On May 4th, I told you about a problem. What was it?"), and a date is seldom
+said in passing. A text longer than ``MAX_QUERY_CHARS`` is a context
 (a dialogue, a prompt) rather than a question and is not read at all. A query
 without a time expression costs one regular-expression scan of at most
 ``MAX_QUERY_CHARS`` characters.
@@ -85,6 +90,11 @@ SEASONS = {"spring": 3, "summer": 6, "fall": 9, "autumn": 9, "winter": 12}  # fi
 _NUM = r"(\d{1,3}|" + "|".join(sorted(NUMBERS, key=len, reverse=True)) + ")"
 _UNIT = r"(day|week|month|year)s?"
 _MONTH = r"(" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
+# A day by its date: "april 27th", "on may 2", "3rd of may", "may 2, 2023".
+_NAMED_DAY = re.compile(
+    rf"(\bon\s+)?\b(?:{_MONTH}\s+(\d{{1,2}})(st|nd|rd|th)?|(\d{{1,2}})(?:st|nd|rd|th)?\s+of\s+{_MONTH})\b"
+    r"(?:,?\s+(\d{4}))?"
+)
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("ago", re.compile(rf"\b{_NUM}\s+{_UNIT}\s+ago\b")),
     ("past_n", re.compile(rf"\b(?:last|past)\s+{_NUM}\s+{_UNIT}\b")),
@@ -119,6 +129,7 @@ _ANY = re.compile(
     + "|".join(sorted(MONTHS, key=len, reverse=True))
     + r")\b"
 )
+_ANY_MONTH = re.compile(r"\b(?:" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\b")
 ORDERS = {"recent", "early"}
 # The orders that count (a period always does). None by default: on LongMemEval,
 # "currently" / "the latest" preferring newer memories ranked knowledge-update
@@ -232,9 +243,34 @@ def _period(kind: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
     return None
 
 
+def named_day(query: str, now: datetime) -> TimeIntent | None:
+    """The day the query names by its date, anywhere in a query of at most
+    ``MAX_QUERY_CHARS``: [its midnight, the next midnight) in ``now``'s time
+    zone, of the given year or else the latest such day not after ``now``."""
+    if len(query) > MAX_QUERY_CHARS:
+        return None
+    m = _NAMED_DAY.search(query.lower().replace("\u2019", "'"))
+    if m is None:
+        return None
+    on, month_first, day_first, ordinal, day_after, month_after, year = m.groups()
+    if month_first == "may" and not (on or ordinal or year):
+        return None  # "I may 2 ..." is the verb; "on May 2", "May 2nd", "May 2, 2023" are days
+    month, day = MONTHS[month_first or month_after], int(day_first or day_after)
+    try:
+        start = _day(now).replace(year=int(year) if year else now.year, month=month, day=day)
+        if not year and start > now:
+            start = start.replace(year=start.year - 1)
+    except ValueError:  # "April 31st", "February 29th" of a common year, year 0
+        return None
+    return TimeIntent(start=start, end=start + DAY, phrase=m.group(0))
+
+
 def parse(query: str, now: datetime) -> TimeIntent | None:
-    """The first time expression of the query's question (a period before an
-    order), or None."""
+    """The day the query names by its date, else the first time expression of
+    the query's question (a period before an order), or None."""
+    day = named_day(query, now) if _ANY_MONTH.search(query.lower()) else None
+    if day is not None:
+        return day
     text = question_text(query)
     if not text or not _ANY.search(text):
         return None

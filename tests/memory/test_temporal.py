@@ -47,6 +47,31 @@ def test_periods(query, start, end):
     assert intent.end == (day(end) if end else NOW)
 
 
+@pytest.mark.parametrize(
+    "query, start",
+    [
+        ("On March 27th, how long did I run in the park?", "2023-03-27"),
+        # Named before the question sentence: still the day asked about.
+        ("I mentioned on April 2nd that I went to the museum. Do you remember what I saw?", "2023-04-02"),
+        ("What did we talk about on the 3rd of April?", "2023-04-03"),
+        ("What did I buy on Apr 4?", "2023-04-04"),
+        ("What happened on May 2, 2021?", "2021-05-02"),
+        ("Where was I on June 1st?", "2022-06-01"),  # not yet this year: last year's
+        ("What did I say on May 4?", "2022-05-04"),  # "on May 4" is a day, not the verb
+    ],
+)
+def test_a_day_named_by_its_date_is_that_day(query, start):
+    intent = temporal.parse(query, NOW)
+    assert intent is not None, query
+    assert (intent.start, intent.end) == (day(start), day(start) + timedelta(days=1))
+
+
+@pytest.mark.parametrize("query", ["I may 2 times go out, any tips?", "Was April 31st a Monday?", "May 2 be it?"])
+def test_no_day_where_the_date_is_not_one(query):
+    intent = temporal.parse(query, NOW)
+    assert intent is None or intent.end - intent.start != timedelta(days=1), query
+
+
 def test_n_units_ago_is_a_loose_period_around_that_day():
     intent = temporal.parse("What gardening did I do two weeks ago?", NOW)
     assert intent is not None and intent.start is not None and intent.end is not None
