@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from memory import scoring, validation
@@ -29,6 +31,7 @@ from memory.scoring import ActivationScore
 from memory.selectors.graph import claims_near
 from memory.selectors.memories import (
     boundary_apply,
+    memory_rows_by_id,
     query_vector_later,
     read_boundary,
     require_read,
@@ -76,7 +79,13 @@ class ClaimRow(NamedTuple):
     claim_kind: object  # metadata's claim_kind as stored (memory.claims.claim_kind_of)
 
 
-_CLAIM_ROW_FIELDS = tuple(name if name != "claim_kind" else "metadata__claim_kind" for name in ClaimRow._fields)
+# The ranking columns of the caller's memories of some ids in the read's
+# visible classes: MemoryQuerySet.for_caller(...).visible_in(...) as one fixed
+# statement (no queryset to build and compile on every read).
+_CLAIM_ROWS_SQL = (
+    "SELECT id, kind, scope, utility, confidence, created_at, success_count, applied_count, metadata -> 'claim_kind'"
+    " FROM memory_memory WHERE tenant_id = %s AND boundary_class = ANY(%s) AND id = ANY(%s)"
+)
 
 
 @dataclass(frozen=True)
@@ -97,8 +106,17 @@ def _claim_rows(caller: Caller, decision: BoundaryDecision, ids: Sequence[uuid.U
     """The ranking columns of these memories, filtered by tenant and by the
     read's boundary (the channel statement filters by both already; filtered
     again so a hit from any other source cannot leak)."""
-    rows = Memory.objects.for_caller(caller).visible_in(decision.visible).filter(pk__in=list(ids))
-    return {row[0]: ClaimRow(*row) for row in rows.values_list(*_CLAIM_ROW_FIELDS)}
+    if not ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_ROWS_SQL, [caller.tenant_id, sorted(decision.visible), list(ids)])
+        fetched = cursor.fetchall()
+    rows = [ClaimRow._make(row) for row in fetched]
+    # jsonb arrives as its text (Django's loader), decoded as JSONField would.
+    return {
+        row.id: row._replace(claim_kind=json.loads(str(row.claim_kind)) if row.claim_kind is not None else None)
+        for row in rows
+    }
 
 
 def _rank(caller: Caller, row: ClaimRow, channels: tuple[float, float], reason: str) -> _Ranked:
@@ -130,9 +148,7 @@ def _rank(caller: Caller, row: ClaimRow, channels: tuple[float, float], reason: 
 def _with_rows(caller: Caller, decision: BoundaryDecision, ranked: Sequence[_Ranked]) -> list[RankedClaim]:
     """The ranked claims with their full rows (redacted), in ranking order; a
     claim deleted or reclassified since it was ranked is left out."""
-    rows = (
-        Memory.objects.for_caller(caller).visible_in(decision.visible).without_vectors().in_bulk([r.id for r in ranked])
-    )
+    rows = memory_rows_by_id(caller, decision, [r.id for r in ranked])
     boundary_apply(decision, list(rows.values()))
     return [RankedClaim(memory=rows[r.id], breakdown=r.breakdown, reason=r.reason) for r in ranked if r.id in rows]
 

@@ -89,7 +89,7 @@ def memories_for_hits(
 ) -> list[tuple[Memory, ChannelHit]]:
     """Load the rows behind channel hits (already boundary-filtered in SQL; the
     queryset filters again so a hit from any other source cannot leak), redacted."""
-    rows = _rows_by_id(caller, decision, list(hits))
+    rows = memory_rows_by_id(caller, decision, list(hits))
     boundary_apply(decision, list(rows.values()))
     return [(rows[pk], hit) for pk, hit in hits.items() if pk in rows]
 
@@ -125,7 +125,7 @@ def _row_statement() -> _RowStatement:
     )
 
 
-def _rows_by_id(caller: Caller, decision: BoundaryDecision, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Memory]:
+def memory_rows_by_id(caller: Caller, decision: BoundaryDecision, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Memory]:
     """The caller's memories of these ids in the read's visible classes, without
     their vectors (not redacted: ``boundary_apply`` does that)."""
     if not ids:
@@ -179,7 +179,7 @@ def _hydrate(
     while len(rows) < want and start < len(ranked_ids):
         chunk = list(ranked_ids[start : start + want - len(rows)])
         start += len(chunk)
-        rows.update(_rows_by_id(caller, decision, chunk))
+        rows.update(memory_rows_by_id(caller, decision, chunk))
     boundary_apply(decision, list(rows.values()))
     return rows
 
