@@ -35,7 +35,7 @@ def test_32_writers_with_worker_and_beat_no_deadlock_no_error_nothing_hidden(sta
     report = contention_scenario(stack, token, writers=WRITERS, seconds=SECONDS, drain=DRAIN)
     print(report)
     assert report.accepted >= WRITERS * 4, report
-    assert report.error_answers == 0 and report.read_errors == 0, report.samples
+    assert report.error_answers == 0 and report.read_errors == 0, (f"deadlocks: {report.deadlocks}", report.samples)
     assert report.reads > 0, report
     assert report.deadlocks == 0, report
     assert report.follow_ups_pending == 0, report
