@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import _common
@@ -72,6 +72,7 @@ def load(data_dir: Path = DEFAULT_DATA, limit: int = 0) -> list[Question]:
             raw["haystack_session_ids"], raw["haystack_dates"], raw["haystack_sessions"], strict=True
         ):
             when = parse_date(date)
+            first = len(turns)
             for turn in session:
                 if not turn["content"].strip():
                     continue
@@ -81,7 +82,9 @@ def load(data_dir: Path = DEFAULT_DATA, limit: int = 0) -> list[Question]:
                         session_id,
                         turn["role"],
                         turn["content"][:MAX_CHARS].strip(),
-                        when,
+                        # A second per turn keeps the session's order in created_at, as a
+                        # store of the turns one after another would (the session's neighbours).
+                        when + timedelta(seconds=len(turns) - first),
                         bool(turn.get("has_answer")),
                     )
                 )
