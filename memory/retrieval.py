@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +22,7 @@ from memory.models import (
     KINDS_WITH_OWN_GRAPH,
     effective_confidence_sql,
 )
-from memory.scoring import ChannelHit, RetrievalParams, with_evidence
+from memory.scoring import ChannelHit, RetrievalParams, fuse_all, with_evidence
 from memproj.dbthreads import side_by_side
 from memproj.pgtypes import pgvector_version
 from policy.boundary import DEFAULT_USE_TAGS, boundary_for
@@ -397,7 +397,63 @@ def channel_search(
     if params.time_boost > 0:
         # Time-aware ranking (issue 14): time_fit on each hit when the query names a period.
         hits = temporal.annotate(hits, query_text, flt.now)
+    if params.context_top > 0 and run_txt and query_vector is not None and "episode" in flt.kinds and hits:
+        hits = with_neighbours(caller=caller, flt=flt, hits=hits, params=params)
     return hits, columns_by_id
+
+
+# The previous and next episode of the same session of each given episode, by
+# (created_at, id), under the read's filter: one probe of memory_session_turn_idx
+# each way.
+_NEIGHBOURS_SQL = """
+    SELECT n.id, p.id
+    FROM memory_memory p
+    CROSS JOIN LATERAL (
+        (SELECT m.id FROM memory_memory m
+         WHERE {where} AND m.kind = 'episode' AND m.session_id = p.session_id AND m.session_id <> ''
+           AND (m.created_at, m.id) < (p.created_at, p.id)
+         ORDER BY m.created_at DESC, m.id DESC LIMIT 1)
+        UNION ALL
+        (SELECT m.id FROM memory_memory m
+         WHERE {where} AND m.kind = 'episode' AND m.session_id = p.session_id AND m.session_id <> ''
+           AND (m.created_at, m.id) > (p.created_at, p.id)
+         ORDER BY m.created_at, m.id LIMIT 1)
+    ) n
+    WHERE p.id = ANY(%(parents)s::uuid[]) AND p.tenant_id = %(tenant)s AND p.kind = 'episode' AND p.session_id <> ''
+"""
+
+
+def with_neighbours(
+    *, caller: Caller, flt: RetrievalFilter, hits: dict[uuid.UUID, ChannelHit], params: RetrievalParams
+) -> dict[uuid.UUID, ChannelHit]:
+    """The hybrid's second pass over a conversation: those of the hits that
+    are the previous or next turn (episode of the same session) of its first
+    ``params.context_top`` hits by fused score get ``context_of`` naming that
+    hit, so the fusion (``scoring.with_context``) scores them at least
+    ``params.context_decay`` x its score. Only hits are raised (each has
+    evidence of its own); a neighbour that matches neither channel stays out."""
+    fused = fuse_all(hits, params)
+    top = sorted(fused, key=lambda pk: (-round(fused[pk], 12), str(pk)))[: params.context_top]
+    where, params_sql = _where(caller, flt)
+    sql = _NEIGHBOURS_SQL.format(where=where)
+    params_sql["parents"] = "{" + ",".join(str(pk) for pk in top) + "}"
+    if connection.in_atomic_block:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, params_sql)
+            rows = cursor.fetchall()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params_sql)
+            rows = cursor.fetchall()
+    raised = [(memory_id, parent) for memory_id, parent in rows if memory_id in hits]
+    if not raised:
+        return hits
+    hits = dict(hits)
+    for memory_id, parent in raised:
+        hit = hits[memory_id]
+        if parent not in hit.context_of:
+            hits[memory_id] = replace(hit, context_of=(*hit.context_of, parent))
+    return hits
 
 
 def _channel_rows(sql: str, params_sql: dict, *, run_vec: bool) -> list[tuple]:

@@ -162,6 +162,9 @@ class ChannelHit:
     # How well the memory's time fits the query's time expression, in [0, 1]
     # (memory/temporal.py); None when the query has none.
     time_fit: float | None = None
+    # The top hits whose previous or next turn of the same session this memory
+    # is (retrieval.channel_search's second pass, ``with_context``).
+    context_of: tuple[Any, ...] = ()
 
 
 KEYWORD_SCORERS = ("bm25", "cover_density")
@@ -195,6 +198,12 @@ class RetrievalParams:
     # A hit needs a keyword match or at least this cosine similarity (VECTOR_FLOORS;
     # resolve() takes the configured model's).
     vector_floor: float = 0.0
+    # Neighbouring turns (``with_context``): a hit that is the previous or next
+    # episode of the same session of the hybrid's first ``context_top`` hits
+    # scores at least ``context_decay`` x that hit's score; 0 turns the pass off.
+    # bench/fusion_fit.py --levers measures them.
+    context_top: int = 1
+    context_decay: float = 0.8
     # Recency half-life by kind (days); kinds not listed use the default.
     recency_half_life_days: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     default_half_life_days: float = RECENCY_HALF_LIFE_DAYS
@@ -214,6 +223,14 @@ class RetrievalParams:
             raise ValueError(f"time_boost must be between 0 and 1 (got {self.time_boost})")
         if not 0.0 <= self.conf_gain <= 100.0:
             raise ValueError(f"conf_gain must be between 0 and 100 (got {self.conf_gain})")
+        if (
+            isinstance(self.context_top, bool)
+            or not isinstance(self.context_top, int)
+            or not 0 <= self.context_top <= 100
+        ):
+            raise ValueError(f"context_top must be an integer between 0 and 100 (got {self.context_top!r})")
+        if not 0.0 <= self.context_decay <= 1.0:
+            raise ValueError(f"context_decay must be between 0 and 1 (got {self.context_decay})")
         if not -1.0 <= self.vector_floor <= 1.0:
             raise ValueError(f"vector_floor must be between -1 and 1 (got {self.vector_floor})")
         if self.bm25_k1 < 0 or not 0.0 <= self.bm25_b <= 1.0:
@@ -402,8 +419,24 @@ def adaptive_alpha(hits: Mapping[K, ChannelHit], weights: tuple[float, ...]) -> 
 
 
 def fuse_all(hits: Mapping[K, ChannelHit], params: RetrievalParams) -> dict[K, float]:
-    """The fusion (``_fuse``), then the query's time preference if it has one."""
-    return time_boosted(_fuse(hits, params), hits, params.time_boost)
+    """The fusion (``_fuse``), then the query's time preference if it has one,
+    then the neighbouring turns of the top hits (``with_context``)."""
+    return with_context(time_boosted(_fuse(hits, params), hits, params.time_boost), hits, params.context_decay)
+
+
+def with_context(fused: dict[K, float], hits: Mapping[K, ChannelHit], decay: float) -> dict[K, float]:
+    """A turn next to a top hit in the same session (``ChannelHit.context_of``)
+    scores at least ``decay`` x that hit's score: in a conversation of short
+    turns the answer is often the reply to the turn that matches ("What did you
+    recommend?" matches the request, the reply holds it), or the turn before."""
+    if decay <= 0 or not any(hit.context_of for hit in hits.values()):
+        return fused
+    out = dict(fused)
+    for key, hit in hits.items():
+        for parent in hit.context_of:
+            if parent in fused and key in out:
+                out[key] = max(out[key], decay * fused[parent])
+    return out
 
 
 def time_boosted(fused: dict[K, float], hits: Mapping[K, ChannelHit], boost: float) -> dict[K, float]:

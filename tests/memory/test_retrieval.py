@@ -672,3 +672,61 @@ def test_the_evidence_floor_is_the_configured_models(settings, caller):
     )
     assert set(floored) == {pk for pk, hit in open_floor.items() if (hit.vector_similarity or 0) >= 0.3}
     assert 0 < len(floored) < len(EDITOR_MEMORIES)
+
+
+HIKING_SESSION = [
+    "Frank said, can you recommend a hiking spot near the city?",
+    "AI companion said, try the Xiangshan trail, a fine hiking day out",
+    "Frank said, thanks, and what should I cook tonight?",
+    "AI companion said, hiking boots need breaking in before a long walk",
+]
+
+
+def test_hybrid_search_raises_the_hits_next_to_its_top_hit_in_the_same_session(caller):
+    """The reply holds the answer, the request matches the question: a hit
+    that is the previous or next turn of the top hit's session scores at
+    least decay x the top hit's score. Hits further away, in another session,
+    and turns next to it that match nothing are not raised; keyword and
+    semantic searches rank by their channel alone."""
+    request, reply, after, later = (
+        episode_store(caller=caller, content=text, butler="general", session_id="day-1") for text in HIKING_SESSION
+    )
+    other = episode_store(
+        caller=caller, content="AI companion said, hiking in the rain", butler="g", session_id="day-2"
+    )
+    query = "recommend a hiking spot"
+    decay = RetrievalParams().context_decay
+    found = {h.memory.id: h for h in memory_search(caller=caller, query=SearchQuery(query))}
+    assert max(found, key=lambda pk: found[pk].score) == request.id
+    assert found[reply.id].hit.context_of == (request.id,)
+    assert found[reply.id].score == pytest.approx(decay * found[request.id].score)
+    assert after.id not in found  # next to the reply, matches nothing: no evidence, no result
+    assert not found[later.id].hit.context_of and not found[other.id].hit.context_of
+    assert found[later.id].score < found[reply.id].score
+    off = {
+        h.memory.id: h
+        for h in memory_search(
+            caller=caller, query=SearchQuery(query, params=RetrievalParams.resolve({"context_top": 0}))
+        )
+    }
+    assert off[reply.id].score < found[reply.id].score and not off[reply.id].hit.context_of
+    for mode in ("keyword", "semantic"):
+        alone = memory_search(caller=caller, query=SearchQuery(query, mode=mode))
+        assert not any(h.hit.context_of for h in alone)
+
+
+def test_a_neighbouring_turn_keeps_its_own_score_when_that_is_higher():
+    hits = {
+        "top": ChannelHit(vector_similarity=0.9, vector_rank=1, text_rank_value=3.0, text_rank=1),
+        "next": ChannelHit(text_rank_value=0.1, text_rank=3, context_of=("top",)),
+        "own": ChannelHit(vector_similarity=0.88, vector_rank=2, text_rank_value=2.9, text_rank=2, context_of=("top",)),
+    }
+    fused = scoring._fuse(hits, RetrievalParams())
+    out = scoring.with_context(fused, hits, 0.8)
+    assert out["next"] == pytest.approx(0.8 * fused["top"]) and fused["next"] < out["next"]
+    assert out["own"] == fused["own"] > 0.8 * fused["top"]
+    assert scoring.with_context(fused, hits, 0.0) == fused
+    with pytest.raises(ValueError):
+        RetrievalParams(context_top=-1)
+    with pytest.raises(ValueError):
+        RetrievalParams(context_decay=1.5)
