@@ -1,5 +1,5 @@
-"""Retrieval quality on three conversational-memory sets (MADial, LongMemEval,
-MemoryBank: bench/_memorybank.py), through the real
+"""Retrieval quality on four conversational-memory sets (MADial, LongMemEval,
+MemoryBank and its two-speaker variant: bench/_memorybank.py), through the real
 ``memory_search``: Recall@k and nDCG@k of keyword-only, vector-only and hybrid
 retrieval, per question type where the data has them, plus sweeps of the
 keyword scorer, the fusion and the channel depths over the same candidates.
