@@ -150,6 +150,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="LongMemEval questions per type stored through every dialect's write (0 = MADial only)",
     )
     p.add_argument("--floor", action="store_true", help="only the vector evidence floor table of each set")
+    p.add_argument(
+        "--latency-ab",
+        nargs="*",
+        default=None,
+        metavar="NAME=VALUE",
+        help="only an interleaved A/B of memory_search's time per question: the parameters against them with"
+        " these overrides (e.g. context_top=0), 3 rounds, median and p95",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.add_argument("--tiny", action="store_true", help="smoke-test size")
     args = p.parse_args(argv)
@@ -1008,6 +1016,13 @@ def main(argv: list[str] | None = None) -> int:
         + (f" + {' '.join(args.params)})" if args.params else ")"),
     ]
     figures: dict[str, object] = {"params": {k: str(v) for k, v in vars(params).items()}}
+    if args.latency_ab is not None:
+        other = params.with_(**parse_overrides(args.latency_ab))
+        for ds in datasets:
+            if "hybrid" in ds.modes:
+                out += latency_ab(ds, params, other, " ".join(args.latency_ab))
+        print("\n".join(out))
+        return 0
     if args.floor:
         for ds in datasets:
             if "semantic" in ds.modes:
@@ -1073,6 +1088,36 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=1))
     return 0
+
+
+def latency_ab(ds: DataSet, params, other, label: str, rounds: int = 3) -> list[str]:  # type: ignore[no-untyped-def]
+    """memory_search's wall time per question (hybrid, the set's depth) with
+    ``params`` and with ``other``, interleaved (each round alternates which
+    goes first), so the shared machine's load falls on both alike."""
+    from memory.selectors import memories as selectors
+
+    times: dict[str, list[float]] = {"A": [], "B": []}
+    for round_no in range(rounds):
+        for q in ds.queries:
+            pair = [("A", params), ("B", other)]
+            for name, p in pair if round_no % 2 == 0 else pair[::-1]:
+                with asked_at(q.now):
+                    start = time.perf_counter()
+                    selectors.memory_search(
+                        caller=q.caller,
+                        query=selectors.SearchQuery(q.text, limit=ds.depth, types=["episode"], params=p),
+                    )
+                    times[name].append((time.perf_counter() - start) * 1000)
+    rows = [
+        [name, len(v), f"{_common.percentile(v, 50):.2f}", f"{_common.percentile(v, 95):.2f}"]
+        for name, v in (("A: the parameters", times["A"]), (f"B: with {label}", times["B"]))
+    ]
+    ratio = _common.percentile(times["A"], 50) / max(1e-9, _common.percentile(times["B"], 50))
+    return [
+        "",
+        f"{ds.name}: memory_search time per question, interleaved A/B, {rounds} rounds (median A / B = {ratio:.2f})",
+        _common.table(["run", "searches", "median ms", "p95 ms"], rows),
+    ]
 
 
 def sweeps(ds: DataSet, params, scoring, figures: dict, tiny: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
