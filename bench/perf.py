@@ -221,7 +221,7 @@ def ingest_main(args: argparse.Namespace, server: str) -> int:
     print(f"{server}; {rows} memories in the table before; load average {os.getloadavg()[0]:.1f} at the end")
     print(
         markdown_table(
-            ["n", "store_path", "raw_embedder_per_s", "store_per_s", "ingest_per_s", "ratio"],
+            ["n", "store_path", "raw_embedder_per_s", "store_per_s", "ingest_per_s", "ratio", "cpu_ratio"],
             [
                 [
                     r["n"],
@@ -230,6 +230,7 @@ def ingest_main(args: argparse.Namespace, server: str) -> int:
                     r["store_async_per_s"],
                     r["ingest_per_s"],
                     f"{r['ingest_per_s'] / r['raw_embedder_per_s']:.0%}",
+                    f"{r['cpu_ratio']:.0%}",
                 ]
                 for r in runs
             ],

@@ -3,21 +3,24 @@ reference bumps. One transaction per write, with its audit event inside it."""
 
 from __future__ import annotations
 
+import struct
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Field, Q, Value
+from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 
 from memory import embedtext, scoring, validation
 from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
-from memory.models import EmbeddingStatus, Kind, Maturity, Memory, Validity
+from memory.models import EMBEDDING_DIM, EmbeddingStatus, Kind, Maturity, Memory, Validity
 from memory.selectors.aliases import memory_pk
 from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, caller_event, event_append, events_append
@@ -174,23 +177,56 @@ def episode_store(
 # What one item of a bulk store may hold: episode_store's own arguments.
 BULK_EPISODE_FIELDS = ("content", "butler", "session_id", "importance", "scope", "tags", "metadata")
 BULK_EPISODES_MAX = 1000
+# Texts per embedder call of a bulk store (the micro-batcher's largest forward pass).
+BULK_EMBED_CHUNK = 64
 
 
-def episodes_store_bulk(*, caller: Caller, episodes: Sequence[Mapping[str, Any]]) -> list[Memory]:
-    """Many episodes in one transaction (an import of past conversations): each
-    validated as ``episode_store`` validates one, all stored or none. Like a
-    book's chunks they are keyword-searchable at once and the worker embeds them
-    in batches (the outbox), so storing costs one INSERT per table, not one
-    transaction and one embedder call per episode."""
-    require_write(caller)
+def _embed_many_for_store(items: Sequence[tuple[str, str, str]]) -> list[_Embedding]:
+    """``_embed_for_store`` for the new memories of a bulk store, given as
+    (kind, content, session_id): their vectors before their transaction opens,
+    so each row is written once, with its vector (a vector added later is an
+    UPDATE: a second version of the row, inserted again into every index of
+    the table). One embedder call per chunk, texts of similar length together
+    (less padding in a forward pass). Touches no database (it may run in
+    another thread). What cannot be embedded now is stored pending for the
+    worker, never lost: after a failure the rest of the batch (with the
+    error, as one store records it), and under EMBED_TEXT=ctx1 the episodes of
+    a session, whose text needs the previous turn the worker reads from the
+    stored rows."""
+    out = [_Embedding(None, EmbeddingStatus.PENDING, "") for _ in items]
+    contextual = embedtext.text_version() != "plain"
+    todo = [
+        i for i, (kind, _, session_id) in enumerate(items) if not (contextual and kind == Kind.EPISODE and session_id)
+    ]
+    todo.sort(key=lambda i: len(items[i][1]))
+    if not todo:
+        return out
+    embedder = get_embedder()
+    identity = embedtext.embedding_identity(embedder.model_name)
+    for start in range(0, len(todo), BULK_EMBED_CHUNK):
+        chunk = todo[start : start + BULK_EMBED_CHUNK]
+        try:
+            vectors = embedder.embed([embedtext.embedding_text(items[i][1], kind=items[i][0]) for i in chunk])
+        except EmbeddingUnavailable as exc:
+            failed = _Embedding(None, EmbeddingStatus.PENDING, "", str(exc)[:2000])
+            for i in todo[start:]:
+                out[i] = failed
+            break
+        for i, vector in zip(chunk, vectors, strict=True):
+            out[i] = _Embedding(vector, EmbeddingStatus.READY, identity)
+    return out
+
+
+def _episodes_validated(caller: Caller, episodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each episode's columns, checked as ``episode_store`` checks one (the
+    error names the episode's index)."""
     if isinstance(episodes, (str, bytes, Mapping)) or not isinstance(episodes, Sequence):
         raise InvalidArgument("episodes must be a list of objects.")
     if not episodes:
         raise InvalidArgument("send at least one episode.")
     if len(episodes) > BULK_EPISODES_MAX:
         raise InvalidArgument(f"at most {BULK_EPISODES_MAX} episodes per call; split the list.")
-    pending = _Embedding(None, EmbeddingStatus.PENDING, "")
-    rows = []
+    validated = []
     for index, item in enumerate(episodes):
         where = f"episodes[{index}]"
         if not isinstance(item, Mapping):
@@ -202,25 +238,167 @@ def episodes_store_bulk(*, caller: Caller, episodes: Sequence[Mapping[str, Any]]
         if missing:
             raise InvalidArgument(f"{where} needs {' and '.join(missing)}.")
         try:
-            values = _episode_values(caller, **item)
+            validated.append(_episode_values(caller, **item))
         except InvalidArgument as exc:
             raise InvalidArgument(f"{where}: {exc}") from exc
-        rows.append(_memory_row(caller=caller, kind=Kind.EPISODE, embedding=pending, **values))
+    return validated
+
+
+def _episodes_embed(validated: Sequence[Mapping[str, Any]], *, embed: bool) -> list[_Embedding]:
+    if not embed:
+        return [_Embedding(None, EmbeddingStatus.PENDING, "") for _ in validated]
+    return _embed_many_for_store([(Kind.EPISODE, v["content"], v["session_id"]) for v in validated])
+
+
+def _episodes_write(
+    caller: Caller, validated: Sequence[Mapping[str, Any]], embeddings: Sequence[_Embedding]
+) -> list[Memory]:
+    rows = [
+        _memory_row(caller=caller, kind=Kind.EPISODE, embedding=embedding, **values)
+        for values, embedding in zip(validated, embeddings, strict=True)
+    ]
     with transaction.atomic():
         memories_insert(caller=caller, rows=rows)
     return rows
 
 
+def episodes_store_bulk(*, caller: Caller, episodes: Sequence[Mapping[str, Any]], embed: bool = True) -> list[Memory]:
+    """Many episodes in one transaction (an import of past conversations): each
+    validated as ``episode_store`` validates one, all stored or none, and
+    keyword-searchable once it returns. They are embedded first, one model
+    call per chunk, and each row is written once with its vector; what cannot
+    be embedded now (or everything, with ``embed=False``) is stored pending and
+    the worker embeds it through the outbox. Storing costs one INSERT per
+    table, not one transaction per episode."""
+    require_write(caller)
+    validated = _episodes_validated(caller, episodes)
+    return _episodes_write(caller, validated, _episodes_embed(validated, embed=embed))
+
+
+def episodes_store_batches(
+    *, caller: Caller, batches: Iterable[Sequence[Mapping[str, Any]]], embed: bool = True
+) -> Iterator[list[Memory]]:
+    """``episodes_store_bulk`` over a stream of batches (``manage.py
+    ingest_episodes``), yielding each batch's memories once committed. The
+    next batch is read, validated and embedded while this one is written
+    (the model runs in its own thread and releases the GIL), so the model
+    does not wait for the database. A batch that cannot be read or is invalid
+    stores nothing of itself: the batches before it are stored, then its error
+    is raised."""
+    require_write(caller)
+    source = iter(batches)
+    ahead: tuple[list[dict[str, Any]], Future[list[_Embedding]]] | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bulk-embed") as pool:
+        while True:
+            error: Exception | None = None
+            following = None
+            try:
+                episodes = next(source, None)
+                if episodes is not None:
+                    validated = _episodes_validated(caller, episodes)
+                    following = (validated, pool.submit(_episodes_embed, validated, embed=embed))
+            except Exception as exc:  # noqa: BLE001 - raised once the batch before it is stored
+                error = exc
+            if ahead is not None:
+                yield _episodes_write(caller, ahead[0], ahead[1].result())
+            if error is not None:
+                raise error
+            if following is None:
+                return
+            ahead = following
+
+
+# pgvector's binary form of a vector (what COPY ... FORMAT BINARY hands to its receive function).
+_VECTOR_BINARY = struct.Struct(f">HH{EMBEDDING_DIM}f")
+_BYTEA_OID = 17
+_COPY_COLUMNS: dict[str, list[tuple[Field[Any, Any], int]]] = {}
+
+
+def _copy_columns() -> list[tuple[Field[Any, Any], int]]:
+    """The columns a COPY of new memories writes (every stored column but the
+    generated one) with the type each is sent as, once per database."""
+    key = str(connection.settings_dict["NAME"])
+    if key not in _COPY_COLUMNS:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT attname, atttypid::int FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                "AND NOT attisdropped",
+                [Memory._meta.db_table],
+            )
+            oids = dict(cursor.fetchall())
+        # The vector goes as its binary form already packed (as bytea: sent verbatim).
+        _COPY_COLUMNS[key] = [
+            (f, _BYTEA_OID if f.column == "embedding" else oids[f.column])
+            for f in Memory._meta.local_concrete_fields
+            if not f.generated
+        ]
+    return _COPY_COLUMNS[key]
+
+
+def _memories_copy(rows: Sequence[Memory], dated: Mapping[uuid.UUID, tuple[datetime | None, datetime | None]]) -> None:
+    """Insert new memories with one binary COPY: the values each field gives
+    the ORM's INSERT (defaults, auto timestamps, the database default of a
+    field left unset), the vector in pgvector's binary form; ``dated``: a
+    row's own (created_at, updated_at) where it has them (an import keeps
+    upstream's), instead of now. An INSERT of many rows spends most of its
+    time building, quoting and parsing SQL text (about 48 placeholders a row,
+    a vector as 384 decimal numbers); COPY fires the same triggers and fills
+    the same indexes."""
+    columns = _copy_columns()
+    data = []
+    for row in rows:
+        created, updated = dated.get(row.pk, (None, None))
+        updated = updated or created
+        values: list[Any] = []
+        for f, _ in columns:
+            value: Any
+            if f.attname == "created_at" and created is not None:
+                value = row.created_at = created
+            elif f.attname == "updated_at" and updated is not None:
+                value = row.updated_at = updated
+            else:
+                value = f.pre_save(row, True)
+            if isinstance(value, DatabaseDefault):  # a field left unset: its database default, if a value
+                value = f.db_default.value if isinstance(f.db_default, Value) else f.db_default
+                setattr(row, f.attname, value)
+            if hasattr(value, "resolve_expression"):
+                raise TypeError(f"memories_insert takes values, not SQL expressions ({f.name})")
+            if f.column == "embedding":
+                values.append(None if value is None else _VECTOR_BINARY.pack(EMBEDDING_DIM, 0, *value))
+            else:
+                values.append(f.get_db_prep_save(value, connection))
+        data.append(values)
+    names = ", ".join(connection.ops.quote_name(f.column) for f, _ in columns)
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy(
+            f"COPY {Memory._meta.db_table} ({names}) FROM STDIN (FORMAT BINARY)"  # noqa: S608 - column names only
+        ) as copy,
+    ):
+        copy.set_types([oid for _, oid in columns])
+        for values in data:
+            copy.write_row(values)
+    for row in rows:
+        row._state.adding = False
+        row._state.db = connection.alias
+
+
 def memories_insert(
-    *, caller: Caller, rows: Sequence[Memory], payloads: Sequence[dict[str, Any]] | None = None
+    *,
+    caller: Caller,
+    rows: Sequence[Memory],
+    payloads: Sequence[dict[str, Any]] | None = None,
+    dated: Mapping[uuid.UUID, tuple[datetime | None, datetime | None]] | None = None,
 ) -> None:
-    """Insert many new memories inside the caller's transaction: one INSERT for
-    the rows, one for their 'stored' audit events (``payloads``: one per row),
-    one per follow-up kind (the outbox). The bulk writes (an episode import, a
-    book's chunks) share it."""
+    """Insert many new memories inside the caller's transaction: one COPY for
+    the rows, one INSERT for their 'stored' audit events (``payloads``: one per
+    row), one per follow-up kind (the outbox). The bulk writes (an episode
+    import, an import from another system, a book's chunks) share it.
+    ``dated``: by id, a row's own (created_at, updated_at), either None for now
+    (updated_at defaults to created_at); each row is written once, with them."""
     tenant_write_lock(caller.tenant_id)
     quota_memories_check(caller=caller, adding=len(rows))
-    Memory.objects.bulk_create(rows, batch_size=500)
+    _memories_copy(rows, dated or {})
     events_append(
         [
             caller_event(

@@ -1,7 +1,9 @@
-"""Bulk episode import (``episodes_store_bulk`` and ``manage.py ingest_episodes``):
-the same rules as one ``episode_store``, all or nothing per call, an audit event
-and an embed follow-up per episode, keyword-searchable at once, embedded by
-the worker path."""
+"""Bulk episode import (``episodes_store_bulk``, ``episodes_store_batches`` and
+``manage.py ingest_episodes``): the same rules as one ``episode_store``, all or
+nothing per call, an audit event per episode, keyword-searchable at once; each
+episode embedded before it is stored and written once with its vector, or
+stored pending with an embed follow-up for the worker when it cannot be
+embedded now."""
 
 from __future__ import annotations
 
@@ -10,12 +12,15 @@ import json
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
-from memory import api
+from memory import api, embedtext
+from memory.embeddings import get_embedder, set_embedder
 from memory.models import FollowUp, FollowUpKind, Memory, MemoryEvent
 from memory.services import followups
 from memory.services.followups import followup_transport
-from memory.services.memories import BULK_EPISODES_MAX
+from memory.services.memories import BULK_EPISODES_MAX, episodes_store_batches
+from memory.services.pipeline import followups_embed_run
 from tests.conftest import make_identity
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,12 +30,23 @@ def _episodes(n: int, **extra) -> list[dict]:
     return [{"content": f"Session {i}: we moved the kettle {i} metres", "butler": "home", **extra} for i in range(n)]
 
 
-def test_bulk_store_gives_every_episode_what_a_single_store_gives(member, outsider, monkeypatch):
+@pytest.fixture
+def embed_sent(monkeypatch) -> list[list[str]]:
+    """The embed follow-ups enqueued (the real transport, eager Celery here, watched)."""
     transport = followup_transport(FollowUpKind.EMBED)
     assert transport is not None
     sent: list[list[str]] = []
-    # The real transport (eager Celery here), watched: one embed task for the whole call.
     monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, lambda ids: (sent.append(ids), transport(ids)))
+    return sent
+
+
+def _xmins(table: str, column: str, ids) -> set[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT xmin::text::bigint FROM {table} WHERE {column} = ANY(%s)", [list(ids)])  # noqa: S608
+        return {row[0] for row in cursor.fetchall()}
+
+
+def test_bulk_store_gives_every_episode_what_a_single_store_gives(member, outsider, embed_sent):
     single = api.episode_store(caller=member.caller, content="one at a time", butler="home", session_id="s0")
     rows = api.episodes_store_bulk(caller=member.caller, episodes=_episodes(3, session_id="s1", tags=["trip"]))
     stored = Memory.objects.filter(pk__in=[r.pk for r in rows]).order_by("content")
@@ -42,20 +58,118 @@ def test_bulk_store_gives_every_episode_what_a_single_store_gives(member, outsid
         assert (memory.session_id, memory.tags, memory.butler) == ("s1", ["trip"], "home")
         # The session TTL of the tenant policy, as for a single episode.
         assert abs((memory.expires_at - memory.created_at) - single_ttl).total_seconds() < 5
+        # Embedded before it was stored, as the single store embeds (sync mode).
+        assert (memory.embedding_status, memory.embedding_model) == (single.embedding_status, single.embedding_model)
+        assert memory.embedding_model == embedtext.embedding_identity(get_embedder().model_name)
+        assert memory.embedding == pytest.approx(get_embedder().embed([memory.content])[0], abs=1e-6)
     events = MemoryEvent.objects.filter(memory_id__in=[r.pk for r in rows], event_type="stored")
     assert sorted(e.memory_id for e in events) == sorted(r.pk for r in rows)
-    assert FollowUp.objects.filter(memory_id__in=[r.pk for r in rows], kind="embed").count() == 3
-    assert sent == [[str(r.pk) for r in rows]]  # the single store embedded inline (sync mode)
-    assert FollowUp.objects.filter(memory_id__in=[r.pk for r in rows], done_at__isnull=True).count() == 0
-    # Eager tasks ran the embed follow-ups on commit: vectors from the worker path.
-    assert set(Memory.objects.filter(pk__in=[r.pk for r in rows]).values_list("embedding_status", flat=True)) == {
-        "ready"
-    }
+    # Written once, with the vector, by the transaction that wrote their events: no later UPDATE.
+    assert _xmins("memory_memory", "id", [r.pk for r in rows]) == _xmins(
+        "memory_memoryevent", "memory_id", [r.pk for r in rows]
+    )
+    assert len(_xmins("memory_memory", "id", [r.pk for r in rows])) == 1
+    # Nothing left for the worker.
+    assert embed_sent == []
+    assert not FollowUp.objects.filter(memory_id__in=[r.pk for r in rows]).exists()
     hits = api.memory_search(
         caller=member.caller, query=api.SearchQuery("kettle metres", types=["episode"], mode="keyword")
     )
     assert {h.memory.pk for h in hits} >= {r.pk for r in rows}
+    semantic = api.memory_search(
+        caller=member.caller, query=api.SearchQuery("we moved the kettle", types=["episode"], mode="semantic")
+    )
+    assert {h.memory.pk for h in semantic} >= {r.pk for r in rows}
     assert api.memory_search(caller=outsider.caller, query=api.SearchQuery("kettle metres", mode="keyword")) == []
+
+
+def test_bulk_store_during_an_embedder_outage_keeps_every_episode_pending(member, embedder_outage, monkeypatch):
+    embed_sent: list[list[str]] = []  # enqueued, not run: the worker is down with the embedder
+    monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, embed_sent.append)
+    rows = api.episodes_store_bulk(caller=member.caller, episodes=_episodes(3))
+    ids = [r.pk for r in rows]
+    stored = list(Memory.objects.filter(pk__in=ids))
+    assert len(stored) == 3
+    assert {(m.embedding_status, m.embedding is None, m.embedding_attempts) for m in stored} == {("pending", True, 1)}
+    assert all(m.embedding_error for m in stored)
+    # Keyword-searchable at once, and one embed follow-up per episode for the worker.
+    hits = api.memory_search(
+        caller=member.caller, query=api.SearchQuery("kettle metres", types=["episode"], mode="keyword")
+    )
+    assert {h.memory.pk for h in hits} >= set(ids)
+    assert FollowUp.objects.filter(memory_id__in=ids, kind="embed", done_at__isnull=True).count() == 3
+    assert embed_sent == [[str(pk) for pk in ids]]
+    set_embedder(embedder_outage)  # the embedder is back: the worker gives them their vectors
+    assert followups_embed_run(memory_ids=ids) == 3
+    assert set(Memory.objects.filter(pk__in=ids).values_list("embedding_status", flat=True)) == {"ready"}
+    assert FollowUp.objects.filter(memory_id__in=ids, kind="embed", done_at__isnull=True).count() == 0
+
+
+def test_bulk_store_without_embedding_leaves_it_to_the_worker(member, embed_sent):
+    rows = api.episodes_store_bulk(caller=member.caller, episodes=_episodes(3), embed=False)
+    ids = [r.pk for r in rows]
+    assert [r.embedding_status for r in rows] == ["pending"] * 3
+    assert FollowUp.objects.filter(memory_id__in=ids, kind="embed").count() == 3
+    assert embed_sent == [[str(pk) for pk in ids]]  # one embed task for the whole call
+    # Eager tasks ran the embed follow-ups on commit: vectors from the worker path.
+    assert set(Memory.objects.filter(pk__in=ids).values_list("embedding_status", flat=True)) == {"ready"}
+    assert FollowUp.objects.filter(memory_id__in=ids, done_at__isnull=True).count() == 0
+
+
+def test_bulk_store_with_contextual_texts_leaves_session_episodes_to_the_worker(member, settings, monkeypatch):
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "ctx1"}
+    monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, lambda ids: None)  # no worker run
+    rows = api.episodes_store_bulk(
+        caller=member.caller,
+        episodes=[
+            {"content": "the first turn of a session", "butler": "home", "session_id": "s1"},
+            {"content": "the second turn of it", "butler": "home", "session_id": "s1"},
+            {"content": "a note of no session", "butler": "home"},
+        ],
+    )
+    by_content = {m.content: m for m in Memory.objects.filter(pk__in=[r.pk for r in rows])}
+    # Its text would need the previous turn, which the worker reads from the stored rows.
+    assert by_content["the second turn of it"].embedding_status == "pending"
+    assert by_content["the first turn of a session"].embedding_status == "pending"
+    alone = by_content["a note of no session"]
+    assert (alone.embedding_status, alone.embedding_model) == ("ready", f"{get_embedder().model_name}+ctx1")
+    assert FollowUp.objects.filter(memory_id__in=[r.pk for r in rows], kind="embed").count() == 2
+
+
+def test_batches_are_embedded_ahead_and_a_bad_batch_stores_nothing_of_itself(member):
+    log: list[str] = []
+    batches = [_episodes(2), _episodes(2), [{"content": "x", "butler": "home", "importance": 11}], _episodes(2)]
+
+    def read():
+        for index, batch in enumerate(batches):
+            log.append(f"read {index}")
+            yield batch
+
+    stream = episodes_store_batches(caller=member.caller, batches=read())
+    stored: list[list[Memory]] = []
+    with pytest.raises(api.InvalidArgument, match="importance"):
+        for rows in stream:
+            log.append(f"stored {len(stored)}")
+            stored.append(rows)
+    # The next batch is read (and embedded) before one is written; the bad one's
+    # predecessors are stored, nothing of it, and nothing after it is read.
+    assert log == ["read 0", "read 1", "stored 0", "read 2", "stored 1"]
+    assert [len(rows) for rows in stored] == [2, 2]
+    assert Memory.objects.filter(tenant_id=member.caller.tenant_id).count() == 4
+    assert {m.embedding_status for m in Memory.objects.filter(tenant_id=member.caller.tenant_id)} == {"ready"}
+
+
+def test_a_batch_that_cannot_be_read_stores_the_ones_before_it(member):
+    def read():
+        yield _episodes(2)
+        raise OSError("the file went away")
+
+    stored: list[list[Memory]] = []
+    with pytest.raises(OSError, match="went away"):
+        for rows in episodes_store_batches(caller=member.caller, batches=read()):
+            stored.append(rows)
+    assert [len(rows) for rows in stored] == [2]
+    assert Memory.objects.filter(tenant_id=member.caller.tenant_id).count() == 2
 
 
 @pytest.mark.parametrize(
@@ -93,8 +207,10 @@ def test_ingest_episodes_command_stores_in_batches_and_stops_at_a_bad_line(membe
     path.write_text("\n".join(good[:3] + [""] + good[3:]) + "\n")
     out = io.StringIO()
     call_command("ingest_episodes", str(path), "--tenant", "tenant-a", "--batch", "2", stdout=out)
-    assert out.getvalue().strip() == "stored 5 episodes in tenant 'tenant-a'; the worker embeds them"
-    assert Memory.objects.filter(tenant_id=member.caller.tenant_id, kind="episode").count() == 5
+    assert out.getvalue().strip() == "stored 5 episodes in tenant 'tenant-a'; embedded 5 now, 0 left to the worker"
+    assert (
+        Memory.objects.filter(tenant_id=member.caller.tenant_id, kind="episode", embedding_status="ready").count() == 5
+    )
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(good[:2] + ['{"content": "half', *good[2:]]) + "\n")
@@ -103,3 +219,22 @@ def test_ingest_episodes_command_stores_in_batches_and_stops_at_a_bad_line(membe
     assert Memory.objects.filter(tenant_id=member.caller.tenant_id, kind="episode").count() == 7
     with pytest.raises(CommandError, match="no tenant 'nobody'"):
         call_command("ingest_episodes", str(path), "--tenant", "nobody")
+
+
+def test_ingest_episodes_command_names_the_batch_of_an_invalid_episode(member, tmp_path):
+    path = tmp_path / "history.jsonl"
+    lines = [json.dumps(e) for e in _episodes(3)] + [json.dumps({"content": "x", "butler": "home", "importance": 11})]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CommandError, match=r"the batch from line 3: episodes\[1\]: importance.*; 2 episodes stored"):
+        call_command("ingest_episodes", str(path), "--tenant", "tenant-a", "--batch", "2", stdout=io.StringIO())
+    assert Memory.objects.filter(tenant_id=member.caller.tenant_id).count() == 2
+
+
+def test_ingest_episodes_command_can_leave_embedding_to_the_worker(member, tmp_path, monkeypatch):
+    monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, lambda ids: None)  # no worker run
+    path = tmp_path / "history.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in _episodes(3)) + "\n")
+    out = io.StringIO()
+    call_command("ingest_episodes", str(path), "--tenant", "tenant-a", "--no-embed", stdout=out)
+    assert out.getvalue().strip() == "stored 3 episodes in tenant 'tenant-a'; embedded 0 now, 3 left to the worker"
+    assert FollowUp.objects.filter(kind="embed", done_at__isnull=True).count() == 3
