@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -265,8 +265,9 @@ class _Importer:
                 caller=self.caller,
                 rows=rows,
                 payloads=[{"imported_from": self.system, "source_id": p.record.source_id} for p in planned],
+                # created_at / updated_at as upstream recorded them, written with the row.
+                dated={p.pk: (p.record.created_at, p.record.updated_at) for p in planned},
             )
-            self._keep_times(planned)
             MemoryAlias.objects.bulk_create(
                 [
                     MemoryAlias(tenant_id=self.caller.tenant_id, memory_id=p.pk, system=self.system, alias=alias)
@@ -285,29 +286,6 @@ class _Importer:
             self._outcome_events(planned)
         self.report.embedded += sum(1 for v in vectors if v is not None)
         self.report.pending_embeddings += sum(1 for v in vectors if v is None)
-
-    def _keep_times(self, planned: Sequence[_Planned]) -> None:
-        """created_at / updated_at as upstream recorded them (the ORM stamps now on insert)."""
-        dated = [p for p in planned if p.record.created_at or p.record.updated_at]
-        if not dated:
-            return
-        params: list[Any] = []
-        for p in dated:
-            created = p.record.created_at
-            params += [p.pk, created, p.record.updated_at or created, p.record.occurred_at or created]
-        values = ", ".join(["(%s::uuid, %s::timestamptz, %s::timestamptz, %s::timestamptz)"] * len(dated))
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""
-                UPDATE memory_memory m
-                SET created_at = coalesce(v.created_at, m.created_at),
-                    updated_at = coalesce(v.updated_at, m.updated_at),
-                    occurred_at = coalesce(v.occurred_at, m.occurred_at)
-                FROM (VALUES {values}) AS v(id, created_at, updated_at, occurred_at)
-                WHERE m.id = v.id
-                """,  # noqa: S608 - only placeholders are spliced in
-                params,
-            )
 
     def _outcome_events(self, planned: Sequence[_Planned]) -> None:
         """The outcome history as the audit events every dialect reads it from
