@@ -398,55 +398,54 @@ def channel_search(
         # Time-aware ranking (issue 14): time_fit on each hit when the query names a period.
         hits = temporal.annotate(hits, query_text, flt.now)
     if params.context_top > 0 and run_txt and query_vector is not None and "episode" in flt.kinds and hits:
-        hits = with_neighbours(caller=caller, hits=hits, params=params)
+        hits = with_neighbours(caller=caller, flt=flt, hits=hits, params=params)
     return hits, columns_by_id
 
 
-# The previous and next active episode of the same session of each given
-# episode, by (created_at, id): one probe of memory_session_turn_idx each way (the
-# index's own conditions, nothing the planner must weigh). Not the read's whole
-# filter: only hits are raised, so a turn the read may not see only ever stands
-# between two hits (neither is raised), never becomes a result.
+# The previous and next episode of the same session of each given episode, by
+# (created_at, id), under the read's filter: one probe of memory_session_turn_idx
+# each way. The read's whole filter, not only the index's conditions: with a turn
+# the reader may not see (a boundary class, another namespace) counted as a
+# neighbour, whether a visible hit is raised would reveal that hidden turn.
 _NEIGHBOURS_SQL = """
     SELECT n.id, p.id
     FROM memory_memory p
     CROSS JOIN LATERAL (
         (SELECT m.id FROM memory_memory m
-         WHERE m.tenant_id = p.tenant_id AND m.kind = 'episode' AND m.validity = 'active'
-           AND m.session_id = p.session_id AND m.session_id <> ''
+         WHERE {where} AND m.kind = 'episode' AND m.session_id = p.session_id AND m.session_id <> ''
            AND (m.created_at, m.id) < (p.created_at, p.id)
          ORDER BY m.created_at DESC, m.id DESC LIMIT 1)
         UNION ALL
         (SELECT m.id FROM memory_memory m
-         WHERE m.tenant_id = p.tenant_id AND m.kind = 'episode' AND m.validity = 'active'
-           AND m.session_id = p.session_id AND m.session_id <> ''
+         WHERE {where} AND m.kind = 'episode' AND m.session_id = p.session_id AND m.session_id <> ''
            AND (m.created_at, m.id) > (p.created_at, p.id)
          ORDER BY m.created_at, m.id LIMIT 1)
     ) n
-    WHERE p.id = ANY(%s::uuid[]) AND p.tenant_id = %s AND p.kind = 'episode' AND p.session_id <> ''
+    WHERE p.id = ANY(%(parents)s::uuid[]) AND p.tenant_id = %(tenant)s AND p.kind = 'episode' AND p.session_id <> ''
 """
 
 
 def with_neighbours(
-    *, caller: Caller, hits: dict[uuid.UUID, ChannelHit], params: RetrievalParams
+    *, caller: Caller, flt: RetrievalFilter, hits: dict[uuid.UUID, ChannelHit], params: RetrievalParams
 ) -> dict[uuid.UUID, ChannelHit]:
     """The hybrid's second pass over a conversation: those of the hits that
     are the previous or next turn (episode of the same session) of its first
     ``params.context_top`` hits by fused score get ``context_of`` naming that
     hit, so the fusion (``scoring.with_context``) scores them at least
     ``params.context_decay`` x its score. Only hits are raised (each has
-    evidence of its own and passed the read's filter); a neighbour that
-    matches neither channel stays out."""
+    evidence of its own); a neighbour that matches neither channel stays out."""
     fused = fuse_all(hits, params)
     top = sorted(fused, key=lambda pk: (-round(fused[pk], 12), str(pk)))[: params.context_top]
-    args = ["{" + ",".join(str(pk) for pk in top) + "}", str(caller.tenant_id)]
+    where, params_sql = _where(caller, flt)
+    sql = _NEIGHBOURS_SQL.format(where=where)
+    params_sql["parents"] = "{" + ",".join(str(pk) for pk in top) + "}"
     if connection.in_atomic_block:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_NEIGHBOURS_SQL, args)
+            cursor.execute(sql, params_sql)
             rows = cursor.fetchall()
     else:
         with connection.cursor() as cursor:
-            cursor.execute(_NEIGHBOURS_SQL, args)
+            cursor.execute(sql, params_sql)
             rows = cursor.fetchall()
     raised = [(memory_id, parent) for memory_id, parent in rows if memory_id in hits]
     if not raised:

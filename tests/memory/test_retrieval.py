@@ -715,6 +715,21 @@ def test_hybrid_search_raises_the_hits_next_to_its_top_hit_in_the_same_session(c
         assert not any(h.hit.context_of for h in alone)
 
 
+def test_a_turn_the_reader_may_not_see_does_not_change_which_hits_are_neighbours(caller):
+    """Neighbours are found under the read's own filter: a secret turn between
+    the request and its reply (a class this caller may not read) leaves the
+    reply the request's next turn, so the ranking a reader sees does not
+    depend on, and cannot reveal, a memory hidden from them."""
+    request = episode_store(caller=caller, content=HIKING_SESSION[0], butler="general", session_id="day-1")
+    hidden = episode_store(caller=caller, content="Frank said, my PIN is 4711", butler="general", session_id="day-1")
+    Memory.objects.filter(pk=hidden.pk).update(boundary_class="secret")
+    reply = episode_store(caller=caller, content=HIKING_SESSION[1], butler="general", session_id="day-1")
+    found = {h.memory.id: h for h in memory_search(caller=caller, query=SearchQuery("recommend a hiking spot"))}
+    assert hidden.id not in found
+    assert max(found, key=lambda pk: found[pk].score) == request.id
+    assert found[reply.id].hit.context_of == (request.id,)
+
+
 def test_a_neighbouring_turn_keeps_its_own_score_when_that_is_higher():
     hits = {
         "top": ChannelHit(vector_similarity=0.9, vector_rank=1, text_rank_value=3.0, text_rank=1),
