@@ -439,14 +439,7 @@ def with_neighbours(
     where, params_sql = _where(caller, flt)
     sql = _NEIGHBOURS_SQL.format(where=where)
     params_sql["parents"] = "{" + ",".join(str(pk) for pk in top) + "}"
-    if connection.in_atomic_block:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, params_sql)
-            rows = cursor.fetchall()
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params_sql)
-            rows = cursor.fetchall()
+    rows = _read_rows(sql, params_sql)
     raised = [(memory_id, parent) for memory_id, parent in rows if memory_id in hits]
     if not raised:
         return hits
@@ -462,9 +455,13 @@ def _channel_rows(sql: str, params_sql: dict, *, run_vec: bool) -> list[tuple]:
     """One channel's settings and statement in one round trip. Several
     statements in one query string run as one implicit transaction, which
     scopes the SET LOCALs as an explicit one would, without a BEGIN and a COMMIT
-    of their own. Inside a caller's transaction a savepoint still keeps a
-    failed read from aborting it."""
-    query = with_settings(sql, run_vec)
+    of their own."""
+    return _read_rows(with_settings(sql, run_vec), params_sql)
+
+
+def _read_rows(query: str, params_sql: dict) -> list[tuple]:
+    """The rows of a read's query (of its last statement). Inside a caller's
+    transaction a savepoint keeps a failed read from aborting it."""
     if connection.in_atomic_block:
         with transaction.atomic(), connection.cursor() as cursor:
             return _rows_of_last_statement(cursor, query, params_sql)

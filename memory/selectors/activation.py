@@ -45,14 +45,18 @@ MAX_TOP_K = 50
 
 
 @dataclass(frozen=True)
-class RankedClaim:
-    memory: Memory
+class _Scored:
     breakdown: ActivationScore
     reason: str
 
     @property
     def score(self) -> float:
         return self.breakdown.score
+
+
+@dataclass(frozen=True)
+class RankedClaim(_Scored):
+    memory: Memory
 
 
 @dataclass(frozen=True)
@@ -89,17 +93,11 @@ _CLAIM_ROWS_SQL = (
 
 
 @dataclass(frozen=True)
-class _Ranked:
+class _Ranked(_Scored):
     """A ranked claim before its row is loaded."""
 
     id: uuid.UUID
     created_at: datetime
-    breakdown: ActivationScore
-    reason: str
-
-    @property
-    def score(self) -> float:
-        return self.breakdown.score
 
 
 def _claim_rows(caller: Caller, decision: BoundaryDecision, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, ClaimRow]:
