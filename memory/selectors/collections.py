@@ -391,35 +391,13 @@ def collection_search(
     limit: int = 5,
     metadata: Mapping[str, Any] | None = None,
     now: datetime | None = None,
+    annotate: bool = True,
 ) -> list[CollectionHit]:
     """roampal's search: semantic (hybrid) with a query, a timeline without one
-    (newest first), both with the full scoring data."""
-    hits = _collection_search(
-        caller=caller,
-        query=query,
-        collections=collections,
-        days_back=days_back,
-        sort_by=sort_by,
-        limit=limit,
-        metadata=metadata,
-        now=now,
-    )
-    _annotate(hits)
-    return hits
-
-
-def _collection_search(
-    *,
-    caller: Caller,
-    query: str | None = None,
-    collections: Sequence[str] | None = None,
-    days_back: int | None = None,
-    sort_by: str | None = None,
-    limit: int = 5,
-    metadata: Mapping[str, Any] | None = None,
-    now: datetime | None = None,
-) -> list[CollectionHit]:
-    """``collection_search``'s hits before ``_annotate`` (their order does not depend on it)."""
+    (newest first), both with the full scoring data. ``annotate=False`` leaves
+    out each hit's outcome history, first version and upstream id (their
+    order does not depend on them), for a caller that annotates several
+    searches' hits in one statement."""
     require_read(caller)
     now = now or timezone.now()
     chosen = list(collections or COLLECTIONS)
@@ -478,7 +456,10 @@ def _collection_search(
         boundary_apply(decision, rows)
         hits = _bare_hits(rows)
         order = sort_by or "recency"
-    return sort_hits(hits, order)[:limit]
+    hits = sort_hits(hits, order)[:limit]
+    if annotate:
+        _annotate(hits)
+    return hits
 
 
 def sort_hits(hits: list[CollectionHit], order: str) -> list[CollectionHit]:
@@ -522,13 +503,16 @@ def known_context(*, caller: Caller, query: str, facts: int = 3, memories: int =
     if query.strip():
         # Two independent searches: side by side, each on its own connection.
         found, relevant = side_by_side(
-            lambda: _collection_search(caller=caller, query=query, collections=["memory_bank"], limit=facts, now=now),
-            lambda: _collection_search(
+            lambda: collection_search(
+                caller=caller, query=query, collections=["memory_bank"], limit=facts, now=now, annotate=False
+            ),
+            lambda: collection_search(
                 caller=caller,
                 query=query,
                 collections=["working", "history", "patterns", "books"],
                 limit=memories,
                 now=now,
+                annotate=False,
             ),
         )
     user_facts = _bare_hits(pinned) + [h for h in found if h.memory.id not in {m.id for m in pinned}]
