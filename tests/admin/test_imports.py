@@ -72,6 +72,9 @@ def test_the_changelist_links_to_the_import_page(client, admin_a):
     # A tenant admin is offered no server path, no reader options, and only systems read from a file.
     assert 'name="server_location"' not in form and 'name="options"' not in form
     assert '<option value="butlers"' not in form and '<option value="pce"' in form
+    # The breadcrumbs lead back to the memory list.
+    crumbs = form.split('<div class="breadcrumbs">', 1)[1].split("</div>", 1)[0]
+    assert reverse("admin:memory_memory_changelist") in crumbs and crumbs.rstrip().endswith("Import memories")
 
 
 def test_dry_run_shows_counts_and_writes_nothing(client, admin_a, scratch):
@@ -86,6 +89,8 @@ def test_dry_run_shows_counts_and_writes_nothing(client, admin_a, scratch):
     assert 'id="import-created">2 (2 fact)' in page
     assert "would create 2 fact" in page
     assert 'id="memory-import-confirm"' in page
+    crumbs = page.split('<div class="breadcrumbs">', 1)[1].split("</div>", 1)[0]
+    assert reverse(IMPORT) in crumbs and crumbs.rstrip().endswith("Dry run")
     assert not Memory.objects.filter(tenant=admin_a.tenant).exists()
     assert not MemoryAlias.objects.filter(tenant_id=admin_a.tenant.pk).exists()
     assert len(list(scratch.iterdir())) == 1  # the upload waits for the import
