@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -56,3 +57,24 @@ def owner_url() -> str:
         query = f"?host={quote(host, safe='')}" + (f"&port={port}" if port else "")
         return f"postgresql://{auth}/{db['NAME']}{query}"
     return f"postgresql://{auth}{host}{':' + str(port) if port else ''}/{db['NAME']}"
+
+
+def stripe_claim(caller: Any) -> Any:
+    """A pce claim with two entities and a relation: what a knowledge-graph
+    export (COGX) must carry across whole."""
+    from memory.services.claims import claim_upsert
+    from memory.services.graph import EntityInput, RelationInput
+
+    return claim_upsert(
+        caller=caller,
+        text="Stripe is the payment provider",
+        kind="fact",
+        scope="project",
+        boundary_class="internal",
+        entities=[
+            EntityInput(ref="e1", type="Artifact", name="Stripe"),
+            EntityInput(ref="e2", type="Concept", name="payments"),
+        ],
+        relations=[RelationInput(src_ref="e1", dst_ref="e2", type="provides")],
+        provenance={"actor": "test"},
+    )

@@ -30,12 +30,10 @@ import pytest
 
 from memory import api
 from memory.models import Memory, MemoryAlias, Relation
-from memory.services.claims import claim_upsert
-from memory.services.graph import EntityInput, RelationInput
 from memory.services.imports import memories_import, tenant_export_cogx
 from memory.services.memories import episode_store, fact_store, rule_store
 from tests.conftest import make_identity
-from tests.importers.conftest import run_upstream
+from tests.importers.conftest import run_upstream, stripe_claim
 
 pytestmark = pytest.mark.django_db
 
@@ -82,19 +80,7 @@ def test_cognee_reads_memprojs_export(tmp_path):
     fact_store(caller=caller, subject="user", predicate="city", content="User lives in Paris")
     rule_store(caller=caller, content="Answer in German")
     episode_store(caller=caller, content="We talked about the trip to Lisbon", butler="travel")
-    claim_upsert(
-        caller=caller,
-        text="Stripe is the payment provider",
-        kind="fact",
-        scope="project",
-        boundary_class="internal",
-        entities=[
-            EntityInput(ref="e1", type="Artifact", name="Stripe"),
-            EntityInput(ref="e2", type="Concept", name="payments"),
-        ],
-        relations=[RelationInput(src_ref="e1", dst_ref="e2", type="provides")],
-        provenance={"actor": "test"},
-    )
+    stripe_claim(caller)
     archive = tmp_path / "to_cognee"
     counts = tenant_export_cogx(tenant_id=caller.tenant_id, directory=archive)
 

@@ -16,12 +16,11 @@ from django.core.management import call_command
 from memory import api
 from memory.models import Entity, Memory, MemoryAlias, MemoryEvent, Relation
 from memory.selectors.aliases import memory_pk
-from memory.services.claims import claim_upsert
 from memory.services.feedback import memory_feedback
-from memory.services.graph import EntityInput, RelationInput
 from memory.services.imports import memories_import, tenant_export_cogx
 from memory.services.memories import episode_store, fact_store, rule_store
 from tests.conftest import make_identity
+from tests.importers.conftest import stripe_claim
 
 pytestmark = pytest.mark.django_db
 
@@ -157,19 +156,7 @@ def test_the_command_prints_the_report(tmp_path):
 def test_cogx_round_trip_keeps_memories_and_the_knowledge_graph(tmp_path):
     a = make_identity("tenant-a", "owner", role="admin").caller
     rows = populate(a)
-    claim = claim_upsert(
-        caller=a,
-        text="Stripe is the payment provider",
-        kind="fact",
-        scope="project",
-        boundary_class="internal",
-        entities=[
-            EntityInput(ref="e1", type="Artifact", name="Stripe"),
-            EntityInput(ref="e2", type="Concept", name="payments"),
-        ],
-        relations=[RelationInput(src_ref="e1", dst_ref="e2", type="provides")],
-        provenance={"actor": "test"},
-    )
+    claim = stripe_claim(a)
     archive = tmp_path / "out_cogx"
     counts = tenant_export_cogx(tenant_id=a.tenant_id, directory=archive)
     assert counts["entity"] == 2 and counts["episode"] == 1
