@@ -20,18 +20,25 @@ _cache: OrderedDict[tuple[uuid.UUID, str], PolicyDocument] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def _cached(tenant_id: uuid.UUID, version: str, row_id: int) -> PolicyDocument:
-    """(tenant, version) names one immutable document (versions are never reused),
-    so a cached parse can never be stale; only the current *version* is read per request."""
+def _kept(tenant_id: uuid.UUID, version: str) -> PolicyDocument | None:
+    """The parsed document of (tenant, version) if this process keeps it."""
     key = (tenant_id, version)
     with _cache_lock:
         found = _cache.get(key)
         if found is not None:
             _cache.move_to_end(key)
-            return found
+        return found
+
+
+def _cached(tenant_id: uuid.UUID, version: str, row_id: int) -> PolicyDocument:
+    """(tenant, version) names one immutable document (versions are never reused),
+    so a cached parse can never be stale; only the current *version* is read per request."""
+    found = _kept(tenant_id, version)
+    if found is not None:
+        return found
     document = from_dict(PolicyVersion.objects.values_list("document", flat=True).get(pk=row_id))
     with _cache_lock:
-        _cache[key] = document
+        _cache[(tenant_id, version)] = document
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return document
@@ -71,14 +78,7 @@ def policy_current_kept(*, tenant_id: uuid.UUID) -> PolicyDocument | None:
     if not policy_caching():
         return None
     head = policy_head_cached(tenant_id)
-    if head is None:
-        return None
-    key = (tenant_id, head[1])
-    with _cache_lock:
-        found = _cache.get(key)
-        if found is not None:
-            _cache.move_to_end(key)
-        return found
+    return None if head is None else _kept(tenant_id, head[1])
 
 
 def policy_history(*, tenant_id: uuid.UUID) -> list[PolicyVersion]:
