@@ -260,9 +260,10 @@ def named_day(query: str, now: datetime) -> TimeIntent | None:
         start = _day(now).replace(year=int(year) if year else now.year, month=month, day=day)
         if not year and start > now:
             start = start.replace(year=start.year - 1)
-    except ValueError:  # "April 31st", "February 29th" of a common year, year 0
+        end = start + DAY
+    except (ValueError, OverflowError):  # "April 31st", February 29th of a common year, year 0, 31 December 9999
         return None
-    return TimeIntent(start=start, end=start + DAY, phrase=m.group(0))
+    return TimeIntent(start=start, end=end, phrase=m.group(0))
 
 
 def parse(query: str, now: datetime) -> TimeIntent | None:

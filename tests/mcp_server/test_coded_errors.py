@@ -20,7 +20,15 @@ from tests.conftest import call, make_identity
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-IMPOSSIBLE_DATES = ["hiking in may 0000", "hiking in december 9999", "what did I do in dec 9999?"]
+IMPOSSIBLE_DATES = [
+    "hiking in may 0000",
+    "hiking in december 9999",
+    "what did I do in dec 9999?",
+    # A day named by its date: the last day there is, the first, one that does not exist.
+    "where was I hiking on December 31, 9999?",
+    "hiking on the 1st of January, 0001",
+    "hiking on February 30th",
+]
 
 
 async def post(identity: Any, path: str, body: Any) -> httpx.Response:

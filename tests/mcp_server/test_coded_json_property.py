@@ -40,6 +40,7 @@ HOSTILE_STRINGS = [
     "hiking in may 0000",
     "what did I do in december 9999?",
     "dec 9999",
+    "on december 31, 9999",
     "in 2022",
     "two weeks ago",
     "<html>",
