@@ -125,7 +125,20 @@ class ImportSourceError(Exception):
 
 def parse_time(value: Any) -> datetime | None:
     """An upstream timestamp: ISO 8601 (naive means UTC, as roampal and mem0
-    write local-less times), epoch seconds, or milli/micro/nanoseconds."""
+    write local-less times), epoch seconds, or milli/micro/nanoseconds; in
+    UTC, or None when it has no UTC time a reader could load back (31
+    December 9999 23:00 at -05:00 is year 10000 in UTC: PostgreSQL would store
+    it, and every read of the row would then fail)."""
+    parsed = _parse_time(value)
+    if parsed is None:
+        return None
+    try:
+        return parsed.astimezone(UTC)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _parse_time(value: Any) -> datetime | None:
     if value is None or value == "":
         return None
     if isinstance(value, datetime):
@@ -148,7 +161,7 @@ def parse_time(value: Any) -> datetime | None:
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
             try:
-                return parse_time(float(text))
+                return _parse_time(float(text))
             except ValueError:
                 return None
         return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
