@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
+import memproj
 from mcp_server.registry import TOOLSETS, dialect_urlpatterns
 from mcp_server.rest import tool_call
 from memory.admin.dashboard import dashboard, dashboard_index
@@ -13,6 +14,25 @@ from policy.models import ApiToken
 
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
+
+
+@csrf_exempt  # no session, no state: a write is answered 405, not a CSRF page
+@require_safe
+def service_index(request: HttpRequest) -> JsonResponse:
+    """What a person or a client opening the server's root finds: where each
+    surface is, so ``curl http://127.0.0.1:8000/`` answers instead of a 404."""
+    public_url = settings.MEMPROJ_PUBLIC_URL.rstrip("/")
+    return JsonResponse(
+        {
+            "service": "memproj",
+            "version": memproj.__version__,
+            "mcp": {name: f"{public_url}/mcp/{name}/" for name in sorted(TOOLSETS)},
+            "http_tools": f"{public_url}/api/<toolset>/<tool>",
+            "admin": f"{public_url}/admin/",
+            "health": f"{public_url}/healthz",
+            "authorization": "Bearer token from `manage.py issue_token` or the admin's API tokens",
+        }
+    )
 
 
 @csrf_exempt  # no session, no state: a write is answered 405, not a CSRF page
@@ -43,6 +63,7 @@ def protected_resource_metadata(request: HttpRequest, toolset: str) -> JsonRespo
 
 
 urlpatterns = [
+    path("", service_index, name="service_index"),
     # The review dashboard lives under /admin/ and uses the admin's login.
     path("admin/dashboard/", admin.site.admin_view(dashboard_index), name="memproj_dashboard_index"),
     path("admin/dashboard/<slug:slug>/", admin.site.admin_view(dashboard), name="memproj_dashboard"),

@@ -193,6 +193,22 @@ async def test_the_server_reports_its_version(http_server, member):  # noqa: F81
     assert info is not None and info.name == "memproj-roampal" and info.version == memproj.__version__ != ""
 
 
+def test_the_root_names_every_surface_and_its_address(http_server, member):  # noqa: F811
+    index = httpx.get(f"{http_server}/", timeout=60)
+    assert index.status_code == 200, index.text
+    body = index.json()
+    assert body["service"] == "memproj" and body["version"] == memproj.__version__
+    assert set(body["mcp"]) == set(TOOLSETS)
+    # Each MCP address it names is a live endpoint: tools/list answers there with the token.
+    for name, url in body["mcp"].items():
+        listed = httpx.post(url, json=TOOLS_LIST, headers=dict(MCP_HEADERS, Authorization=f"Bearer {member.token}"))
+        assert listed.status_code == 200, (name, listed.text)
+        assert "tools" in listed.text, name
+    assert httpx.get(body["health"], timeout=60).json() == {"status": "ok"}
+    assert httpx.get(body["admin"], timeout=60, follow_redirects=True).status_code == 200
+    assert httpx.post(f"{http_server}/", timeout=60).status_code == 405
+
+
 # --- the roampal hook command -------------------------------------------------------------
 
 
