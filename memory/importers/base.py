@@ -149,8 +149,14 @@ def _parse_time(value: Any) -> datetime | None:
         seconds = float(value)
         if not math.isfinite(seconds):
             return None
-        while abs(seconds) > 2e10:
+        # Past 2e10 s (year 2603) a number is read as milli-, micro- or
+        # nanoseconds; larger than nanoseconds can be, it is no time at all.
+        for _unit in ("ms", "us", "ns"):
+            if abs(seconds) <= 2e10:
+                break
             seconds /= 1000
+        if abs(seconds) > 2e10:
+            return None
         try:
             return datetime.fromtimestamp(seconds, tz=UTC)
         except (ValueError, OverflowError, OSError):

@@ -20,6 +20,8 @@ from memory.importers.base import parse_time
         datetime(9999, 12, 31, 23, 0, tzinfo=timezone(timedelta(hours=-5))),
         datetime(1, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=5))),
         float("nan"),
+        1e30,  # larger than any nanosecond count: not a time in some unit
+        "-1e300",
         "not a time",
         True,
     ],
@@ -36,6 +38,8 @@ def test_a_time_without_a_readable_utc_value_is_no_time(value):
         ("9999-12-31T18:00:00-05:00", datetime(9999, 12, 31, 23, 0, tzinfo=UTC)),
         (1_709_287_200, datetime(2024, 3, 1, 10, 0, tzinfo=UTC)),
         (1_709_287_200_000, datetime(2024, 3, 1, 10, 0, tzinfo=UTC)),  # milliseconds
+        (1_709_287_200_000_000, datetime(2024, 3, 1, 10, 0, tzinfo=UTC)),  # microseconds
+        ("1709287200000000000", datetime(2024, 3, 1, 10, 0, tzinfo=UTC)),  # nanoseconds, as text
     ],
 )
 def test_times_arrive_in_utc(value, expected):
