@@ -88,6 +88,7 @@ import _embcache  # noqa: E402
 import _fusions  # noqa: E402
 import _longmemeval  # noqa: E402
 import _memorybank  # noqa: E402
+import _models  # noqa: E402
 
 KS = (1, 5, 10, 20)
 LME_KS = (1, 5, 10, 20, 50)
@@ -157,6 +158,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="NAME=VALUE",
         help="only an interleaved A/B of memory_search's time per question: the parameters against them with"
         " these overrides (e.g. context_top=0), 3 rounds, median and p95",
+    )
+    p.add_argument(
+        "--model",
+        nargs="+",
+        default=None,
+        choices=_models.CANDIDATES,
+        help="only a comparison of embedding models (bench/_models.py) against the stored MiniLM vectors:"
+        " each model's vector channel (exact cosine over the tenant) in place of the stored one, vector-only and"
+        " hybrid re-ranked as memory_search ranks, with paired-bootstrap intervals",
+    )
+    p.add_argument(
+        "--model-cost",
+        nargs="*",
+        default=None,
+        metavar="MODEL",
+        help="only the CPU cost per query and per document text of these models (default: all candidates)",
     )
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.add_argument("--tiny", action="store_true", help="smoke-test size")
@@ -946,6 +963,124 @@ def floor_table(ds: DataSet, params) -> list[str]:  # type: ignore[no-untyped-de
     ]
 
 
+# --------------------------------------------------------------------------- embedding models
+
+
+def model_cost(args: argparse.Namespace) -> list[str]:
+    """Questions and turns of MemoryBank and of the first LongMemEval question of each type."""
+    names = args.model_cost or [n for n in _models.CANDIDATES]
+    users = _memorybank.load(args.mb_data)
+    lme = _longmemeval.load(args.lme_data, 1)
+    queries = [q for u in users for q, _, _ in u.questions][:60] + [q.question for q in lme]
+    rng = random.Random(7)
+    turns = [t.content for u in users for t in u.turns] + [t.content for q in lme for t in q.turns]
+    docs = rng.sample(turns, 256)
+    return _models.cost_table(names, queries, docs)
+
+
+def model_wide(wide: Wide, embedder: _embcache.CachedEmbedder) -> Wide:
+    """The wide candidates with the vector channel recomputed by ``embedder``:
+    exact cosine of the query's vector with every active episode of the tenant,
+    top 500 kept (ranks 1-based), keyword fields and dates as stored, time fit
+    annotated as memory_search annotates it."""
+    import numpy as np
+
+    from memory import temporal
+    from memory.models import Memory
+    from memory.scoring import ChannelHit
+
+    tenants: dict[uuid.UUID, tuple[list, Any, dict]] = {}
+    out: Wide = []
+    for cands, q in wide:
+        if q.caller.tenant_id not in tenants:
+            rows = list(
+                Memory.objects.filter(tenant_id=q.caller.tenant_id, validity="active", kind="episode").values_list(
+                    "id", "content", "created_at"
+                )
+            )
+            matrix = np.asarray(embedder.embed([c for _, c, _ in rows]), dtype=np.float32)
+            tenants[q.caller.tenant_id] = ([pk for pk, _, _ in rows], matrix, {pk: c for pk, _, c in rows})
+        pks, matrix, created = tenants[q.caller.tenant_id]
+        sims = matrix @ np.asarray(embedder.embed([q.text])[0], dtype=np.float32)
+        top = np.argsort(-sims, kind="stable")[:500]
+        old = {pk: h for pk, h, _ in cands}
+        hits = {}
+        for rank, i in enumerate(top, start=1):
+            h = old.get(pks[i], ChannelHit())
+            hits[pks[i]] = ChannelHit(
+                vector_similarity=float(sims[i]),
+                vector_rank=rank,
+                text_rank_value=h.text_rank_value,
+                text_rank=h.text_rank,
+                text_coverage=h.text_coverage,
+            )
+        for pk, h in old.items():
+            if pk not in hits and h.text_rank is not None:
+                hits[pk] = ChannelHit(
+                    text_rank_value=h.text_rank_value, text_rank=h.text_rank, text_coverage=h.text_coverage
+                )
+        hits = temporal.annotate(hits, q.text, q.now or datetime.now(UTC))
+        out.append(([(pk, h, created[pk]) for pk, h in hits.items()], q))
+    return out
+
+
+def model_table(ds: DataSet, params, names: Sequence[str]) -> list[str]:  # type: ignore[no-untyped-def]
+    """Vector-only and hybrid recall per embedding model, against the stored
+    MiniLM vectors (the service's HNSW read) on the same candidates. Each model
+    gets its own evidence floor (memory.scoring.vector_floor_for)."""
+    from memory.scoring import vector_floor_for
+
+    wide = wide_candidates(ds, params)
+    ks = (1, 5, 10)
+
+    def per_query(runs: list[list[int]]) -> list[float]:
+        return [recall_at(q.gold, r, 10) for q, r in zip(ds.queries, runs, strict=True) if q.gold]
+
+    base = {m: rerank(ds, wide, params, m) for m in ("semantic", "hybrid")}
+    rows = [
+        ["all-MiniLM-L6-v2 (stored vectors, as served)"]
+        + [f"{score_run([q.gold for q in ds.queries], base[m], ks)[f'R@{k}']:.3f}" for m in base for k in ks]
+        + ["", ""]
+    ]
+    for name in names:
+        cand = _models.Candidate(name)
+        embedder = _embcache.CachedEmbedder(cand, _embcache.EmbeddingCache(cand.model_name))
+        texts = {c for cands, q in wide for c in [q.text]}
+        from memory.models import Memory
+
+        tenants = {q.caller.tenant_id for q in ds.queries}
+        texts |= set(
+            Memory.objects.filter(tenant_id__in=tenants, validity="active", kind="episode").values_list(
+                "content", flat=True
+            )
+        )
+        _embcache.warm(embedder, texts, batch=64)
+        p = params.with_(vector_floor=vector_floor_for(cand.model_name))
+        mw = model_wide(wide, embedder)
+        runs = {m: rerank(ds, mw, p, m) for m in ("semantic", "hybrid")}
+        cis = []
+        for m in ("semantic", "hybrid"):
+            low, mean, high = paired_bootstrap(per_query(runs[m]), per_query(base[m]))
+            cis.append(f"{mean:+.3f} ({low:+.3f} .. {high:+.3f})")
+        rows.append(
+            [f"{cand.model_name} (exact cosine, floor {p.vector_floor:.2f})"]
+            + [f"{score_run([q.gold for q in ds.queries], runs[m], ks)[f'R@{k}']:.3f}" for m in runs for k in ks]
+            + cis
+        )
+    return [
+        "",
+        f"{ds.name} - {len(ds.queries)} queries - embedding models (turn-level recall; differences: R@10 against"
+        " the first row, paired bootstrap 95% CI)",
+        _common.table(
+            ["model"]
+            + [f"vector R@{k}" for k in ks]
+            + [f"hybrid R@{k}" for k in ks]
+            + ["vector R@10 diff (95% CI)", "hybrid R@10 diff (95% CI)"],
+            rows,
+        ),
+    ]
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -962,6 +1097,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"LongMemEval data not found in {args.lme_data}; skipping it", file=sys.stderr)
         want_lme = False
     _common.setup_django(db_name="memproj_bench_quality")
+    if args.model_cost is not None:
+        print("\n".join(model_cost(args)))
+        return 0
     from django.conf import settings
 
     from memory import embedtext, scoring
@@ -1021,6 +1159,14 @@ def main(argv: list[str] | None = None) -> int:
         for ds in datasets:
             if "hybrid" in ds.modes:
                 out += latency_ab(ds, params, other, " ".join(args.latency_ab))
+        print("\n".join(out))
+        return 0
+    if args.model:
+        if version != "plain":
+            raise SystemExit("--model compares models on the plain episode text only")
+        for ds in datasets:
+            if "semantic" in ds.modes:
+                out += model_table(ds, params, args.model)
         print("\n".join(out))
         return 0
     if args.floor:
