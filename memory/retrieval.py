@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -226,6 +227,13 @@ def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
     return ranked
 
 
+# Each channel row's conversation: the session of an episode that has one, else
+# NULL. The neighbouring-turn pass (``with_neighbours``) only raises a hit that
+# is an episode of a top hit's session, so with these it sends its statement
+# only when a top hit's session holds another hit.
+SESSION_SQL = "CASE WHEN m.kind = 'episode' AND m.session_id <> '' THEN m.session_id END"
+
+
 # Vector channel: the tenant-filtered HNSW walk, top k_vec by cosine distance
 # (at the graphs' half precision, memory.models.GRAPH_VECTOR_SQL).
 # A read of facts, rules or documents only probes each kind's own graph
@@ -236,7 +244,7 @@ def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
 # walks the graph of every memory once (a probe per kind there measured ~5 ms
 # more per read of a 10k tenant, ~2 ms at 100k).
 _VECTOR_PROBE_SQL = f"""
-        (SELECT m.id, {GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM}) AS distance
+        (SELECT m.id, {GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM}) AS distance, {SESSION_SQL} AS session
          FROM memory_memory m
          WHERE {{where}}{{kind}} AND m.embedding IS NOT NULL
          ORDER BY distance
@@ -244,7 +252,7 @@ _VECTOR_PROBE_SQL = f"""
 
 _VECTOR_SQL = """
     vec AS (
-        SELECT id, 1 - distance AS score FROM ({probes}
+        SELECT id, session, 1 - distance AS score FROM ({probes}
         ) nearest
         ORDER BY distance
         LIMIT %(k_vec)s
@@ -272,19 +280,19 @@ _TERMS_SQL = """
         WHERE before = 0 OR before + df <= %(budget)s
     ),
     cand_any AS (
-        (SELECT m.id, m.search_vector
+        (SELECT m.id, m.search_vector, {session} AS session
          FROM memory_memory m
          WHERE {where} AND m.search_vector @@ memproj_all_query(ARRAY(SELECT term FROM terms WHERE df > 0))
          LIMIT %(budget)s)
         UNION ALL
-        (SELECT m.id, m.search_vector
+        (SELECT m.id, m.search_vector, {session} AS session
          FROM memory_memory m
          WHERE {where} AND m.search_vector @@ memproj_any_query(ARRAY(SELECT term FROM selective))
          LIMIT %(budget)s)
         LIMIT %(budget)s
     ),
     cand AS (
-        SELECT DISTINCT ON (id) id, search_vector FROM cand_any
+        SELECT DISTINCT ON (id) id, search_vector, session FROM cand_any
     )"""
 
 # BM25 over the candidates: IDF from the tenant's statistics, term frequency
@@ -302,8 +310,8 @@ _BM25_SQL = """
         FROM terms t, stats st WHERE t.df > 0
     ),
     txt AS (
-        SELECT id, score, (SELECT sum(idf) FROM weighted) AS idf_total FROM (
-            SELECT c.id, (
+        SELECT id, session, score, (SELECT sum(idf) FROM weighted) AS idf_total FROM (
+            SELECT c.id, c.session, (
                 SELECT sum(w.idf * (coalesce(array_length(u.positions, 1), 1) * (%(k1)s::float8 + 1))
                     / (coalesce(array_length(u.positions, 1), 1) + norm.k))
                 FROM unnest(ts_filter(setweight(c.search_vector, 'A', ARRAY(SELECT term FROM weighted)), '{{a}}'))
@@ -323,7 +331,8 @@ _BM25_SQL = """
 # Cover density (the scorer before BM25): no IDF, kept for comparison and policies.
 _COVER_DENSITY_SQL = """
     txt AS (
-        SELECT c.id, ts_rank_cd(c.search_vector, memproj_any_query(ARRAY(SELECT term FROM terms)), 32) AS score,
+        SELECT c.id, c.session,
+            ts_rank_cd(c.search_vector, memproj_any_query(ARRAY(SELECT term FROM terms)), 32) AS score,
             NULL::float8 AS idf_total
         FROM cand c
         ORDER BY score DESC, c.id
@@ -398,7 +407,8 @@ def channel_search(
         # Time-aware ranking (issue 14): time_fit on each hit when the query names a period.
         hits = temporal.annotate(hits, query_text, flt.now)
     if params.context_top > 0 and run_txt and query_vector is not None and "episode" in flt.kinds and hits:
-        hits = with_neighbours(caller=caller, flt=flt, hits=hits, params=params)
+        sessions = {row[1]: row[4] for row in rows if row[4] is not None}
+        hits = with_neighbours(caller=caller, flt=flt, hits=hits, params=params, sessions=sessions)
     return hits, columns_by_id
 
 
@@ -426,19 +436,29 @@ _NEIGHBOURS_SQL = """
 
 
 def with_neighbours(
-    *, caller: Caller, flt: RetrievalFilter, hits: dict[uuid.UUID, ChannelHit], params: RetrievalParams
+    *,
+    caller: Caller,
+    flt: RetrievalFilter,
+    hits: dict[uuid.UUID, ChannelHit],
+    params: RetrievalParams,
+    sessions: Mapping[uuid.UUID, str],
 ) -> dict[uuid.UUID, ChannelHit]:
     """The hybrid's second pass over a conversation: those of the hits that
     are the previous or next turn (episode of the same session) of its first
     ``params.context_top`` hits by fused score get ``context_of`` naming that
     hit, so the fusion (``scoring.with_context``) scores them at least
     ``params.context_decay`` x its score. Only hits are raised (each has
-    evidence of its own); a neighbour that matches neither channel stays out."""
+    evidence of its own); a neighbour that matches neither channel stays out.
+    ``sessions``: the session of each hit that is an episode of one (the
+    channel rows' ``session``, ``SESSION_SQL``)."""
     fused = fuse_all(hits, params)
     top = sorted(fused, key=lambda pk: (-round(fused[pk], 12), str(pk)))[: params.context_top]
+    parents = neighbour_parents(top, hits, sessions)
+    if not parents:
+        return hits
     where, params_sql = _where(caller, flt)
     sql = _NEIGHBOURS_SQL.format(where=where)
-    params_sql["parents"] = "{" + ",".join(str(pk) for pk in top) + "}"
+    params_sql["parents"] = "{" + ",".join(str(pk) for pk in parents) + "}"
     rows = _read_rows(sql, params_sql)
     raised = [(memory_id, parent) for memory_id, parent in rows if memory_id in hits]
     if not raised:
@@ -449,6 +469,17 @@ def with_neighbours(
         if parent not in hit.context_of:
             hits[memory_id] = replace(hit, context_of=(*hit.context_of, parent))
     return hits
+
+
+def neighbour_parents(
+    top: Sequence[uuid.UUID], hits: Mapping[uuid.UUID, ChannelHit], sessions: Mapping[uuid.UUID, str]
+) -> list[uuid.UUID]:
+    """The top hits whose neighbours are worth a look: a neighbour is raised
+    only when it is a hit, an episode of the same session, so a top hit that
+    is no episode of a session, or whose session holds no other hit, has none
+    to raise."""
+    per_session = Counter(sessions[pk] for pk in hits if pk in sessions)
+    return [pk for pk in top if pk in sessions and per_session[sessions[pk]] > 1]
 
 
 def _channel_rows(sql: str, params_sql: dict, *, run_vec: bool) -> list[tuple]:
@@ -512,13 +543,13 @@ def channel_statement(
         else:
             probes = _VECTOR_PROBE_SQL.format(where=where, kind="")
         ctes.append(_VECTOR_SQL.format(probes=probes))
-        selects.append("SELECT 'v' AS channel, id, score, NULL::float8 AS idf_total FROM vec")
+        selects.append("SELECT 'v' AS channel, id, score, NULL::float8 AS idf_total, session FROM vec")
         params_sql.update(qvec=vector_literal(query_vector), k_vec=params.k_vec)
     if run_txt:
-        ctes.append(_TERMS_SQL.format(where=where))
+        ctes.append(_TERMS_SQL.format(where=where, session=SESSION_SQL))
         scorer = _BM25_SQL if params.keyword_scorer == "bm25" else _COVER_DENSITY_SQL
         ctes.append(scorer.format())
-        selects.append("SELECT 't' AS channel, id, score, idf_total FROM txt")
+        selects.append("SELECT 't' AS channel, id, score, idf_total, session FROM txt")
         params_sql.update(
             q=query_text, k_txt=params.k_txt, budget=params.txt_candidates, k1=params.bm25_k1, b=params.bm25_b
         )
@@ -537,7 +568,7 @@ def _hits_from_rows(rows: list[tuple]) -> tuple[dict[uuid.UUID, ChannelHit], dic
     by_channel: dict[str, list[tuple]] = {"v": [], "t": []}
     idf_total: float | None = None
     columns: dict[uuid.UUID, tuple] = {}
-    for channel, memory_id, score, total, *values in rows:
+    for channel, memory_id, score, total, _session, *values in rows:
         by_channel[channel].append((memory_id, float(score)))
         columns[memory_id] = tuple(values)
         if total is not None:

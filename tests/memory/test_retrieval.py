@@ -559,7 +559,8 @@ def test_a_probe_of_one_kinds_graph_names_its_kind_once(caller, kinds):
     probes = re.findall(r"\(SELECT m\.id, m\.embedding::halfvec\(384\) <=>.*?LIMIT", statement[0], flags=re.S)
     assert len(probes) == len(kinds)
     for probe in probes:
-        assert probe.count("m.kind") == 1 and "m.kind = %(vec_kind_" in probe
+        where = probe.split("WHERE", 1)[1]  # (the select list reads the kind of a row, no predicate)
+        assert where.count("m.kind") == 1 and "m.kind = %(vec_kind_" in where
 
 
 def _plan_of_the_nearest_read(run) -> str:  # type: ignore[no-untyped-def]
@@ -728,6 +729,74 @@ def test_a_turn_the_reader_may_not_see_does_not_change_which_hits_are_neighbours
     assert hidden.id not in found
     assert max(found, key=lambda pk: found[pk].score) == request.id
     assert found[reply.id].hit.context_of == (request.id,)
+
+
+def neighbour_statements(queries) -> int:  # type: ignore[no-untyped-def]
+    return sum("FROM memory_memory p" in q["sql"] for q in queries)
+
+
+def test_the_neighbour_statement_is_sent_only_when_a_top_hit_shares_its_session_with_another_hit(caller):
+    """A neighbour is raised only when it is a hit in the top hit's session:
+    with no such hit the pass has nothing to raise and sends no statement; with
+    one (even a hit of the keyword channel alone) it sends it."""
+    request = episode_store(caller=caller, content=HIKING_SESSION[0], butler="general")  # no session
+    episode_store(caller=caller, content=HIKING_SESSION[1], butler="general")
+    query = SearchQuery("recommend a hiking spot")
+    with CaptureQueriesContext(connection) as queries:
+        found = memory_search(caller=caller, query=query)
+    assert found[0].memory.id == request.id and neighbour_statements(queries) == 0
+    Memory.objects.filter(pk=request.pk).update(session_id="day-1")  # a session of its own
+    with CaptureQueriesContext(connection) as queries:
+        memory_search(caller=caller, query=query)
+    assert neighbour_statements(queries) == 0
+    weather = episode_store(
+        caller=caller, content="Frank said, the weather is fine", butler="general", session_id="day-1"
+    )
+    with CaptureQueriesContext(connection) as queries:
+        memory_search(caller=caller, query=query)
+    assert neighbour_statements(queries) == 0  # in the session, but no hit: matches neither channel
+    weather.delete()
+    reply = episode_store(caller=caller, content="AI companion said, spot on", butler="general", session_id="day-1")
+    with CaptureQueriesContext(connection) as queries:
+        found = memory_search(caller=caller, query=query)
+    assert neighbour_statements(queries) == 1
+    assert {h.memory.id: h for h in found}[reply.id].hit.context_of == (request.id,)
+
+
+def test_skipping_the_neighbour_statement_changes_no_ranking(caller, monkeypatch):
+    """Conversations with turns in shared sessions, in sessions of their own
+    and in none, and facts: every search ranks, scores and raises exactly as
+    when every top hit's neighbours are looked up."""
+    import random
+
+    rng = random.Random(7)
+    vocabulary = "hiking trail boots rain lake bread crew roof hangar zeppelin garden budget coffee train"
+    words = vocabulary.split()
+    sessions = ["", "", "s1", "s2", "s3", "solo-a", "solo-b"]
+    for index in range(60):
+        session = rng.choice(sessions)
+        if session.startswith("solo"):
+            session = f"{session}-{index}"
+        text = " ".join(rng.sample(words, 4))
+        if index % 7 == 0:
+            fact_store(caller=caller, subject="user", predicate=f"p{index}", content=text)
+        else:
+            episode_store(caller=caller, content=text, butler="general", session_id=session)
+    queries = [" ".join(rng.sample(words, rng.randint(1, 3))) for _ in range(40)]
+
+    def ranked(query: str) -> list[tuple]:
+        return [
+            (h.memory.id, round(h.score, 12), h.hit.context_of)
+            for h in memory_search(
+                caller=caller, query=SearchQuery(query, params=RetrievalParams.resolve({"context_top": 3}))
+            )
+        ]
+
+    skipped = [ranked(q) for q in queries]
+    monkeypatch.setattr(retrieval, "neighbour_parents", lambda top, hits, sessions: list(top))
+    assert [ranked(q) for q in queries] == skipped
+    raised = sum(bool(context) for ranking in skipped for _, _, context in ranking)
+    assert raised > 0  # the sets exercise the pass
 
 
 def test_a_neighbouring_turn_keeps_its_own_score_when_that_is_higher():
