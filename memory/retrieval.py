@@ -267,6 +267,11 @@ _VECTOR_SQL = """
 # frequencies fit the candidate budget (the rarest term always counts; LIMIT
 # bounds the whole). A frequent term alone cannot make the channel rank a large
 # share of a big tenant; it still adds to the score of the candidates it is in.
+# A memory with every term has the selective ones too, so the all-words branch
+# only matters when the budget cuts the two short; it is skipped (a one-time
+# filter, before any scan) when the document frequencies, which count every
+# memory of the tenant, show that both fit: the same candidates, one GIN and
+# heap scan fewer.
 _TERMS_SQL = """
     terms AS (
         SELECT t.term, coalesce(s.df, 0) AS df
@@ -274,7 +279,7 @@ _TERMS_SQL = """
         LEFT JOIN memory_termstat s ON s.tenant_id = %(tenant)s AND s.term = t.term
     ),
     selective AS (
-        SELECT term FROM (
+        SELECT term, df FROM (
             SELECT term, df, sum(df) OVER (ORDER BY df, term) - df AS before FROM terms WHERE df > 0
         ) ordered
         WHERE before = 0 OR before + df <= %(budget)s
@@ -283,6 +288,7 @@ _TERMS_SQL = """
         (SELECT m.id, m.search_vector, {session} AS session
          FROM memory_memory m
          WHERE {where} AND m.search_vector @@ memproj_all_query(ARRAY(SELECT term FROM terms WHERE df > 0))
+           AND (SELECT sum(df) FROM selective) + (SELECT min(df) FROM terms WHERE df > 0) > %(budget)s
          LIMIT %(budget)s)
         UNION ALL
         (SELECT m.id, m.search_vector, {session} AS session

@@ -149,6 +149,39 @@ def test_keyword_candidates_are_bounded_rarest_terms_first(caller):
     assert 1 <= len(memory_search(caller=caller, query=SearchQuery("status", mode="keyword", params=params))) <= 5
 
 
+ALL_WORDS_GATE = (
+    "           AND (SELECT sum(df) FROM selective) + (SELECT min(df) FROM terms WHERE df > 0) > %(budget)s\n"
+)
+
+
+@pytest.mark.parametrize("budget", [2, 5, 12, 1000])
+def test_skipping_the_all_words_scan_changes_no_candidate(caller, monkeypatch, budget):
+    """The all-words branch is skipped only when the document frequencies show
+    that both branches fit the budget: every keyword ranking is the one the
+    statement that always runs it gives."""
+    import random
+
+    rng = random.Random(budget)
+    words = "zeppelin hangar roof lake bread crew garden budget".split()  # noqa: SIM905
+    store(caller, *[" ".join(rng.sample(words, rng.randint(1, 4))) for _ in range(40)])
+    params = RetrievalParams.resolve({"txt_candidates": budget, "keyword_scorer": "bm25"})
+    queries = [" ".join(rng.sample(words, rng.randint(1, 3))) for _ in range(15)]
+
+    def ranked() -> list[list[tuple]]:
+        return [
+            [
+                (h.memory.id, round(h.score, 12))
+                for h in memory_search(caller=caller, query=SearchQuery(q, mode="keyword", params=params))
+            ]
+            for q in queries
+        ]
+
+    gated = ranked()
+    assert ALL_WORDS_GATE in retrieval._TERMS_SQL
+    monkeypatch.setattr(retrieval, "_TERMS_SQL", retrieval._TERMS_SQL.replace(ALL_WORDS_GATE, ""))
+    assert ranked() == gated
+
+
 def test_params_resolve_from_settings_and_refuse_unknown_names(settings):
     settings.MEMPROJ = {**settings.MEMPROJ, "FUSION": "rrf", "FUSION_ALPHA": 0.4}
     params = RetrievalParams.resolve()
