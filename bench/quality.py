@@ -1045,7 +1045,7 @@ def model_table(ds: DataSet, params, names: Sequence[str]) -> list[str]:  # type
     for name in names:
         cand = _models.Candidate(name)
         embedder = _embcache.CachedEmbedder(cand, _embcache.EmbeddingCache(cand.model_name))
-        texts = {c for cands, q in wide for c in [q.text]}
+        texts = {q.text for _, q in wide}
         from memory.models import Memory
 
         tenants = {q.caller.tenant_id for q in ds.queries}
