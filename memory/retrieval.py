@@ -5,6 +5,7 @@ formulas of ``memory.scoring`` under the call's ``RetrievalParams``."""
 
 from __future__ import annotations
 
+import heapq
 import json
 import uuid
 from collections import Counter
@@ -457,9 +458,7 @@ def with_neighbours(
     evidence of its own); a neighbour that matches neither channel stays out.
     ``sessions``: the session of each hit that is an episode of one (the
     channel rows' ``session``, ``SESSION_SQL``)."""
-    fused = fuse_all(hits, params)
-    top = sorted(fused, key=lambda pk: (-round(fused[pk], 12), str(pk)))[: params.context_top]
-    parents = neighbour_parents(top, hits, sessions)
+    parents = neighbour_parents(hits, sessions, params)
     if not parents:
         return hits
     where, params_sql = _where(caller, flt)
@@ -477,15 +476,24 @@ def with_neighbours(
     return hits
 
 
+def top_hits(hits: Mapping[uuid.UUID, ChannelHit], params: RetrievalParams) -> list[uuid.UUID]:
+    """The first ``params.context_top`` hits by fused score (ties by id)."""
+    fused = fuse_all(hits, params)
+    return heapq.nsmallest(params.context_top, fused, key=lambda pk: (-round(fused[pk], 12), str(pk)))
+
+
 def neighbour_parents(
-    top: Sequence[uuid.UUID], hits: Mapping[uuid.UUID, ChannelHit], sessions: Mapping[uuid.UUID, str]
+    hits: Mapping[uuid.UUID, ChannelHit], sessions: Mapping[uuid.UUID, str], params: RetrievalParams
 ) -> list[uuid.UUID]:
-    """The top hits whose neighbours are worth a look: a neighbour is raised
-    only when it is a hit, an episode of the same session, so a top hit that
-    is no episode of a session, or whose session holds no other hit, has none
-    to raise."""
+    """The top hits (``top_hits``) whose neighbours are worth a look: a
+    neighbour is raised only when it is a hit, an episode of the same session,
+    so a top hit that is no episode of a session, or whose session holds no
+    other hit, has none to raise; with no two hits in one session, no hit
+    has, and the fusion is not even computed here."""
     per_session = Counter(sessions[pk] for pk in hits if pk in sessions)
-    return [pk for pk in top if pk in sessions and per_session[sessions[pk]] > 1]
+    if all(count == 1 for count in per_session.values()):
+        return []
+    return [pk for pk in top_hits(hits, params) if pk in sessions and per_session[sessions[pk]] > 1]
 
 
 def _channel_rows(sql: str, params_sql: dict, *, run_vec: bool) -> list[tuple]:

@@ -826,10 +826,25 @@ def test_skipping_the_neighbour_statement_changes_no_ranking(caller, monkeypatch
         ]
 
     skipped = [ranked(q) for q in queries]
-    monkeypatch.setattr(retrieval, "neighbour_parents", lambda top, hits, sessions: list(top))
+    monkeypatch.setattr(retrieval, "neighbour_parents", lambda hits, sessions, params: retrieval.top_hits(hits, params))
     assert [ranked(q) for q in queries] == skipped
     raised = sum(bool(context) for ranking in skipped for _, _, context in ranking)
     assert raised > 0  # the sets exercise the pass
+
+
+def test_neighbour_parents_fuse_only_when_two_hits_share_a_session(monkeypatch):
+    hits = {
+        "top": ChannelHit(vector_similarity=0.9, vector_rank=1, text_rank_value=3.0, text_rank=1),
+        "next": ChannelHit(text_rank_value=0.1, text_rank=3),
+        "fact": ChannelHit(vector_similarity=0.5, vector_rank=2),
+    }
+    params = RetrievalParams()
+    assert retrieval.neighbour_parents(hits, {"top": "s1", "next": "s1"}, params) == ["top"]
+    assert retrieval.neighbour_parents(hits, {"top": "s1", "next": "s2"}, params) == []
+    assert retrieval.neighbour_parents(hits, {"next": "s1", "fact": "s1"}, params) == []  # the top hit has none
+    monkeypatch.setattr(retrieval, "fuse_all", lambda *_: pytest.fail("fused with no two hits in one session"))
+    assert retrieval.neighbour_parents(hits, {"top": "s1", "next": "s2"}, params) == []
+    assert retrieval.neighbour_parents(hits, {}, params) == []
 
 
 def test_a_neighbouring_turn_keeps_its_own_score_when_that_is_higher():
