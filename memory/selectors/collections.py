@@ -36,7 +36,9 @@ from memory.selectors.aliases import alias_targets, aliases_of
 from memory.selectors.memories import (
     RankRow,
     SearchQuery,
+    SearchRanking,
     boundary_apply,
+    memory_rows_by_id,
     memory_search_ranking,
     read_boundary,
     require_read,
@@ -411,32 +413,17 @@ def collection_search(
     if meta_after is not None:
         created_after = meta_after if created_after is None else max(created_after, meta_after)
     if query and query.strip():
-        ranking = memory_search_ranking(
+        ranked = _ranked_by_collection(
             caller=caller,
-            query=SearchQuery(
-                query,
-                types=sorted({KINDS_OF[c] for c in chosen}),
-                mode="hybrid",
-                limit=min(100, max(4 * limit, 40)),
-                collections=chosen,
-                created_after=created_after,
-            ),
+            query=query,
+            chosen=chosen,
+            created_after=created_after,
+            condition=condition if metadata else None,
+            limit=limit,
+            order=sort_by or "relevance",
         )
-        # The search's first `limit` candidates ranked again by the collection
-        # rank on their ranking columns; only the rows returned are loaded.
-        found = ranking.items[: ranking.limit]
-        if metadata:
-            ids = [row.id for row, _, _ in found]
-            kept = set(Memory.objects.filter(pk__in=ids).filter(condition).values_list("pk", flat=True))
-            found = [item for item in found if item[0].id in kept]
-        similarity = {row.id: max(0.0, hit.vector_similarity or relevance) for row, relevance, hit in found}
-        order = sort_by or "relevance"
-        ranked = [
-            row.id
-            for row, _, _ in sorted(found, key=lambda f: _order_key(f[0], rank_score(f[0], similarity[f[0].id]), order))
-        ]
-        loaded = ranking.load(caller, ranked, limit)
-        hits = _bare_hits([loaded[pk] for pk in ranked if pk in loaded], similarity)
+        hits = ranked.hits(ranked.ranking.load(caller, ranked.ids, limit))
+        order = ranked.order
     else:
         decision = read_boundary(caller)
         qs = (
@@ -460,6 +447,75 @@ def collection_search(
     if annotate:
         _annotate(hits)
     return hits
+
+
+@dataclass
+class _CollectionRanking:
+    """A search by meaning ranked by the collection rank, before its rows are
+    loaded (``hits`` makes the hits of the loaded rows)."""
+
+    ranking: SearchRanking
+    ids: list[uuid.UUID]  # best first
+    similarity: dict[uuid.UUID, float]
+    limit: int
+    order: str
+
+    def hits(self, loaded: Mapping[uuid.UUID, Memory]) -> list[CollectionHit]:
+        hits = _bare_hits([loaded[pk] for pk in self.ids if pk in loaded], self.similarity)
+        return sort_hits(hits, self.order)[: self.limit]
+
+
+def _ranked_by_collection(
+    *,
+    caller: Caller,
+    query: str,
+    chosen: Sequence[str],
+    created_after: datetime | None,
+    condition: Q | None,
+    limit: int,
+    order: str,
+) -> _CollectionRanking:
+    ranking = memory_search_ranking(
+        caller=caller,
+        query=SearchQuery(
+            query,
+            types=sorted({KINDS_OF[c] for c in chosen}),
+            mode="hybrid",
+            limit=min(100, max(4 * limit, 40)),
+            collections=chosen,
+            created_after=created_after,
+        ),
+    )
+    # The search's first `limit` candidates ranked again by the collection
+    # rank on their ranking columns; only the rows returned are loaded.
+    found = ranking.items[: ranking.limit]
+    if condition is not None:
+        ids = [row.id for row, _, _ in found]
+        kept = set(Memory.objects.filter(pk__in=ids).filter(condition).values_list("pk", flat=True))
+        found = [item for item in found if item[0].id in kept]
+    similarity = {row.id: max(0.0, hit.vector_similarity or relevance) for row, relevance, hit in found}
+    ranked = [
+        row.id
+        for row, _, _ in sorted(found, key=lambda f: _order_key(f[0], rank_score(f[0], similarity[f[0].id]), order))
+    ]
+    return _CollectionRanking(ranking=ranking, ids=ranked, similarity=similarity, limit=limit, order=order)
+
+
+def _load_together(caller: Caller, rankings: Sequence[_CollectionRanking]) -> list[list[CollectionHit]]:
+    """The hits of several rankings of one read (one boundary decision), the
+    rows each returns loaded by one statement; a ranking whose first rows are
+    no longer all there loads its next ones as ``SearchRanking.load`` would."""
+    decision = rankings[0].ranking.decision
+    first = [pk for r in rankings for pk in r.ids[: r.limit]]
+    rows = memory_rows_by_id(caller, decision, first)
+    boundary_apply(decision, list(rows.values()))
+    out = []
+    for r in rankings:
+        loaded = {pk: rows[pk] for pk in r.ids[: r.limit] if pk in rows}
+        if len(loaded) < r.limit and len(r.ids) > r.limit:
+            loaded.update(r.ranking.load(caller, r.ids[r.limit :], r.limit - len(loaded)))
+        out.append(r.hits(loaded))
+    return out
 
 
 def sort_hits(hits: list[CollectionHit], order: str) -> list[CollectionHit]:
@@ -501,18 +557,24 @@ def known_context(*, caller: Caller, query: str, facts: int = 3, memories: int =
     found: list[CollectionHit] = []
     relevant: list[CollectionHit] = []
     if query.strip():
-        # Two independent searches: side by side, each on its own connection.
-        found, relevant = side_by_side(
-            lambda: collection_search(
-                caller=caller, query=query, collections=["memory_bank"], limit=facts, now=now, annotate=False
-            ),
-            lambda: collection_search(
+        # Two independent searches: side by side, each on its own connection;
+        # the rows both return are then loaded together.
+        def ranked(chosen: list[str], limit: int) -> _CollectionRanking:
+            return _ranked_by_collection(
                 caller=caller,
                 query=query,
-                collections=["working", "history", "patterns", "books"],
-                limit=memories,
-                now=now,
-                annotate=False,
+                chosen=chosen,
+                created_after=None,
+                condition=None,
+                limit=validation.limit(limit),
+                order="relevance",
+            )
+
+        found, relevant = _load_together(
+            caller,
+            side_by_side(
+                lambda: ranked(["memory_bank"], facts),
+                lambda: ranked(["working", "history", "patterns", "books"], memories),
             ),
         )
     user_facts = _bare_hits(pinned) + [h for h in found if h.memory.id not in {m.id for m in pinned}]

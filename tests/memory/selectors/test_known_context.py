@@ -1,0 +1,86 @@
+"""roampal's KNOWN CONTEXT: its two searches, their rows loaded together."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from memory.embeddings import set_embedder
+from memory.selectors import collections
+from memory.selectors.collections import collection_search, known_context
+from memory.selectors.memories import _row_statement
+from memory.services.collections import memory_bank_store, working_store
+from tests.conftest import make_identity
+
+pytestmark = pytest.mark.django_db
+
+QUERY = "how does Ada run the Rust tests"
+
+
+class WordHashEmbedder:
+    model_name = "test-word-hash"
+    dimensions = 384
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            v = [0.0] * self.dimensions
+            for word in text.lower().split():
+                v[int(hashlib.sha1(word.encode()).hexdigest(), 16) % self.dimensions] += 1.0
+            norm = math.sqrt(sum(x * x for x in v)) or 1.0
+            out.append([x / norm for x in v])
+        return out
+
+
+@pytest.fixture(autouse=True)
+def fake_embedder():
+    set_embedder(WordHashEmbedder())
+    yield
+    set_embedder(None)
+
+
+@pytest.fixture
+def caller():
+    caller = make_identity("tenant-a", "member").caller
+    for i in range(6):
+        memory_bank_store(caller=caller, content=f"Ada runs the Rust tests with cargo nextest, note {i}")
+        working_store(caller=caller, content=f"Ada asked how to run the Rust tests, session {i}")
+        working_store(caller=caller, content=f"unrelated chatter about lunch {i}")
+    return caller
+
+
+def shown(hits) -> list[tuple]:  # type: ignore[no-untyped-def]
+    return [(h.memory.id, h.memory.content, h.similarity, h.final_rank_score) for h in hits]
+
+
+def test_known_context_shows_what_its_two_searches_find_and_loads_their_rows_at_once(caller):
+    facts = collection_search(caller=caller, query=QUERY, collections=["memory_bank"], limit=3, annotate=False)
+    others = ["working", "history", "patterns", "books"]
+    relevant = collection_search(caller=caller, query=QUERY, collections=others, limit=3, annotate=False)
+    with CaptureQueriesContext(connection) as queries:
+        context = known_context(caller=caller, query=QUERY)
+    assert shown(context.user_facts) == shown(facts) and len(facts) == 3
+    assert shown(context.relevant) == shown(relevant) and len(relevant) == 3
+    assert sum(q["sql"].startswith(_row_statement().sql[:60]) and '."id" = ANY(' in q["sql"] for q in queries) == 1
+
+
+def test_a_row_gone_since_its_section_was_ranked_is_replaced_by_the_next(caller, monkeypatch):
+    ranked_by_collection = collections._ranked_by_collection
+    gone = []
+
+    def rank_then_delete(**kwargs):  # type: ignore[no-untyped-def]
+        ranking = ranked_by_collection(**kwargs)
+        if "working" in kwargs["chosen"]:
+            gone.append(ranking.ids[0])
+            collections.Memory.objects.filter(pk=ranking.ids[0]).delete()
+            gone.append(ranking.ids[1 : 1 + kwargs["limit"]])
+        return ranking
+
+    monkeypatch.setattr(collections, "_ranked_by_collection", rank_then_delete)
+    context = known_context(caller=caller, query=QUERY)
+    deleted, following = gone
+    assert [h.memory.id for h in context.relevant] == following
