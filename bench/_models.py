@@ -250,7 +250,7 @@ class Candidate:
         return self._embed(texts)
 
 
-def cost_table(names: list[str], queries: list[str], docs: list[str], rounds: int = 5) -> list[str]:
+def cost_table(names: list[str], queries: list[str], docs: list[str], rounds: int = 3) -> list[str]:
     """CPU ms per text (process CPU time, one thread each), one text per call for
     queries (as a search embeds), batches of 32 for documents (as the store's
     batches do); models interleaved round by round, so load drifts hit all alike."""

@@ -974,7 +974,7 @@ def model_cost(args: argparse.Namespace) -> list[str]:
     queries = [q for u in users for q, _, _ in u.questions][:60] + [q.question for q in lme]
     rng = random.Random(7)
     turns = [t.content for u in users for t in u.turns] + [t.content for q in lme for t in q.turns]
-    docs = rng.sample(turns, 256)
+    docs = rng.sample(turns, 64)
     return _models.cost_table(names, queries, docs)
 
 
