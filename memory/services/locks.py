@@ -27,12 +27,14 @@ calls ``tenant_write_lock`` before it does. Writes that append nothing (a
 vector, an access time, a reference count) need not take it: they take only
 memory rows, and ``memory_rows_lock`` takes several in primary-key order first,
 so such a write never holds one row while waiting for a row a writer holds
-(one multi-row UPDATE locks in its plan's order, which is no order at all)."""
+(one multi-row UPDATE locks in its plan's order, which is no order at all).
+``memory_rows_update`` does both in one statement, for a read's bookkeeping."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from django.db import connection
 
@@ -75,6 +77,39 @@ def memory_rows_lock(memory_ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT id FROM memory_memory WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE", [ids])
         return [row[0] for row in cursor.fetchall()]
+
+
+def memory_rows_update(
+    *,
+    tenant_id: uuid.UUID,
+    memory_ids: Iterable[uuid.UUID],
+    assignments: str,
+    params: Sequence[Any],
+    only_if: str = "TRUE",
+    only_if_params: Sequence[Any] = (),
+    returning: str = "",
+) -> list[tuple[Any, ...]]:
+    """Lock a tenant's rows ``FOR NO KEY UPDATE`` in primary-key order and
+    update them, as one statement: the lock order of ``memory_rows_lock``
+    without a transaction of its own, so a read's bookkeeping (an access time,
+    a reference count) is one round trip instead of BEGIN, lock, UPDATE and
+    COMMIT. ``only_if`` is checked again on a row that changed while this
+    statement waited for it; ``assignments``, ``only_if`` and ``returning`` are
+    fixed SQL of the caller (columns of ``m``), never input."""
+    ids = sorted({str(memory_id) for memory_id in memory_ids})
+    if not ids:
+        return []
+    with connection.cursor() as cursor:
+        sql = (
+            "WITH locked AS (SELECT m.id FROM memory_memory AS m"  # noqa: S608 - fixed SQL of the caller
+            f" WHERE m.id = ANY(%s::uuid[]) AND m.tenant_id = %s AND ({only_if})"
+            " ORDER BY m.id FOR NO KEY UPDATE OF m)"
+            f" UPDATE memory_memory AS m SET {assignments} FROM locked WHERE m.id = locked.id"
+        )
+        if returning:
+            sql += f" RETURNING {returning}"
+        cursor.execute(sql, [ids, str(tenant_id), *only_if_params, *params])
+        return cursor.fetchall() if returning else []
 
 
 def memory_group_lock(memory_ids: Iterable[uuid.UUID]) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Field, Q, Value
+from django.db.models import Field, Value
 from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 
@@ -25,7 +25,7 @@ from memory.selectors.aliases import memory_pk
 from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, caller_event, event_append, events_append
 from memory.services.followups import followups_for_writes
-from memory.services.locks import memory_rows_lock, tenant_write_lock
+from memory.services.locks import memory_rows_update, tenant_write_lock
 from memory.services.quotas import quota_memories_check
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
@@ -638,17 +638,19 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     return memory
 
 
-def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -> None:
-    """Recall and get bump reference counts, as in the butlers memory module (atomic F() increments).
-    A reference is an access too."""
-    ids = list(memory_ids)
-    if ids:
-        now = timezone.now()
-        with transaction.atomic():
-            locked = memory_rows_lock(ids)
-            Memory.objects.for_caller(caller).filter(pk__in=locked).update(
-                reference_count=F("reference_count") + 1, last_referenced_at=now, accessed_at=now
-            )
+def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[int, datetime]]:
+    """Recall and get bump reference counts, as in the butlers memory module
+    (atomic increments). A reference is an access too. Returns each bumped
+    memory's new count and reference time."""
+    now = timezone.now()
+    rows = memory_rows_update(
+        tenant_id=caller.tenant_id,
+        memory_ids=memory_ids,
+        assignments="reference_count = m.reference_count + 1, last_referenced_at = %s, accessed_at = %s",
+        params=[now, now],
+        returning="m.id, m.reference_count, m.last_referenced_at",
+    )
+    return {memory_id: (count, at) for memory_id, count, at in rows}
 
 
 # ``accessed_at`` is stored to this granularity: a memory returned again within
@@ -675,11 +677,14 @@ def memory_accessed_mark(*, caller: Caller, memories: Sequence[Memory]) -> None:
         or memory.accessed_at < stale_before
     ]
     if stale:
-        with transaction.atomic():
-            locked = memory_rows_lock(stale)
-            Memory.objects.for_caller(caller).filter(pk__in=locked).filter(
-                Q(accessed_at__isnull=True) | Q(accessed_at__lt=stale_before)
-            ).update(accessed_at=now)
+        memory_rows_update(
+            tenant_id=caller.tenant_id,
+            memory_ids=stale,
+            assignments="accessed_at = %s",
+            params=[now],
+            only_if="m.accessed_at IS NULL OR m.accessed_at < %s",
+            only_if_params=[stale_before],
+        )
     for memory in memories:
         memory.accessed_at = now
 

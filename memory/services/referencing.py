@@ -4,6 +4,8 @@ itself is ``memory.retrieval``; this module only adds the side effect.)"""
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime
 from typing import Any
 
 from memory.models import Memory
@@ -22,17 +24,24 @@ from policy.caller import Caller
 
 def memory_recall(*, caller: Caller, topic: str, scope: str | None = None, limit: int = 10) -> list[ScoredMemory]:
     results = memory_recall_candidates(caller=caller, topic=topic, scope=scope, limit=limit)
-    memory_references_bump(caller=caller, memory_ids=memory_ids(results))
+    bumped = memory_references_bump(caller=caller, memory_ids=memory_ids(results))
     for item in results:
-        item.memory.reference_count += 1
+        _show_bump(item.memory, bumped)
     return results
 
 
 def memory_get(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     memory = memory_fetch(caller=caller, kind=kind, memory_id=memory_id)
-    memory_references_bump(caller=caller, memory_ids=[memory.id])
-    memory.refresh_from_db(fields=["reference_count", "last_referenced_at"])
+    _show_bump(memory, memory_references_bump(caller=caller, memory_ids=[memory.id]))
     return memory
+
+
+def _show_bump(memory: Memory, bumped: dict[uuid.UUID, tuple[int, datetime]]) -> None:
+    """The answer shows the count and time this read stored (a memory gone
+    since it was read keeps what was read)."""
+    if memory.id in bumped:
+        memory.reference_count, memory.last_referenced_at = bumped[memory.id]
+        memory.accessed_at = memory.last_referenced_at
 
 
 def memory_search_accessed(*, caller: Caller, query: SearchQuery) -> list[ScoredMemory]:

@@ -23,8 +23,8 @@ from memory.services.memories import fact_store
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _wait_until_blocked(pid_holder: list[int], timeout: float = 20.0) -> None:
-    """Until the checker's backend waits on a row lock."""
+def wait_until_blocked(pid_holder: list[int], timeout: float = 20.0) -> None:
+    """Until the backend of that pid waits on a row lock."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -36,7 +36,7 @@ def _wait_until_blocked(pid_holder: list[int], timeout: float = 20.0) -> None:
             if row and row[0] == "Lock":
                 return
         time.sleep(0.05)
-    raise AssertionError("the conflict check never waited on the held row")
+    raise AssertionError("the other session never waited on the held row")
 
 
 def test_duplicate_merge_waits_for_the_lowest_row_before_holding_any_other(member, monkeypatch):
@@ -74,7 +74,7 @@ def test_duplicate_merge_waits_for_the_lowest_row_before_holding_any_other(membe
     with transaction.atomic():
         memory_rows_lock([lowest])  # a recall bumping the group holds its first row
         checker.start()
-        _wait_until_blocked(checker_pid)
+        wait_until_blocked(checker_pid)
         # While the checker waits for that row it must hold none of the others:
         # a reader can take them at once (NOWAIT fails if the checker holds one).
         with connection.cursor() as cursor:
