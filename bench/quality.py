@@ -72,6 +72,7 @@ import math
 import os
 import random
 import re
+import statistics
 import sys
 import time
 import uuid
@@ -174,6 +175,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         metavar="MODEL",
         help="only the CPU cost per query and per document text of these models (default: all candidates)",
+    )
+    p.add_argument(
+        "--model-cost-turns",
+        choices=("mixed", "lme"),
+        default="mixed",
+        help="--model-cost samples its 64 turns from MemoryBank and LongMemEval (mixed) or LongMemEval only",
     )
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.add_argument("--tiny", action="store_true", help="smoke-test size")
@@ -973,16 +980,24 @@ def model_cost(args: argparse.Namespace) -> list[str]:
     lme = _longmemeval.load(args.lme_data, 1)
     queries = [q for u in users for q, _, _ in u.questions][:60] + [q.question for q in lme]
     rng = random.Random(7)
-    turns = [t.content for u in users for t in u.turns] + [t.content for q in lme for t in q.turns]
+    turns = [t.content for q in lme for t in q.turns]
+    if args.model_cost_turns == "mixed":
+        turns = [t.content for u in users for t in u.turns] + turns
     docs = rng.sample(turns, 64)
-    return _models.cost_table(names, queries, docs)
+    out = _models.cost_table(names, queries, docs)
+    if any(_models.Candidate.splits(n) for n in names):
+        vectors = [1 + len(_models.split_sentences(d)) for d in docs]
+        out.append(f"(the sampled turns: {statistics.mean(vectors):.2f} vectors per turn with their sentences)")
+    return out
 
 
-def model_wide(wide: Wide, embedder: _embcache.CachedEmbedder) -> Wide:
+def model_wide(wide: Wide, embedder: _embcache.CachedEmbedder, sentences: bool = False) -> Wide:
     """The wide candidates with the vector channel recomputed by ``embedder``:
     exact cosine of the query's vector with every active episode of the tenant,
     top 500 kept (ranks 1-based), keyword fields and dates as stored, time fit
-    annotated as memory_search annotates it."""
+    annotated as memory_search annotates it. ``sentences``: an episode's
+    similarity is the best of its whole text's and its sentences'
+    (_models.split_sentences)."""
     import numpy as np
 
     from memory import temporal
@@ -999,9 +1014,18 @@ def model_wide(wide: Wide, embedder: _embcache.CachedEmbedder) -> Wide:
                 )
             )
             matrix = np.asarray(embedder.embed([c for _, c, _ in rows]), dtype=np.float32)
-            tenants[q.caller.tenant_id] = ([pk for pk, _, _ in rows], matrix, {pk: c for pk, _, c in rows})
-        pks, matrix, created = tenants[q.caller.tenant_id]
-        sims = matrix @ np.asarray(embedder.embed([q.text])[0], dtype=np.float32)
+            split = [_models.split_sentences(c) if sentences else [] for _, c, _ in rows]
+            pieces = [(i, p) for i, ps in enumerate(split) for p in ps]
+            owner = np.asarray([i for i, _ in pieces], dtype=np.int64)
+            parts = np.asarray(embedder.embed([p for _, p in pieces]), dtype=np.float32)
+            parts = parts.reshape(len(pieces), matrix.shape[1])
+            vectors = (matrix, owner, parts)
+            tenants[q.caller.tenant_id] = ([pk for pk, _, _ in rows], vectors, {pk: c for pk, _, c in rows})
+        pks, (matrix, owner, parts), created = tenants[q.caller.tenant_id]
+        qv = np.asarray(embedder.embed([q.text])[0], dtype=np.float32)
+        sims = matrix @ qv
+        if len(owner):
+            np.maximum.at(sims, owner, parts @ qv)
         top = np.argsort(-sims, kind="stable")[:500]
         old = {pk: h for pk, h, _ in cands}
         hits = {}
@@ -1037,6 +1061,7 @@ def model_table(ds: DataSet, params, names: Sequence[str]) -> list[str]:  # type
         return [recall_at(q.gold, r, 10) for q, r in zip(ds.queries, runs, strict=True) if q.gold]
 
     base = {m: rerank(ds, wide, params, m) for m in ("semantic", "hybrid")}
+    notes: list[str] = []
     rows = [
         ["all-MiniLM-L6-v2 (stored vectors, as served)"]
         + [f"{score_run([q.gold for q in ds.queries], base[m], ks)[f'R@{k}']:.3f}" for m in base for k in ks]
@@ -1049,21 +1074,34 @@ def model_table(ds: DataSet, params, names: Sequence[str]) -> list[str]:  # type
         from memory.models import Memory
 
         tenants = {q.caller.tenant_id for q in ds.queries}
-        texts |= set(
+        contents = list(
             Memory.objects.filter(tenant_id__in=tenants, validity="active", kind="episode").values_list(
                 "content", flat=True
             )
         )
+        texts |= set(contents)
+        if cand.sentences:
+            split = [_models.split_sentences(t) for t in contents]
+            vectors = [1 + len(v) for v in split]
+            chars = [len(t) for t in contents]
+            notes.append(
+                f"{cand.label}: {statistics.mean(vectors):.2f} vectors per episode"
+                f" ({sum(v > 1 for v in vectors) / len(vectors):.0%} split, at most {max(vectors)});"
+                f" episode length median {statistics.median(chars):.0f} characters, p95"
+                f" {_common.percentile(chars, 95):.0f}"
+            )
+            texts |= {piece for v in split for piece in v}
         _embcache.warm(embedder, texts, batch=64)
         p = params.with_(vector_floor=vector_floor_for(cand.model_name))
-        mw = model_wide(wide, embedder)
+        mw = model_wide(wide, embedder, cand.sentences)
         runs = {m: rerank(ds, mw, p, m) for m in ("semantic", "hybrid")}
         cis = []
         for m in ("semantic", "hybrid"):
             low, mean, high = paired_bootstrap(per_query(runs[m]), per_query(base[m]))
             cis.append(f"{mean:+.3f} ({low:+.3f} .. {high:+.3f})")
+        best = ", best of turn and sentences" if cand.sentences else ""
         rows.append(
-            [f"{cand.model_name} (exact cosine, floor {p.vector_floor:.2f})"]
+            [f"{cand.model_name} (exact cosine{best}, floor {p.vector_floor:.2f})"]
             + [f"{score_run([q.gold for q in ds.queries], runs[m], ks)[f'R@{k}']:.3f}" for m in runs for k in ks]
             + cis
         )
@@ -1078,6 +1116,7 @@ def model_table(ds: DataSet, params, names: Sequence[str]) -> list[str]:  # type
             + ["vector R@10 diff (95% CI)", "hybrid R@10 diff (95% CI)"],
             rows,
         ),
+        *notes,
     ]
 
 
