@@ -162,9 +162,8 @@ def export_mean_pooled(model_dir: Path, out: Path) -> Path:
         reference = SentenceTransformer(str(model_dir), device="cpu").encode(
             embeddings._PROBES, normalize_embeddings=True
         )
-        embeddings._check_close(
-            OnnxModel(tmp, model_dir).embed(embeddings._PROBES), reference, embeddings.ONNX_MIN_COSINE, "export differs"
-        )
+        exported = embeddings.OnnxBackend(tmp, model_dir).embed(embeddings._PROBES)
+        embeddings._check_close(exported, reference, embeddings.ONNX_MIN_COSINE, "export differs")
 
     return embeddings._build_once(out, build)
 
@@ -185,48 +184,12 @@ def quantize(fp32: Path, model_dir: Path) -> Path:
         import numpy as np
 
         cosines = (
-            np.asarray(OnnxModel(tmp, model_dir).embed(embeddings._PROBES))
-            * np.asarray(OnnxModel(fp32, model_dir).embed(embeddings._PROBES))
+            np.asarray(embeddings.OnnxBackend(tmp, model_dir).embed(embeddings._PROBES))
+            * np.asarray(embeddings.OnnxBackend(fp32, model_dir).embed(embeddings._PROBES))
         ).sum(axis=1)
         print(f"  {out.name}: cosine with fp32 on the probes {cosines.round(3).tolist()}", file=sys.stderr)
 
     return embeddings._build_once(out, build)
-
-
-class OnnxModel:
-    """Like memory.embeddings.OnnxBackend, feeding only the inputs the graph has
-    (MPNet has no token_type_ids)."""
-
-    CHUNK = 32
-
-    def __init__(self, path: Path, model_dir: Path, threads: int = 0) -> None:
-        import onnxruntime as ort
-
-        from memory import embeddings
-
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.inter_op_num_threads = 1
-        if threads:
-            options.intra_op_num_threads = threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self._inputs = {i.name for i in self._session.get_inputs()}
-        self._tokenizer = embeddings._tokenizer(model_dir)
-
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        from memory import embeddings
-
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out: list[list[float]] = [[] for _ in texts]
-        for lo in range(0, len(order), self.CHUNK):
-            chunk = order[lo : lo + self.CHUNK]
-            ids, mask = embeddings._encode(self._tokenizer, [texts[i] for i in chunk])
-            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": ids * 0}
-            (vectors,) = self._session.run(None, {k: v for k, v in feed.items() if k in self._inputs})
-            for i, vector in zip(chunk, vectors.tolist(), strict=True):
-                out[i] = vector
-        return out
 
 
 class StaticModel:
@@ -277,7 +240,9 @@ class Candidate:
             path = export_mean_pooled(model_dir, MODELS_DIR / "all-mpnet-base-v2.onnx")
             if name.endswith("int8"):
                 path = quantize(path, model_dir)
-            model = OnnxModel(path, model_dir, threads)
+            from memory.embeddings import OnnxBackend
+
+            model = OnnxBackend(path, model_dir, threads)
             self.model_name = "all-mpnet-base-v2" + ("+int8" if name.endswith("int8") else "")
             self.dimensions, self._embed = 768, model.embed
         else:

@@ -281,6 +281,8 @@ class OnnxBackend:
         # Spinning threads would burn the cores PostgreSQL needs between passes.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        # Only the inputs the graph has (an MPNet graph, measured by bench/, has no token_type_ids).
+        self._inputs = {graph_input.name for graph_input in self._session.get_inputs()}
         self._tokenizer = _tokenizer(model_dir)
 
     def embed(self, texts: list[str]) -> list[list[float]]:
@@ -289,7 +291,8 @@ class OnnxBackend:
         for lo in range(0, len(order), self.CHUNK):
             chunk = order[lo : lo + self.CHUNK]
             ids, mask = _encode(self._tokenizer, [texts[i] for i in chunk])
-            (vectors,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": ids * 0})
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": ids * 0}
+            (vectors,) = self._session.run(None, {name: value for name, value in feed.items() if name in self._inputs})
             for i, vector in zip(chunk, vectors.tolist(), strict=True):
                 out[i] = vector
         return out

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import math
-
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -15,25 +12,11 @@ from memory.selectors.collections import collection_search, known_context
 from memory.selectors.memories import _row_statement
 from memory.services.collections import memory_bank_store, working_store
 from tests.conftest import make_identity
+from tests.memory.test_retrieval import WordHashEmbedder
 
 pytestmark = pytest.mark.django_db
 
 QUERY = "how does Ada run the Rust tests"
-
-
-class WordHashEmbedder:
-    model_name = "test-word-hash"
-    dimensions = 384
-
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        out = []
-        for text in texts:
-            v = [0.0] * self.dimensions
-            for word in text.lower().split():
-                v[int(hashlib.sha1(word.encode()).hexdigest(), 16) % self.dimensions] += 1.0
-            norm = math.sqrt(sum(x * x for x in v)) or 1.0
-            out.append([x / norm for x in v])
-        return out
 
 
 @pytest.fixture(autouse=True)
