@@ -6,24 +6,16 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memory.embeddings import set_embedder
 from memory.selectors import collections
 from memory.selectors.collections import collection_search, known_context
 from memory.selectors.memories import _row_statement
 from memory.services.collections import memory_bank_store, working_store
 from tests.conftest import make_identity
-from tests.memory.test_retrieval import WordHashEmbedder
+from tests.memory.test_retrieval import fake_embedder  # noqa: F401 - autouse: bag-of-words vectors here too
 
 pytestmark = pytest.mark.django_db
 
 QUERY = "how does Ada run the Rust tests"
-
-
-@pytest.fixture(autouse=True)
-def fake_embedder():
-    set_embedder(WordHashEmbedder())
-    yield
-    set_embedder(None)
 
 
 @pytest.fixture
