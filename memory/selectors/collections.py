@@ -393,13 +393,9 @@ def collection_search(
     limit: int = 5,
     metadata: Mapping[str, Any] | None = None,
     now: datetime | None = None,
-    annotate: bool = True,
 ) -> list[CollectionHit]:
     """roampal's search: semantic (hybrid) with a query, a timeline without one
-    (newest first), both with the full scoring data. ``annotate=False`` leaves
-    out each hit's outcome history, first version and upstream id (their
-    order does not depend on them), for a caller that annotates several
-    searches' hits in one statement."""
+    (newest first), both with the full scoring data."""
     require_read(caller)
     now = now or timezone.now()
     chosen = list(collections or COLLECTIONS)
@@ -423,7 +419,6 @@ def collection_search(
             order=sort_by or "relevance",
         )
         hits = ranked.hits(ranked.ranking.load(caller, ranked.ids, limit))
-        order = ranked.order
     else:
         decision = read_boundary(caller)
         qs = (
@@ -441,11 +436,8 @@ def collection_search(
             qs = qs.order_by("-occurred_at", "id")
         rows = list(qs.without_vectors()[:limit])
         boundary_apply(decision, rows)
-        hits = _bare_hits(rows)
-        order = sort_by or "recency"
-    hits = sort_hits(hits, order)[:limit]
-    if annotate:
-        _annotate(hits)
+        hits = sort_hits(_bare_hits(rows), sort_by or "recency")
+    _annotate(hits)
     return hits
 
 

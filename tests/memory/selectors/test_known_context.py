@@ -33,9 +33,9 @@ def shown(hits) -> list[tuple]:  # type: ignore[no-untyped-def]
 
 
 def test_known_context_shows_what_its_two_searches_find_and_loads_their_rows_at_once(caller):
-    facts = collection_search(caller=caller, query=QUERY, collections=["memory_bank"], limit=3, annotate=False)
+    facts = collection_search(caller=caller, query=QUERY, collections=["memory_bank"], limit=3)
     others = ["working", "history", "patterns", "books"]
-    relevant = collection_search(caller=caller, query=QUERY, collections=others, limit=3, annotate=False)
+    relevant = collection_search(caller=caller, query=QUERY, collections=others, limit=3)
     with CaptureQueriesContext(connection) as queries:
         context = known_context(caller=caller, query=QUERY)
     assert shown(context.user_facts) == shown(facts) and len(facts) == 3

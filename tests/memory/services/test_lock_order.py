@@ -39,6 +39,17 @@ def wait_until_blocked(pid_holder: list[int], timeout: float = 20.0) -> None:
     raise AssertionError("the other session never waited on the held row")
 
 
+def assert_rows_free(memory_ids: list[uuid.UUID]) -> None:
+    """This session can lock every one of these rows at once (NOWAIT fails on
+    a row another session holds)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memory_memory WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE NOWAIT",
+            [[str(pk) for pk in memory_ids]],
+        )
+        assert len(cursor.fetchall()) == len(memory_ids)
+
+
 def test_duplicate_merge_waits_for_the_lowest_row_before_holding_any_other(member, monkeypatch):
     # Ids chosen so the merge's pair-by-pair order (newest duplicate first)
     # differs from key order: the oldest duplicate has the lowest key.
@@ -75,14 +86,8 @@ def test_duplicate_merge_waits_for_the_lowest_row_before_holding_any_other(membe
         memory_rows_lock([lowest])  # a recall bumping the group holds its first row
         checker.start()
         wait_until_blocked(checker_pid)
-        # While the checker waits for that row it must hold none of the others:
-        # a reader can take them at once (NOWAIT fails if the checker holds one).
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id FROM memory_memory WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE NOWAIT",
-                [[str(pk) for pk in others]],
-            )
-            assert len(cursor.fetchall()) == len(others)
+        # While the checker waits for that row it must hold none of the others.
+        assert_rows_free(others)
     checker.join(timeout=60)
 
     [result] = outcome

@@ -18,7 +18,7 @@ from memory.services.locks import memory_rows_lock
 from memory.services.memories import episode_store, fact_store, memory_accessed_mark, memory_references_bump
 from memory.services.referencing import memory_get, memory_recall
 from tests.conftest import make_identity
-from tests.memory.services.test_lock_order import wait_until_blocked
+from tests.memory.services.test_lock_order import assert_rows_free, wait_until_blocked
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,13 +114,8 @@ def test_a_bump_waits_for_its_lowest_row_holding_none_of_the_others(member):
         memory_rows_lock([lowest])
         bumper.start()
         wait_until_blocked(bumper_pid)
-        with connection.cursor() as cursor:
-            # NOWAIT fails if the waiting bump holds any of the higher rows.
-            cursor.execute(
-                "SELECT id FROM memory_memory WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE NOWAIT",
-                [[str(pk) for pk in others]],
-            )
-            assert len(cursor.fetchall()) == len(others)
+        # The waiting bump holds none of the higher rows.
+        assert_rows_free(others)
     bumper.join(timeout=60)
     [result] = outcome
     assert not isinstance(result, BaseException), result
