@@ -40,7 +40,7 @@ def wait_until_blocked(pid_holder: list[int], timeout: float = 20.0) -> None:
 
 
 def assert_rows_free(memory_ids: list[uuid.UUID]) -> None:
-    """This session can lock every one of these rows at once (NOWAIT fails on
+    """The current connection can lock every one of these rows at once (NOWAIT fails on
     a row another session holds)."""
     with connection.cursor() as cursor:
         cursor.execute(
