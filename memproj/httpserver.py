@@ -2,14 +2,17 @@
 JSON for the answers the server writes itself (``memproj.serve`` runs the web
 process with it: ``--http memproj.httpserver:GuardedH11Protocol``).
 
-- Header timeout: from the moment a connection opens, and from the end of
-  each response on a kept-alive connection, a client has
+- Header timeout: from the moment a connection opens, and from the first byte
+  of each later request on a kept-alive connection, a client has
   ``MEMPROJ_HTTP_HEADER_TIMEOUT`` seconds to send a complete request line and
   headers. uvicorn only times out a kept-alive connection that sends nothing;
   one that trickles a header a byte at a time, or never sends one on a fresh
   connection, would otherwise hold its socket (and a place under the
   connection limit) for ever. Cut off mid-headers, the client gets a coded 408;
-  a connection that sent nothing is closed silently, as an idle one is.
+  a fresh connection that sent nothing is closed silently. Between requests, a
+  kept-alive connection's idleness is uvicorn's ``timeout_keep_alive`` alone:
+  closing it sooner, while a pooled client still counts it fresh, races the
+  client's next request, which then ends without an answer.
 - Connection limit: uvicorn's ``limit_concurrency`` (open connections, or
   requests in flight, per process) with its 503 answered as coded JSON with
   ``Retry-After``, in the vocabulary of the path's surface.
@@ -119,7 +122,10 @@ class GuardedH11Protocol(H11Protocol):
         self._await_headers()
 
     def data_received(self, data: bytes) -> None:
-        if self.header_timer is not None:
+        if self.conn.their_state is h11.IDLE:
+            if self.header_timer is None and not self.header_bytes:
+                # The first byte of a kept-alive connection's next request.
+                self._await_headers()
             self.header_bytes += len(data)
         self.app = self._app_for_next_request()
         super().data_received(data)
@@ -129,8 +135,14 @@ class GuardedH11Protocol(H11Protocol):
     def on_response_complete(self) -> None:
         self.app = self._app_for_next_request()
         super().on_response_complete()
-        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+        # The next request's header clock starts at its first byte, which may
+        # already be buffered (sent while this response was being written).
+        self._stop_header_timer()
+        self.header_bytes = 0
+        buffered = len(self.conn.trailing_data[0])
+        if buffered and not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
             self._await_headers()
+            self.header_bytes = buffered
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_timer()

@@ -338,8 +338,10 @@ SETTINGS: tuple[Setting, ...] = (
     _S(
         "MEMPROJ_HTTP_KEEP_ALIVE_TIMEOUT",
         "int",
-        5,
-        "Seconds an idle kept-alive connection stays open.",
+        75,
+        "Seconds an idle kept-alive connection stays open. Keep it above the idle expiry of the clients' and "
+        "the balancer's connection pools (httpx 5 s, aiohttp 15 s, nginx upstream 60 s): a connection closed "
+        "while a pool still counts it fresh loses the request sent on it.",
         "HTTP edge",
     ),
     _S(

@@ -30,7 +30,8 @@ from tests.conftest import call
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 64 * 1024
 HEADER_TIMEOUT = 2.0
-KEEP_ALIVE = 1
+# Longer than the header timeout, as by default: idleness between requests is the keep-alive's alone.
+KEEP_ALIVE = 4
 CONNECTION_LIMIT = 40
 # One web process for the whole module, on one xdist worker.
 pytestmark = pytest.mark.xdist_group("edge_server")
@@ -231,6 +232,44 @@ def test_an_idle_kept_alive_connection_is_closed(server):
     status, _, _ = _read_response(sock)
     assert status == 200
     assert _closed_by_server(sock, KEEP_ALIVE + 1.5)
+    sock.close()
+
+
+def test_a_kept_alive_connection_idle_past_the_header_timeout_still_gets_its_next_request_answered(server):
+    """A pooled client reuses a connection it still counts fresh. Closing it
+    at the header timeout instead of the keep-alive's would race that
+    request, which would then end without any answer."""
+    request = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\n\r\n".encode()
+    sock = _connect(server)
+    sock.sendall(request)
+    assert _read_response(sock)[0] == 200
+    assert not _closed_by_server(sock, HEADER_TIMEOUT + 1)
+    sock.sendall(request)
+    assert _read_response(sock)[0] == 200
+    sock.close()
+
+
+def test_by_default_a_kept_alive_connection_outlives_a_pooled_clients_idle_expiry():
+    """The MCP SDK's client pools with httpx; a server closing first races its next request."""
+    from memproj.settings.environment import setting
+
+    keep_alive = setting("MEMPROJ_HTTP_KEEP_ALIVE_TIMEOUT").default
+    assert keep_alive > httpx.Limits().keepalive_expiry
+    assert keep_alive > setting("MEMPROJ_HTTP_HEADER_TIMEOUT").default
+
+
+def test_a_kept_alive_connections_next_header_gets_the_header_timeout_from_its_first_byte(server):
+    """The keep-alive idleness does not extend a trickled header: once the next
+    request starts, its line and headers must arrive within the header timeout."""
+    sock = _connect(server)
+    sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\n\r\n".encode())
+    assert _read_response(sock)[0] == 200
+    time.sleep(1)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+    status, _, body = _read_response(sock, timeout=HEADER_TIMEOUT + 2)
+    assert status == 408
+    assert json.loads(body)["error"]["code"] == "REQUEST_TIMEOUT"
+    assert _closed_by_server(sock, 1)
     sock.close()
 
 
