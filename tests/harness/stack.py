@@ -315,51 +315,44 @@ def setup_django_on(stack: Stack) -> None:
 def start_web(
     db_url: str, workers: int = 1, *, code_dir: Path = BASE_DIR, env_overrides: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen, str]:
-    """uvicorn alone (no worker, no beat) against ``db_url``, embedding in the
-    request: (the process, the URL of its memory toolset's MCP endpoint).
-    ``code_dir`` serves another copy of the code (an A/B's baseline) with this
-    checkout's var/ (its model files, the embedded Redis)."""
+    """The web process as deployed (``python -m memproj.serve web``: its HTTP
+    protocol, keep-alive, connection limit and access log) alone, no worker or
+    beat, against ``db_url``, embedding in the request: (the process, the URL
+    of its memory toolset's MCP endpoint). ``code_dir`` serves another copy of
+    the code (an A/B's baseline) with this checkout's var/ (its model files,
+    the embedded Redis). Its output goes to var/bench/web-<port>.log: a pipe
+    nobody reads would stall it once full."""
     port = free_port()
     # No query cache in the server either: every search pays its embedding.
     env = dict(
-        os.environ, DATABASE_URL=db_url, MEMPROJ_EMBED_MODE="sync", LOG_LEVEL="WARNING", MEMPROJ_EMBED_QUERY_CACHE="0"
+        os.environ,
+        DATABASE_URL=db_url,
+        MEMPROJ_EMBED_MODE="sync",
+        LOG_LEVEL="WARNING",
+        MEMPROJ_EMBED_QUERY_CACHE="0",
+        MEMPROJ_HOST="127.0.0.1",
+        PORT=str(port),
+        MEMPROJ_WEB_WORKERS=str(max(1, workers)),
     )
     env.setdefault("MEMPROJ_VAR_DIR", str(BASE_DIR / "var"))
     env.update(env_overrides or {})
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "memproj.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--lifespan",
-            "on",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-            "--workers",
-            str(max(1, workers)),
-        ],
-        cwd=str(code_dir),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    log_path = BASE_DIR / "var" / "bench" / f"web-{port}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memproj.serve", "web"], cwd=str(code_dir), env=env, stdout=log, stderr=log
+        )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError("uvicorn exited: " + (proc.stderr.read().decode() if proc.stderr else ""))
+            raise RuntimeError("the web process exited: " + log_path.read_text(errors="replace")[-4000:])
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return proc, f"http://127.0.0.1:{port}/mcp/memory"
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    raise RuntimeError("uvicorn did not start within 120 s")
+    raise RuntimeError("the web process did not start within 120 s")
 
 
 # --- bench databases ---------------------------------------------------------------------
