@@ -440,8 +440,9 @@ SETTINGS: tuple[Setting, ...] = (
         "str",
         "fp32",
         "`int8`: the local model as a per-channel INT8 ONNX graph (built on first use next to the fp32 one), 0.6x "
-        "the CPU per query at hybrid recall within about a point of fp32 (docs/retrieval-quality.md). Vectors are recorded as `all-MiniLM-L6-v2+int8`, so "
-        "after switching run `manage.py reembed` or let the re-embed sweep catch up. Local ONNX only.",
+        "the CPU per query at hybrid recall within about a point of fp32 (docs/retrieval-quality.md). Vectors "
+        "are recorded as `all-MiniLM-L6-v2+int8`, so after switching run `manage.py reembed` or let the re-embed "
+        "sweep catch up. Local ONNX only.",
         "Embedding",
     ),
     _S(
