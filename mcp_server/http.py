@@ -10,8 +10,9 @@
   ``/api/<toolset>/<tool>``, ``{"error": {"code", "message"}}`` on the
   LangGraph store, roampal's ``{"error": "..."}`` plus ``code`` on its hooks);
   this module decides the status and headers, and answers for Django itself
-  (``handler500`` and friends in ``memproj.urls``) on ``/api/`` and ``/mcp/``
-  paths.
+  (``handler500`` and friends in ``memproj.urls``, and ``coded_errors``, the
+  middleware that codes the error answers Django writes without a body of
+  ours, such as ``require_safe``'s bare 405) on every path but the admin's.
 - Authentication: ``bearer_caller``, the caller behind an
   ``Authorization: Bearer <token>`` header.
 - Worker threads: ``in_worker_thread`` serves a sync view from the event
@@ -25,18 +26,20 @@ import functools
 import io
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.db import DatabaseError, InterfaceError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
+from django.utils.decorators import sync_and_async_middleware
 from django.views import defaults
 
 from memory import api
 from memproj.dbthreads import fresh_connections
 from policy.caller import Caller
 from policy.errors import StorageUnavailable
+from policy.middleware import surface_error
 from policy.services.tokens import token_authenticate
 
 logger = logging.getLogger(__name__)
@@ -45,7 +48,6 @@ logger = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = 5
 RETRYABLE = frozenset({StorageUnavailable.code, "EMBEDDING_ERROR", "TIMEOUT"})
 STORAGE_MESSAGE = f"the memory store is unavailable right now; retry in {RETRY_AFTER_SECONDS} seconds."
-API_PREFIXES = ("/api/", "/mcp/")
 Response = TypeVar("Response", bound=HttpResponse)
 
 
@@ -65,42 +67,113 @@ def storage_failure(exc: BaseException) -> bool:
     return isinstance(exc, (DatabaseError, InterfaceError))
 
 
-def _for_api(request: HttpRequest) -> bool:
-    return request.path.startswith(API_PREFIXES)
+# The admin is a browser UI: it keeps Django's HTML pages. Every other path
+# answers its errors as coded JSON.
+ADMIN_PREFIX = "/admin/"
+INTERNAL_MESSAGE = "unexpected internal error; it has been logged."
+# The code and message of an error answer Django writes itself, by status.
+DJANGO_ERRORS = {
+    400: ("INVALID_ARGUMENT", "the request could not be read (bad headers or an oversized body)."),
+    403: ("PERMISSION_DENIED", "this request is not allowed."),
+    404: ("NOT_FOUND", "no endpoint at {path}."),
+    405: ("METHOD_NOT_ALLOWED", "{method} is not allowed at {path}; it answers {allow}."),
+    500: ("INTERNAL", INTERNAL_MESSAGE),
+}
 
 
-def _coded(code: str, message: str, status: int) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+def coded_path(request: HttpRequest) -> bool:
+    """Whether ``request`` gets its errors as coded JSON: every path but the admin's."""
+    path = request.path_info
+    return not (path == ADMIN_PREFIX.rstrip("/") or path.startswith(ADMIN_PREFIX))
+
+
+def coded_error(
+    request: HttpRequest, code: str, message: str, status: int, details: dict[str, Any] | None = None
+) -> HttpResponse:
+    """An error answer in the vocabulary of the surface the path belongs to
+    (``policy.middleware.surface_error``: the plain ``{"error": {"code",
+    "message", "details"}}`` body outside the dialects' routes), as the errors
+    answered before Django runs are."""
+    body, content_type = surface_error(request.path_info, code, message, details or {})
+    return HttpResponse(body, status=status, content_type=content_type)
+
+
+def _django_error(request: HttpRequest, status: int, **details: str) -> tuple[str, str]:
+    code, message = DJANGO_ERRORS.get(status, ("INTERNAL" if status >= 500 else "INVALID_ARGUMENT", ""))
+    fields = {"path": request.path_info[:200], "method": request.method or "", **details}
+    return code, message.format(**fields) if message else f"HTTP {status}."
+
+
+def coded_answer(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """``response`` itself, unless it is an error answer without a JSON body
+    outside the admin: then the same status and headers (``Allow`` of a 405
+    among them, also named in the message) with the coded body. Such answers
+    are Django's own: ``require_safe``'s and ``require_http_methods``' bare
+    405, the CSRF failure page, and under DEBUG the HTML pages of a 404, a
+    400 or a 500 (with its traceback)."""
+    if response.status_code < 400 or response.streaming or not coded_path(request):
+        return response
+    if response.get("Content-Type", "").startswith("application/json"):
+        return response
+    details = {"allow": response["Allow"]} if response.status_code == 405 and response.has_header("Allow") else {}
+    code, message = _django_error(request, response.status_code, **details)
+    body, content_type = surface_error(request.path_info, code, message, details)
+    response.content = body
+    response["Content-Type"] = content_type
+    # CommonMiddleware, inside this one, may have counted the old body.
+    response["Content-Length"] = str(len(body))
+    return response
+
+
+@sync_and_async_middleware
+def coded_errors(
+    get_response: Callable[[HttpRequest], Any],
+) -> Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]:
+    """Django middleware, first in MIDDLEWARE so that it sees every answer: one
+    place that turns Django's bare error answers into coded JSON
+    (``coded_answer``), instead of a copy of the check in every view. Async
+    under ASGI, so the request stays on the event loop."""
+    if iscoroutinefunction(get_response):
+
+        async def middleware(request: HttpRequest) -> HttpResponse:
+            return coded_answer(request, await get_response(request))
+
+        return middleware
+
+    def sync_middleware(request: HttpRequest) -> HttpResponse:
+        return coded_answer(request, get_response(request))
+
+    return sync_middleware
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
     """Django's handler500. Django calls it while handling the exception, so
     the exception is at hand: a database failure is a retryable 503."""
-    if not _for_api(request):
+    if not coded_path(request):
         return defaults.server_error(request)
     exc = sys.exc_info()[1]
     if exc is not None and storage_failure(exc):
         logger.warning("%s: storage failure: %r", request.path, exc)
-        return retry_later(_coded(StorageUnavailable.code, STORAGE_MESSAGE, 503))
-    return _coded("INTERNAL", "unexpected internal error; it has been logged.", 500)
+        return retry_later(coded_error(request, StorageUnavailable.code, STORAGE_MESSAGE, 503))
+    return coded_error(request, *_django_error(request, 500), 500)
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if not _for_api(request):
+    if not coded_path(request):
         return defaults.page_not_found(request, exception)
-    return _coded("NOT_FOUND", f"no endpoint at {request.path[:200]}.", 404)
+    return coded_error(request, *_django_error(request, 404), 404)
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if not _for_api(request):
+    if not coded_path(request):
         return defaults.bad_request(request, exception)
-    return _coded("INVALID_ARGUMENT", "the request could not be read (bad headers or an oversized body).", 400)
+    return coded_error(request, *_django_error(request, 400), 400)
 
 
 def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if not _for_api(request):
+    if not coded_path(request):
         return defaults.permission_denied(request, exception)
-    return _coded("PERMISSION_DENIED", "this request is not allowed.", 403)
+    return coded_error(request, *_django_error(request, 403), 403)
 
 
 # --- Authentication ------------------------------------------------------------------

@@ -1,17 +1,20 @@
 from django.conf import settings
 from django.contrib import admin
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
 import memproj
+from mcp_server.http import coded_error
 from mcp_server.registry import TOOLSETS, dialect_urlpatterns
 from mcp_server.rest import tool_call
 from memory.admin.dashboard import dashboard, dashboard_index
 from policy.models import ApiToken
 
 
+@csrf_exempt  # no session, no state: a write is answered 405, not a CSRF page
+@require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
@@ -37,7 +40,7 @@ def service_index(request: HttpRequest) -> JsonResponse:
 
 @csrf_exempt  # no session, no state: a write is answered 405, not a CSRF page
 @require_safe
-def protected_resource_metadata(request: HttpRequest, toolset: str) -> JsonResponse:
+def protected_resource_metadata(request: HttpRequest, toolset: str) -> HttpResponse:
     """OAuth 2.0 Protected Resource Metadata (RFC 9728) for /mcp/<toolset>: the
     document the ``resource_metadata`` URL of the MCP endpoints' 401
     ``WWW-Authenticate`` header points to (the SDK builds that URL as
@@ -47,7 +50,7 @@ def protected_resource_metadata(request: HttpRequest, toolset: str) -> JsonRespo
     if toolset not in TOOLSETS:
         # Coded JSON naming the toolsets, also under DEBUG (whose 404 is an HTML page).
         message = f"no MCP toolset {toolset[:100]!r}; the toolsets are {', '.join(sorted(TOOLSETS))}."
-        return JsonResponse({"error": {"code": "NOT_FOUND", "message": message}}, status=404)
+        return coded_error(request, "NOT_FOUND", message, 404, {"toolsets": sorted(TOOLSETS)})
     public_url = settings.MEMPROJ_PUBLIC_URL.rstrip("/")
     response = JsonResponse(
         {
@@ -80,8 +83,9 @@ urlpatterns = [
     ),
 ]
 
-# /api/* and /mcp/* clients get a coded JSON error, never Django's HTML page
-# (the admin keeps Django's pages).
+# Clients get a coded JSON error, never Django's HTML page, on every path but
+# the admin's, which keeps Django's pages (with mcp_server.http.coded_errors,
+# the middleware that codes Django's bare answers such as require_safe's 405).
 handler400 = "mcp_server.http.bad_request"
 handler403 = "mcp_server.http.permission_denied"
 handler404 = "mcp_server.http.not_found"

@@ -79,6 +79,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so that it sees every answer: outside the admin, Django's bare
+    # error answers (a 405 of require_safe, the CSRF page) become coded JSON.
+    "mcp_server.http.coded_errors",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -206,7 +206,14 @@ def test_the_root_names_every_surface_and_its_address(http_server, member):  # n
         assert "tools" in listed.text, name
     assert httpx.get(body["health"], timeout=60).json() == {"status": "ok"}
     assert httpx.get(body["admin"], timeout=60, follow_redirects=True).status_code == 200
-    assert httpx.post(f"{http_server}/", timeout=60).status_code == 405
+    # A write is refused in coded JSON, as every error the server writes itself outside the admin.
+    for method in ("POST", "PUT", "DELETE"):
+        refused = httpx.request(method, f"{http_server}/", timeout=60)
+        assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD", method
+        error = refused.json()["error"]
+        assert error["code"] == "METHOD_NOT_ALLOWED" and "GET, HEAD" in error["message"], error
+    missing = httpx.get(f"{http_server}/no-such-page", timeout=60)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "NOT_FOUND"
 
 
 # --- the roampal hook command -------------------------------------------------------------
