@@ -39,7 +39,12 @@ class MemprojTokenVerifier:
             client_id=str(caller.principal_id),
             scopes=sorted(caller.scopes),
             subject=str(caller.principal_id),
-            claims={"tenant_id": str(caller.tenant_id), "role": caller.role, "token_id": str(caller.token_id)},
+            # The token's id travels on to the caller: audit events name the token of the call.
+            claims={
+                "tenant_id": str(caller.tenant_id),
+                "role": caller.role,
+                "token_id": str(caller.token_id) if caller.token_id else "",
+            },
         )
 
 

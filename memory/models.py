@@ -401,11 +401,19 @@ class MemoryEvent(models.Model):
     memory_kind = models.CharField(max_length=16, blank=True)
     event_type = models.CharField(max_length=64)
     actor_principal_id = models.UUIDField(null=True, blank=True)
+    # The API token (policy.ApiToken's id) the call came with, which tells a
+    # principal's tokens apart; None for what no token asked for (background
+    # tasks, the admin, management commands). No foreign key either: the event
+    # and its hashed content must outlive a deleted token.
+    actor_token_id = models.UUIDField(null=True, blank=True)
     payload = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     # sha256 hex of the tenant's previous event ('' for its first) and of this one.
     prev_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
     hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    # Which recipe ``hash`` follows (memory/services/events.py::event_hash): 1
+    # for the events written before the token was hashed, 2 since (migration 0040).
+    hash_version = models.PositiveSmallIntegerField(db_default=1, editable=False)
     # HMAC-SHA256 of ``hash`` with the audit key, which the database never sees
     # (memory/services/events.py): set by the writer in the append's transaction.
     mac = models.CharField(max_length=64, blank=True, db_default="", editable=False)
@@ -416,6 +424,12 @@ class MemoryEvent(models.Model):
             models.Index(fields=["tenant", "-created_at"], name="memory_event_tenant_idx"),
             # The chain's head: a tenant's last event.
             models.Index(fields=["tenant", "-id"], name="memory_event_chain_idx"),
+            # What one token did (the admin's token filter), newest first.
+            models.Index(
+                fields=["actor_token_id", "-id"],
+                name="memory_event_token_idx",
+                condition=Q(actor_token_id__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -18,6 +18,8 @@ class Caller:
     principal_id: uuid.UUID | None
     role: str = "member"
     scopes: frozenset[str] = field(default_factory=lambda: frozenset({"read", "write"}))
+    # The API token the caller authenticated with; every audit event of its calls
+    # names it. None for callers no token made: the admin's, background work's, commands'.
     token_id: uuid.UUID | None = None
     # Set when an admin acts on another tenant through explicit elevation.
     elevated_from: uuid.UUID | None = None

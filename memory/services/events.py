@@ -1,9 +1,11 @@
 """The one writer of the audit log, its event types, and the chain check.
 
-Every event is appended through ``memproj_events_append`` (migration 0028),
-which serialises a tenant's appends with an advisory lock and chains each row
-to the tenant's previous one: ``hash = sha256(prev_hash, tenant, type, memory
-id, memory kind, actor, payload, created_at)``. In the same transaction the
+Every event is appended through ``memproj_events_append`` (migrations 0028,
+0040), which serialises a tenant's appends with an advisory lock and chains
+each row to the tenant's previous one: ``hash = sha256("v2", prev_hash, tenant,
+type, memory id, memory kind, actor, token, payload, created_at)``, where the
+token is the API token of the call; events written before the token was
+recorded keep hash version 1 (no tag, no token). In the same transaction the
 writer here sets the row's ``mac = HMAC-SHA256(audit key, hash)`` (migration
 0035). The key never reaches the database, so whoever holds only the database
 (its owner's or superuser's password, a copy of its files) can edit a row and
@@ -76,9 +78,15 @@ class NewEvent:
     memory_id: uuid.UUID | None = None
     memory_kind: str = ""
     actor_principal_id: uuid.UUID | None = None
+    # The API token the call came with (Caller.token_id); None for work no token asked for.
+    actor_token_id: uuid.UUID | None = None
     payload: dict[str, Any] = field(default_factory=dict)
     # Only an import keeps a recorded time; everything else is stamped now.
     created_at: datetime | None = None
+
+
+# The hash version memproj_events_append writes (migration 0040); event_hash knows every version.
+EVENT_HASH_VERSION = 2
 
 
 def _row(event: NewEvent) -> dict[str, Any]:
@@ -88,6 +96,7 @@ def _row(event: NewEvent) -> dict[str, Any]:
         "memory_id": str(event.memory_id) if event.memory_id else None,
         "memory_kind": event.memory_kind,
         "actor_principal_id": str(event.actor_principal_id) if event.actor_principal_id else None,
+        "actor_token_id": str(event.actor_token_id) if event.actor_token_id else None,
         "payload": event.payload,
         "created_at": event.created_at.isoformat() if event.created_at else None,
     }
@@ -154,8 +163,10 @@ def caller_event(
     memory_kind: str = "",
     payload: dict[str, Any] | None = None,
 ) -> NewEvent:
-    """The audit row of a caller's action: its principal as the actor and, for
-    an elevated caller, the tenant it came from."""
+    """The audit row of a caller's action: its principal as the actor, the API
+    token it authenticated with (none for the admin's, background work's and
+    commands' callers, which hold no token) and, for an elevated caller, the
+    tenant it came from."""
     body = dict(payload or {})
     if caller is not None and caller.elevated_from is not None:
         body["elevated_from_tenant"] = str(caller.elevated_from)
@@ -165,6 +176,7 @@ def caller_event(
         memory_id=memory_id,
         memory_kind=memory_kind,
         actor_principal_id=caller.principal_id if caller else None,
+        actor_token_id=caller.token_id if caller else None,
         payload=body,
     )
 
@@ -195,37 +207,52 @@ def event_append(
         memory_kind=event.memory_kind,
         event_type=event.event_type,
         actor_principal_id=event.actor_principal_id,
+        actor_token_id=event.actor_token_id,
         payload=event.payload,
+        hash_version=EVENT_HASH_VERSION,
     )
 
 
 # --- verification ----------------------------------------------------------------------------
 
 
+class UnknownHashVersion(ValueError):
+    pass
+
+
 def event_hash(
     *,
+    version: int,
     prev_hash: str,
     tenant_id: uuid.UUID,
     event_type: str,
     memory_id: uuid.UUID | None,
     memory_kind: str,
     actor_principal_id: uuid.UUID | None,
+    actor_token_id: uuid.UUID | None,
     payload_text: str,
     created_at: datetime,
 ) -> str:
-    """The chain's recipe, as memproj_event_hash computes it. The payload is
-    PostgreSQL's canonical text of the stored jsonb (keys sorted, one spacing)."""
+    """The chain's recipe, as memproj_event_hash computes it, for each hash
+    version: 1 (events written before the token was recorded: no tag, no
+    token; ``actor_token_id`` is not part of it) and 2 (a version tag first, the
+    token after the actor). The payload is PostgreSQL's canonical text of the
+    stored jsonb (keys sorted, one spacing)."""
     stamp = created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    parts = [
+    head = [
         prev_hash,
         str(tenant_id),
         event_type,
         str(memory_id) if memory_id else "",
         memory_kind,
         str(actor_principal_id) if actor_principal_id else "",
-        payload_text,
-        stamp,
     ]
+    if version == 1:
+        parts = [*head, payload_text, stamp]
+    elif version == 2:
+        parts = ["v2", *head, str(actor_token_id) if actor_token_id else "", payload_text, stamp]
+    else:
+        raise UnknownHashVersion(f"unknown hash version {version}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -252,8 +279,8 @@ class _CheckedEvent:
 def _chain_rows(tenant_id: uuid.UUID) -> Iterator[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, prev_hash, hash, mac, event_type, memory_id, memory_kind, actor_principal_id, payload::text,"
-            " created_at FROM memory_memoryevent WHERE tenant_id = %s ORDER BY id",
+            "SELECT id, prev_hash, hash, hash_version, mac, event_type, memory_id, memory_kind, actor_principal_id,"
+            " actor_token_id, payload::text, created_at FROM memory_memoryevent WHERE tenant_id = %s ORDER BY id",
             [tenant_id],
         )
         while batch := cursor.fetchmany(2000):
@@ -265,24 +292,30 @@ def _walk(tenant_id: uuid.UUID, key: bytes) -> Iterator[_CheckedEvent]:
     the previous row's ``hash``, its ``hash`` must match its content and its
     ``mac`` the hash under the key."""
     prev = ""
-    for pk, prev_hash, stored, mac, event_type, memory_id, kind, actor, payload_text, created_at in _chain_rows(
-        tenant_id
-    ):
+    for row in _chain_rows(tenant_id):
+        pk, prev_hash, stored, version, mac, event_type, memory_id, kind, actor, token, payload_text, created_at = row
         chain_problems = []
         if prev_hash != prev:
             chain_problems.append(f"event {pk}: does not follow the previous event (a row was removed or inserted)")
-        expected = event_hash(
-            prev_hash=prev_hash,
-            tenant_id=tenant_id,
-            event_type=event_type,
-            memory_id=memory_id,
-            memory_kind=kind,
-            actor_principal_id=actor,
-            payload_text=payload_text,
-            created_at=created_at,
-        )
-        if stored != expected:
-            chain_problems.append(f"event {pk}: its hash does not match its content (the row was altered)")
+        try:
+            expected = event_hash(
+                version=version,
+                prev_hash=prev_hash,
+                tenant_id=tenant_id,
+                event_type=event_type,
+                memory_id=memory_id,
+                memory_kind=kind,
+                actor_principal_id=actor,
+                actor_token_id=token,
+                payload_text=payload_text,
+                created_at=created_at,
+            )
+        except UnknownHashVersion:
+            chain_problems.append(f"event {pk}: its hash version {version} is unknown (the row was altered)")
+        else:
+            # Version 1 hashes no token, and none was recorded then: a token there was added later.
+            if stored != expected or (version == 1 and token is not None):
+                chain_problems.append(f"event {pk}: its hash does not match its content (the row was altered)")
         mac_problem = ""
         if not mac:
             mac_problem = f"event {pk}: has no MAC (written or re-chained without the audit key)"

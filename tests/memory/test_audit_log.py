@@ -207,13 +207,14 @@ def test_the_purge_function_called_by_the_owner_is_on_the_record(member, owner_c
 
 def rechain(conn: psycopg.Connection, tenant_id: uuid.UUID) -> None:
     """Recompute a tenant's sha256 chain in SQL, as anyone who may write the
-    table can (the recipe is public: migration 0028)."""
+    table can (the recipe is public: migrations 0028, 0040)."""
     conn.execute(
         f"""DO $$ DECLARE ev record; prev text := ''; BEGIN
         FOR ev IN SELECT * FROM memory_memoryevent WHERE tenant_id = '{tenant_id}' ORDER BY id LOOP
             UPDATE memory_memoryevent SET prev_hash = prev,
-                hash = memproj_event_hash(prev, ev.tenant_id, ev.event_type, ev.memory_id, ev.memory_kind,
-                                          ev.actor_principal_id, ev.payload, ev.created_at)
+                hash = memproj_event_hash(ev.hash_version, prev, ev.tenant_id, ev.event_type, ev.memory_id,
+                                          ev.memory_kind, ev.actor_principal_id, ev.actor_token_id, ev.payload,
+                                          ev.created_at)
              WHERE id = ev.id RETURNING hash INTO prev;
         END LOOP; END $$"""
     )
