@@ -1,5 +1,5 @@
-"""The audit log, read-only: a list filtered by tenant and event type, searched
-by memory id, exported as CSV. The database refuses changes too."""
+"""The audit log, read-only: a list filtered by tenant, event type and API
+token, searched by memory id, exported as CSV. The database refuses changes too."""
 
 from __future__ import annotations
 
@@ -9,19 +9,26 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
+from django.urls import reverse
+from django.utils.html import format_html
 
 from memory.admin.common import (
     NoCountListMixin,
     TenantFilter,
     actor_label,
     csv_response,
+    event_token_label,
     memory_anchor,
+    missing_token_label,
+    token_label,
+    token_labels,
     with_actor_labels,
 )
 from memory.models import MemoryEvent
 from memory.services.events import EventType
-from policy.admin_access import ReadOnlyAdminMixin, TenantScopedAdminMixin
+from policy.admin_access import ReadOnlyAdminMixin, TenantScopedAdminMixin, admin_access
 from policy.admin_actors import principal_labels
+from policy.models import ApiToken
 
 KNOWN_EVENT_TYPES = tuple(EventType.values)  # the one list (memory/services/events.py)
 
@@ -39,13 +46,60 @@ class EventTypeFilter(admin.SimpleListFilter):
         return queryset.filter(event_type=self.value()) if self.value() else None
 
 
+NO_TOKEN = "none"  # noqa: S105 - a filter choice, not a secret
+TOKEN_CHOICES_MAX = 200
+
+
+class TokenFilter(admin.SimpleListFilter):
+    """What one API token did: the tokens of the tenants the user sees (a
+    revoked one too), "no token" for the admin's, background work's and
+    commands' events, and any token id in the URL, a deleted token's included
+    (the list's token links carry it)."""
+
+    title = "API token"
+    parameter_name = "token"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        access = admin_access(request)
+        if access is None:
+            return []
+        visible = (
+            ApiToken.objects.filter(principal__tenant__in=access.tenants())
+            .select_related("principal")
+            .only("id", "prefix", "name", "revoked_at", "principal__name")
+        )
+        tokens = visible.order_by("principal__name", "-created_at")[:TOKEN_CHOICES_MAX]
+        choices = [(str(t.pk), f"{t.principal.name}: {token_label(t)}") for t in tokens]
+        chosen = self._chosen()
+        if chosen is not None and str(chosen) not in {value for value, _ in choices}:
+            # A token beyond the list, or deleted, is still shown as the selected
+            # choice; named only if its tenant is one the user sees.
+            token = visible.filter(pk=chosen).first()
+            choices.append((str(chosen), token_label(token) if token else missing_token_label(chosen)))
+        return [(NO_TOKEN, "no token"), *choices]
+
+    def _chosen(self) -> uuid.UUID | None:
+        try:
+            return uuid.UUID(self.value() or "")
+        except ValueError:
+            return None
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        if not self.value():
+            return None
+        if self.value() == NO_TOKEN:
+            return queryset.filter(actor_token_id__isnull=True)
+        chosen = self._chosen()
+        return queryset.none() if chosen is None else queryset.filter(actor_token_id=chosen)
+
+
 # --- audit events (read-only) ---------------------------------------------------------------
 @admin.register(MemoryEvent)
 class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     members_may_view = True
-    list_display = ("created_at", "tenant", "event_type", "memory_link", "memory_kind", "actor")
+    list_display = ("created_at", "tenant", "event_type", "memory_link", "memory_kind", "actor", "token")
     list_select_related = ("tenant",)
-    list_filter = (TenantFilter, EventTypeFilter)
+    list_filter = (TenantFilter, EventTypeFilter, TokenFilter)
     search_fields = ("=memory_id",)
     search_help_text = "A memory id."
     ordering = ("-id",)
@@ -58,6 +112,8 @@ class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMi
         "event_type",
         "actor",
         "actor_principal_id",
+        "token",
+        "actor_token_id",
         "payload",
         "created_at",
     )
@@ -77,8 +133,12 @@ class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMi
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         changelist = super().get_changelist_instance(request)
-        # The page's rows (the queryset keeps them) with their actors' names, in one query.
-        with_actor_labels(list(changelist.result_list))
+        # The page's rows (the queryset keeps them) with their actors' names and
+        # their tokens' labels, in one query each.
+        rows = with_actor_labels(list(changelist.result_list))
+        labels = token_labels(e.actor_token_id for e in rows)
+        for event in rows:
+            event.token_label = event_token_label(event.actor_token_id, labels)  # type: ignore[attr-defined]
         return changelist
 
     @admin.display(description="actor")
@@ -86,12 +146,33 @@ class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMi
         label = getattr(obj, "actor_label", None)
         return label if label is not None else actor_label(obj, principal_labels([obj.actor_principal_id]))
 
+    @admin.display(description="token")
+    def token(self, obj: MemoryEvent) -> str:
+        """The token's label, linked to the list of everything that token did."""
+        label = getattr(obj, "token_label", None)
+        if label is None:
+            label = event_token_label(obj.actor_token_id, token_labels([obj.actor_token_id]))
+        if obj.actor_token_id is None:
+            return label
+        url = reverse("admin:memory_memoryevent_changelist")
+        return format_html('<a href="{}?{}={}">{}</a>', url, TokenFilter.parameter_name, obj.actor_token_id, label)
+
     @admin.action(description="Export selected as CSV", permissions=["view"])
     def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:
         rows = queryset.select_related("tenant").order_by("-id")
         return csv_response(
             "memory-events.csv",
-            ["id", "tenant", "event_type", "memory_id", "memory_kind", "actor_principal_id", "payload", "created_at"],
+            [
+                "id",
+                "tenant",
+                "event_type",
+                "memory_id",
+                "memory_kind",
+                "actor_principal_id",
+                "actor_token_id",
+                "payload",
+                "created_at",
+            ],
             (
                 [
                     e.pk,
@@ -100,6 +181,7 @@ class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMi
                     e.memory_id or "",
                     e.memory_kind,
                     e.actor_principal_id or "",
+                    e.actor_token_id or "",
                     e.payload,
                     e.created_at.isoformat(),
                 ]
