@@ -38,24 +38,6 @@ def verify(tenant: str | None = None) -> str:
     return out.getvalue()
 
 
-@pytest.fixture
-def owner_connection() -> Iterator[psycopg.Connection]:
-    """A second connection as the schema owner (what migrations use)."""
-    if not separate_roles():
-        pytest.skip("no separate owner role configured")
-    db = connection.settings_dict
-    conn = psycopg.connect(
-        dbname=db["NAME"],
-        host=db["HOST"] or None,
-        port=db["PORT"] or None,
-        user=settings.MEMPROJ_DB_OWNER["USER"],
-        password=settings.MEMPROJ_DB_OWNER.get("PASSWORD") or None,
-        autocommit=True,
-    )
-    yield conn
-    conn.close()
-
-
 def test_the_service_connects_as_a_role_that_owns_nothing():
     with connection.cursor() as cursor:
         cursor.execute(

@@ -8,17 +8,14 @@ work, the admin) names none. The admin lists and filters events by token."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.db import connection
 from django.urls import reverse
 
 from memory.models import Memory, MemoryEvent
@@ -26,7 +23,7 @@ from memory.services.events import EVENT_HASH_VERSION, EventType, chain_verify, 
 from memory.services.memories import episode_store, fact_store, memory_forget
 from memory.services.purge import principal_purge
 from memory.services.system import system_caller
-from memproj.dbroles import as_owner, separate_roles
+from memproj.dbroles import as_owner
 from policy.models import ApiToken
 from policy.services.tokens import token_revoke
 from tests.conftest import Identity, make_identity
@@ -43,24 +40,6 @@ def laptop(member: Identity) -> Identity:
     assert second.caller.principal_id == member.caller.principal_id
     assert second.caller.token_id != member.caller.token_id
     return second
-
-
-@pytest.fixture
-def owner_connection() -> Iterator[psycopg.Connection]:
-    """A second connection as the schema owner, which may switch the append-only guard off."""
-    if not separate_roles():
-        pytest.skip("no separate owner role configured")
-    db = connection.settings_dict
-    conn = psycopg.connect(
-        dbname=db["NAME"],
-        host=db["HOST"] or None,
-        port=db["PORT"] or None,
-        user=settings.MEMPROJ_DB_OWNER["USER"],
-        password=settings.MEMPROJ_DB_OWNER.get("PASSWORD") or None,
-        autocommit=True,
-    )
-    yield conn
-    conn.close()
 
 
 def problems(identity: Identity) -> list[str]:
