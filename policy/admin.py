@@ -8,7 +8,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.http import urlencode
 
 from policy.admin_access import TenantScopedAdminMixin, admin_access
 from policy.admin_policies import PolicyEventAdmin, PolicyVersionAdmin  # noqa: F401  (registers them)
@@ -115,12 +117,44 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
     tenant_field = "principal__tenant_id"
     tenant_admin_may_delete = True
-    list_display = ("prefix", "principal", "name", "scopes", "created_at", "expires_at", "revoked_at", "last_used_at")
+    list_display = (
+        "prefix",
+        "principal",
+        "name",
+        "scopes",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "last_used_at",
+        "events_link",
+    )
     list_select_related = ("principal", "principal__tenant")
     search_fields = ("prefix", "name", "principal__name")
-    readonly_fields = ("id", "principal", "prefix", "scopes", "created_at", "last_used_at")
-    fields = ("id", "principal", "name", "prefix", "scopes", "created_at", "expires_at", "revoked_at", "last_used_at")
+    readonly_fields = ("id", "principal", "prefix", "scopes", "created_at", "last_used_at", "events_link")
+    fields = (
+        "id",
+        "principal",
+        "name",
+        "prefix",
+        "scopes",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "last_used_at",
+        "events_link",
+    )
     actions = ("revoke_tokens",)
+
+    @admin.display(description="Audit events")
+    def events_link(self, obj: ApiToken) -> str:
+        """The memory audit log filtered by this token (its ``token`` filter in
+        memory/admin/events.py; policy may not import memory, so the URL is
+        built from the page's name). Only rows get_queryset lets the user see
+        reach here, and that list shows only the user's tenants' events."""
+        if obj.pk is None:
+            return "-"
+        url = reverse("admin:memory_memoryevent_changelist")
+        return format_html('<a href="{}?{}">events of this token</a>', url, urlencode({"token": str(obj.pk)}))
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         if obj is not None:

@@ -23,7 +23,7 @@ from django.utils.html import format_html
 
 from policy import redaction
 from policy.admin_access import ReadOnlyAdminMixin, TenantScopedAdminMixin, admin_access, review_caller
-from policy.admin_actors import missing_principal_label, principal_labels
+from policy.admin_actors import event_token_label, missing_principal_label, principal_labels, token_labels
 from policy.document import diff
 from policy.errors import PolicyError
 from policy.models import PolicyEvent, PolicySigningKey, PolicyVersion, Tenant
@@ -221,7 +221,7 @@ class PolicyVersionAdmin(ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.Model
 class PolicyEventAdmin(ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     """The apply history: who applied which version, who approved it, and refusals."""
 
-    list_display = ("created_at", "tenant", "event_type", "version", "previous_version", "actor", "approver")
+    list_display = ("created_at", "tenant", "event_type", "version", "previous_version", "actor", "token", "approver")
     list_select_related = ("tenant",)
     list_filter = ("event_type",)
     search_fields = ("tenant__slug", "version", "approver", "actor_name")
@@ -234,6 +234,8 @@ class PolicyEventAdmin(ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.ModelAd
         "actor",
         "actor_name",
         "actor_principal_id",
+        "token",
+        "actor_token_id",
         "approver",
         "payload",
     )
@@ -241,11 +243,14 @@ class PolicyEventAdmin(ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.ModelAd
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         changelist = super().get_changelist_instance(request)
-        # The page's rows (the queryset keeps them) with their principals' names, in one query.
+        # The page's rows (the queryset keeps them) with their principals' names
+        # and their tokens' labels, in one query each.
         rows = list(changelist.result_list)
         names = principal_labels(row.actor_principal_id for row in rows)
+        tokens = token_labels(row.actor_token_id for row in rows)
         for row in rows:
             row.actor_label = self._actor(row, names)
+            row.token_label = event_token_label(row.actor_token_id, tokens)
         return changelist
 
     @staticmethod
@@ -262,3 +267,9 @@ class PolicyEventAdmin(ReadOnlyAdminMixin, TenantScopedAdminMixin, admin.ModelAd
     def actor(self, obj: PolicyEvent) -> str:
         label = getattr(obj, "actor_label", None)
         return label if label is not None else self._actor(obj, principal_labels([obj.actor_principal_id]))
+
+    @admin.display(description="token")
+    def token(self, obj: PolicyEvent) -> str:
+        """The API token of the call; "no token" for the admin's and commands'."""
+        label = getattr(obj, "token_label", None)
+        return label if label is not None else event_token_label(obj.actor_token_id, token_labels([obj.actor_token_id]))

@@ -126,6 +126,11 @@ class PolicyEvent(models.Model):
     version = models.CharField(max_length=64, blank=True)
     previous_version = models.CharField(max_length=64, blank=True)
     actor_principal_id = models.UUIDField(null=True, blank=True)
+    # The API token of the call (Caller.token_id), as memory's audit events
+    # record it: a refused apply never reaches memory's log, and a principal may
+    # hold several tokens. No foreign key, so deleting a token keeps its events.
+    # None for the admin's and commands' callers.
+    actor_token_id = models.UUIDField(null=True, blank=True)
     actor_name = models.CharField(max_length=200, blank=True)
     approver = models.CharField(max_length=200, blank=True)
     payload = models.JSONField(default=dict, blank=True)

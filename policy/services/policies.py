@@ -132,6 +132,7 @@ def _audit_refusal(caller: Caller, exc: PolicyError, approver: str, actor_name: 
             tenant_id=caller.tenant_id,
             event_type="refused",
             actor_principal_id=caller.principal_id,
+            actor_token_id=caller.token_id,
             actor_name=actor_name[:200],
             approver=approver[:200],
             payload={
@@ -250,6 +251,7 @@ def _apply(
                 version=document.version,
                 previous_version=current.version,
                 actor_principal_id=caller.principal_id,
+                actor_token_id=caller.token_id,
                 actor_name=actor_name[:200],
                 approver=approver,
                 payload={

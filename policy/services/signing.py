@@ -54,6 +54,7 @@ def signing_key_set(*, caller: Caller, secret: str | None = None, actor_name: st
             tenant_id=caller.tenant_id,
             event_type="signing_key_set",
             actor_principal_id=caller.principal_id,
+            actor_token_id=caller.token_id,
             actor_name=actor_name,
         )
     return secret
@@ -68,6 +69,7 @@ def signing_key_clear(*, caller: Caller, actor_name: str = "") -> bool:
                 tenant_id=caller.tenant_id,
                 event_type="signing_key_cleared",
                 actor_principal_id=caller.principal_id,
+                actor_token_id=caller.token_id,
                 actor_name=actor_name,
             )
     return deleted
