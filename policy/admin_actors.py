@@ -1,8 +1,7 @@
 """Who an audit row names, in words: a principal's name, with the admin login
-linked to it when that is another name. Both audit logs' admin pages (memory
-events, policy events) show actors this way instead of a principal's UUID.
-The API token of a policy event is named as memory's event list names it
-(memory.admin.common, which policy may not import): prefix, name, revoked."""
+linked to it when that is another name, and the API token of its call by its
+prefix, name and whether it is revoked. Both audit logs' admin pages (memory
+events, policy events) show actors and tokens this way instead of UUIDs."""
 
 from __future__ import annotations
 
@@ -38,6 +37,10 @@ def token_label(token: ApiToken) -> str:
     return f"{token.prefix}…{name}{revoked}"
 
 
+def missing_token_label(token_id: uuid.UUID) -> str:
+    return f"deleted token {str(token_id)[:8]}"
+
+
 def token_labels(token_ids: Iterable[uuid.UUID | None]) -> dict[uuid.UUID, str]:
     """The labels of these tokens, in one query; a deleted one is missing."""
     wanted = {pk for pk in token_ids if pk is not None}
@@ -52,4 +55,4 @@ def event_token_label(token_id: uuid.UUID | None, labels: dict[uuid.UUID, str]) 
     and a deleted token by the start of its id (its events outlive it)."""
     if token_id is None:
         return "no token"
-    return labels.get(token_id) or f"deleted token {str(token_id)[:8]}"
+    return labels.get(token_id) or missing_token_label(token_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -30,7 +30,6 @@ from memory.services.review import admin_review_record
 from policy.admin_access import admin_access, review_caller
 from policy.admin_actors import missing_principal_label, principal_labels
 from policy.caller import Caller
-from policy.models import ApiToken
 
 ACTION_ROW_CAP = 200
 
@@ -195,36 +194,6 @@ def with_actor_labels(events: list[MemoryEvent]) -> list[MemoryEvent]:
     for event in events:
         event.actor_label = actor_label(event, names)  # type: ignore[attr-defined]
     return events
-
-
-# --- which token: the API token of an audit event's call -------------------------------------------
-def token_label(token: ApiToken) -> str:
-    """A token in words: its prefix (the first characters, which identify it
-    and reveal nothing usable), its name, and whether it is revoked."""
-    name = f" {token.name}" if token.name else ""
-    revoked = " (revoked)" if token.revoked_at else ""
-    return f"{token.prefix}…{name}{revoked}"
-
-
-def missing_token_label(token_id: uuid.UUID) -> str:
-    return f"deleted token {str(token_id)[:8]}"
-
-
-def token_labels(token_ids: Iterable[uuid.UUID | None]) -> dict[uuid.UUID, str]:
-    """The labels of these tokens, in one query; a deleted one is missing."""
-    wanted = {pk for pk in token_ids if pk is not None}
-    if not wanted:
-        return {}
-    tokens = ApiToken.objects.filter(pk__in=wanted).only("id", "prefix", "name", "revoked_at")
-    return {token.pk: token_label(token) for token in tokens}
-
-
-def event_token_label(token_id: uuid.UUID | None, labels: dict[uuid.UUID, str]) -> str:
-    """An audit event's token in words: none for the admin's, background
-    work's and commands' events."""
-    if token_id is None:
-        return "no token"
-    return labels.get(token_id) or missing_token_label(token_id)
 
 
 def memory_anchor(memory_id: uuid.UUID | None) -> str:

@@ -17,17 +17,13 @@ from memory.admin.common import (
     TenantFilter,
     actor_label,
     csv_response,
-    event_token_label,
     memory_anchor,
-    missing_token_label,
-    token_label,
-    token_labels,
     with_actor_labels,
 )
 from memory.models import MemoryEvent
 from memory.services.events import EventType
 from policy.admin_access import ReadOnlyAdminMixin, TenantScopedAdminMixin, admin_access
-from policy.admin_actors import principal_labels
+from policy.admin_actors import event_token_label, missing_token_label, principal_labels, token_label, token_labels
 from policy.models import ApiToken
 
 KNOWN_EVENT_TYPES = tuple(EventType.values)  # the one list (memory/services/events.py)
