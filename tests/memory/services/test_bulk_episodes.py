@@ -12,14 +12,14 @@ import json
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 
 from memory import api, embedtext
 from memory.embeddings import get_embedder, set_embedder
 from memory.models import FollowUp, FollowUpKind, Memory, MemoryEvent
 from memory.services import followups
 from memory.services.followups import followup_transport
-from memory.services.memories import BULK_EPISODES_MAX, episodes_store_batches
+from memory.services.memories import BULK_EPISODES_MAX, _memories_copy, episodes_store_batches
 from memory.services.pipeline import followups_embed_run
 from tests.conftest import make_identity
 
@@ -238,3 +238,16 @@ def test_ingest_episodes_command_can_leave_embedding_to_the_worker(member, tmp_p
     call_command("ingest_episodes", str(path), "--tenant", "tenant-a", "--no-embed", stdout=out)
     assert out.getvalue().strip() == "stored 3 episodes in tenant 'tenant-a'; embedded 0 now, 3 left to the worker"
     assert FollowUp.objects.filter(kind="embed", done_at__isnull=True).count() == 3
+
+
+def test_a_row_the_database_refuses_raises_djangos_error_and_stores_nothing(member):
+    """A store writes its row with the bulk writes' COPY: a refusal must still be
+    Django's IntegrityError (what the dialects code as a storage error), and
+    the transaction it happened in stores nothing."""
+    stored = api.episode_store(caller=member.caller, content="The release train leaves on Tuesdays", butler="general")
+    again = Memory.objects.get(pk=stored.pk)
+    again._state.adding = True
+    again.content = "a second row under the same id"
+    with pytest.raises(IntegrityError), transaction.atomic():
+        _memories_copy([again], {})
+    assert list(Memory.objects.values_list("content", flat=True)) == ["The release train leaves on Tuesdays"]
