@@ -10,6 +10,7 @@ import uuid
 
 import httpx
 import pytest
+from redis.exceptions import NoScriptError
 
 from policy.document import RateLimitPolicy
 from policy.middleware import JSONRPC_RATE_LIMIT, RateLimitMiddleware
@@ -61,13 +62,29 @@ def test_remaining_counts_down_and_reset_is_within_the_window(algorithm):
     assert decisions[-1].headers()[-1][0] == b"retry-after"
 
 
-def _commands(client, monkeypatch) -> list[str]:
+class _ScriptsLost:
+    """Set, the next EVALSHA is answered NOSCRIPT, as by a Redis that lost its
+    scripts (a restart, SCRIPT FLUSH). Not a real flush: scripts are
+    server-wide, and a test running beside this one on the same Redis may load
+    the same script again between the flush and the next call."""
+
+    def __init__(self) -> None:
+        self.pending = False
+
+    def answer(self, name: str) -> None:
+        if self.pending and name == "EVALSHA":
+            self.pending = False
+            raise NoScriptError("No matching script. Please use EVAL.")
+
+
+def _commands(client, monkeypatch, lost: _ScriptsLost) -> list[str]:
     """The names of the Redis commands ``client`` sends from now on."""
     sent: list[str] = []
     original = client.execute_command
 
     def spy(*args, **options):
         sent.append(str(args[0]).upper())
+        lost.answer(sent[-1])
         return original(*args, **options)
 
     monkeypatch.setattr(client, "execute_command", spy)
@@ -79,11 +96,12 @@ def test_the_script_is_sent_by_its_sha_and_reloaded_after_a_flush(algorithm, mon
     """EVALSHA, never the script text; a Redis that lost its scripts (restart,
     SCRIPT FLUSH) answers NOSCRIPT once and the script is loaded again."""
     limiter = RateLimiter()
-    sent = _commands(limiter._client, monkeypatch)
+    lost = _ScriptsLost()
+    sent = _commands(limiter._client, monkeypatch, lost)
     rule = RateLimitPolicy(limit=5, window_seconds=30, algorithm=algorithm)
     bucket = f"test-{uuid.uuid4()}"
     first = limiter.hit(bucket, rule)
-    limiter._client.script_flush()
+    lost.pending = True
     second = limiter.hit(bucket, rule)
     limiter.close()
     assert [first.remaining, second.remaining] == [4, 3]
@@ -101,14 +119,16 @@ async def test_the_async_limiter_sends_the_script_by_its_sha(monkeypatch):
     client = scripts["fixed"].registered_client
     sent: list[str] = []
     original = client.execute_command
+    lost = _ScriptsLost()
 
     async def spy(*args, **options):
         sent.append(str(args[0]).upper())
+        lost.answer(sent[-1])
         return await original(*args, **options)
 
     monkeypatch.setattr(client, "execute_command", spy)
     first = await limiter.hit(bucket, rule)
-    await client.script_flush()
+    lost.pending = True
     second = await limiter.hit(bucket, rule)
     await client.aclose()
     assert [first.remaining, second.remaining] == [4, 3]
