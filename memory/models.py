@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.db.models.base import ModelState
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
+from django.db.models.lookups import Exact
 from pgvector import HalfVector
 from pgvector.django import CosineDistance, HalfVectorField, HnswIndex, VectorField
 
@@ -125,6 +126,37 @@ def retrievable_q(now: object) -> Q:
 # The kinds with an HNSW graph of their own besides the graph of every memory.
 KINDS_WITH_OWN_GRAPH: tuple[str, ...] = (Kind.FACT.value, Kind.RULE.value, Kind.DOCUMENT.value)
 
+# The graph of every memory is GRAPH_GROUPS graphs, each of the memories of the
+# tenants that memproj_graph_group (migration 0041: a hash of the tenant id)
+# puts in it. A tenant-filtered walk of one graph shared by every tenant visits
+# the other tenants' nodes too: in a small tenant beside large ones, most of the
+# nodes it visits are filtered out. In its group's graph a tenant shares the
+# walk only with the tenants hashed to the same group. A read names its group
+# (``in_graph_group_of``) so that the planner can take that graph's partial index.
+GRAPH_GROUPS = 16
+GRAPH_GROUP_SQL = "memproj_graph_group(m.tenant_id) = memproj_graph_group(%(tenant)s::uuid)"
+
+
+def graph_group() -> models.Func:
+    """A memory's graph group, the expression the group graphs' predicates use."""
+    return models.Func(models.F("tenant_id"), function="memproj_graph_group", output_field=models.IntegerField())
+
+
+def in_graph_group_of(tenant_id: uuid.UUID) -> Q:
+    """The memories of ``tenant_id``'s graph group. The tenant's id is a constant
+    of the statement, so the planner folds its group to a number and can match
+    the group graph's predicate (raw SQL spells it GRAPH_GROUP_SQL)."""
+    tenant_group = models.Func(
+        models.Value(tenant_id, output_field=models.UUIDField()),
+        function="memproj_graph_group",
+        output_field=models.IntegerField(),
+    )
+    return Q(Exact(graph_group(), tenant_group))
+
+
+def graph_group_name(group: int) -> str:
+    return f"memory_embedding_hnsw_g{group:02d}"
+
 
 def _hnsw_graph(name: str, condition: Q | None = None) -> HnswIndex:
     """An HNSW graph of ``graph_vector()`` (cosine, the vector channel's metric),
@@ -167,6 +199,20 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
 
     def without_vectors(self) -> MemoryQuerySet:
         return self.defer("embedding", "search_vector")
+
+    def nearest_first(
+        self, vector: Sequence[float], *, tenant_id: uuid.UUID, max_distance: float | None = None
+    ) -> MemoryQuerySet:
+        """The memories with a vector (within ``max_distance``), nearest to
+        ``vector`` first (annotated ``distance``), of ``tenant_id``'s graph
+        group, whose graph the planner can then walk (the caller filters by
+        that tenant as well)."""
+        nearest = self.filter(in_graph_group_of(tenant_id), embedding__isnull=False).annotate(
+            distance=graph_distance(vector)
+        )
+        if max_distance is not None:
+            nearest = nearest.filter(distance__lte=max_distance)
+        return nearest.order_by("distance", "id")
 
     def with_effective_confidence(self, now: datetime) -> MemoryQuerySet:
         sql = effective_confidence_sql('"memory_memory"', "%s")
@@ -298,8 +344,9 @@ class Memory(models.Model):
         ordering = ["-created_at", "id"]
         verbose_name_plural = "memories"
         indexes = [
-            # The graph of every memory: reads that include episodes, the bulk kind.
-            _hnsw_graph("memory_embedding_hnsw"),
+            # The graph of every memory, one per graph group: reads that include
+            # episodes, the bulk kind.
+            *(_hnsw_graph(graph_group_name(group), Q(Exact(graph_group(), group))) for group in range(GRAPH_GROUPS)),
             # And one graph per minority kind, of its active memories (issue 13).
             # In the graph of every memory, a read of facts walked past the
             # episodes near its query one by one (thousands of rows for a few

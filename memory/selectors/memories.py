@@ -17,7 +17,7 @@ from django.utils import timezone
 from memory import scoring, validation
 from memory.embeddings import embed_query_later
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
-from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity, graph_distance, retrievable_q
+from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity, retrievable_q
 from memory.read_model import Rankable, effective_confidence_of
 from memory.retrieval import RetrievalFilter, channel_search
 from memory.scoring import ChannelHit, RetrievalParams
@@ -439,12 +439,10 @@ def memory_similar(
         Memory.objects.for_caller(caller)
         .visible_in(decision.visible)
         .retrievable(timezone.now())
-        .filter(kind=memory.kind, namespace=memory.namespace, embedding__isnull=False)
+        .filter(kind=memory.kind, namespace=memory.namespace)
         .exclude(pk=memory.pk)
-        .annotate(distance=graph_distance(memory.embedding))
-        .filter(distance__lte=1.0 - threshold)
-        .without_vectors()
-        .order_by("distance", "id")[:limit]
+        .nearest_first(memory.embedding, tenant_id=caller.tenant_id, max_distance=1.0 - threshold)
+        .without_vectors()[:limit]
     )
     boundary_apply(decision, rows)
     return [(row, 1.0 - float(row.distance)) for row in rows]  # type: ignore[attr-defined]

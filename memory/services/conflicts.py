@@ -36,7 +36,6 @@ from memory.models import (
     Kind,
     Memory,
     Validity,
-    graph_distance,
 )
 from memory.services.events import EventType, event_append
 from memory.services.locks import memory_group_lock, tenant_write_lock
@@ -102,13 +101,7 @@ def _check(memory: Memory) -> ConflictCheckResult:
 
     similar: list[tuple[Memory, float]] = []
     if memory.embedding_status == EmbeddingStatus.READY and memory.embedding is not None:
-        rows = (
-            _peers(memory)
-            .filter(embedding__isnull=False)
-            .annotate(distance=graph_distance(memory.embedding))
-            .without_vectors()
-            .order_by("distance", "id")[:NEIGHBOURS]
-        )
+        rows = _peers(memory).nearest_first(memory.embedding, tenant_id=memory.tenant_id).without_vectors()[:NEIGHBOURS]
         similar = [(row, 1.0 - float(row.distance)) for row in rows]
 
     duplicates: dict[uuid.UUID, Memory] = {}

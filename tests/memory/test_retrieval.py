@@ -8,6 +8,7 @@ import importlib
 import math
 import re
 import threading
+import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +18,7 @@ from django.utils import timezone
 
 from memory import retrieval, scoring
 from memory.embeddings import set_embedder
-from memory.models import Memory
+from memory.models import GRAPH_GROUPS, Memory, graph_group_name
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ChannelHit, RetrievalParams
 from memory.selectors.memories import SearchQuery, memory_search, memory_similar
@@ -474,8 +475,8 @@ def test_a_failing_keyword_channel_still_awaits_the_query_vector(caller, monkeyp
         (["rule"], ["rule"]),
         (["fact", "rule"], ["fact", "rule"]),
         (["document"], ["document"]),
-        (["episode"], ["embedding"]),
-        (["episode", "fact", "rule", "document"], ["embedding"]),
+        (["episode"], ["group"]),
+        (["episode", "fact", "rule", "document"], ["group"]),
     ],
 )
 def test_reads_of_minority_kinds_walk_their_own_graphs(caller, kinds, graphs):
@@ -495,8 +496,57 @@ def test_reads_of_minority_kinds_walk_their_own_graphs(caller, kinds, graphs):
         cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off")
         cursor.execute("EXPLAIN " + statement[0], statement[1])
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    walked = sorted(re.findall(r"Index Scan using memory_(\w+)_hnsw ", plan))
-    assert walked == graphs, plan
+    expected = [
+        graph_group_name(_graph_group(caller.tenant_id)) if g == "group" else f"memory_{g}_hnsw" for g in graphs
+    ]
+    assert _graphs_walked(plan) == expected, plan
+
+
+def _graph_group(tenant_id) -> int:  # type: ignore[no-untyped-def]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT memproj_graph_group(%s)", [tenant_id])
+        return cursor.fetchone()[0]
+
+
+def _graphs_walked(plan: str) -> list[str]:
+    return sorted(re.findall(r"Index Scan using (memory_\w+_hnsw\w*) ", plan))
+
+
+def test_a_graph_group_is_the_last_byte_of_the_tenant_id_modulo_the_group_count():
+    """The group graphs' predicates (migration 0041) and GRAPH_GROUPS agree: every
+    group is reachable and no tenant falls outside them."""
+    ids = [uuid.UUID(bytes=bytes(15) + bytes([last])) for last in range(256)]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT memproj_graph_group(t) FROM unnest(%s::uuid[]) AS t", [ids])
+        groups = [row[0] for row in cursor.fetchall()]
+    assert groups == [last % GRAPH_GROUPS for last in range(256)]
+    graphs = {index.name for index in Memory._meta.indexes if index.name.startswith("memory_embedding_hnsw")}
+    assert graphs == {graph_group_name(group) for group in range(GRAPH_GROUPS)}
+
+
+def test_a_read_walks_its_own_tenants_group_graph_only(caller):
+    """Two tenants in different groups: each one's vector read walks its own
+    group's graph and finds its own memories; the other's, nearer, are in a
+    graph it never walks."""
+    other = make_identity("graph-other", "member").caller
+    while _graph_group(other.tenant_id) == _graph_group(caller.tenant_id):
+        other = make_identity(f"graph-other-{uuid.uuid4().hex[:6]}", "member").caller
+    store(caller, "zeppelin hangar door")
+    store(other, "zeppelin hangar roof")
+    [vector] = WordHashEmbedder().embed(["zeppelin hangar roof"])
+    for who, found in ((caller, "zeppelin hangar door"), (other, "zeppelin hangar roof")):
+        flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
+        hits = channel_hits(caller=who, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=5))
+        assert [m.content for m in Memory.objects.filter(pk__in=hits)] == [found]
+        statement = retrieval.channel_statement(
+            caller=who, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=5)
+        )
+        assert statement is not None
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off")
+            cursor.execute("EXPLAIN " + statement[0], statement[1])
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert _graphs_walked(plan) == [graph_group_name(_graph_group(who.tenant_id))], plan
 
 
 def test_a_read_of_several_kinds_returns_the_nearest_of_all(caller):
@@ -614,8 +664,8 @@ def test_nearest_neighbour_reads_walk_the_kinds_graph(caller):
     """Issue 13: the graphs index the embedding at half precision, so a read
     walks one only when it orders by that same expression; otherwise it is still
     correct but sorts every candidate. The ORM reads by distance (similar
-    memories, the conflict check's neighbours) walk the facts' graph like the
-    vector channel does."""
+    memories, the conflict check's neighbours) walk a graph like the vector
+    channel does."""
     for index, text in enumerate(["zeppelin hangar roof", "zeppelin hangar door", "garden hose"]):
         fact_store(caller=caller, subject="user", predicate=f"p{index}", content=text)
     memory = Memory.objects.filter(tenant_id=caller.tenant_id, kind="fact", content__endswith="roof").get()
@@ -625,7 +675,20 @@ def test_nearest_neighbour_reads_walk_the_kinds_graph(caller):
         lambda: memory_conflict_check(memory_id=memory.pk),
     ):
         plan = _plan_of_the_nearest_read(run)
-        assert re.findall(r"Index Scan using memory_(\w+)_hnsw ", plan) == ["fact"], plan
+        # Either graph holds every fact of the tenant: the facts' own, or the
+        # graph of the tenant's group, which the read names too.
+        assert _graphs_walked(plan) in (["memory_fact_hnsw"], [graph_group_name(_graph_group(caller.tenant_id))]), plan
+
+
+def test_nearest_neighbour_reads_of_episodes_walk_the_tenants_group_graph(caller):
+    """The ORM read by distance of an episode (similar memories) names its
+    tenant's graph group, so it walks that group's graph instead of sorting
+    every episode of the tenant."""
+    store(caller, "zeppelin hangar roof", "zeppelin hangar door")
+    memory = Memory.objects.filter(tenant_id=caller.tenant_id, content__endswith="roof").get()
+    assert memory.embedding is not None
+    plan = _plan_of_the_nearest_read(lambda: memory_similar(caller=caller, memory=memory, threshold=0.0))
+    assert _graphs_walked(plan) == [graph_group_name(_graph_group(caller.tenant_id))], plan
 
 
 class _VersionCursor:

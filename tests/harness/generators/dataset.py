@@ -255,14 +255,15 @@ def _model_index_sql(name: str) -> str:
         return str(index.create_sql(Memory, editor))
 
 
-# Indexes rebuilt after a big load: one build is much cheaper than maintaining them row by row.
-REBUILT_INDEXES = (
-    "memory_embedding_hnsw",
-    "memory_fact_hnsw",
-    "memory_rule_hnsw",
-    "memory_document_hnsw",
-    "memory_search_vector_gin",
-)
+def _rebuilt_indexes() -> list[str]:
+    """Indexes rebuilt after a big load: one build is much cheaper than maintaining them row by row."""
+    from memory.models import GRAPH_GROUPS, KINDS_WITH_OWN_GRAPH, graph_group_name
+
+    return [
+        *(graph_group_name(group) for group in range(GRAPH_GROUPS)),
+        *(f"memory_{kind}_hnsw" for kind in KINDS_WITH_OWN_GRAPH),
+        "memory_search_vector_gin",
+    ]
 
 
 def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
@@ -315,7 +316,7 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
                 app_pid = cur.fetchone()[0]
             _renice_backend(os.nice(0), [app_pid, owner.info.backend_pid], stop)
         indexdefs = {}
-        for name in REBUILT_INDEXES:
+        for name in _rebuilt_indexes():
             row = owner.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [name]).fetchone()
             # An index a killed load left dropped is rebuilt from the model's definition.
             indexdefs[name] = row[0] if row else _model_index_sql(name)
@@ -368,8 +369,9 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
         rows, tenants = counted
         found = owner.execute(
             "SELECT pg_size_pretty(pg_table_size('memory_memory')), "
-            "pg_size_pretty(pg_relation_size('memory_embedding_hnsw') + pg_relation_size('memory_fact_hnsw') "
-            "+ pg_relation_size('memory_rule_hnsw') + pg_relation_size('memory_document_hnsw')), "
+            "(SELECT pg_size_pretty(sum(pg_relation_size(i.indexrelid))) FROM pg_index i"
+            " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam"
+            " WHERE i.indrelid = 'memory_memory'::regclass AND a.amname = 'hnsw'), "
             "pg_size_pretty(pg_relation_size('memory_search_vector_gin')), "
             "pg_size_pretty(pg_total_relation_size('memory_termstat')), current_setting('shared_buffers')"
         ).fetchone()
