@@ -21,7 +21,7 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
 
     from memory.context import build_context
     from memory.embeddings import get_embedder
-    from memory.models import EMBEDDING_DIM, GRAPH_VECTOR_SQL
+    from memory.models import EMBEDDING_DIM, GRAPH_GROUP_SQL, GRAPH_VECTOR_SQL
     from memory.retrieval import vector_literal
     from memory.selectors.memories import SearchQuery, memory_search
     from memory.services.memories import episode_store, fact_store
@@ -45,9 +45,9 @@ def bench_service(size: int, caller, repeat: int) -> tuple[list[dict], dict]:  #
             cur.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
             cur.execute("SET LOCAL hnsw.ef_search = 100")
             cur.execute(
-                "SELECT id FROM memory_memory m WHERE tenant_id = %s "
-                f"ORDER BY {GRAPH_VECTOR_SQL} <=> %s::halfvec({EMBEDDING_DIM}) LIMIT 20",
-                [caller.tenant_id, qvecs[next(qi) % len(qvecs)]],
+                f"SELECT id FROM memory_memory m WHERE tenant_id = %(tenant)s AND {GRAPH_GROUP_SQL} "
+                f"ORDER BY {GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM}) LIMIT 20",
+                {"tenant": caller.tenant_id, "qvec": qvecs[next(qi) % len(qvecs)]},
             )
             cur.fetchall()
 
@@ -203,7 +203,7 @@ def ann_sweep(caller, qvecs: list[str]) -> list[dict]:  # type: ignore[no-untype
     (the synthetic texts repeat, so exact ties make id overlap understate)."""
     from django.db import connection, transaction
 
-    from memory.models import EMBEDDING_DIM, GRAPH_VECTOR_SQL
+    from memory.models import EMBEDDING_DIM, GRAPH_GROUP_SQL, GRAPH_VECTOR_SQL
 
     def top20(qvec: str, ef: int | None) -> list[tuple]:
         with transaction.atomic(), connection.cursor() as cur:
@@ -212,11 +212,15 @@ def ann_sweep(caller, qvecs: list[str]) -> list[dict]:  # type: ignore[no-untype
             else:
                 cur.execute(f"SET LOCAL hnsw.iterative_scan = 'relaxed_order'; SET LOCAL hnsw.ef_search = {int(ef)}")
             # The exact order in float32; the graphs' walk in their half precision.
-            order = "embedding <=> %s::vector" if ef is None else f"{GRAPH_VECTOR_SQL} <=> %s::halfvec({EMBEDDING_DIM})"
+            order = (
+                "embedding <=> %(qvec)s::vector"
+                if ef is None
+                else f"{GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM})"
+            )
             cur.execute(
-                "SELECT id, embedding <=> %s::vector FROM memory_memory m WHERE tenant_id = %s "
-                f"AND embedding IS NOT NULL ORDER BY {order} LIMIT 20",
-                [qvec, caller.tenant_id, qvec],
+                "SELECT id, embedding <=> %(qvec)s::vector FROM memory_memory m WHERE tenant_id = %(tenant)s "
+                f"AND {GRAPH_GROUP_SQL} AND embedding IS NOT NULL ORDER BY {order} LIMIT 20",
+                {"qvec": qvec, "tenant": caller.tenant_id},
             )
             return cur.fetchall()
 
