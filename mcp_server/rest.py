@@ -78,7 +78,9 @@ async def tool_call(request: HttpRequest, toolset: str, tool: str) -> HttpRespon
         message = f"no toolset {toolset[:100]!r}; the toolsets are {', '.join(sorted(TOOLSETS))}."
         return JsonResponse({"error": {"code": "NOT_FOUND", "message": message}}, status=404)
     if request.method != "POST":
-        response = _error(dialect, "INVALID_ARGUMENT", "use POST with the tool's arguments as a JSON object.", 405)
+        method = (request.method or "")[:20]
+        message = f"{method} is not allowed here; use POST with the tool's arguments as a JSON object."
+        response = _error(dialect, "METHOD_NOT_ALLOWED", message, 405)
         response["Allow"] = "POST"
         return response
     try:

@@ -363,7 +363,13 @@ async def test_http_surface_answers_with_the_seed_status(http_server, member):
         )
         invalid = await http.post("/api/pce/pce.memory.activate", json={"q": "x", "scope": ["nope"]}, headers=headers)
         anonymous = await http.post("/api/pce/pce.memory.search", json={"query": "x"})
+        fetched = await http.get("/api/pce/pce.memory.search", headers=headers)
     assert stored.status_code == 200 and set(stored.json()) == ENVELOPE_KEYS
+    assert (fetched.status_code, fetched.headers["allow"], fetched.json()["error"]["code"]) == (
+        405,
+        "POST",
+        "METHOD_NOT_ALLOWED",
+    )
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "UNKNOWN_CLAIM")
     assert (invalid.status_code, invalid.json()["error"]["code"]) == (422, "INVALID_SCOPE")
     assert anonymous.status_code == 401
