@@ -483,23 +483,28 @@ def test_reads_of_minority_kinds_walk_their_own_graphs(caller, kinds, graphs):
     """Issue 13: a read of facts, rules or documents walks only those kinds'
     HNSW graphs (a partial index per kind of active memories), never the graph
     of every memory where episodes crowd them out; a read with episodes walks
-    that one graph once. The planner may only take a partial index when the
-    probe's own filter implies the index's predicate; with the other orderings
-    turned off, the plan shows which graphs the statement can walk."""
+    that one graph (its tenant's group's) once."""
     [vector] = WordHashEmbedder().embed(["any query"])
     flt = RetrievalFilter(kinds=kinds, now=timezone.now(), namespace_prefix=["user", "u1"])
+    plan = _vector_read_plan(caller, flt, vector, k_vec=10)
+    expected = [
+        graph_group_name(_graph_group(caller.tenant_id)) if g == "group" else f"memory_{g}_hnsw" for g in graphs
+    ]
+    assert _graphs_walked(plan) == expected, plan
+
+
+def _vector_read_plan(caller, flt: RetrievalFilter, vector: list[float], *, k_vec: int) -> str:  # type: ignore[no-untyped-def]
+    """EXPLAIN of the vector channel's statement with the other orderings turned
+    off: the plan shows which graphs the statement can walk (the planner may only
+    take a partial index when the probe's own filter implies its predicate)."""
     statement = retrieval.channel_statement(
-        caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=10)
+        caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=k_vec)
     )
     assert statement is not None
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off")
         cursor.execute("EXPLAIN " + statement[0], statement[1])
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-    expected = [
-        graph_group_name(_graph_group(caller.tenant_id)) if g == "group" else f"memory_{g}_hnsw" for g in graphs
-    ]
-    assert _graphs_walked(plan) == expected, plan
+        return "\n".join(row[0] for row in cursor.fetchall())
 
 
 def _graph_group(tenant_id) -> int:  # type: ignore[no-untyped-def]
@@ -538,14 +543,7 @@ def test_a_read_walks_its_own_tenants_group_graph_only(caller):
         flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
         hits = channel_hits(caller=who, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=5))
         assert [m.content for m in Memory.objects.filter(pk__in=hits)] == [found]
-        statement = retrieval.channel_statement(
-            caller=who, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=5)
-        )
-        assert statement is not None
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off")
-            cursor.execute("EXPLAIN " + statement[0], statement[1])
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+        plan = _vector_read_plan(who, flt, vector, k_vec=5)
         assert _graphs_walked(plan) == [graph_group_name(_graph_group(who.tenant_id))], plan
 
 
