@@ -243,8 +243,8 @@ SESSION_SQL = "CASE WHEN m.kind = 'episode' AND m.session_id <> '' THEN m.sessio
 # takes because the probe's filter names the kind), merged in distance order:
 # the same rows as one walk of one graph, without walking past the episodes
 # near the query (issue 13). A read that includes episodes, the bulk kind,
-# walks the graph of every memory of its tenant's graph group once (a probe per kind there measured ~5 ms
-# more per read of a 10k tenant, ~2 ms at 100k).
+# walks the graph of every memory of its tenant's graph group once (a probe per
+# kind there was slower, at every tenant size measured).
 _VECTOR_PROBE_SQL = f"""
         (SELECT m.id, {GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM}) AS distance, {SESSION_SQL} AS session
          FROM memory_memory m
