@@ -137,21 +137,18 @@ GRAPH_GROUPS = 16
 GRAPH_GROUP_SQL = "memproj_graph_group(m.tenant_id) = memproj_graph_group(%(tenant)s::uuid)"
 
 
-def graph_group() -> models.Func:
-    """A memory's graph group, the expression the group graphs' predicates use."""
-    return models.Func(models.F("tenant_id"), function="memproj_graph_group", output_field=models.IntegerField())
+def graph_group(tenant: models.Expression | models.F | None = None) -> models.Func:
+    """The graph group of a tenant id (by default a memory's own tenant): the
+    expression the group graphs' predicates use."""
+    tenant = models.F("tenant_id") if tenant is None else tenant
+    return models.Func(tenant, function="memproj_graph_group", output_field=models.IntegerField())
 
 
 def in_graph_group_of(tenant_id: uuid.UUID) -> Q:
     """The memories of ``tenant_id``'s graph group. The tenant's id is a constant
     of the statement, so the planner folds its group to a number and can match
     the group graph's predicate (raw SQL spells it GRAPH_GROUP_SQL)."""
-    tenant_group = models.Func(
-        models.Value(tenant_id, output_field=models.UUIDField()),
-        function="memproj_graph_group",
-        output_field=models.IntegerField(),
-    )
-    return Q(Exact(graph_group(), tenant_group))
+    return Q(Exact(graph_group(), graph_group(models.Value(tenant_id, output_field=models.UUIDField()))))
 
 
 def graph_group_name(group: int) -> str:

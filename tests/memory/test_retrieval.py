@@ -678,6 +678,24 @@ def test_nearest_neighbour_reads_walk_the_kinds_graph(caller):
         assert _graphs_walked(plan) in (["memory_fact_hnsw"], [graph_group_name(_graph_group(caller.tenant_id))]), plan
 
 
+def test_tenants_sharing_a_graph_group_each_find_only_their_own_memories(caller):
+    """Two tenants hashed to the same group share its graph: the walk passes
+    the other tenant's nearer memories and still returns the caller's own,
+    never the other's."""
+    other = make_identity("graph-same", "member").caller
+    while _graph_group(other.tenant_id) != _graph_group(caller.tenant_id):
+        other = make_identity(f"graph-same-{uuid.uuid4().hex[:6]}", "member").caller
+    store(caller, "zeppelin hangar door")
+    store(other, "zeppelin hangar roof", "zeppelin hangar roof tiles", "zeppelin roof")
+    [vector] = WordHashEmbedder().embed(["zeppelin hangar roof"])
+    flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
+    hits = channel_hits(caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=5))
+    assert [m.content for m in Memory.objects.filter(pk__in=hits)] == ["zeppelin hangar door"]
+    assert _graphs_walked(_vector_read_plan(caller, flt, vector, k_vec=5)) == [
+        graph_group_name(_graph_group(caller.tenant_id))
+    ]
+
+
 def test_nearest_neighbour_reads_of_episodes_walk_the_tenants_group_graph(caller):
     """The ORM read by distance of an episode (similar memories) names its
     tenant's graph group, so it walks that group's graph instead of sorting
