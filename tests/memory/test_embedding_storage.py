@@ -1,0 +1,105 @@
+"""A memory's vector lives in its row (migration 0042), so the planner prices an
+exact scan of a tenant's vectors at the pages it really reads. Out of line, in
+TOAST, a scan of a small tenant's rows looked cheaper than a walk of its graph,
+yet fetched two TOAST chunks per vector."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from memory import retrieval
+from memory.embeddings import set_embedder
+from memory.models import Memory, graph_group_name
+from memory.retrieval import RetrievalFilter
+from memory.scoring import RetrievalParams
+from memory.services.memories import episode_store, episodes_store_bulk
+from tests.conftest import make_identity
+from tests.memory.test_retrieval import WordHashEmbedder
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WORDS = [f"w{n:04d}" for n in range(5000)]
+
+
+@pytest.fixture(autouse=True)
+def fake_embedder():
+    set_embedder(WordHashEmbedder())
+    yield
+    set_embedder(None)
+
+
+def _turn(rng: random.Random, words: int) -> str:
+    """Distinct words, so neither the text nor its search vector compresses."""
+    return " ".join(rng.sample(WORDS, words))
+
+
+def _group_of(tenant_id) -> int:  # type: ignore[no-untyped-def]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT memproj_graph_group(%s)", [tenant_id])
+        return cursor.fetchone()[0]
+
+
+def test_a_small_tenant_alone_in_its_group_walks_its_graph(owner_connection):
+    """A conversation log of short turns (rows just past the size at which
+    PostgreSQL moves values out of line), the tenant alone in its group: the
+    vector read walks the group's graph rather than sorting every row."""
+    caller = make_identity("small-tenant", "member").caller
+    rng = random.Random(7)
+    for _ in range(2):
+        episodes_store_bulk(
+            caller=caller, episodes=[{"content": _turn(rng, 14), "butler": "general"} for _ in range(1000)]
+        )
+    owner_connection.execute("ANALYZE memory_memory")
+    [vector] = WordHashEmbedder().embed([_turn(rng, 6)])
+    flt = RetrievalFilter(kinds=["episode", "fact", "rule", "document"], now=timezone.now())
+    statement = retrieval.channel_statement(
+        caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=96)
+    )
+    assert statement is not None
+    sql, sql_params, run_vec = statement
+    # SET LOCAL holds in a transaction only; the channel sends both as one query.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(retrieval.statement_settings_sql(run_vec))
+        cursor.execute("EXPLAIN " + sql, sql_params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    walked = re.findall(r"Index Scan using (memory_\w+_hnsw\w*) ", plan)
+    assert walked == [graph_group_name(_group_of(caller.tenant_id))], plan
+
+
+def _toasted(memory_id, column: str) -> bool:  # type: ignore[no-untyped-def]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT pg_column_toast_chunk_id({column}) IS NOT NULL FROM memory_memory WHERE id = %s",  # noqa: S608
+            [memory_id],
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.fixture
+def toast_inspection():  # type: ignore[no-untyped-def]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version_num")
+        if int(cursor.fetchone()[0]) < 170000:
+            pytest.skip("pg_column_toast_chunk_id needs PostgreSQL 17")
+
+
+@pytest.mark.parametrize("words", [14, 200, 2500])
+def test_a_memorys_vector_stays_in_its_row_whatever_its_length(toast_inspection, words):
+    """Short turns, a page of text, a long document: the vector is never moved
+    out of line; a row leaves its texts in line until it passes a page, and then
+    they leave first."""
+    caller = make_identity("long-memory", "member").caller
+    content = _turn(random.Random(words), words)
+    memory = episode_store(caller=caller, content=content, butler="general")
+    assert not _toasted(memory.id, "embedding")
+    assert _toasted(memory.id, "content") == (words == 2500)
+    # The keyword channel reads the search vector of every candidate.
+    assert _toasted(memory.id, "search_vector") == (words == 2500)
+    stored = Memory.objects.get(pk=memory.id)
+    assert stored.content == content
+    assert len(stored.embedding) == WordHashEmbedder.dimensions
