@@ -99,6 +99,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "roampal_get_context_insights,pce_activate,mixed",
     )
     p.add_argument("--ab-rounds", type=int, default=3)
+    p.add_argument(
+        "--ab-database-b",
+        default="",
+        metavar="NAME",
+        help="A/B only: B serves this database instead of --database (a copy of it laid out otherwise, e.g. "
+        "rewritten by VACUUM FULL after a storage change); A and B may then be the same code",
+    )
     p.add_argument("--explain", action="store_true", default=True, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.tiny:
@@ -239,6 +246,12 @@ def ingest_main(args: argparse.Namespace, server: str) -> int:
     return 0
 
 
+def _with_database(db_url: str, name: str) -> str:
+    """``db_url`` (postgres://...@host/<database>?...) naming another database."""
+    head, _, tail = db_url.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/{name}" + (f"?{tail}" if tail else "")
+
+
 def ab_main(args: argparse.Namespace, env: dict, db_url: str) -> int:
     """Two copies of the code served side by side, measured in turn (tests/harness/load/percall.py)."""
     from tests.harness.load.percall import AB_HEADERS, Server, ab_table, interleaved, summarise
@@ -250,10 +263,11 @@ def ab_main(args: argparse.Namespace, env: dict, db_url: str) -> int:
     _caller, token = env["callers"][f"{args.prefix}-{args.size_list[-1]}"]
     procs, servers = [], []
     try:
-        for label, code_dir in zip(("A", "B"), dirs, strict=True):
-            proc, url = start_web(db_url, 1, code_dir=code_dir)
+        databases = (args.database, args.ab_database_b or args.database)
+        for label, code_dir, database in zip(("A", "B"), dirs, databases, strict=True):
+            proc, url = start_web(_with_database(db_url, database), 1, code_dir=code_dir)
             procs.append(proc)
-            servers.append(Server(label, proc.pid, url.removesuffix("/mcp/memory")))
+            servers.append(Server(label, proc.pid, url.removesuffix("/mcp/memory"), database))
         kinds = [k for k in args.ab_kinds.split(",") if k]
         steps = interleaved(
             servers,
@@ -273,7 +287,8 @@ def ab_main(args: argparse.Namespace, env: dict, db_url: str) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
     print(
-        f"A = {dirs[0]}, B = {dirs[1]}; {args.size_list[-1]} memories in the tenant; "
+        f"A = {dirs[0]} on {databases[0]}, B = {dirs[1]} on {databases[1]}; "
+        f"{args.size_list[-1]} memories in the tenant; "
         f"{max(args.client_list)} closed-loop clients, {args.conc_seconds:g} s per step, {args.ab_rounds} rounds, "
         f"A and B in turn; medians over rounds; load average {os.getloadavg()[0]:.1f} at the end\n"
     )

@@ -167,17 +167,21 @@ async def _closed_loop(
 
 @dataclass(frozen=True)
 class Server:
-    """A served web tier to measure: its root process and its base URL (no path)."""
+    """A served web tier to measure: its root process, its base URL (no path),
+    and the database it serves when not the step's (an A/B of two layouts of
+    the same data)."""
 
     label: str
     pid: int
     base_url: str
+    database: str = ""
 
 
 def percall_step(server: Server, token: str, kind_name: str, clients: int, seconds: float, database: str, seed: int):  # type: ignore[no-untyped-def]
     """One closed-loop step against one server: throughput, latency, and CPU per
     answered call of the web tree, its event loop, the database's backends."""
     kind = CALL_KINDS[kind_name]
+    database = server.database or database
     web0, loop0 = cpu_seconds(server.pid), loop_cpu_seconds(server.pid)
     pg0 = _backend_pids(database)
     step = asyncio.run(_closed_loop(server.base_url, token, kind, clients, seconds, seed))
