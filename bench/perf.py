@@ -252,6 +252,24 @@ def _with_database(db_url: str, name: str) -> str:
     return f"{head.rsplit('/', 1)[0]}/{name}" + (f"?{tail}" if tail else "")
 
 
+def _copy_token(token: str, db_url: str) -> None:
+    """The run's token, issued in --database, also valid in the database at
+    ``db_url`` (a copy made before the token was issued: same tenants and principals)."""
+    import psycopg
+
+    from policy.models import ApiToken
+    from policy.services.tokens import hash_token
+
+    row = ApiToken.objects.filter(token_hash=hash_token(token)).values().get()
+    columns = [ApiToken._meta.get_field(name).column for name in row]
+    with psycopg.connect(db_url) as other:
+        other.execute(
+            f"INSERT INTO {ApiToken._meta.db_table} ({', '.join(columns)}) "  # noqa: S608 - the model's own names
+            f"VALUES ({', '.join(['%s'] * len(columns))}) ON CONFLICT DO NOTHING",
+            list(row.values()),
+        )
+
+
 def ab_main(args: argparse.Namespace, env: dict, db_url: str) -> int:
     """Two copies of the code served side by side, measured in turn (tests/harness/load/percall.py)."""
     from tests.harness.load.percall import AB_HEADERS, Server, ab_table, interleaved, summarise
@@ -261,9 +279,11 @@ def ab_main(args: argparse.Namespace, env: dict, db_url: str) -> int:
     if len(dirs) != 2 or not all((d / "memproj" / "asgi.py").exists() for d in dirs):
         raise SystemExit("--ab takes two directories holding memproj's code: A_DIR,B_DIR")
     _caller, token = env["callers"][f"{args.prefix}-{args.size_list[-1]}"]
+    databases = (args.database, args.ab_database_b or args.database)
+    if databases[1] != databases[0]:
+        _copy_token(token, _with_database(db_url, databases[1]))
     procs, servers = [], []
     try:
-        databases = (args.database, args.ab_database_b or args.database)
         for label, code_dir, database in zip(("A", "B"), dirs, databases, strict=True):
             proc, url = start_web(_with_database(db_url, database), 1, code_dir=code_dir)
             procs.append(proc)
