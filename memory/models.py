@@ -151,6 +151,13 @@ def in_graph_group_of(tenant_id: uuid.UUID) -> Q:
     return Q(Exact(graph_group(), graph_group(models.Value(tenant_id, output_field=models.UUIDField()))))
 
 
+def graph_group_of(tenant_id: uuid.UUID) -> int:
+    """The graph group of ``tenant_id`` computed here, as memproj_graph_group
+    computes it in the database (migration 0041): the last byte of the UUID,
+    modulo GRAPH_GROUPS."""
+    return tenant_id.bytes[15] % GRAPH_GROUPS
+
+
 def graph_group_name(group: int) -> str:
     return f"memory_embedding_hnsw_g{group:02d}"
 

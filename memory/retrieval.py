@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -21,9 +22,12 @@ from memory.models import (
     COLLECTION_OF_KIND,
     EMBEDDING_DIM,
     GRAPH_GROUP_SQL,
+    GRAPH_GROUPS,
     GRAPH_VECTOR_SQL,
     KINDS_WITH_OWN_GRAPH,
     effective_confidence_sql,
+    graph_group_name,
+    graph_group_of,
 )
 from memory.scoring import ChannelHit, RetrievalParams, fuse_all, with_evidence
 from memproj.dbthreads import side_by_side
@@ -242,9 +246,10 @@ SESSION_SQL = "CASE WHEN m.kind = 'episode' AND m.session_id <> '' THEN m.sessio
 # (Memory.Meta.indexes: a partial HNSW index per such kind, which the planner
 # takes because the probe's filter names the kind), merged in distance order:
 # the same rows as one walk of one graph, without walking past the episodes
-# near the query (issue 13). A read that includes episodes, the bulk kind,
-# walks the graph of every memory of its tenant's graph group once (a probe per
-# kind there was slower, at every tenant size measured).
+# near the query (issue 13), unless the graph of its tenant's graph group is
+# the smaller (``walks_group_graph``). A read that includes episodes, the bulk
+# kind, walks the graph of every memory of its tenant's graph group once (a
+# probe per kind there was slower, at every tenant size measured).
 _VECTOR_PROBE_SQL = f"""
         (SELECT m.id, {GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM}) AS distance, {SESSION_SQL} AS session
          FROM memory_memory m
@@ -524,6 +529,48 @@ def _rows_of_last_statement(cursor, query: str, params_sql: dict) -> list[tuple]
     return cursor.fetchall()
 
 
+# How long a process trusts the graphs' sizes it read. A stale size can only
+# send a read to the slower of two graphs that both hold all of its rows.
+_GRAPH_SIZES_TTL_S = 60.0
+_graph_sizes: tuple[float, dict[str, float]] = (float("-inf"), {})
+
+
+def graph_sizes() -> dict[str, float]:
+    """Rows in each HNSW graph of memories, as the planner last counted them
+    (``pg_class.reltuples``: kept by VACUUM, ANALYZE and index builds; -1 when
+    never counted), read at most once a minute per process."""
+    global _graph_sizes
+    read_at, sizes = _graph_sizes
+    now = time.monotonic()
+    if now - read_at > _GRAPH_SIZES_TTL_S:
+        names = [graph_group_name(g) for g in range(GRAPH_GROUPS)] + [f"memory_{k}_hnsw" for k in KINDS_WITH_OWN_GRAPH]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT relname, reltuples FROM pg_class WHERE relname = ANY(%s)", [names])
+            sizes = {name: float(rows) for name, rows in cursor.fetchall()}
+        _graph_sizes = (now, sizes)
+    return sizes
+
+
+def forget_graph_sizes() -> None:
+    """The next read asks again (tests that change the graphs' sizes)."""
+    global _graph_sizes
+    _graph_sizes = (float("-inf"), {})
+
+
+def walks_group_graph(tenant_id: uuid.UUID, kinds: Sequence[str]) -> bool:
+    """Whether a read of ``kinds`` walks its tenant's group graph rather than
+    each kind's own graph. Every one of them holds all of the tenant's rows of
+    those kinds, so a walk visits fewer nodes of other tenants and kinds in the
+    smaller: a small tenant's group graph is smaller than the graph of every
+    tenant's facts, a large tenant's is larger. Kind graphs when a size is unknown."""
+    if not set(kinds) <= set(KINDS_WITH_OWN_GRAPH):
+        return True
+    sizes = graph_sizes()
+    group = sizes.get(graph_group_name(graph_group_of(tenant_id)), -1.0)
+    own = [sizes.get(f"memory_{kind}_hnsw", -1.0) for kind in kinds]
+    return group >= 0 and min(own) >= 0 and group < sum(own)
+
+
 def channel_statement(
     *,
     caller: Caller,
@@ -548,7 +595,7 @@ def channel_statement(
     if run_vec:
         assert query_vector is not None
         kinds = sorted(set(flt.kinds))
-        if set(kinds) <= set(KINDS_WITH_OWN_GRAPH):
+        if not walks_group_graph(caller.tenant_id, kinds):
             probe_where = _where(caller, flt, kinds=False)[0]
             probes = "\n        UNION ALL".join(
                 _VECTOR_PROBE_SQL.format(where=probe_where, kind=f" AND m.kind = %(vec_kind_{i})s")
@@ -556,7 +603,8 @@ def channel_statement(
             )
             params_sql.update({f"vec_kind_{i}": kind for i, kind in enumerate(kinds)})
         else:
-            # The walk of the tenant's graph group (memory.models.GRAPH_GROUPS).
+            # The walk of the tenant's graph group (memory.models.GRAPH_GROUPS);
+            # for one kind the planner may still take that kind's graph.
             probes = _VECTOR_PROBE_SQL.format(where=where, kind=f" AND {GRAPH_GROUP_SQL}")
         ctes.append(_VECTOR_SQL.format(probes=probes))
         selects.append("SELECT 'v' AS channel, id, score, NULL::float8 AS idf_total, session FROM vec")

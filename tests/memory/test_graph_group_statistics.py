@@ -5,13 +5,19 @@ independent ones that would shrink a tenant of thousands to a handful of rows.""
 from __future__ import annotations
 
 import json
+import re
+import uuid
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
+from django.utils import timezone
 
+from memory import retrieval
 from memory.embeddings import set_embedder
-from memory.models import GRAPH_GROUP_SQL
-from memory.services.memories import episodes_store_bulk
+from memory.models import GRAPH_GROUP_SQL, Memory, graph_group_name, graph_group_of
+from memory.retrieval import RetrievalFilter, channel_hits
+from memory.scoring import RetrievalParams
+from memory.services.memories import episodes_store_bulk, fact_store
 from tests.conftest import make_identity
 from tests.memory.test_retrieval import WordHashEmbedder
 
@@ -47,3 +53,54 @@ def test_a_tenants_rows_in_its_graph_group_are_estimated_as_the_tenants_rows(own
     assert tenant_only >= ROWS / 2
     # Without the dependency the group's condition divides the estimate by ~200.
     assert with_group >= tenant_only / 2, (tenant_only, with_group)
+
+
+def _graphs_walked(caller, kinds: list[str], vector: list[float]) -> list[str]:  # type: ignore[no-untyped-def]
+    flt = RetrievalFilter(kinds=kinds, now=timezone.now())
+    statement = retrieval.channel_statement(
+        caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=10)
+    )
+    assert statement is not None
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(retrieval.statement_settings_sql(statement[2]))
+        # Which graphs the statement can walk: a few rows would be sorted.
+        cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off")
+        cursor.execute("EXPLAIN " + statement[0], statement[1])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    return sorted(re.findall(r"Index Scan using (memory_\w+_hnsw\w*) ", plan))
+
+
+def test_a_read_of_facts_walks_the_smaller_of_its_group_graph_and_the_kinds_graphs(owner_connection):
+    """A small tenant's facts are a handful among every tenant's in the facts
+    graph but most of its group graph: its read walks the group graph. A large
+    tenant's group graph (its episodes too) outgrows the facts graph: its read
+    walks the kinds' graphs. Each finds only its own facts either way."""
+    small = make_identity("graphs-small", "member").caller
+    large = make_identity("graphs-large", "member").caller
+    while graph_group_of(large.tenant_id) == graph_group_of(small.tenant_id):
+        large = make_identity(f"graphs-large-{uuid.uuid4().hex[:6]}", "member").caller
+    for i in range(5):
+        fact_store(caller=small, subject=None, predicate=None, content=f"zeppelin hangar {i} door of the small tenant")
+    for i in range(60):
+        fact_store(caller=large, subject=None, predicate=None, content=f"zeppelin hangar {i} roof of the large tenant")
+    episodes_store_bulk(
+        caller=large, episodes=[{"content": f"turn {i} of the large tenant", "butler": "general"} for i in range(ROWS)]
+    )
+    owner_connection.execute("ANALYZE memory_memory")
+    retrieval.forget_graph_sizes()
+    try:
+        assert retrieval.walks_group_graph(small.tenant_id, ["fact", "rule"])
+        assert not retrieval.walks_group_graph(large.tenant_id, ["fact", "rule"])
+        [vector] = WordHashEmbedder().embed(["zeppelin hangar roof"])
+        assert _graphs_walked(small, ["fact", "rule"], vector) == [graph_group_name(graph_group_of(small.tenant_id))]
+        assert _graphs_walked(large, ["fact", "rule"], vector) == ["memory_fact_hnsw", "memory_rule_hnsw"]
+        for who, found in ((small, "door of the small tenant"), (large, "roof of the large tenant")):
+            for kinds in (["fact"], ["fact", "rule"]):
+                flt = RetrievalFilter(kinds=kinds, now=timezone.now())
+                hits = channel_hits(
+                    caller=who, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=5)
+                )
+                contents = list(Memory.objects.filter(pk__in=hits).values_list("content", flat=True))
+                assert len(contents) == 5 and all(found in c for c in contents), (kinds, contents)
+    finally:
+        retrieval.forget_graph_sizes()

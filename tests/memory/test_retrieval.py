@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from memory import retrieval, scoring
 from memory.embeddings import set_embedder
-from memory.models import GRAPH_GROUPS, Memory, graph_group_name
+from memory.models import GRAPH_GROUPS, KINDS_WITH_OWN_GRAPH, Memory, graph_group_name, graph_group_of
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ChannelHit, RetrievalParams
 from memory.selectors.memories import SearchQuery, memory_search, memory_similar
@@ -479,11 +479,15 @@ def test_a_failing_keyword_channel_still_awaits_the_query_vector(caller, monkeyp
         (["episode", "fact", "rule", "document"], ["group"]),
     ],
 )
-def test_reads_of_minority_kinds_walk_their_own_graphs(caller, kinds, graphs):
+def test_reads_of_minority_kinds_walk_their_own_graphs(caller, monkeypatch, kinds, graphs):
     """Issue 13: a read of facts, rules or documents walks only those kinds'
     HNSW graphs (a partial index per kind of active memories), never the graph
     of every memory where episodes crowd them out; a read with episodes walks
-    that one graph (its tenant's group's) once."""
+    that one graph (its tenant's group's) once. The group graphs here are the
+    larger (a small tenant's smaller group graph:
+    test_graph_group_statistics.py)."""
+    sizes = {name: 10_000.0 if name.startswith("memory_embedding_hnsw") else 1000.0 for name in _ALL_GRAPHS}
+    monkeypatch.setattr(retrieval, "graph_sizes", lambda: sizes)
     [vector] = WordHashEmbedder().embed(["any query"])
     flt = RetrievalFilter(kinds=kinds, now=timezone.now(), namespace_prefix=["user", "u1"])
     plan = _vector_read_plan(caller, flt, vector, k_vec=10)
@@ -491,6 +495,9 @@ def test_reads_of_minority_kinds_walk_their_own_graphs(caller, kinds, graphs):
         graph_group_name(_graph_group(caller.tenant_id)) if g == "group" else f"memory_{g}_hnsw" for g in graphs
     ]
     assert _graphs_walked(plan) == expected, plan
+
+
+_ALL_GRAPHS = [graph_group_name(g) for g in range(GRAPH_GROUPS)] + [f"memory_{k}_hnsw" for k in KINDS_WITH_OWN_GRAPH]
 
 
 def _vector_read_plan(caller, flt: RetrievalFilter, vector: list[float], *, k_vec: int) -> str:  # type: ignore[no-untyped-def]
@@ -524,7 +531,7 @@ def test_a_graph_group_is_the_last_byte_of_the_tenant_id_modulo_the_group_count(
     with connection.cursor() as cursor:
         cursor.execute("SELECT memproj_graph_group(t) FROM unnest(%s::uuid[]) AS t", [ids])
         groups = [row[0] for row in cursor.fetchall()]
-    assert groups == [last % GRAPH_GROUPS for last in range(256)]
+    assert groups == [last % GRAPH_GROUPS for last in range(256)] == [graph_group_of(t) for t in ids]
     graphs = {index.name for index in Memory._meta.indexes if index.name.startswith("memory_embedding_hnsw")}
     assert graphs == {graph_group_name(group) for group in range(GRAPH_GROUPS)}
 
