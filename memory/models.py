@@ -162,6 +162,15 @@ def graph_group_name(group: int) -> str:
     return f"memory_embedding_hnsw_g{group:02d}"
 
 
+def kind_graph_name(kind: str) -> str:
+    return f"memory_{kind}_hnsw"
+
+
+def vector_graph_names() -> list[str]:
+    """Every HNSW graph of memories: one per graph group, then one per kind with its own."""
+    return [graph_group_name(g) for g in range(GRAPH_GROUPS)] + [kind_graph_name(k) for k in KINDS_WITH_OWN_GRAPH]
+
+
 def _hnsw_graph(name: str, condition: Q | None = None) -> HnswIndex:
     """An HNSW graph of ``graph_vector()`` (cosine, the vector channel's metric),
     of every memory or of the rows ``condition`` selects."""
@@ -173,7 +182,7 @@ def _hnsw_graph(name: str, condition: Q | None = None) -> HnswIndex:
 def _kind_hnsw(kind: str) -> HnswIndex:
     """The HNSW graph of one kind's active memories; the planner takes it for any
     read whose filter names the kind and validity 'active', as every vector read does."""
-    return _hnsw_graph(f"memory_{kind}_hnsw", Q(kind=kind, validity="active"))
+    return _hnsw_graph(kind_graph_name(kind), Q(kind=kind, validity="active"))
 
 
 class MemoryQuerySet(models.QuerySet["Memory"]):

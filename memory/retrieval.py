@@ -22,12 +22,13 @@ from memory.models import (
     COLLECTION_OF_KIND,
     EMBEDDING_DIM,
     GRAPH_GROUP_SQL,
-    GRAPH_GROUPS,
     GRAPH_VECTOR_SQL,
     KINDS_WITH_OWN_GRAPH,
     effective_confidence_sql,
     graph_group_name,
     graph_group_of,
+    kind_graph_name,
+    vector_graph_names,
 )
 from memory.scoring import ChannelHit, RetrievalParams, fuse_all, with_evidence
 from memproj.dbthreads import side_by_side
@@ -543,9 +544,8 @@ def graph_sizes() -> dict[str, float]:
     read_at, sizes = _graph_sizes
     now = time.monotonic()
     if now - read_at > _GRAPH_SIZES_TTL_S:
-        names = [graph_group_name(g) for g in range(GRAPH_GROUPS)] + [f"memory_{k}_hnsw" for k in KINDS_WITH_OWN_GRAPH]
         with connection.cursor() as cursor:
-            cursor.execute("SELECT relname, reltuples FROM pg_class WHERE relname = ANY(%s)", [names])
+            cursor.execute("SELECT relname, reltuples FROM pg_class WHERE relname = ANY(%s)", [vector_graph_names()])
             sizes = {name: float(rows) for name, rows in cursor.fetchall()}
         _graph_sizes = (now, sizes)
     return sizes
@@ -567,7 +567,7 @@ def walks_group_graph(tenant_id: uuid.UUID, kinds: Sequence[str]) -> bool:
         return True
     sizes = graph_sizes()
     group = sizes.get(graph_group_name(graph_group_of(tenant_id)), -1.0)
-    own = [sizes.get(f"memory_{kind}_hnsw", -1.0) for kind in kinds]
+    own = [sizes.get(kind_graph_name(kind), -1.0) for kind in kinds]
     return group >= 0 and min(own) >= 0 and group < sum(own)
 
 

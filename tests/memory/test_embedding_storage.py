@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from memory import retrieval
 from memory.embeddings import set_embedder
-from memory.models import Memory, graph_group_name
+from memory.models import Memory, graph_group_name, graph_group_of
 from memory.retrieval import RetrievalFilter
 from memory.scoring import RetrievalParams
 from memory.services.memories import episode_store, episodes_store_bulk
@@ -36,12 +36,6 @@ def fake_embedder():
 def _turn(rng: random.Random, words: int) -> str:
     """Distinct words, so neither the text nor its search vector compresses."""
     return " ".join(rng.sample(WORDS, words))
-
-
-def _group_of(tenant_id) -> int:  # type: ignore[no-untyped-def]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT memproj_graph_group(%s)", [tenant_id])
-        return cursor.fetchone()[0]
 
 
 def test_a_small_tenant_alone_in_its_group_walks_its_graph(owner_connection):
@@ -68,7 +62,7 @@ def test_a_small_tenant_alone_in_its_group_walks_its_graph(owner_connection):
         cursor.execute("EXPLAIN " + sql, sql_params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     walked = re.findall(r"Index Scan using (memory_\w+_hnsw\w*) ", plan)
-    assert walked == [graph_group_name(_group_of(caller.tenant_id))], plan
+    assert walked == [graph_group_name(graph_group_of(caller.tenant_id))], plan
 
 
 def _toasted(memory_id, column: str) -> bool:  # type: ignore[no-untyped-def]

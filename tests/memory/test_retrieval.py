@@ -18,7 +18,14 @@ from django.utils import timezone
 
 from memory import retrieval, scoring
 from memory.embeddings import set_embedder
-from memory.models import GRAPH_GROUPS, KINDS_WITH_OWN_GRAPH, Memory, graph_group_name, graph_group_of
+from memory.models import (
+    GRAPH_GROUPS,
+    Memory,
+    graph_group_name,
+    graph_group_of,
+    kind_graph_name,
+    vector_graph_names,
+)
 from memory.retrieval import RetrievalFilter, channel_hits
 from memory.scoring import ChannelHit, RetrievalParams
 from memory.selectors.memories import SearchQuery, memory_search, memory_similar
@@ -492,12 +499,12 @@ def test_reads_of_minority_kinds_walk_their_own_graphs(caller, monkeypatch, kind
     flt = RetrievalFilter(kinds=kinds, now=timezone.now(), namespace_prefix=["user", "u1"])
     plan = _vector_read_plan(caller, flt, vector, k_vec=10)
     expected = [
-        graph_group_name(_graph_group(caller.tenant_id)) if g == "group" else f"memory_{g}_hnsw" for g in graphs
+        graph_group_name(_graph_group(caller.tenant_id)) if g == "group" else kind_graph_name(g) for g in graphs
     ]
     assert _graphs_walked(plan) == expected, plan
 
 
-_ALL_GRAPHS = [graph_group_name(g) for g in range(GRAPH_GROUPS)] + [f"memory_{k}_hnsw" for k in KINDS_WITH_OWN_GRAPH]
+_ALL_GRAPHS = vector_graph_names()
 
 
 def _vector_read_plan(caller, flt: RetrievalFilter, vector: list[float], *, k_vec: int) -> str:  # type: ignore[no-untyped-def]

@@ -257,13 +257,9 @@ def _model_index_sql(name: str) -> str:
 
 def _rebuilt_indexes() -> list[str]:
     """Indexes rebuilt after a big load: one build is much cheaper than maintaining them row by row."""
-    from memory.models import GRAPH_GROUPS, KINDS_WITH_OWN_GRAPH, graph_group_name
+    from memory.models import vector_graph_names
 
-    return [
-        *(graph_group_name(group) for group in range(GRAPH_GROUPS)),
-        *(f"memory_{kind}_hnsw" for kind in KINDS_WITH_OWN_GRAPH),
-        "memory_search_vector_gin",
-    ]
+    return [*vector_graph_names(), "memory_search_vector_gin"]
 
 
 def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
