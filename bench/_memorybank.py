@@ -111,3 +111,21 @@ def load(data_dir: Path = DEFAULT_DATA, said: bool = False) -> list[User]:
         )
         users.append(User(name, tuple(turns), questions, last + timedelta(days=1)))
     return users
+
+
+def one_tenant(users: list[User]) -> User:
+    """Every user's turns in one haystack, one user after another (each keeps
+    its dates): indexes renumbered, each day a session per user, the questions'
+    evidence moved with its turns, all asked the day after the last session."""
+    ordered = [(turn, user, number) for number, user in enumerate(users) for turn in user.turns]
+    new_index = {(number, turn.index): position for position, (turn, _, number) in enumerate(ordered)}
+    turns = tuple(
+        Turn(position, f"{user.name}-{turn.session_id}", turn.role, turn.content, turn.when, False)
+        for position, (turn, user, _) in enumerate(ordered)
+    )
+    questions = tuple(
+        (question, frozenset(new_index[(number, index)] for index in evidence), qtype)
+        for number, user in enumerate(users)
+        for question, evidence, qtype in user.questions
+    )
+    return User("all users", turns, questions, max(user.asked_at for user in users))

@@ -122,10 +122,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lme-data", type=Path, default=Path(os.environ.get("MEMPROJ_LME_DIR", _longmemeval.DEFAULT_DATA)))
     p.add_argument(
         "--dataset",
-        choices=("all", "both", "madial", "lme", "memorybank", "mbsaid"),
+        choices=("all", "both", "madial", "lme", "memorybank", "mbsaid", "mbsaid1"),
         default="all",
         help="all: the four sets; both: MADial and LongMemEval; mbsaid: MemoryBank's two-speaker variant"
-        " (turns stored as '<name> said, \"...\"', questions in the third person)",
+        " (turns stored as '<name> said, \"...\"', questions in the third person); mbsaid1: the same, every user"
+        " in one tenant",
     )
     p.add_argument("--mb-data", type=Path, default=Path(os.environ.get("MEMPROJ_MB_DIR", _memorybank.DEFAULT_DATA)))
     p.add_argument("--limit", type=int, default=0, help="MADial: only the first N dialogues (0 = all)")
@@ -503,6 +504,7 @@ def lme_texts(data_dir: Path, per_type: int, version: str) -> list[str]:
 
 MB_VERSION = "v1"
 MBSAID_NAME = 'MemoryBank two speakers ("<name> said, ...", third-person questions)'
+MBSAID1_NAME = "MemoryBank two speakers, every user in one tenant"
 
 
 def memorybank_texts(data_dir: Path, version: str, users_wanted: int = 0, said: bool = False) -> list[str]:
@@ -515,12 +517,21 @@ def memorybank_texts(data_dir: Path, version: str, users_wanted: int = 0, said: 
 
 
 def memorybank_dataset(
-    data_dir: Path, embedder: _embcache.CachedEmbedder, version: str, users_wanted: int = 0, said: bool = False
+    data_dir: Path,
+    embedder: _embcache.CachedEmbedder,
+    version: str,
+    users_wanted: int = 0,
+    said: bool = False,
+    one_tenant: bool = False,
 ) -> DataSet:
-    """One tenant per user, one episode per turn (speaker in the metadata,
+    """One tenant per user (``one_tenant``: one for all users,
+    ``_memorybank.one_tenant``), one episode per turn (speaker in the metadata,
     session = the day), stored as the LongMemEval haystacks are."""
     queries = []
-    for user in _memorybank.load(data_dir, said)[: users_wanted or None]:
+    users = _memorybank.load(data_dir, said)[: users_wanted or None]
+    if one_tenant:
+        users = [_memorybank.one_tenant(users)]
+    for user in users:
         slug = re.sub(r"\W+", "-", user.name.lower())
         caller = tenant_caller(f"bench-mb{'said' if said else ''}-{MB_VERSION}-{version}-{slug}")
         fill_lme_tenant(caller, user, embedder, version)  # type: ignore[arg-type]
@@ -539,7 +550,7 @@ def memorybank_dataset(
                 )
             )
     if said:
-        return DataSet(MBSAID_NAME, queries, KS, 20)
+        return DataSet(MBSAID1_NAME if one_tenant else MBSAID_NAME, queries, KS, 20)
     return DataSet("MemoryBank (en, labelled evidence)", queries, KS, 20)
 
 
@@ -1129,6 +1140,7 @@ def main(argv: list[str] | None = None) -> int:
     want_lme = args.dataset in ("all", "both", "lme")
     want_mb = args.dataset in ("all", "memorybank")
     want_mbsaid = args.dataset in ("all", "mbsaid")
+    want_mbsaid1 = args.dataset == "mbsaid1"
     if want_madial and not (args.data / "data_en").is_dir():
         print(f"MADial-Bench data not found in {args.data} (set --data or MEMPROJ_MADIAL_DIR)", file=sys.stderr)
         return 2
@@ -1153,7 +1165,9 @@ def main(argv: list[str] | None = None) -> int:
     # questions whose haystack is in the cache, and keyword rows cover all.
     _embcache.warm(embedder, madial_texts(args.data) if want_madial else [])
     _embcache.warm(embedder, memorybank_texts(args.mb_data, version, args.mb_users) if want_mb else [])
-    _embcache.warm(embedder, memorybank_texts(args.mb_data, version, args.mb_users, True) if want_mbsaid else [])
+    _embcache.warm(
+        embedder, memorybank_texts(args.mb_data, version, args.mb_users, True) if want_mbsaid or want_mbsaid1 else []
+    )
     if args.warm_only:
         if want_lme:
             # Smallest subsets first, so a long warm-up is usable early; only the
@@ -1174,6 +1188,8 @@ def main(argv: list[str] | None = None) -> int:
         datasets.append(memorybank_dataset(args.mb_data, embedder, version, args.mb_users))
     if want_mbsaid:
         datasets.append(memorybank_dataset(args.mb_data, embedder, version, args.mb_users, said=True))
+    if want_mbsaid1:
+        datasets.append(memorybank_dataset(args.mb_data, embedder, version, args.mb_users, said=True, one_tenant=True))
     print(f"  tenants ready in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     # What a tenant's read gets (settings, then the tenant's policy: every bench
     # tenant has the default policy), then the command line's overrides.
