@@ -21,6 +21,20 @@ def deadlocks_so_far(stack: Stack) -> int:
     return int(stack.sql("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")[0][0])
 
 
+def deadlock_reports(stack: Stack, limit: int = 3) -> list[str]:
+    """The server log's account of each deadlock (the processes, the locks they
+    waited for and their statements), so a failed run names the lock order to mend."""
+    log = stack.var_dir / "pgdata" / "log"
+    if not log.exists():
+        return []
+    reports: list[str] = []
+    lines = log.read_text(errors="replace").splitlines()
+    for index, line in enumerate(lines):
+        if "deadlock detected" in line and len(reports) < limit:
+            reports.append("\n".join(lines[index : index + 12]))
+    return reports
+
+
 # A write-heavy stack for contention runs: every beat sweep each minute, and the
 # drain sweep racing the worker's own follow-up tasks after two seconds.
 CONTENTION_ENV = {
@@ -119,6 +133,8 @@ def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: floa
         time.sleep(1)
     report.follow_ups_pending = pending_follow_ups(stack, run_id)
     report.deadlocks = deadlocks_so_far(stack) - deadlocks_before
+    if report.deadlocks:
+        report.samples.extend(deadlock_reports(stack))
     like = [f"%{run_id}%"]
     report.merged = stack.sql(
         "SELECT count(*) FROM memory_memoryevent e JOIN memory_memory m ON m.id = e.memory_id "
