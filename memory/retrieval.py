@@ -269,17 +269,14 @@ _VECTOR_SQL = """
 
 # Keyword channel, common part: the query's terms analysed as documents are
 # (memproj_query_terms, migration 0010), their document frequencies in this
-# tenant (memory_termstat, migration 0011), and the candidates: memories matching
-# every term first (all-words: what BM25 ranks highest, and a cheap GIN
-# intersection), then those of the rarest terms, as long as their document
-# frequencies fit the candidate budget (the rarest term always counts; LIMIT
-# bounds the whole). A frequent term alone cannot make the channel rank a large
-# share of a big tenant; it still adds to the score of the candidates it is in.
-# A memory with every term has the selective ones too, so the all-words branch
-# only matters when the budget cuts the two short; it is skipped (a one-time
-# filter, before any scan) when the document frequencies, which count every
-# memory of the tenant, show that both fit: the same candidates, one GIN and
-# heap scan fewer.
+# tenant (memory_termstat, migration 0011), and the candidates: every memory
+# with one of the rarest terms, as long as their document frequencies fit the
+# candidate budget (the rarest term always counts). A frequent term alone
+# cannot make the channel rank a large share of a big tenant; it still adds to
+# the score of the candidates it is in. When those memories pass the budget,
+# the ones with every term come first (what BM25 ranks highest, and a cheap GIN
+# intersection), then the others as the scan finds them; when they fit, the
+# memories with every term are among them already, and no second scan runs.
 _TERMS_SQL = """
     terms AS (
         SELECT t.term, coalesce(s.df, 0) AS df
@@ -292,17 +289,22 @@ _TERMS_SQL = """
         ) ordered
         WHERE before = 0 OR before + df <= %(budget)s
     ),
+    cand_selective AS MATERIALIZED (
+        SELECT m.id, m.search_vector, {session} AS session
+        FROM memory_memory m
+        WHERE {where} AND m.search_vector @@ memproj_any_query(ARRAY(SELECT term FROM selective))
+        LIMIT %(budget)s + 1
+    ),
     cand_any AS (
-        (SELECT m.id, m.search_vector, {session} AS session
-         FROM memory_memory m
-         WHERE {where} AND m.search_vector @@ memproj_all_query(ARRAY(SELECT term FROM terms WHERE df > 0))
-           AND (SELECT sum(df) FROM selective) + (SELECT min(df) FROM terms WHERE df > 0) > %(budget)s
-         LIMIT %(budget)s)
+        (SELECT * FROM cand_selective WHERE (SELECT count(*) FROM cand_selective) <= %(budget)s)
         UNION ALL
         (SELECT m.id, m.search_vector, {session} AS session
          FROM memory_memory m
-         WHERE {where} AND m.search_vector @@ memproj_any_query(ARRAY(SELECT term FROM selective))
+         WHERE {where} AND m.search_vector @@ memproj_all_query(ARRAY(SELECT term FROM terms WHERE df > 0))
+           AND (SELECT count(*) FROM cand_selective) > %(budget)s
          LIMIT %(budget)s)
+        UNION ALL
+        (SELECT * FROM cand_selective WHERE (SELECT count(*) FROM cand_selective) > %(budget)s)
         LIMIT %(budget)s
     ),
     cand AS (

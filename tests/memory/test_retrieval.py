@@ -157,37 +157,42 @@ def test_keyword_candidates_are_bounded_rarest_terms_first(caller):
     assert 1 <= len(memory_search(caller=caller, query=SearchQuery("status", mode="keyword", params=params))) <= 5
 
 
-ALL_WORDS_GATE = (
-    "           AND (SELECT sum(df) FROM selective) + (SELECT min(df) FROM terms WHERE df > 0) > %(budget)s\n"
-)
+def test_every_memory_with_the_rarest_term_is_a_candidate_when_they_fit_the_budget(caller):
+    # Nine memories hold both words, one only the rare one, and "hangar" alone is
+    # too frequent to count: the ten with "zeppelin" fill the budget exactly.
+    both = store(caller, *[f"zeppelin hangar visit {i}" for i in range(9)])
+    rare_only = store(caller, "zeppelin over the lake")
+    store(caller, *[f"hangar door {i}" for i in range(30)])
+    params = RetrievalParams.resolve({"txt_candidates": 10, "k_txt": 20, "keyword_scorer": "bm25"})
+    for kinds in (["episode"], ["episode", "fact", "rule"]):
+        flt = RetrievalFilter(kinds=kinds, now=timezone.now())
+        hits = channel_hits(caller=caller, flt=flt, query_text="zeppelin hangar", query_vector=None, params=params)
+        assert set(hits) == {m.id for m in both + rare_only}, kinds
 
 
 @pytest.mark.parametrize("budget", [2, 5, 12, 1000])
-def test_skipping_the_all_words_scan_changes_no_candidate(caller, monkeypatch, budget):
-    """The all-words branch is skipped only when the document frequencies show
-    that both branches fit the budget: every keyword ranking is the one the
-    statement that always runs it gives."""
+def test_keyword_candidates_hold_the_all_words_matches_within_the_budget(caller, budget):
+    """Whatever the budget: at most the budget is ranked, every memory that
+    holds all of the query's words is among the candidates while they fit, and
+    every candidate holds one of them."""
     import random
 
     rng = random.Random(budget)
     words = "zeppelin hangar roof lake bread crew garden budget".split()  # noqa: SIM905
-    store(caller, *[" ".join(rng.sample(words, rng.randint(1, 4))) for _ in range(40)])
-    params = RetrievalParams.resolve({"txt_candidates": budget, "keyword_scorer": "bm25"})
-    queries = [" ".join(rng.sample(words, rng.randint(1, 3))) for _ in range(15)]
-
-    def ranked() -> list[list[tuple]]:
-        return [
-            [
-                (h.memory.id, round(h.score, 12))
-                for h in memory_search(caller=caller, query=SearchQuery(q, mode="keyword", params=params))
-            ]
-            for q in queries
-        ]
-
-    gated = ranked()
-    assert ALL_WORDS_GATE in retrieval._TERMS_SQL
-    monkeypatch.setattr(retrieval, "_TERMS_SQL", retrieval._TERMS_SQL.replace(ALL_WORDS_GATE, ""))
-    assert ranked() == gated
+    texts = [" ".join(rng.sample(words, rng.randint(1, 4))) for _ in range(40)]
+    memories = store(caller, *texts)
+    params = RetrievalParams.resolve({"txt_candidates": budget, "k_txt": 1000, "keyword_scorer": "bm25"})
+    for query in [" ".join(rng.sample(words, rng.randint(1, 3))) for _ in range(15)]:
+        asked = set(query.split())
+        found = {
+            h.memory.id for h in memory_search(caller=caller, query=SearchQuery(query, mode="keyword", params=params))
+        }
+        every_word = {m.id for m, text in zip(memories, texts, strict=True) if asked <= set(text.split())}
+        some_word = {m.id for m, text in zip(memories, texts, strict=True) if asked & set(text.split())}
+        assert 0 < len(found) <= budget, query
+        assert found <= some_word, query
+        if len(every_word) <= budget:
+            assert every_word <= found, query
 
 
 def test_params_resolve_from_settings_and_refuse_unknown_names(settings):
