@@ -367,17 +367,14 @@ class Memory(models.Model):
             # (memory.retrieval: one probe per kind); a fact or rule write
             # inserts into two graphs, an episode into one.
             *(_kind_hnsw(kind) for kind in KINDS_WITH_OWN_GRAPH),
-            # The keyword channel's index, keyed by tenant first (btree_gin, migration
-            # 0043): one scan yields the tenant's memories with the query's terms. In
-            # an index of the search vector alone a term's postings are every
-            # tenant's, so a read scanned postings in proportion to the whole store
-            # and ANDed them with a bitmap of its tenant's rows.
-            GinIndex(fields=["tenant", "search_vector"], name="memory_tenant_search_gin"),
-            # Its twin for the graphs of the kinds above: the active facts, rules and
-            # documents alone, so a facts read does not scan the episodes' postings.
+            GinIndex(fields=["search_vector"], name="memory_search_vector_gin"),
+            # The keyword channel's twin of the graphs above: the active facts, rules
+            # and documents alone. A facts read's keyword candidates came from the GIN
+            # index of every memory ANDed with a bitmap of the tenant's facts, built
+            # anew for every read; here they come from one scan.
             GinIndex(
-                fields=["tenant", "search_vector"],
-                name="memory_tenant_knowledge_gin",
+                fields=["search_vector"],
+                name="memory_knowledge_search_gin",
                 condition=Q(kind__in=KINDS_WITH_OWN_GRAPH, validity="active"),
             ),
             models.Index(fields=["tenant", "kind", "validity", "-created_at"], name="memory_tenant_kind_idx"),

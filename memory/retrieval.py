@@ -273,10 +273,12 @@ _VECTOR_SQL = """
 # with one of the rarest terms, as long as their document frequencies fit the
 # candidate budget (the rarest term always counts). A frequent term alone
 # cannot make the channel rank a large share of a big tenant; it still adds to
-# the score of the candidates it is in. When those memories pass the budget,
-# the ones with every term come first (what BM25 ranks highest, and a cheap GIN
-# intersection), then the others as the scan finds them; when they fit, the
-# memories with every term are among them already, and no second scan runs.
+# the score of the candidates it is in. The document frequencies count every
+# memory of the tenant, so when they fit, so do those memories, and the ones
+# with every term are among them. When the rarest term alone passes the budget,
+# the memories with every term come first (what BM25 ranks highest, and a cheap
+# GIN intersection), then the others as the scan finds them; that scan is
+# skipped (a one-time filter, before any scan) in the first case.
 _TERMS_SQL = """
     terms AS (
         SELECT t.term, coalesce(s.df, 0) AS df
@@ -289,22 +291,17 @@ _TERMS_SQL = """
         ) ordered
         WHERE before = 0 OR before + df <= %(budget)s
     ),
-    cand_selective AS MATERIALIZED (
-        SELECT m.id, m.search_vector, {session} AS session
-        FROM memory_memory m
-        WHERE {where} AND m.search_vector @@ memproj_any_query(ARRAY(SELECT term FROM selective))
-        LIMIT %(budget)s + 1
-    ),
     cand_any AS (
-        (SELECT * FROM cand_selective WHERE (SELECT count(*) FROM cand_selective) <= %(budget)s)
-        UNION ALL
         (SELECT m.id, m.search_vector, {session} AS session
          FROM memory_memory m
          WHERE {where} AND m.search_vector @@ memproj_all_query(ARRAY(SELECT term FROM terms WHERE df > 0))
-           AND (SELECT count(*) FROM cand_selective) > %(budget)s
+           AND (SELECT sum(df) FROM selective) > %(budget)s
          LIMIT %(budget)s)
         UNION ALL
-        (SELECT * FROM cand_selective WHERE (SELECT count(*) FROM cand_selective) > %(budget)s)
+        (SELECT m.id, m.search_vector, {session} AS session
+         FROM memory_memory m
+         WHERE {where} AND m.search_vector @@ memproj_any_query(ARRAY(SELECT term FROM selective))
+         LIMIT %(budget)s)
         LIMIT %(budget)s
     ),
     cand AS (
