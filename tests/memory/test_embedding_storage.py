@@ -6,19 +6,15 @@ yet fetched two TOAST chunks per vector."""
 from __future__ import annotations
 
 import random
-import re
 
 import pytest
-from django.db import connection, transaction
-from django.utils import timezone
+from django.db import connection
 
-from memory import retrieval
 from memory.embeddings import set_embedder
 from memory.models import Memory, graph_group_name, graph_group_of
-from memory.retrieval import RetrievalFilter
-from memory.scoring import RetrievalParams
 from memory.services.memories import episode_store, episodes_store_bulk
 from tests.conftest import make_identity
+from tests.memory.test_graph_group_statistics import graphs_walked
 from tests.memory.test_retrieval import WordHashEmbedder
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,18 +46,7 @@ def test_a_small_tenant_alone_in_its_group_walks_its_graph(owner_connection):
         )
     owner_connection.execute("ANALYZE memory_memory")
     [vector] = WordHashEmbedder().embed([_turn(rng, 6)])
-    flt = RetrievalFilter(kinds=["episode", "fact", "rule", "document"], now=timezone.now())
-    statement = retrieval.channel_statement(
-        caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=96)
-    )
-    assert statement is not None
-    sql, sql_params, run_vec = statement
-    # SET LOCAL holds in a transaction only; the channel sends both as one query.
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(retrieval.statement_settings_sql(run_vec))
-        cursor.execute("EXPLAIN " + sql, sql_params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-    walked = re.findall(r"Index Scan using (memory_\w+_hnsw\w*) ", plan)
+    walked, plan = graphs_walked(caller, ["episode", "fact", "rule", "document"], vector, k_vec=96, forced=False)
     assert walked == [graph_group_name(graph_group_of(caller.tenant_id))], plan
 
 

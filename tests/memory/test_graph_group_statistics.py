@@ -55,19 +55,28 @@ def test_a_tenants_rows_in_its_graph_group_are_estimated_as_the_tenants_rows(own
     assert with_group >= tenant_only / 2, (tenant_only, with_group)
 
 
-def _graphs_walked(caller, kinds: list[str], vector: list[float]) -> list[str]:  # type: ignore[no-untyped-def]
+def graphs_walked(
+    caller, kinds: list[str], vector: list[float], *, k_vec: int = 10, forced: bool = True
+) -> tuple[list[str], str]:  # type: ignore[no-untyped-def]
+    """The HNSW graphs the vector channel's statement walks for ``caller``, and
+    its plan, with the statement's own settings in one transaction (SET LOCAL
+    holds in a transaction only). ``forced``: which graphs it can walk, with
+    sorts and scans of the rows priced out (a few rows would be sorted)."""
     flt = RetrievalFilter(kinds=kinds, now=timezone.now())
     statement = retrieval.channel_statement(
-        caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=10)
+        caller=caller, flt=flt, query_text=None, query_vector=vector, params=RetrievalParams(k_vec=k_vec)
     )
     assert statement is not None
+    sql, sql_params, run_vec = statement
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(retrieval.statement_settings_sql(statement[2]))
-        # Which graphs the statement can walk: a few rows would be sorted.
-        cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off")
-        cursor.execute("EXPLAIN " + statement[0], statement[1])
+        cursor.execute(retrieval.statement_settings_sql(run_vec))
+        if forced:
+            cursor.execute(
+                "SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off"
+            )
+        cursor.execute("EXPLAIN " + sql, sql_params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    return sorted(re.findall(r"Index Scan using (memory_\w+_hnsw\w*) ", plan))
+    return sorted(re.findall(r"Index Scan using (memory_\w+_hnsw\w*) ", plan)), plan
 
 
 def test_a_read_of_facts_walks_the_smaller_of_its_group_graph_and_the_kinds_graphs(owner_connection):
@@ -92,8 +101,8 @@ def test_a_read_of_facts_walks_the_smaller_of_its_group_graph_and_the_kinds_grap
         assert retrieval.walks_group_graph(small.tenant_id, ["fact", "rule"])
         assert not retrieval.walks_group_graph(large.tenant_id, ["fact", "rule"])
         [vector] = WordHashEmbedder().embed(["zeppelin hangar roof"])
-        assert _graphs_walked(small, ["fact", "rule"], vector) == [graph_group_name(graph_group_of(small.tenant_id))]
-        assert _graphs_walked(large, ["fact", "rule"], vector) == ["memory_fact_hnsw", "memory_rule_hnsw"]
+        assert graphs_walked(small, ["fact", "rule"], vector)[0] == [graph_group_name(graph_group_of(small.tenant_id))]
+        assert graphs_walked(large, ["fact", "rule"], vector)[0] == ["memory_fact_hnsw", "memory_rule_hnsw"]
         for who, found in ((small, "door of the small tenant"), (large, "roof of the large tenant")):
             for kinds in (["fact"], ["fact", "rule"]):
                 flt = RetrievalFilter(kinds=kinds, now=timezone.now())
