@@ -16,13 +16,38 @@ from policy.document import RateLimitPolicy
 from policy.middleware import JSONRPC_RATE_LIMIT, RateLimitMiddleware
 from policy.ratelimit import RateLimiter, redis_url
 
+# Fixed windows start on multiples of their length on Redis's clock. A burst
+# that straddles a window's end is counted in two windows and lets up to twice
+# the limit through; that is the algorithm, not a fault, so a test that counts
+# exact admissions starts its burst well inside one window.
+EDGE_MARGIN_SECONDS = 90
+
+
+def _inside_one_fixed_window(window_seconds: int, margin_seconds: float = EDGE_MARGIN_SECONDS) -> None:
+    """Return when the current fixed window has at least ``margin_seconds`` left."""
+    import time
+
+    import redis
+
+    client = redis.Redis.from_url(redis_url())
+    try:
+        seconds, microseconds = client.time()
+    finally:
+        client.close()
+    left = window_seconds - (seconds + microseconds / 1e6) % window_seconds
+    if left < margin_seconds:
+        time.sleep(left + 0.1)
+
+
+HAMMER_WINDOW_SECONDS = 3600
+
 
 def _hammer(url: str, bucket: str, algorithm: str, limit: int, calls: int, start, results) -> None:
     from policy.document import RateLimitPolicy
     from policy.ratelimit import RateLimiter
 
     limiter = RateLimiter(url)
-    rule = RateLimitPolicy(limit=limit, window_seconds=60, algorithm=algorithm)
+    rule = RateLimitPolicy(limit=limit, window_seconds=HAMMER_WINDOW_SECONDS, algorithm=algorithm)
     limiter.hit(f"{bucket}-warm-up", rule)  # connected before the race starts
     start.wait()
     allowed = sum(limiter.hit(bucket, rule).allowed for _ in range(calls))
@@ -36,6 +61,7 @@ def test_the_limit_holds_exactly_across_processes(algorithm):
     context = multiprocessing.get_context("spawn")
     start, results = context.Barrier(4), context.Queue()
     bucket = f"test-{uuid.uuid4()}"
+    _inside_one_fixed_window(HAMMER_WINDOW_SECONDS)
     workers = [
         context.Process(target=_hammer, args=(redis_url(), bucket, algorithm, 150, 120, start, results))
         for _ in range(4)
@@ -52,13 +78,14 @@ def test_the_limit_holds_exactly_across_processes(algorithm):
 @pytest.mark.parametrize("algorithm", ["fixed", "sliding"])
 def test_remaining_counts_down_and_reset_is_within_the_window(algorithm):
     limiter = RateLimiter()
-    rule = RateLimitPolicy(limit=3, window_seconds=30, algorithm=algorithm)
+    rule = RateLimitPolicy(limit=3, window_seconds=600, algorithm=algorithm)
     bucket = f"test-{uuid.uuid4()}"
+    _inside_one_fixed_window(600, margin_seconds=30)
     decisions = [limiter.hit(bucket, rule) for _ in range(5)]
     limiter.close()
     assert [d.allowed for d in decisions] == [True, True, True, False, False]
     assert [d.remaining for d in decisions] == [2, 1, 0, 0, 0]
-    assert all(0 <= d.reset_seconds <= 30 for d in decisions)
+    assert all(0 <= d.reset_seconds <= 600 for d in decisions)
     assert decisions[-1].headers()[-1][0] == b"retry-after"
 
 
@@ -98,8 +125,9 @@ def test_the_script_is_sent_by_its_sha_and_reloaded_after_a_flush(algorithm, mon
     limiter = RateLimiter()
     lost = _ScriptsLost()
     sent = _commands(limiter._client, monkeypatch, lost)
-    rule = RateLimitPolicy(limit=5, window_seconds=30, algorithm=algorithm)
+    rule = RateLimitPolicy(limit=5, window_seconds=600, algorithm=algorithm)
     bucket = f"test-{uuid.uuid4()}"
+    _inside_one_fixed_window(600, margin_seconds=30)
     first = limiter.hit(bucket, rule)
     lost.pending = True
     second = limiter.hit(bucket, rule)
@@ -113,8 +141,9 @@ async def test_the_async_limiter_sends_the_script_by_its_sha(monkeypatch):
     from policy.ratelimit import AsyncRateLimiter
 
     limiter = AsyncRateLimiter()
-    rule = RateLimitPolicy(limit=5, window_seconds=30, algorithm="fixed")
+    rule = RateLimitPolicy(limit=5, window_seconds=600, algorithm="fixed")
     bucket = f"test-{uuid.uuid4()}"
+    _inside_one_fixed_window(600, margin_seconds=30)
     scripts = limiter._scripts()
     client = scripts["fixed"].registered_client
     sent: list[str] = []
@@ -141,9 +170,10 @@ async def _ok_app(scope, receive, send):
     await send({"type": "http.response.body", "body": b'{"ok": true}'})
 
 
-def _static(limit: int, window: int = 60):
+def _static(limit: int, window: int = 600):
     rule = RateLimitPolicy(limit=limit, window_seconds=window, algorithm="fixed")
     bucket = f"test-{uuid.uuid4()}"
+    _inside_one_fixed_window(window, margin_seconds=60)
 
     async def resolve(scope):
         return bucket, rule
@@ -163,7 +193,7 @@ async def test_concurrent_clients_see_headers_and_the_limit_holds():
     assert len(ok) == 20 and len(limited) == 40
     for response in responses:
         assert response.headers["x-ratelimit-limit"] == "20"
-        assert 0 <= int(response.headers["x-ratelimit-reset"]) <= 60
+        assert 0 <= int(response.headers["x-ratelimit-reset"]) <= 600
     assert sorted(int(r.headers["x-ratelimit-remaining"]) for r in ok) == list(range(20))
     for response in limited:
         assert response.headers["x-ratelimit-remaining"] == "0" and int(response.headers["retry-after"]) >= 1
@@ -199,8 +229,9 @@ async def test_limits_are_per_token_and_come_from_the_tenant_policy(owner, membe
     from policy.services.policies import policy_apply
 
     await sync_to_async(policy_apply)(
-        caller=owner.caller, yaml=f"version: '0.5.0'\nrate_limit: {{ limit: 3, window_seconds: {600 + 1} }}\n"
+        caller=owner.caller, yaml="version: '0.5.0'\nrate_limit: { limit: 3, window_seconds: 601 }\n"
     )
+    _inside_one_fixed_window(601, margin_seconds=30)
     app = RateLimitMiddleware(_ok_app)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
 
@@ -224,7 +255,10 @@ async def test_the_served_app_wrapped_answers_the_memory_dialect_with_jsonrpc(ow
     from memproj.asgi import Router
     from policy.services.policies import policy_apply
 
-    await sync_to_async(policy_apply)(caller=owner.caller, yaml="version: '0.5.0'\nrate_limit: { limit: 1 }\n")
+    await sync_to_async(policy_apply)(
+        caller=owner.caller, yaml="version: '0.5.0'\nrate_limit: { limit: 1, window_seconds: 600 }\n"
+    )
+    _inside_one_fixed_window(600, margin_seconds=30)
     app = RateLimitMiddleware(Router())
     headers = {"Authorization": f"Bearer {owner.token}"}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
@@ -278,10 +312,13 @@ async def test_the_limit_holds_across_two_web_processes():
     import time
 
     ports = [_free_port(), _free_port()]
-    # A day-long fixed window: a window boundary falling between the readiness
-    # probes and the burst (a one-minute window did, now and then, on a loaded
-    # machine) would reset the count and let more than 30 through.
-    env = dict(os.environ, RL_REDIS_URL=redis_url(), RL_BUCKET=f"test-{uuid.uuid4()}", RL_LIMIT="30", RL_WINDOW="86400")
+    # The readiness probes and the burst must fall in one window (see
+    # _inside_one_fixed_window); starting the servers and probing them can take
+    # a minute on a loaded machine, hence the long window and wide margin.
+    window = 3600
+    _inside_one_fixed_window(window, margin_seconds=300)
+    bucket = f"test-{uuid.uuid4()}"
+    env = dict(os.environ, RL_REDIS_URL=redis_url(), RL_BUCKET=bucket, RL_LIMIT="30", RL_WINDOW=str(window))
     servers = [
         subprocess.Popen(
             [
@@ -342,6 +379,7 @@ async def test_a_new_policy_applies_on_the_next_request_although_the_rule_is_cac
         await sync_to_async(policy_apply)(
             caller=owner.caller, yaml="version: '0.5.0'\nrate_limit: { limit: 2, window_seconds: 601 }\n"
         )
+        _inside_one_fixed_window(601, margin_seconds=30)
         answers = [await client.get("/healthz", headers=headers) for _ in range(3)]
     assert [a.headers["x-ratelimit-limit"] for a in answers] == ["2", "2", "2"]
     assert [a.status_code for a in answers] == [200, 200, 429]
@@ -357,7 +395,10 @@ async def test_the_rest_route_answers_a_rate_limit_in_the_dialects_own_error_bod
     from memproj.asgi import Router
     from policy.services.policies import policy_apply
 
-    await sync_to_async(policy_apply)(caller=owner.caller, yaml="version: '0.5.0'\nrate_limit: { limit: 1 }\n")
+    await sync_to_async(policy_apply)(
+        caller=owner.caller, yaml="version: '0.5.0'\nrate_limit: { limit: 1, window_seconds: 600 }\n"
+    )
+    _inside_one_fixed_window(600, margin_seconds=30)
     app = RateLimitMiddleware(Router())
     headers = {"Authorization": f"Bearer {owner.token}"}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
