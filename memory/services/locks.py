@@ -79,6 +79,15 @@ def memory_rows_lock(memory_ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
         return [row[0] for row in cursor.fetchall()]
 
 
+# A read's bookkeeping commits without waiting for its WAL to reach the disk:
+# the read would otherwise wait on a flush for a write whose loss in a server
+# crash (the marks of the last few hundred milliseconds, up to three times
+# wal_writer_delay) leaves nothing inconsistent, only an older access time or
+# count. Inside a caller's transaction the caller's commit decides, so a write
+# that bumps a count keeps its own durability.
+_ASYNC_COMMIT = "SET LOCAL synchronous_commit = off;\n"
+
+
 def memory_rows_update(
     *,
     tenant_id: uuid.UUID,
@@ -95,7 +104,8 @@ def memory_rows_update(
     a reference count) is one round trip instead of BEGIN, lock, UPDATE and
     COMMIT. ``only_if`` is checked again on a row that changed while this
     statement waited for it; ``assignments``, ``only_if`` and ``returning`` are
-    fixed SQL of the caller (columns of ``m``), never input."""
+    fixed SQL of the caller (columns of ``m``), never input. Outside a
+    transaction it commits asynchronously (``_ASYNC_COMMIT``)."""
     ids = sorted({str(memory_id) for memory_id in memory_ids})
     if not ids:
         return []
@@ -108,7 +118,13 @@ def memory_rows_update(
         )
         if returning:
             sql += f" RETURNING {returning}"
+        if not connection.in_atomic_block:
+            # Client-side binding sends the string with the simple query
+            # protocol: both statements run as one transaction.
+            sql = _ASYNC_COMMIT + sql
         cursor.execute(sql, [ids, str(tenant_id), *only_if_params, *params])
+        while cursor.nextset():
+            pass
         return cursor.fetchall() if returning else []
 
 

@@ -56,6 +56,7 @@ CALL_KINDS: dict[str, CallKind] = {
     "memory_search": CallKind(
         "/mcp/memory", "memory_search", lambda rng, qs, _k: {"query": qs[rng.randrange(len(qs))], "mode": "hybrid"}
     ),
+    "memory_recall": CallKind("/mcp/memory", "memory_recall", _query("topic")),
     "memento_search_memories": CallKind(
         "/mcp/memento", "search_memories", lambda rng, qs, _k: {"query": qs[rng.randrange(len(qs))], "limit": 5}
     ),

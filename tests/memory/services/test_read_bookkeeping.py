@@ -120,3 +120,38 @@ def test_a_bump_waits_for_its_lowest_row_holding_none_of_the_others(member):
     [result] = outcome
     assert not isinstance(result, BaseException), result
     assert set(result) == set(ids)  # type: ignore[arg-type]
+
+
+def _statements_sent(run) -> list[str]:  # type: ignore[no-untyped-def]
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        run()
+    return sent
+
+
+def test_a_reads_bookkeeping_commits_without_waiting_for_the_disk_and_answers_what_it_stored(member):
+    [memory] = _stored(member, 1)
+    answers: list[dict] = []
+    sent = _statements_sent(
+        lambda: answers.append(memory_references_bump(caller=member.caller, memory_ids=[memory.pk]))
+    )
+    [bump] = [sql for sql in sent if "UPDATE memory_memory" in sql]
+    assert bump.startswith("SET LOCAL synchronous_commit = off;"), bump
+    # The UPDATE's RETURNING is read past the setting's empty result.
+    assert answers == [{memory.pk: (1, Memory.objects.get(pk=memory.pk).last_referenced_at)}]
+
+
+def test_bookkeeping_inside_a_callers_transaction_leaves_its_commit_durable(member):
+    [memory] = _stored(member, 1)
+    with transaction.atomic():
+        memory_references_bump(caller=member.caller, memory_ids=[memory.pk])
+        memory_accessed_mark(caller=member.caller, memories=[Memory(pk=memory.pk, accessed_at=None)])
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on"
+    assert Memory.objects.get(pk=memory.pk).reference_count == 1
