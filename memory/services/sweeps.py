@@ -102,26 +102,25 @@ def memories_expire(
         ids = fair_batch(due, order_by=["expires_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
         fields = ("pk", "tenant_id", "kind", "expires_at", "content_hash", "validity", "superseded_by_id")
         memories_tenant_write_lock(ids)  # a successor's history is always in its own tenant
-        rows = list(
-            Memory.objects.filter(pk__in=ids, expires_at__lte=cutoff)
-            .order_by("pk")
-            .select_for_update()
-            .values_list(*fields)
-        )
-        expired = [row[0] for row in rows]
-        history: list[tuple[Any, ...]] = []
+        # Every writer that sets an expiry or a supersession holds its tenant's
+        # write lock, held now: what expired and the history behind it cannot
+        # change, so they are read first and then locked all at once in
+        # primary-key order (a history row below an expired one is never
+        # waited for while the expired one is held).
+        expired = list(Memory.objects.filter(pk__in=ids, expires_at__lte=cutoff).values_list("pk", flat=True))
+        history: list[Any] = []
         successors = set(expired)
         while successors:
             older = list(
                 Memory.objects.filter(superseded_by_id__in=successors)
-                .exclude(pk__in=expired + [row[0] for row in history])
-                .order_by("pk")
-                .select_for_update()
-                .values_list(*fields)
+                .exclude(pk__in=expired + history)
+                .values_list("pk", flat=True)
             )
             history += older
-            successors = {row[0] for row in older}
-        deleted = rows + history
+            successors = set(older)
+        deleted = list(
+            Memory.objects.filter(pk__in=expired + history).order_by("pk").select_for_update().values_list(*fields)
+        )
         audit_rows(
             [(pk, tenant_id, kind) for pk, tenant_id, kind, *_ in deleted],
             EventType.EXPIRED_DELETED,

@@ -94,3 +94,50 @@ def test_duplicate_merge_waits_for_the_lowest_row_before_holding_any_other(membe
     assert not isinstance(result, BaseException), result
     assert sorted(result.merged) == sorted(m.pk for m in stored[:-1])  # type: ignore[attr-defined]
     assert result.merged_into == keeper.pk  # type: ignore[attr-defined]
+
+
+def test_the_expiry_sweep_waits_for_the_lowest_row_before_holding_any_other(member, monkeypatch):
+    """An expired fact's older versions go with it. The oldest version has the
+    lowest key: the sweep must not hold the expired one while it waits for it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memory.models import Memory
+    from memory.services import sweeps
+
+    ids = iter(uuid.UUID(f"00000000-0000-4000-8000-00000000000{n}") for n in (1, 9))
+    monkeypatch.setattr(memories, "uuid", SimpleNamespace(uuid4=lambda: next(ids)))
+    monkeypatch.setattr(followups, "_enqueue", lambda *args, **kwargs: None)
+    older = fact_store(caller=member.caller, subject="Ana", predicate="lives in", content="Ana lives in Porto").memory
+    newer = fact_store(caller=member.caller, subject="Ana", predicate="lives in", content="Ana lives in Lisbon").memory
+    monkeypatch.undo()
+    assert Memory.objects.get(pk=older.pk).superseded_by_id == newer.pk and older.pk < newer.pk
+    Memory.objects.filter(pk=newer.pk).update(expires_at=timezone.now() - timedelta(days=400))
+
+    sweeper_pid: list[int] = []
+    outcome: list[object] = []
+
+    def sweep() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                sweeper_pid.append(cursor.fetchone()[0])
+            outcome.append(sweeps.memories_expire())
+        except BaseException as exc:  # asserted below
+            outcome.append(exc)
+        finally:
+            close_old_connections()
+
+    sweeper = threading.Thread(target=sweep)
+    with transaction.atomic():
+        memory_rows_lock([older.pk])  # a reader's bookkeeping holds the older version
+        sweeper.start()
+        wait_until_blocked(sweeper_pid)
+        assert_rows_free([newer.pk])
+    sweeper.join(timeout=60)
+
+    [result] = outcome
+    assert not isinstance(result, BaseException), result
+    assert sorted(result.ids) == [older.pk, newer.pk]  # type: ignore[attr-defined]
+    assert not Memory.objects.filter(pk__in=[older.pk, newer.pk]).exists()
