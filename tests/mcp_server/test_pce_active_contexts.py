@@ -119,9 +119,13 @@ async def test_an_expired_context_is_gone_before_and_after_the_sweep_deletes_it(
     settings.MEMPROJ = {**settings.MEMPROJ, "ACTIVE_CONTEXT_TTL_SECONDS": 600}
     async with pce(member) as client:
         await _store_claims(client)
+        # Bracketed by the clock before and after the call, not by a margin
+        # from now: a slow call on a loaded machine must not look like a short TTL.
+        before = timezone.now()
         first = await _ok(client, "pce.memory.activate", q="cancel API", top_k=1)
+        after = timezone.now()
         expires_at = timezone.datetime.fromisoformat(first["expires_at"])
-        assert timedelta(seconds=590) < expires_at - timezone.now() <= timedelta(seconds=600)
+        assert before + timedelta(seconds=600) <= expires_at <= after + timedelta(seconds=600)
         # Within its lifetime the cursor pages, and the sweep leaves it alone.
         assert (await _ok(client, "pce.memory.activate", q="cancel API", top_k=1, cursor=first["next_cursor"]))[
             "claims"
