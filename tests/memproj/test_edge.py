@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 64 * 1024
 HEADER_TIMEOUT = 2.0
 # Longer than the header timeout, as by default: idleness between requests is the keep-alive's alone.
-KEEP_ALIVE = 4
+# Well above it, so that a client stalled on a loaded machine between waiting out
+# the header timeout and its next request still finds the connection open.
+KEEP_ALIVE = 8
 CONNECTION_LIMIT = 40
 # One web process for the whole module, on one xdist worker.
 pytestmark = pytest.mark.xdist_group("edge_server")
@@ -231,7 +233,7 @@ def test_an_idle_kept_alive_connection_is_closed(server):
     sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\n\r\n".encode())
     status, _, _ = _read_response(sock)
     assert status == 200
-    assert _closed_by_server(sock, KEEP_ALIVE + 1.5)
+    assert _closed_by_server(sock, KEEP_ALIVE + 5)  # the slack is for a server slowed by a loaded machine
     sock.close()
 
 
@@ -273,7 +275,10 @@ def test_a_kept_alive_connections_next_header_gets_the_header_timeout_from_its_f
     sock.close()
 
 
-def test_over_the_connection_limit_a_request_gets_a_coded_503_with_retry_after(server):
+def _one_over_the_connection_limit(server: tuple[str, int]) -> tuple[int, dict[str, str], bytes, float]:
+    """Hold CONNECTION_LIMIT silent connections and send one request more; also
+    how long after the first held connection opened its answer came."""
+    started = time.monotonic()
     held = [_connect(server) for _ in range(CONNECTION_LIMIT)]
     try:
         time.sleep(0.2)
@@ -284,10 +289,27 @@ def test_over_the_connection_limit_a_request_gets_a_coded_503_with_retry_after(s
     finally:
         for other in held:
             other.close()
-    assert status == 503 and int(headers["retry-after"]) >= 1
+    return status, headers, body, time.monotonic() - started
+
+
+def test_over_the_connection_limit_a_request_gets_a_coded_503_with_retry_after(server):
+    # The held connections send nothing, so the header timeout closes them
+    # HEADER_TIMEOUT after they opened. An answer that came later proves
+    # nothing either way (a loaded machine can stall this long): try again.
+    # One that came sooner must be the 503, or the limit is broken.
+    for _ in range(5):
+        status, headers, body, elapsed = _one_over_the_connection_limit(server)
+        if status == 503 or elapsed < HEADER_TIMEOUT:
+            break
+    assert status == 503 and int(headers["retry-after"]) >= 1, (status, elapsed)
     assert json.loads(body)["error"]["code"] == "SERVER_BUSY"
-    time.sleep(0.3)
-    assert httpx.get(f"http://127.0.0.1:{server[1]}/healthz", timeout=10).status_code == 200
+    # Once the held connections are closed the server answers again; it sees
+    # them close when its event loop gets to them, which a loaded machine delays.
+    deadline = time.monotonic() + 30
+    while (answer := httpx.get(f"http://127.0.0.1:{server[1]}/healthz", timeout=10)).status_code == 503:
+        assert time.monotonic() < deadline, "the server stayed at its connection limit"
+        time.sleep(0.3)
+    assert answer.status_code == 200
 
 
 # --- the source address's bucket --------------------------------------------------------
