@@ -125,6 +125,11 @@ def _succeeded(worker, task_name: str) -> int:
     return sum(1 for line in lines if f"Task {task_name}[" in line and " succeeded in " in line)
 
 
+def _ready(worker) -> bool:
+    """Has the worker logged that it consumes its queue?"""
+    return any(line.endswith(" ready.") for line in worker.log.read_text(errors="replace").splitlines())
+
+
 def _send_every_beat_task():
     for entry in settings.CELERY_BEAT_SCHEDULE.values():
         app.tasks[entry["task"]].apply_async(expires=entry["options"]["expires"])
@@ -134,6 +139,10 @@ def _send_every_beat_task():
 def test_every_beat_task_twice_in_a_real_worker(start_worker, broker_queue):
     seeded = _seed_work_for_every_task()
     worker = start_worker()
+    # The tasks go out with the beat's expiry (30 s for the every-minute ones):
+    # sent while the worker still starts, which on a loaded machine can take
+    # about that long, they would be dropped unrun. Send them once it consumes.
+    wait_until(lambda: _ready(worker), what="the worker to start", worker=worker)
     _send_every_beat_task()
     wait_until(lambda: _first_round_did_everything(seeded), what="the first round", worker=worker)
     names = [entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()]
