@@ -79,7 +79,10 @@ def _webs(deployment: Deployment) -> tuple[str, str]:
     return deployment.webs[0][1], deployment.webs[1][1]
 
 
-def test_a_token_revoked_elsewhere_is_refused_by_every_web_process_at_once(deployment: Deployment) -> None:
+def _revoked_elsewhere(deployment: Deployment) -> tuple[list[httpx.Response], float]:
+    """Each web process verifies (and keeps) a fresh token, a third process
+    revokes it, and each is asked again: the answers, and how long after the
+    first verification the last of them came."""
     slug, token = _tenant(deployment)
     first, second = _webs(deployment)
     # The revocation runs in a third process (as the admin's or an operator's
@@ -117,6 +120,19 @@ def test_a_token_revoked_elsewhere_is_refused_by_every_web_process_at_once(deplo
         refused_within = time.monotonic() - verified_at
     finally:
         revoker.communicate(timeout=60)
+    return answers, refused_within
+
+
+def test_a_token_revoked_elsewhere_is_refused_by_every_web_process_at_once(deployment: Deployment) -> None:
+    # Only a round that ends inside the window the processes keep the token
+    # shows the shared generation at work: after it, their caches would have
+    # let the token go anyway. A loaded machine can make a round that slow, so
+    # a slow round that was refused throughout is tried again with a new token;
+    # a round with any answer but the refusal ends the test at once.
+    for _ in range(3):
+        answers, refused_within = _revoked_elsewhere(deployment)
+        if refused_within < TOKEN_CACHE_SECONDS or any(a.status_code != 401 for a in answers):
+            break
     # Refused as a token that was sent but is no longer valid (RFC 6750's invalid_token).
     assert [a.status_code for a in answers] == [401, 401, 401], [a.text for a in answers]
     assert all('error="invalid_token"' in a.headers.get("www-authenticate", "") for a in answers)
