@@ -82,7 +82,8 @@ def test_stop_stops_postgres_and_redis_despite_dead_handle_pids(var_dir):
 
 
 def test_a_stale_redis_pid_file_naming_another_process_is_not_killed(var_dir):
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # Alive for far longer than the stop can take on a loaded machine: only a kill ends it early.
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     try:
         (var_dir / "redis.pid").write_text(str(bystander.pid))
         stopped = embedded("stop", var_dir)
