@@ -264,13 +264,33 @@ def _encode(tokenizer: Any, texts: list[str]) -> tuple[Any, Any]:
 
 class OnnxBackend:
     """ONNX Runtime session over the exported graph; the tokenizer is the
-    model's own tokenizer.json, with the model's truncation length."""
+    model's own tokenizer.json, with the model's truncation length.
+
+    A pass of a few texts (a query, or the few that arrive together) runs on
+    the calling thread alone: splitting so small a pass across cores costs more
+    CPU in handing work between threads than it saves in time, and under load
+    the other cores are serving PostgreSQL and other requests. Larger passes (a
+    worker's or an import's batch) run on ``threads`` (0: the runtime's default,
+    every core). Both sessions compute the same vectors."""
 
     name = "onnx"
     # Texts per forward pass; sorted by length first so padding stays small.
     CHUNK = 32
+    # The largest pass that runs on one thread.
+    SMALL_PASS = 4
 
     def __init__(self, path: Path, model_dir: Path, threads: int = 0) -> None:
+        self._path = path
+        self._threads = threads
+        self._small = self._new_session(1)
+        # Made on the first large pass: a process that only embeds queries holds one session.
+        self._large: Any = self._small if threads == 1 else None
+        self._large_lock = threading.Lock()
+        # Only the inputs the graph has (an MPNet graph, measured by bench/, has no token_type_ids).
+        self._inputs = {graph_input.name for graph_input in self._small.get_inputs()}
+        self._tokenizer = _tokenizer(model_dir)
+
+    def _new_session(self, threads: int) -> Any:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -280,10 +300,15 @@ class OnnxBackend:
             options.intra_op_num_threads = threads
         # Spinning threads would burn the cores PostgreSQL needs between passes.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        # Only the inputs the graph has (an MPNet graph, measured by bench/, has no token_type_ids).
-        self._inputs = {graph_input.name for graph_input in self._session.get_inputs()}
-        self._tokenizer = _tokenizer(model_dir)
+        return ort.InferenceSession(str(self._path), options, providers=["CPUExecutionProvider"])
+
+    def _session_for(self, texts: int) -> Any:
+        if texts <= self.SMALL_PASS:
+            return self._small
+        with self._large_lock:
+            if self._large is None:
+                self._large = self._new_session(self._threads)
+            return self._large
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -292,7 +317,8 @@ class OnnxBackend:
             chunk = order[lo : lo + self.CHUNK]
             ids, mask = _encode(self._tokenizer, [texts[i] for i in chunk])
             feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": ids * 0}
-            (vectors,) = self._session.run(None, {name: value for name, value in feed.items() if name in self._inputs})
+            session = self._session_for(len(chunk))
+            (vectors,) = session.run(None, {name: value for name, value in feed.items() if name in self._inputs})
             for i, vector in zip(chunk, vectors.tolist(), strict=True):
                 out[i] = vector
         return out

@@ -79,6 +79,29 @@ def test_onnx_and_torch_compute_the_same_model():
     assert float(single @ a[1]) > 0.9999
 
 
+@pytest.mark.slow
+def test_a_small_pass_runs_on_one_thread_and_a_large_one_on_every_core_with_the_same_vectors():
+    from memory.embeddings import OnnxBackend, _model_dir, onnx_model_path
+
+    model_dir = _model_dir()
+    path = onnx_model_path(model_dir)
+    if not path.exists():
+        LocalEmbedder(backend="onnx").embed(["export the graph"])
+    backend = OnnxBackend(path, model_dir, threads=2)
+    texts = TEXTS[: OnnxBackend.SMALL_PASS]
+    small, large = backend._session_for(len(texts)), backend._session_for(OnnxBackend.SMALL_PASS + 1)
+    assert small is not large
+    assert small.get_session_options().intra_op_num_threads == 1
+    assert large.get_session_options().intra_op_num_threads == 2
+    on_one_thread = np.asarray(backend.embed(texts))
+    backend.SMALL_PASS = 0  # the same pass on the large session
+    # A vector does not depend on which session computed it: stored and queried texts compare equal.
+    assert np.array_equal(on_one_thread, np.asarray(backend.embed(texts)))
+    # Configured to one thread, one session serves every pass.
+    single = OnnxBackend(path, model_dir, threads=1)
+    assert single._session_for(1) is single._session_for(OnnxBackend.SMALL_PASS + 1)
+
+
 def test_onnx_failure_falls_back_to_torch(monkeypatch):
     from memory import embeddings
 
