@@ -4,10 +4,12 @@ a cached caller never carries one request's policy into the next."""
 
 import time
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.utils import timezone
 
+from policy import tokencache
 from policy.models import ApiToken
 from policy.services import tokens
 
@@ -35,13 +37,19 @@ def test_unknown_tokens_are_not_cached():
     assert tokens.token_cached_caller("mp_" + "x" * 43) is None
 
 
-def test_an_expired_token_is_not_served_from_the_cache():
+def test_an_expired_token_is_not_served_from_the_cache(monkeypatch):
     issued = tokens.token_issue(tenant_slug="acme", principal_name="bot")
     ApiToken.objects.filter(pk=issued.api_token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert tokens.token_authenticate_cached(issued.token) is None
-    ApiToken.objects.filter(pk=issued.api_token.pk).update(expires_at=timezone.now() + timedelta(milliseconds=1))
-    tokens.token_authenticate_cached(issued.token)
-    time.sleep(0.01)
+    # A token with a minute left is cached for that minute, not for the cache's
+    # window (made an hour here, so only the token's expiry can end the entry).
+    monkeypatch.setattr(tokencache, "TOKEN_CACHE_SECONDS", 3600.0)
+    monkeypatch.setattr(tokens, "TOKEN_CACHE_SECONDS", 3600.0)
+    ApiToken.objects.filter(pk=issued.api_token.pk).update(expires_at=timezone.now() + timedelta(seconds=60))
+    assert tokens.token_authenticate_cached(issued.token) is not None
+    assert tokens.token_cached_caller(issued.token) is not None
+    expired = time.monotonic() + 61
+    monkeypatch.setattr(tokencache, "time", SimpleNamespace(monotonic=lambda: expired))
     assert tokens.token_cached_caller(issued.token) is None
 
 
