@@ -15,10 +15,12 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Min
 from django.utils import timezone
 
@@ -121,6 +123,28 @@ def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, no
     return memory.pk
 
 
+@contextmanager
+def _tenant_claim(tenant_id: uuid.UUID) -> Iterator[bool]:
+    """Whether this run may consolidate the tenant: at most one run at a time
+    does, across workers, so a redelivered or overlapping run never sends the
+    same episodes to the LLM again. A session-level advisory lock, because the
+    run holds it across LLM calls made outside any transaction; PostgreSQL
+    releases it with the connection of a worker that dies mid-run."""
+    key = f"memproj.consolidate.{tenant_id}"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
+        claimed = bool(cursor.fetchone()[0])
+    try:
+        yield claimed
+    finally:
+        if claimed:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
+            except DatabaseError:  # a broken connection took the lock with it
+                logger.warning("could not release the consolidation claim of tenant %s", tenant_id)
+
+
 def episodes_consolidate(
     *,
     tenant_id: uuid.UUID,
@@ -130,7 +154,17 @@ def episodes_consolidate(
 ) -> ConsolidationResult:
     """One bounded batch of one tenant's unconsolidated episodes (oldest first),
     planned per scope so a derived memory is never visible more widely than its
-    episodes were."""
+    episodes were. A tenant another run is consolidating is skipped."""
+    with _tenant_claim(tenant_id) as claimed:
+        if not claimed:
+            logger.info("tenant %s is being consolidated by another run; skipped", tenant_id)
+            return ConsolidationResult(tenants=1)
+        return _consolidate_claimed(tenant_id, consolidator, batch_size, now)
+
+
+def _consolidate_claimed(
+    tenant_id: uuid.UUID, consolidator: Consolidator | None, batch_size: int | None, now: datetime | None
+) -> ConsolidationResult:
     consolidator = consolidator or get_consolidator()
     now = now or timezone.now()
     batch_size = batch_size or pipeline_setting("CONSOLIDATE_BATCH")

@@ -249,3 +249,48 @@ def test_llm_server_down_is_transient(member):
     llm = LLMConsolidator(base_url="http://127.0.0.1:9/v1", model="m", timeout=2)  # nothing listens on port 9
     with pytest.raises(ConsolidatorUnavailable, match="unreachable"):
         episodes_consolidate(tenant_id=member.caller.tenant_id, consolidator=llm)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_run_at_a_time_consolidates_a_tenant(member, fake):
+    """A run that overlaps another (a redelivered task, a slow beat tick) skips
+    the tenant instead of sending the same episodes to the LLM again."""
+    import threading
+
+    from django.db import connection
+
+    from memory.services import consolidation
+
+    store(member, DARK_MODE)
+    release = threading.Event()
+    answer = one_fact_from_all_episodes(
+        content="User prefers dark mode in the editor", subject="user", predicate="editor theme"
+    )
+    fake.chat_script = [ChatStep(content=answer, hold=release), ChatStep(content=answer)]
+    llm = LLMConsolidator(base_url=fake.base_url, model="test-model", api_key="sk-test", timeout=60)
+    first: list[object] = []
+
+    def run_first() -> None:
+        try:
+            first.append(episodes_consolidate(tenant_id=member.caller.tenant_id, consolidator=llm))
+        except BaseException as exc:  # asserted below
+            first.append(exc)
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=run_first)
+    runner.start()
+    try:
+        assert fake.chat_started.wait(60), "the first run never asked the LLM"
+        overlapping = episodes_consolidate(tenant_id=member.caller.tenant_id, consolidator=llm)
+    finally:
+        release.set()
+        runner.join(timeout=120)
+    assert (overlapping.consumed, overlapping.created) == (0, [])
+    [result] = first
+    assert not isinstance(result, BaseException), result
+    assert result.consumed == 3 and len(result.created) == 1  # type: ignore[attr-defined]
+    assert len(fake.calls("/v1/chat/completions")) == 1
+    # The first run let go of the tenant when it finished.
+    with consolidation._tenant_claim(member.caller.tenant_id) as claimed:
+        assert claimed
