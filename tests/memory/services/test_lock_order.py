@@ -39,6 +39,28 @@ def wait_until_blocked(pid_holder: list[int], timeout: float = 20.0) -> None:
     raise AssertionError("the other session never waited on the held row")
 
 
+def in_other_session(fn) -> tuple[threading.Thread, list[int], list[object]]:  # type: ignore[no-untyped-def]
+    """``fn`` in a thread of its own, with its own database session, not yet
+    started; the list that will hold that session's backend pid (for
+    ``wait_until_blocked``) and the one that will hold ``fn``'s result or the
+    exception it raised."""
+    pid: list[int] = []
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                pid.append(cursor.fetchone()[0])
+            outcome.append(fn())
+        except BaseException as exc:  # the test asserts on it
+            outcome.append(exc)
+        finally:
+            close_old_connections()
+
+    return threading.Thread(target=run), pid, outcome
+
+
 def assert_rows_free(memory_ids: list[uuid.UUID]) -> None:
     """The current connection can lock every one of these rows at once (NOWAIT fails on
     a row another session holds)."""
@@ -67,21 +89,7 @@ def test_duplicate_merge_waits_for_the_lowest_row_before_holding_any_other(membe
     lowest, others = group[0], group[1:]
     assert lowest != keeper.pk
 
-    checker_pid: list[int] = []
-    outcome: list[object] = []
-
-    def check() -> None:
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                checker_pid.append(cursor.fetchone()[0])
-            outcome.append(memory_conflict_check(memory_id=keeper.pk))
-        except BaseException as exc:  # asserted below
-            outcome.append(exc)
-        finally:
-            close_old_connections()
-
-    checker = threading.Thread(target=check)
+    checker, checker_pid, outcome = in_other_session(lambda: memory_conflict_check(memory_id=keeper.pk))
     with transaction.atomic():
         memory_rows_lock([lowest])  # a recall bumping the group holds its first row
         checker.start()
@@ -115,21 +123,7 @@ def test_the_expiry_sweep_waits_for_the_lowest_row_before_holding_any_other(memb
     assert Memory.objects.get(pk=older.pk).superseded_by_id == newer.pk and older.pk < newer.pk
     Memory.objects.filter(pk=newer.pk).update(expires_at=timezone.now() - timedelta(days=400))
 
-    sweeper_pid: list[int] = []
-    outcome: list[object] = []
-
-    def sweep() -> None:
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                sweeper_pid.append(cursor.fetchone()[0])
-            outcome.append(sweeps.memories_expire())
-        except BaseException as exc:  # asserted below
-            outcome.append(exc)
-        finally:
-            close_old_connections()
-
-    sweeper = threading.Thread(target=sweep)
+    sweeper, sweeper_pid, outcome = in_other_session(sweeps.memories_expire)
     with transaction.atomic():
         memory_rows_lock([older.pk])  # a reader's bookkeeping holds the older version
         sweeper.start()

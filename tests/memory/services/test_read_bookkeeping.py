@@ -18,7 +18,7 @@ from memory.services.locks import memory_rows_lock
 from memory.services.memories import episode_store, fact_store, memory_accessed_mark, memory_references_bump
 from memory.services.referencing import memory_get, memory_recall
 from tests.conftest import make_identity
-from tests.memory.services.test_lock_order import assert_rows_free, wait_until_blocked
+from tests.memory.services.test_lock_order import assert_rows_free, in_other_session, wait_until_blocked
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -94,22 +94,10 @@ def test_an_access_time_is_written_once_a_minute(member):
 def test_a_bump_waits_for_its_lowest_row_holding_none_of_the_others(member):
     ids = sorted(m.pk for m in _stored(member, 4))
     lowest, others = ids[0], ids[1:]
-    bumper_pid: list[int] = []
-    outcome: list[object] = []
-
-    def bump() -> None:
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                bumper_pid.append(cursor.fetchone()[0])
-            # Highest first: the statement must sort them itself.
-            outcome.append(memory_references_bump(caller=member.caller, memory_ids=list(reversed(ids))))
-        except BaseException as exc:  # asserted below
-            outcome.append(exc)
-        finally:
-            close_old_connections()
-
-    bumper = threading.Thread(target=bump)
+    # Highest first: the statement must sort them itself.
+    bumper, bumper_pid, outcome = in_other_session(
+        lambda: memory_references_bump(caller=member.caller, memory_ids=list(reversed(ids)))
+    )
     with transaction.atomic():
         memory_rows_lock([lowest])
         bumper.start()
