@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.harness.generators.dataset import ensure_tenants  # noqa: E402
 from tests.harness.load.concurrency import bench_concurrency, bench_open_loop  # noqa: E402
-from tests.harness.measure.embedders import bench_embedders  # noqa: E402
+from tests.harness.measure.embedders import bench_embedders, bench_onnx_threads  # noqa: E402
 from tests.harness.measure.ingest import INGEST_BULK_BATCH, bench_ingest  # noqa: E402
 from tests.harness.measure.mcp_http import bench_mcp  # noqa: E402
 from tests.harness.measure.service import bench_service  # noqa: E402
@@ -71,7 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--embedder",
         action="store_true",
-        help="only compare the embedder backends (ONNX Runtime vs PyTorch, same weights) and exit",
+        help="only compare the embedder backends (ONNX Runtime vs PyTorch, same weights; ONNX passes on one "
+        "thread vs every core) and exit",
     )
     p.add_argument("--tiny", action="store_true", help="smoke-test size (a few hundred memories, few repeats)")
     p.add_argument(
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.embedder:
         setup_bench_django()
         print(bench_embedders(args.repeat))
+        print(bench_onnx_threads(args.repeat))
         return 0
     db_url = setup_bench_django(db_name=args.database)
     from django.db import connection

@@ -50,3 +50,35 @@ def bench_embedders(repeat: int) -> str:
         f"cosine(ONNX, PyTorch) over {len(cosines)} texts: min {cosines.min():.6f}, mean {cosines.mean():.6f}",
     ]
     return "\n".join(out)
+
+
+def bench_onnx_threads(repeat: int) -> str:
+    """ONNX passes of a few texts on one thread against the runtime's default
+    (every core): CPU per text (this process's) and wall time per pass, medians
+    over ``repeat`` passes per size; what ``OnnxBackend.SMALL_PASS`` rests on."""
+    from memory.embeddings import OnnxBackend, _model_dir, onnx_model_path
+
+    model_dir = _model_dir()
+    path = onnx_model_path(model_dir)
+    queries = synthetic.queries(512, seed=11)
+    sessions = {"1": OnnxBackend(path, model_dir, threads=1), "default": OnnxBackend(path, model_dir, threads=0)}
+    for backend in sessions.values():
+        backend.SMALL_PASS = 0  # every pass on the session the threads name
+    rows = []
+    for size in (1, 2, 4, 8):
+        for threads, backend in sessions.items():
+            backend.embed(queries[:size])
+            cpu, wall = [], []
+            for n in range(repeat):
+                texts = [f"{queries[(n * size + i) % len(queries)]} {n}" for i in range(size)]
+                c0, w0 = time.process_time(), time.perf_counter()
+                backend.embed(texts)
+                cpu.append((time.process_time() - c0) * 1000.0 / size)
+                wall.append((time.perf_counter() - w0) * 1000.0)
+            rows.append([size, threads, statistics.median(cpu), statistics.median(wall)])
+    return "\n".join(
+        [
+            f"ONNX passes by threads - {os.cpu_count()} cores - load average {os.getloadavg()[0]:.1f}",
+            markdown_table(["texts_per_pass", "threads", "cpu_ms_per_text_p50", "wall_ms_per_pass_p50"], rows),
+        ]
+    )
