@@ -15,12 +15,10 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import DatabaseError, connection, transaction
+from django.db import transaction
 from django.db.models import Min
 from django.utils import timezone
 
@@ -30,6 +28,7 @@ from memory.models import EmbeddingStatus, Kind, LinkKind, Memory, MemoryLink
 from memory.services.events import EventType, event_append
 from memory.services.locks import tenant_write_lock
 from memory.services.memories import fact_store, memory_supersede, rule_store
+from memory.services.sweeps import sweep_claim
 from memory.services.system import pipeline_setting, system_caller
 from memory.statements import same_statement
 from policy.caller import Caller
@@ -123,28 +122,6 @@ def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, no
     return memory.pk
 
 
-@contextmanager
-def _tenant_claim(tenant_id: uuid.UUID) -> Iterator[bool]:
-    """Whether this run may consolidate the tenant: at most one run at a time
-    does, across workers, so a redelivered or overlapping run never sends the
-    same episodes to the LLM again. A session-level advisory lock, because the
-    run holds it across LLM calls made outside any transaction; PostgreSQL
-    releases it with the connection of a worker that dies mid-run."""
-    key = f"memproj.consolidate.{tenant_id}"
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
-        claimed = bool(cursor.fetchone()[0])
-    try:
-        yield claimed
-    finally:
-        if claimed:
-            try:
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
-            except DatabaseError:  # a broken connection took the lock with it
-                logger.warning("could not release the consolidation claim of tenant %s", tenant_id)
-
-
 def episodes_consolidate(
     *,
     tenant_id: uuid.UUID,
@@ -155,7 +132,9 @@ def episodes_consolidate(
     """One bounded batch of one tenant's unconsolidated episodes (oldest first),
     planned per scope so a derived memory is never visible more widely than its
     episodes were. A tenant another run is consolidating is skipped."""
-    with _tenant_claim(tenant_id) as claimed:
+    # One run at a time per tenant, across workers: a redelivered or overlapping
+    # run never sends the same episodes to the LLM again.
+    with sweep_claim(f"consolidate.{tenant_id}") as claimed:
         if not claimed:
             logger.info("tenant %s is being consolidated by another run; skipped", tenant_id)
             return ConsolidationResult(tenants=1)

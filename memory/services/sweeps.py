@@ -10,13 +10,15 @@ one, so a second run finds nothing to do)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, models, transaction
+from django.db import DatabaseError, connection, models, transaction
 from django.db.models import F, Window
 from django.db.models.functions import Random, RowNumber
 from django.utils import timezone
@@ -28,6 +30,8 @@ from memory.services.events import EventType, NewEvent, events_append
 from memory.services.locks import memories_tenant_write_lock
 from memory.services.system import pipeline_setting
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class SweepResult:
@@ -38,11 +42,35 @@ class SweepResult:
     ids: list[uuid.UUID] = field(default_factory=list)
 
 
+def _lock_key(name: str) -> str:
+    return f"memproj.sweep.{name}"
+
+
 def sweep_lock(name: str) -> bool:
     """Single-flight per sweep: the lock is released when the transaction ends."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", [f"memproj.sweep.{name}"])
+        cursor.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", [_lock_key(name)])
         return bool(cursor.fetchone()[0])
+
+
+@contextmanager
+def sweep_claim(name: str) -> Iterator[bool]:
+    """Single-flight for work that spans transactions (consolidation holds it
+    across LLM calls made outside any): whether this run holds ``name`` until
+    the block ends. A session-level lock, which PostgreSQL also releases with
+    the connection of a worker that dies mid-run."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [_lock_key(name)])
+        claimed = bool(cursor.fetchone()[0])
+    try:
+        yield claimed
+    finally:
+        if claimed:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [_lock_key(name)])
+            except DatabaseError:  # a broken connection took the lock with it
+                logger.warning("could not release the sweep claim %s", name)
 
 
 def fair_batch(

@@ -130,10 +130,7 @@ def test_worker_killed_mid_task_loses_nothing_and_the_task_completes_once(start_
     env = {
         "MEMPROJ_LLM_BASE_URL": fake_openai.base_url,
         "MEMPROJ_LLM_TIMEOUT": "120",
-        # Short, so the killed worker's message comes back soon; long enough that
-        # the redelivered run, on a loaded machine, acknowledges before the
-        # message would be restored a second time (another run, another LLM call).
-        "CELERY_VISIBILITY_TIMEOUT": "10",
+        "CELERY_VISIBILITY_TIMEOUT": "3",
         "CELERY_UNACKED_RESTORE_INTERVAL": "1",
         "CELERY_UNACKED_RESTORE_THROTTLE": "1",
     }

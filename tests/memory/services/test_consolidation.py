@@ -259,7 +259,7 @@ def test_one_run_at_a_time_consolidates_a_tenant(member, fake):
 
     from django.db import connection
 
-    from memory.services import consolidation
+    from memory.services.sweeps import sweep_claim
 
     store(member, DARK_MODE)
     release = threading.Event()
@@ -292,5 +292,5 @@ def test_one_run_at_a_time_consolidates_a_tenant(member, fake):
     assert result.consumed == 3 and len(result.created) == 1  # type: ignore[attr-defined]
     assert len(fake.calls("/v1/chat/completions")) == 1
     # The first run let go of the tenant when it finished.
-    with consolidation._tenant_claim(member.caller.tenant_id) as claimed:
+    with sweep_claim(f"consolidate.{member.caller.tenant_id}") as claimed:
         assert claimed
