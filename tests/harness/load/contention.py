@@ -160,5 +160,13 @@ def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: floa
     report.replaced_by_key = len(replaced)
     lost = [text for text in missing if text not in replaced]
     report.lost = len(lost)
-    report.samples += [f"not found: {text}" for text in lost[:4]]
+    for text in lost[:4]:
+        # Which side lost it: the rows (merged, superseded, unembedded) or the search.
+        rows = stack.sql(
+            "SELECT m.validity, m.embedding_status, m.expires_at, (SELECT e.payload->>'reason' "
+            "FROM memory_memoryevent e WHERE e.memory_id = m.id AND e.event_type = 'superseded' "
+            "ORDER BY e.id DESC LIMIT 1) FROM memory_memory m WHERE m.content = %s",
+            [text],
+        )
+        report.samples.append(f"not found: {text}; rows (validity, embedding, expires_at, superseded): {rows}")
     return report
