@@ -290,18 +290,18 @@ def cost_table(names: list[str], queries: list[str], docs: list[str], rounds: in
     base = statistics.median(per_query[names[0]])
     rows = []
     for m in models:
-        q, d, w = (statistics.median(x) for x in (per_query[m.name], per_doc[m.name], wall_query[m.name]))
+        q_ms, d_ms, w_ms = (statistics.median(x) for x in (per_query[m.name], per_doc[m.name], wall_query[m.name]))
         rows.append(
             [
                 m.name,
                 m.model_name,
                 str(m.dimensions),
-                f"{q:.2f}",
+                f"{q_ms:.2f}",
                 f"{_common.percentile(per_query[m.name], 95):.2f}",
-                f"{w:.2f}",
-                f"{d:.2f}",
+                f"{w_ms:.2f}",
+                f"{d_ms:.2f}",
                 f"{_common.percentile(per_doc[m.name], 95):.2f}",
-                f"{q / base:.1f}x",
+                f"{q_ms / base:.1f}x",
             ]
         )
     return [

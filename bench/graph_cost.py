@@ -44,7 +44,9 @@ def main() -> None:
             "FROM (SELECT embedding FROM memory_memory WHERE embedding IS NOT NULL LIMIT %s) s",
             [args.rows + held_out],
         )
-        total = conn.execute(f"SELECT count(*) FROM {SCHEMA}.source").fetchone()[0]
+        counted = conn.execute(f"SELECT count(*) FROM {SCHEMA}.source").fetchone()
+        assert counted is not None
+        total = counted[0]
         base = total - held_out
         if total < args.rows + held_out:
             conn.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
@@ -54,7 +56,9 @@ def main() -> None:
             )
         queries_from = base + INSERT_BATCH * args.inserts
         conn.execute("SET maintenance_work_mem = '2GB'")
-        queries = dict(conn.execute(f"SELECT n, v::text FROM {SCHEMA}.source WHERE n > %s", [queries_from]).fetchall())
+        queries: dict[int, str] = dict(
+            conn.execute(f"SELECT n, v::text FROM {SCHEMA}.source WHERE n > %s", [queries_from]).fetchall()
+        )
         exact = {
             n: [
                 r[0]
@@ -81,9 +85,9 @@ def main() -> None:
                 f"WITH (m = {m}, ef_construction = {efc})"
             )
             build_s = time.perf_counter() - start
-            graph_mb = conn.execute("SELECT pg_relation_size(%s) / 1048576.0::float8", [f"{SCHEMA}.g_hnsw"]).fetchone()[
-                0
-            ]
+            size = conn.execute("SELECT pg_relation_size(%s) / 1048576.0::float8", [f"{SCHEMA}.g_hnsw"]).fetchone()
+            assert size is not None
+            graph_mb = size[0]
             per_row = []
             for i in range(args.inserts):
                 low = base + i * INSERT_BATCH

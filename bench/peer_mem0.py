@@ -190,7 +190,7 @@ def speed(args: argparse.Namespace, conninfo: str) -> tuple[list[list[object]], 
     b = np.asarray(raw.embed(texts[:20]), dtype=np.float64)
     cosine = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
-    rows = []
+    rows: list[list[object]] = []
     for op in ("add", "search", "embed"):
         ours, theirs, same = results[f"memproj {op}"], results[f"mem0 {op}"], results[f"mem0_ours {op}"]
         o50, o95, _ = _common.summary(ours)

@@ -263,7 +263,8 @@ def _copy_token(token: str, db_url: str) -> None:
     from policy.services.tokens import hash_token
 
     row = ApiToken.objects.filter(token_hash=hash_token(token)).values().get()
-    columns = [ApiToken._meta.get_field(name).column for name in row]
+    column_of = {f.attname: f.column for f in ApiToken._meta.concrete_fields}
+    columns = [column_of[name] for name in row]
     with psycopg.connect(db_url) as other:
         other.execute(
             f"INSERT INTO {ApiToken._meta.db_table} ({', '.join(columns)}) "  # noqa: S608 - the model's own names

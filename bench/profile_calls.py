@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,10 @@ def statement_profiles(caller: Any, kinds: list[str]) -> dict[str, dict[str, Any
             finally:
                 connection_options.reset(token)
 
-        out[name] = profile_call(lambda one=one: loop.run_until_complete(one()))
+        def call(one: Callable[[], Coroutine[Any, Any, None]] = one) -> None:
+            loop.run_until_complete(one())
+
+        out[name] = profile_call(call)
     loop.close()
     return out
 

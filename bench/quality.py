@@ -80,7 +80,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -90,6 +90,9 @@ import _fusions  # noqa: E402
 import _longmemeval  # noqa: E402
 import _memorybank  # noqa: E402
 import _models  # noqa: E402
+
+if TYPE_CHECKING:
+    from memory.scoring import ChannelHit
 
 KS = (1, 5, 10, 20)
 LME_KS = (1, 5, 10, 20, 50)
@@ -869,7 +872,7 @@ def dialect_table(corpus: DialectCorpus, k: int) -> list[str]:
 # --------------------------------------------------------------------------- sweeps
 
 
-Wide = list[tuple[list[tuple[uuid.UUID, object, datetime]], Query]]
+Wide = list[tuple[list[tuple[uuid.UUID, "ChannelHit", datetime]], Query]]
 
 
 def wide_candidates(ds: DataSet, params, vector_text: Callable[[Query], str] | None = None) -> Wide:  # type: ignore[no-untyped-def]
