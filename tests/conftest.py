@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from mcp_types import CallToolResult, TextContent
 
 from memory.embeddings import Embedder, get_embedder, set_embedder
 from policy.caller import Caller
@@ -65,6 +66,13 @@ async def call_error(client: Client, tool: str, **arguments: Any) -> str:
     result = await client.call_tool(tool, arguments)
     assert result.is_error, f"{tool} unexpectedly succeeded: {result.structured_content}"
     return " ".join(getattr(block, "text", "") for block in result.content)
+
+
+def block_text(result: CallToolResult, index: int = 0) -> str:
+    """The text of a tool result's content block ``index``; a block of another kind fails the test."""
+    block = result.content[index]
+    assert isinstance(block, TextContent), f"content block {index} is not text: {block!r}"
+    return block.text
 
 
 @pytest.fixture

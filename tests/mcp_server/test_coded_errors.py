@@ -16,7 +16,8 @@ from asgiref.sync import sync_to_async
 from mcp_server.dialect import connection_options
 from memory.models import Exchange, Memory
 from memory.services.memories import fact_store
-from tests.conftest import call, make_identity
+from tests.conftest import block_text, call, make_identity
+from tests.harness.surfaces.asgi import asgi_transport
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,7 +39,7 @@ async def post(identity: Any, path: str, body: Any) -> httpx.Response:
 
     raw = body if isinstance(body, str) else json.dumps(body)
     headers = {"Authorization": f"Bearer {identity.token}", "Content-Type": "application/json"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=Router()), base_url="http://testserver") as client:
+    async with httpx.AsyncClient(transport=asgi_transport(Router()), base_url="http://testserver") as client:
         return await client.post(path, content=raw.encode(), headers=headers)
 
 
@@ -163,7 +164,7 @@ async def test_a_bad_langmem_namespace_option_is_a_validation_error(member, name
         connection_options.reset(token)
     for result in (stored, searched):
         assert result.is_error and result.structured_content is None
-        assert result.content[0].text.startswith("ValueError:")
+        assert block_text(result).startswith("ValueError:")
     assert not await Memory.objects.aexists()
 
 
@@ -199,7 +200,7 @@ async def test_score_response_with_a_read_only_token_marks_nothing_scored(member
     async with mcp_client_for(reader, "roampal") as client:
         refused = await client.call_tool("score_response", {"outcome": "worked"})
     assert refused.is_error and refused.structured_content is None
-    assert refused.content[0].text.startswith("Error: ")
+    assert block_text(refused).startswith("Error: ")
     assert not await Exchange.objects.filter(scored_at__isnull=False).aexists()
     async with mcp_client_for(member, "roampal") as client:
         scored = await call(client, "score_response", outcome="worked")

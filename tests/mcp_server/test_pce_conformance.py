@@ -17,6 +17,7 @@ from mcp_server.dialects.pce import schemas
 from memory.models import Memory, OutcomeReport
 from policy.document import SEED_EXAMPLE_YAML
 from policy.models import PolicyVersion
+from tests.harness.surfaces.asgi import asgi_transport
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,7 +41,7 @@ async def post(token: str, path: str, body: dict[str, Any]) -> httpx.Response:
     from memproj.asgi import Router
 
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=Router()), base_url="http://testserver") as client:
+    async with httpx.AsyncClient(transport=asgi_transport(Router()), base_url="http://testserver") as client:
         return await client.post(path, content=json.dumps(body).encode(), headers=headers)
 
 
@@ -57,7 +58,9 @@ async def test_feedback_on_an_id_that_is_no_claim_of_the_tenant_is_unknown_claim
             "memory_store_episode", {"content": "Talked about deploys", "butler": "general"}
         )
         assert not episode.is_error, episode.content
-    episode_id = (await Memory.objects.filter(kind="episode").afirst()).id
+    stored = await Memory.objects.filter(kind="episode").afirst()
+    assert stored is not None
+    episode_id = stored.id
     ids = [
         "clm_V184a1e4P25rXdbmPAku",  # the shape upstream's ids have
         "clm_nope",

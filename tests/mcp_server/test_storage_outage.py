@@ -12,6 +12,7 @@ import pytest
 from django.db import connections
 
 from tests.conftest import call_error
+from tests.harness.surfaces.asgi import asgi_transport
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,7 +32,7 @@ def database_down(tmp_path: Path) -> Iterator[None]:
 async def test_http_answers_503_with_retry_after_and_the_storage_error(member, database_down):
     from memproj.asgi import application
 
-    transport = httpx.ASGITransport(app=application)
+    transport = asgi_transport(application)
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
         response = await client.post(
             "/mcp/memory",

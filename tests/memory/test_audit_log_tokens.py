@@ -27,6 +27,7 @@ from memproj.dbroles import as_owner
 from policy.models import ApiToken
 from policy.services.tokens import token_revoke
 from tests.conftest import Identity, make_identity
+from tests.harness.surfaces.asgi import asgi_transport
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,7 +89,7 @@ async def test_two_tokens_of_one_principal_are_told_apart_over_mcp_and_rest(memb
         return result["structuredContent"]["id"]
 
     async with router.servers["memory"].session_manager.run():
-        transport = httpx.ASGITransport(app=router)
+        transport = asgi_transport(router)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             desk = await over_mcp(client, member.token, "deployed from the desk")
             rest = await client.post(
@@ -200,8 +201,8 @@ def test_a_revoked_then_deleted_token_keeps_its_events_verifiable(member, laptop
 def test_background_work_after_a_token_call_names_no_token(member):
     """The conflict check runs as a Celery task (eager here) after the write
     commits: its merge is the system's act, not the token's."""
-    older = fact_store(caller=member.caller, subject="user", predicate="allergy", content="Allergic to peanuts").memory
-    newer = fact_store(caller=member.caller, subject="ana", predicate="allergy", content="Allergic to peanuts").memory
+    older = fact_store(caller=member.caller, subject=None, predicate=None, content="Allergic to peanuts").memory
+    newer = fact_store(caller=member.caller, subject=None, predicate=None, content="Allergic to peanuts").memory
     assert Memory.objects.get(pk=older.pk).superseded_by_id == newer.id  # the background merge ran
     merged = MemoryEvent.objects.get(memory_id=older.id, event_type=EventType.SUPERSEDED)
     assert (merged.actor_principal_id, merged.actor_token_id) == (None, None)

@@ -88,8 +88,12 @@ def test_in_turn_every_read_runs_even_after_one_failed():
         ran.append("first")
         raise ValueError("first read failed")
 
+    def second() -> int:
+        ran.append("second")
+        return 2
+
     with pytest.raises(ValueError, match="first read failed"):
-        side_by_side(failing, lambda: ran.append("second") or 2)
+        side_by_side(failing, second)
     assert ran == ["first", "second"]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.db import OperationalError
@@ -21,6 +21,10 @@ from django.utils.regex_helper import normalize
 import memproj.urls
 from mcp_server.http import ADMIN_PREFIX, coded_answer, not_found, server_error
 from mcp_server.registry import TOOLSETS
+
+if TYPE_CHECKING:
+    # What the test client answers with (a stub-only name): a response plus the client's additions.
+    from django.test.client import _MonkeyPatchedWSGIResponse as Answer
 
 pytestmark = pytest.mark.django_db
 
@@ -59,11 +63,11 @@ def served_routes() -> list[str]:
 ROUTES = served_routes()
 
 
-def _answers(client: Client, route: str) -> dict[str, HttpResponse]:
+def _answers(client: Client, route: str) -> dict[str, Answer]:
     return {method: client.generic(method, route) for method in METHODS}
 
 
-def _plain_error(response: HttpResponse) -> dict[str, Any]:
+def _plain_error(response: HttpResponse | Answer) -> dict[str, Any]:
     """The body of a coded error on a route that belongs to no dialect."""
     assert response["Content-Type"].startswith("application/json"), response.content[:200]
     body = json.loads(response.content)

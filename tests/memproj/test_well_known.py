@@ -10,6 +10,7 @@ import pytest
 from django.conf import settings
 
 from mcp_server.registry import TOOLSETS
+from tests.harness.surfaces.asgi import asgi_transport
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +18,7 @@ def asgi_client():
     from memproj.asgi import application
 
     # No lifespan: the 401 and the metadata document need no MCP session manager.
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://127.0.0.1:8000")
+    return httpx.AsyncClient(transport=asgi_transport(application), base_url="http://127.0.0.1:8000")
 
 
 @pytest.mark.parametrize("toolset", sorted(TOOLSETS))
@@ -27,7 +28,9 @@ async def test_advertised_resource_metadata_url_serves_the_document(asgi_client,
     unauthorized = await asgi_client.post(f"/mcp/{toolset}", json=body, headers=headers)
     assert unauthorized.status_code == 401
     challenge = unauthorized.headers["www-authenticate"]
-    url = re.search(r'resource_metadata="([^"]+)"', challenge).group(1)
+    found = re.search(r'resource_metadata="([^"]+)"', challenge)
+    assert found is not None, challenge
+    url = found.group(1)
     assert url.startswith(settings.MEMPROJ_PUBLIC_URL.rstrip("/") + "/.well-known/oauth-protected-resource/")
 
     answer = await asgi_client.get(httpx.URL(url).path)

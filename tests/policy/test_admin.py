@@ -19,6 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def admin_a():
     staff = make_staff("alice", "tenant-a", "admin")
+    assert staff.tenant is not None
     policy_ensure_default(tenant_id=staff.tenant.id)
     return staff
 
@@ -26,6 +27,7 @@ def admin_a():
 @pytest.fixture
 def admin_b():
     staff = make_staff("bob", "tenant-b", "admin")
+    assert staff.tenant is not None
     policy_ensure_default(tenant_id=staff.tenant.id)
     return staff
 
@@ -33,6 +35,7 @@ def admin_b():
 @pytest.fixture
 def member_a(admin_a):
     staff = make_staff("mark", "tenant-a", "member")
+    assert staff.tenant is not None
     staff.tenant.members_can_review = True
     staff.tenant.save()
     return staff

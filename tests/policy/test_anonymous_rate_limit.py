@@ -15,6 +15,7 @@ from django.test import override_settings
 
 from memproj.asgi import Router
 from policy.middleware import RateLimitMiddleware
+from tests.harness.surfaces.asgi import asgi_transport
 
 pytestmark = pytest.mark.django_db(transaction=True)
 LIMIT = 4
@@ -22,7 +23,7 @@ LIMIT = 4
 
 def _client(address: str) -> httpx.AsyncClient:
     app = RateLimitMiddleware(Router())
-    transport = httpx.ASGITransport(app=app, client=(address, 40000))
+    transport = asgi_transport(app, client=(address, 40000))
     return httpx.AsyncClient(transport=transport, base_url="http://testserver")
 
 

@@ -229,8 +229,8 @@ async def test_default_policy_memory_dialect(member, owner, mcp_client_for):
     )
     await Memory.objects.filter(pk=memories[0].pk).aupdate(boundary_class="secret")
     async with mcp_client_for(member) as client:
-        found = await call(client, "memory_search", query=KEYWORD, limit=50)
-        by_marker = {r["content"][:10]: r["content"] for r in found["results"]}
+        searched = await call(client, "memory_search", query=KEYWORD, limit=50)
+        by_marker = {r["content"][:10]: r["content"] for r in searched["results"]}
         assert "MARKER05X " in by_marker and "MARKER02X " in by_marker
         assert "m5@example.com" not in by_marker["MARKER05X "] and "[REDACTED:email]" in by_marker["MARKER05X "]
         assert "090-1234-5605" not in by_marker["MARKER05X "] and "[REDACTED:phone]" in by_marker["MARKER05X "]

@@ -1,4 +1,5 @@
 import io
+from typing import Any
 
 import pytest
 from django.contrib.auth import authenticate
@@ -71,7 +72,7 @@ def empty_database():
     db = connection.settings_dict
     owner = settings.MEMPROJ_DB_OWNER or {"USER": db["USER"], "PASSWORD": db.get("PASSWORD", "")}
     name = f"memproj_empty_{uuid.uuid4().hex[:8]}"
-    params = {"host": db["HOST"] or None, "port": db["PORT"] or None, "user": owner["USER"]}
+    params: dict[str, Any] = {"host": db["HOST"] or None, "port": db["PORT"] or None, "user": owner["USER"]}
     with psycopg.connect(dbname="postgres", autocommit=True, password=owner.get("PASSWORD") or None, **params) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     yield name, db

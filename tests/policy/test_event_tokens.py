@@ -83,6 +83,7 @@ def test_every_policy_event_writer_names_the_token(owner, member, laptop):
 @pytest.mark.django_db
 def test_the_admin_form_and_the_command_name_no_token(client, tmp_path):
     alice = make_staff("alice", "tenant-a", "admin")
+    assert alice.tenant is not None
     policy_ensure_default(tenant_id=alice.tenant.id)
     client.force_login(alice.user)
     form = {"tenant": str(alice.tenant.id), "yaml": "version: '0.2.0'\n", "mode": "dry_run"}
@@ -107,6 +108,7 @@ def test_the_admin_form_and_the_command_name_no_token(client, tmp_path):
 @pytest.mark.django_db
 def test_the_policy_event_list_shows_the_token(client, owner):
     alice = make_staff("alice", "tenant-a", "admin")
+    assert alice.tenant is not None
     policy_ensure_default(tenant_id=owner.caller.tenant_id)
     policy_apply(caller=owner.caller, yaml="version: '0.2.0'\n", dry_run=True)
     policy_apply(caller=alice.caller, yaml="version: '0.2.0'\n", validate_only=True)
@@ -153,6 +155,7 @@ def test_the_token_page_links_to_the_events_of_that_token(client, owner, laptop)
 def test_the_link_only_where_the_token_is_seen(client, owner):
     """Another tenant's admin sees neither the token nor its link."""
     bob = make_staff("bob", "tenant-b", "admin")
+    assert bob.principal is not None
     client.force_login(bob.user)
     listing = client.get(reverse("admin:policy_apitoken_changelist")).content.decode()
     assert f"?token={bob.principal.tokens.get().pk}" in listing

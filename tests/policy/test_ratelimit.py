@@ -15,6 +15,7 @@ from redis.exceptions import NoScriptError
 from policy.document import RateLimitPolicy
 from policy.middleware import JSONRPC_RATE_LIMIT, RateLimitMiddleware
 from policy.ratelimit import RateLimiter, redis_url
+from tests.harness.surfaces.asgi import asgi_transport
 
 # Fixed windows start on multiples of their length on Redis's clock. A burst
 # that straddles a window's end is counted in two windows and lets up to twice
@@ -183,7 +184,7 @@ def _static(limit: int, window: int = 600):
 
 async def test_concurrent_clients_see_headers_and_the_limit_holds():
     app = RateLimitMiddleware(_ok_app, resolver=_static(20))
-    transport = httpx.ASGITransport(app=app)
+    transport = asgi_transport(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
         responses = await asyncio.gather(
             *(client.post("/mcp/memory", json={"jsonrpc": "2.0", "id": n, "method": "tools/list"}) for n in range(60))
@@ -206,7 +207,7 @@ async def test_concurrent_clients_see_headers_and_the_limit_holds():
 
 async def test_other_paths_get_a_plain_json_error():
     app = RateLimitMiddleware(_ok_app, resolver=_static(1))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
         assert (await client.get("/healthz")).status_code == 200
         refused = await client.get("/healthz")
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "RATE_LIMIT"
@@ -216,7 +217,7 @@ async def test_redis_down_fails_open_without_headers():
     from policy.ratelimit import AsyncRateLimiter
 
     app = RateLimitMiddleware(_ok_app, resolver=_static(1), limiter=AsyncRateLimiter("redis://127.0.0.1:1/0"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
         response = await client.get("/healthz")
     assert response.status_code == 200 and "x-ratelimit-limit" not in response.headers
 
@@ -233,7 +234,7 @@ async def test_limits_are_per_token_and_come_from_the_tenant_policy(owner, membe
     )
     _inside_one_fixed_window(601, margin_seconds=30)
     app = RateLimitMiddleware(_ok_app)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
 
         async def calls(token: str, n: int) -> list[int]:
             headers = {"Authorization": f"Bearer {token}"}
@@ -261,7 +262,7 @@ async def test_the_served_app_wrapped_answers_the_memory_dialect_with_jsonrpc(ow
     _inside_one_fixed_window(600, margin_seconds=30)
     app = RateLimitMiddleware(Router())
     headers = {"Authorization": f"Bearer {owner.token}"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
         health = await client.get("/healthz", headers=headers)
         assert health.status_code == 200 and health.headers["x-ratelimit-remaining"] == "0"
         refused = await client.post(
@@ -282,7 +283,7 @@ async def test_a_dialect_registers_its_own_error_format():
     register_rate_limit_body("test-dialect", jsonrpc_body("RATE_LIMIT", render=render))
     try:
         app = RateLimitMiddleware(_ok_app, resolver=_static(1))
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+        async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
             await client.post("/mcp/test-dialect", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
             refused = await client.post("/mcp/test-dialect", json={"jsonrpc": "2.0", "id": 2, "method": "ping"})
             # An MCP path nobody registered still gets a JSON-RPC error.
@@ -373,7 +374,7 @@ async def test_a_new_policy_applies_on_the_next_request_although_the_rule_is_cac
     monkeypatch.setattr(middleware, "RULE_CACHE_SECONDS", 3600.0)
     app = RateLimitMiddleware(_ok_app)
     headers = {"Authorization": f"Bearer {member.token}"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
         first = await client.get("/healthz", headers=headers)
         assert first.headers["x-ratelimit-limit"] == "1000"  # the default, now cached for this token
         await sync_to_async(policy_apply)(
@@ -401,7 +402,7 @@ async def test_the_rest_route_answers_a_rate_limit_in_the_dialects_own_error_bod
     _inside_one_fixed_window(600, margin_seconds=30)
     app = RateLimitMiddleware(Router())
     headers = {"Authorization": f"Bearer {owner.token}"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
         await client.get("/healthz", headers=headers)
         refused = await client.post("/api/pce/pce.memory.search", headers=headers, json={"query": "x"})
         hooks = await client.post("/api/hooks/get-context", headers=headers, json={})

@@ -57,10 +57,12 @@ def test_scope_ttls_from_the_policy_drive_expiry(owner, member):
     start = timezone.now()
     caller = fresh(member.caller)
     episode = episode_store(caller=caller, content="The zebra deploy failed at noon", butler="ops")
+    assert episode.expires_at is not None
     assert abs(episode.expires_at - (start + timedelta(days=2))) < timedelta(minutes=1)
     project = fact_store(
         caller=caller, subject="zebra", predicate="owner", content="Team zebra", scope="project"
     ).memory
+    assert project.expires_at is not None
     assert abs(project.expires_at - (start + timedelta(days=30))) < timedelta(minutes=1)
     principle = fact_store(caller=caller, subject="zebra", predicate="rule", content="Zebra", scope="principle").memory
     assert principle.expires_at is None

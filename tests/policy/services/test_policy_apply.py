@@ -183,6 +183,7 @@ def test_dry_run_counts_memories_that_change_visibility(owner):
     # Make internal memories private to tools only: answer:task reads lose them.
     tighter = "version: '0.2.0'\nboundary_classes: { internal: { allow: ['tool:*'] } }\n"
     dry = policy_apply(caller=owner.caller, yaml=tighter, dry_run=True)
+    assert dry.visibility is not None
     assert dry.visibility["memories_changing_visibility"] == 3
     assert dry.visibility["memories_by_class"] == {"public": 4, "internal": 3, "pii": 2, "secret": 1}
     assert {(c["use_tag"], c["boundary_class"], c["before"], c["after"]) for c in dry.visibility["changes"]} == {
@@ -191,6 +192,7 @@ def test_dry_run_counts_memories_that_change_visibility(owner):
     # Opening pii to answer:task, redacted: pii changes too.
     looser = "version: '0.2.0'\nboundary_classes: { pii: { allow: ['answer:task'], redact: ['email'] } }\n"
     dry = policy_apply(caller=owner.caller, yaml=looser, dry_run=True)
+    assert dry.visibility is not None
     assert dry.visibility["memories_changing_visibility"] == 2
 
 
