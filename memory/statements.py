@@ -3,37 +3,41 @@
 
 Embedding similarity cannot tell "same" from "differs in one number, date,
 name or identifier" ("rotated on 2026-11-02" and "... on 2026-11-09" are
-nearly one vector), so a merge asks for the same words: case, sentence
-punctuation and articles aside, in order ("Alice paid Bob" is not "Bob paid
-Alice"). Anything less is left for review."""
+nearly one vector), and no normalisation of words is safe either: case is a
+password's ("Xk9pQzT" is not "xk9pqzt"), compatibility forms are numbers
+("10³" is not "103"), a separator is a decimal point ("1,500" is not
+"1.500"), a letter may be a grade ("an A in chemistry"), and "Deploy X
+finished?" asks what "Deploy X finished" states. So a merge asks for the same
+text, setting aside only what cannot change a meaning: the Unicode encoding of
+the same characters (canonical equivalence, NFC), the width of spacing, and a
+final full stop. Anything less is left for review."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
 
-# Sentence punctuation and quotes say nothing about the fact; signs, currency,
-# percent, slashes, '@' and '#' do ("-5" is not "5", "$5" is not "€5").
+_SPACING = re.compile(r"\s+")
+# For a reviewer's summary of what differs: words, and every other sign on its own.
 _WORD = re.compile(r"\w+|[^\w\s]")
-_IGNORED = frozenset(".,;:!?\"'`()[]{}…«»“”‘’") | {"a", "an", "the"}
 
 
-def statement_words(text: str) -> tuple[str, ...]:
-    """The words a duplicate must share, in order: NFKC, case-folded, without
-    sentence punctuation and articles."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return tuple(word for word in _WORD.findall(folded) if word not in _IGNORED)
+def statement_text(text: str) -> str:
+    """The text two memories must share to be the same statement."""
+    canonical = _SPACING.sub(" ", unicodedata.normalize("NFC", text)).strip()
+    return canonical[:-1].rstrip() if canonical.endswith(".") and not canonical.endswith("..") else canonical
 
 
 def same_statement(a: str, b: str) -> bool:
-    return statement_words(a) == statement_words(b)
+    return statement_text(a) == statement_text(b)
 
 
 def differing_words(a: str, b: str, limit: int = 6) -> str:
-    """What a reviewer should look at: the words only one side has."""
-    words_a, words_b = statement_words(a), statement_words(b)
+    """What a reviewer should look at: the words (and signs) only one side has."""
+    words_a = _WORD.findall(unicodedata.normalize("NFC", a))
+    words_b = _WORD.findall(unicodedata.normalize("NFC", b))
     only_a = [w for w in dict.fromkeys(words_a) if w not in words_b][:limit]
     only_b = [w for w in dict.fromkeys(words_b) if w not in words_a][:limit]
     if not only_a and not only_b:
-        return "the same words in another order"
+        return "the same words in another order or number"
     return f"{' '.join(only_a) or '-'} / {' '.join(only_b) or '-'}"

@@ -2,10 +2,11 @@
 memories (run by a worker after the write commits), and the review actions
 that resolve what it found.
 
-- Duplicates merge only when they say the same thing: the same content hash,
-  or the same words (memory/statements.py: case, punctuation and articles
-  aside, so every number, date, name and identifier must agree); embedding
-  similarity alone never merges. The group's newest memory is kept and the older ones are
+- Duplicates merge only when they say the same thing: keyless memories with
+  the same text (memory/statements.py: its Unicode encoding, spacing and a
+  final full stop aside, so every letter, number, date, name and identifier
+  must agree); embedding similarity alone never merges, nor does a fact with
+  a subject/predicate key. The group's newest memory is kept and the older ones are
   superseded by it through ``memory_supersede`` (audited, reversible with the
   admin's restore), so nothing a user could want is hidden: the text survives,
   with its latest date; a fact or rule kept counts as confirmed.
@@ -41,7 +42,7 @@ from memory.services.events import EventType, event_append
 from memory.services.locks import memory_group_lock, tenant_write_lock
 from memory.services.memories import memory_confirm, memory_supersede
 from memory.services.system import pipeline_setting, system_caller
-from memory.statements import differing_words, statement_words
+from memory.statements import differing_words, same_statement
 from policy.caller import Caller
 
 logger = logging.getLogger(__name__)
@@ -105,14 +106,18 @@ def _check(memory: Memory) -> ConflictCheckResult:
         similar = [(row, 1.0 - float(row.distance)) for row in rows]
 
     duplicates: dict[uuid.UUID, Memory] = {}
-    if not (memory.namespace and memory.subject):
-        # (A LangGraph store item is addressed by (namespace, key): merging it
-        # away would make get(key) fail. Its duplicates stay for review.)
-        words = statement_words(memory.content)
-        for other in _peers(memory).filter(content_hash=memory.content_hash).without_vectors():
-            duplicates[other.pk] = other
+    if not memory.subject:
+        # Only keyless memories merge, and only with keyless ones. A keyed fact's
+        # statement is its subject and predicate with its content ("Acme" is
+        # alice's employer, not bob's), and one with the same key is already
+        # superseded by it on write; a keyless memory merged into a keyed one,
+        # or the other way round, would make a get by key (a LangGraph store
+        # item, a fact's subject+predicate) fail or return another statement.
+        for other in _peers(memory).filter(content_hash=memory.content_hash, subject="").without_vectors():
+            if same_statement(other.content, memory.content):
+                duplicates[other.pk] = other
         for other, _ in similar:
-            if other.pk not in duplicates and statement_words(other.content) == words:
+            if other.pk not in duplicates and not other.subject and same_statement(other.content, memory.content):
                 duplicates[other.pk] = other
     if duplicates:
         # The newest of the group stays; the others are superseded by it.

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from memory.models import FollowUp, FollowUpKind, Memory, MemoryEvent
 from memory.services.events import EventType
-from memory.services.memories import fact_store
+from memory.services.memories import fact_store, rule_store
 from memory.services.pipeline import followups_drain
 from memproj.celery import app
 from tests.conftest import call, make_identity
@@ -57,13 +57,9 @@ async def test_writes_answer_success_with_the_broker_down_and_are_followed_up_on
         "FOLLOWUP_GRACE_SECONDS": int(GRACE.total_seconds()),
     }
     member = await sync_to_async(make_identity)("tenant-a", "member")
-    older = await sync_to_async(fact_store)(
-        caller=member.caller, subject="user", predicate="allergy", content="User is allergic to peanuts"
-    )
+    older = await sync_to_async(rule_store)(caller=member.caller, content="Always name the customer in a reply")
     async with mcp_client_for(member) as client:
-        newer = await call(
-            client, "memory_store_fact", subject="ana", predicate="allergy", content="User is allergic to peanuts"
-        )
+        newer = await call(client, "memory_store_rule", content="Always name the customer in a reply")
         rule = await call(client, "memory_store_rule", content="always confirm before sending")
 
     def check() -> None:
@@ -85,10 +81,10 @@ async def test_writes_answer_success_with_the_broker_down_and_are_followed_up_on
         result = followups_drain(now=later())
         assert (result.processed, result.failed, result.more) == (3, 0, False)
         assert not FollowUp.objects.filter(done_at__isnull=True).exists()
-        # The conflict check ran: the older fact merged into its restatement, once.
-        merged = Memory.objects.get(pk=older.memory.id)
+        # The conflict check ran: the older rule merged into its restatement, once.
+        merged = Memory.objects.get(pk=older.id)
         assert (merged.validity, merged.superseded_by_id) == ("superseded", uuid.UUID(newer["id"]))
-        assert MemoryEvent.objects.filter(memory_id=older.memory.id, event_type=EventType.SUPERSEDED).count() == 1
+        assert MemoryEvent.objects.filter(memory_id=older.id, event_type=EventType.SUPERSEDED).count() == 1
         assert MemoryEvent.objects.filter(memory_id=newer["id"], event_type=EventType.CONFIRMED).count() == 1
         # A second drain, or the task redelivered late, finds nothing to do.
         assert followups_drain(now=later()).processed == 0

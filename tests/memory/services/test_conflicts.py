@@ -26,8 +26,8 @@ def state(memory):
 
 
 def test_exact_duplicate_merges_into_the_newer_memory(member):
-    older = fact(member, "user", "allergy", "User is allergic to peanuts")
-    newer = fact(member, "ana", "food allergy", "User is allergic to peanuts")
+    older = fact(member, None, None, "User is allergic to peanuts")
+    newer = fact(member, None, None, "User is allergic to peanuts")
     confirmed_before = Memory.objects.get(pk=newer.pk).last_confirmed_at
 
     result = memory_conflict_check(memory_id=newer.id)
@@ -49,12 +49,34 @@ def test_exact_duplicate_merges_into_the_newer_memory(member):
     assert state(older) == ("active", None)
 
 
-def test_same_words_merge_whichever_side_is_checked(member):
-    older = fact(member, "user", "colour", "The user's favourite colour is blue.")
-    newer = fact(member, "user", "favourite colour", "user's Favourite colour is blue")
+def test_the_same_statement_merges_whichever_side_is_checked(member):
+    older = fact(member, None, None, "The user's favourite  colour is blue.")
+    newer = fact(member, None, None, "The user's favourite colour is blue")
     result = memory_conflict_check(memory_id=older.id)
     assert result.merged == [older.id] and result.merged_into == newer.id
     assert state(older) == ("superseded", newer.id) and state(newer) == ("active", None)
+
+
+@pytest.mark.parametrize(
+    ("older_key", "newer_key", "content"),
+    [
+        (("alice", "employer"), ("bob", "employer"), "Acme"),
+        (("user", "home_city"), ("user", "birth_city"), "Austin"),
+        ((None, None), ("user", "employer"), "User works at Acme"),
+        (("user", "employer"), (None, None), "User works at Acme"),
+    ],
+)
+def test_the_same_content_under_another_key_is_another_statement(member, older_key, newer_key, content):
+    """A keyed fact says its content of its subject and predicate: Acme is
+    alice's employer, not bob's. Only its own key's newer write replaces it;
+    a merge would make a get by key answer another fact."""
+    older = fact(member, *older_key, content)
+    newer = fact(member, *newer_key, content)
+    for memory in (newer, older):
+        assert memory_conflict_check(memory_id=memory.id).merged == []
+    assert state(older) == ("active", None) and state(newer) == ("active", None)
+    # Left for review: identical content is the nearest of neighbours.
+    assert ConflictCandidate.objects.filter(memory=newer, other=older, status="open").exists()
 
 
 @pytest.mark.parametrize(
@@ -89,13 +111,41 @@ def test_near_identical_facts_that_differ_both_stay_active(member, first, second
     assert not same_statement(first, second)
 
 
-def test_statement_words_keep_what_a_fact_turns_on():
-    assert same_statement("The user likes tea.", "user likes tea")
+def test_the_same_statement_sets_aside_only_what_cannot_change_a_meaning():
+    assert same_statement("The user likes tea.", "The user likes tea")
+    assert same_statement(" The user\tlikes  tea ", "The user likes tea.")
+    assert same_statement("Caf\u00e9 opens at 9", "Cafe\u0301 opens at 9")  # one character, two encodings (NFC)
     assert not same_statement("Alice paid Bob", "Bob paid Alice")
     assert not same_statement("It is -5 degrees", "It is 5 degrees")
     assert not same_statement("It costs $5", "It costs €5")
     assert not same_statement("The user is not vegan", "The user is vegan")
-    assert same_statement("Ｖｅｒｓｉｏｎ ２", "version 2")  # NFKC
+    assert not same_statement("I wonder...", "I wonder")
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("The vault password for staging is Xk9pQzT", "The vault password for staging is xk9pqzt"),  # case
+        ("The deposit is 10³ dollars", "The deposit is 103 dollars"),  # compatibility forms (NFKC)
+        ("The invoice total is 1,500 USD", "The invoice total is 1.500 USD"),  # separators
+        ("Sam got an A in chemistry", "Sam got an in chemistry"),  # a letter is no article here
+        ("The patient has hepatitis A", "The patient has hepatitis"),
+        ("Deploy 42 finished", "Deploy 42 finished?"),  # a question is no statement
+        ("Ｖｅｒｓｉｏｎ ２ is live", "version 2 is live"),
+    ],
+)
+def test_texts_that_differ_in_a_sign_a_case_or_a_letter_are_never_merged(member, first, second):
+    """What a duplicate check that folds case, compatibility forms, punctuation
+    or articles merged: the older text was retired and its own search found it
+    no more."""
+    assert not same_statement(first, second)
+    older = fact(member, None, None, first)
+    newer = fact(member, None, None, second)
+    for memory in (newer, older):
+        assert memory_conflict_check(memory_id=memory.id).merged == []
+    assert state(older) == ("active", None) and state(newer) == ("active", None)
+    hits = memory_search(caller=member.caller, query=SearchQuery(first, limit=5))
+    assert older.id in [hit.memory.id for hit in hits]
 
 
 def test_same_subject_different_content_is_a_contradiction_candidate(member):

@@ -80,8 +80,8 @@ def test_duplicate_merge_waits_for_the_lowest_row_before_holding_any_other(membe
     # The checks run here, by hand, not on commit.
     monkeypatch.setattr(followups, "_enqueue", lambda *args, **kwargs: None)
     stored = [
-        fact_store(caller=member.caller, subject=f"s{n}", predicate="p", content="Ana keeps bees on the roof").memory
-        for n in range(4)
+        fact_store(caller=member.caller, subject=None, predicate=None, content="Ana keeps bees on the roof").memory
+        for _ in range(4)
     ]
     monkeypatch.undo()
     keeper = stored[-1]
