@@ -77,8 +77,10 @@ def test_event_log_is_scoped_and_read_only(client, admin_a, fact_a, fact_b):
     assert str(fact_a.pk)[:8] in page
     assert str(fact_b.pk)[:8] not in page
     event_b = MemoryEvent.objects.filter(memory_id=fact_b.pk).first()
+    assert event_b is not None
     assert client.get(reverse("admin:memory_memoryevent_change", args=[event_b.pk])).status_code == 404
     event_a = MemoryEvent.objects.filter(memory_id=fact_a.pk).first()
+    assert event_a is not None
     assert client.post(reverse("admin:memory_memoryevent_delete", args=[event_a.pk])).status_code == 403
 
 

@@ -39,7 +39,7 @@ def test_confirm_resets_decay_clock_and_is_audited(client_a, admin_a):
 
     assert response.status_code == 302
     fact.refresh_from_db()
-    assert fact.last_confirmed_at > long_ago + timedelta(days=89)
+    assert fact.last_confirmed_at is not None and fact.last_confirmed_at > long_ago + timedelta(days=89)
     [event] = events(fact, "confirmed")
     assert event.actor_principal_id == admin_a.principal.id
     assert event.tenant_id == admin_a.tenant.pk

@@ -239,7 +239,7 @@ def test_fusions_stay_in_unit_range_and_rank_agreement_first():
     for fusion in scoring.FUSIONS:
         fused = scoring.fuse_all(hits, RetrievalParams(fusion=fusion))
         assert all(0.0 <= v <= 1.0 for v in fused.values())
-        assert max(fused, key=fused.get) == "both"
+        assert max(fused, key=lambda pk: fused[pk]) == "both"
     # The experiment-only fusions live in the benchmark (bench/_fusions.py), not in a deployment's settings.
     for fusion in ("alpha", "norm", "minmax", "dbsf"):
         with pytest.raises(ValueError, match="fusion must be one of"):
@@ -346,7 +346,7 @@ def test_keyword_hits_carry_their_coverage_of_the_query(caller):
     flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
     hits = channel_hits(caller=caller, flt=flt, query_text="zeppelin", query_vector=None, params=RetrievalParams())
     [hit] = hits.values()
-    assert 0.5 < hit.text_coverage <= 1.0
+    assert hit.text_coverage is not None and 0.5 < hit.text_coverage <= 1.0
     both = channel_hits(
         caller=caller, flt=flt, query_text="zeppelin weather", query_vector=None, params=RetrievalParams()
     )
@@ -956,17 +956,19 @@ def test_skipping_the_neighbour_statement_changes_no_ranking(caller, monkeypatch
 
 
 def test_neighbour_parents_fuse_only_when_two_hits_share_a_session(monkeypatch):
+    # Ids in the order of their text (fact < next < top), as ties are broken by it.
+    fact, next_, top = (uuid.UUID(int=n) for n in (1, 2, 3))
     hits = {
-        "top": ChannelHit(vector_similarity=0.9, vector_rank=1, text_rank_value=3.0, text_rank=1),
-        "next": ChannelHit(text_rank_value=0.1, text_rank=3),
-        "fact": ChannelHit(vector_similarity=0.5, vector_rank=2),
+        top: ChannelHit(vector_similarity=0.9, vector_rank=1, text_rank_value=3.0, text_rank=1),
+        next_: ChannelHit(text_rank_value=0.1, text_rank=3),
+        fact: ChannelHit(vector_similarity=0.5, vector_rank=2),
     }
     params = RetrievalParams()
-    assert retrieval.neighbour_parents(hits, {"top": "s1", "next": "s1"}, params) == ["top"]
-    assert retrieval.neighbour_parents(hits, {"top": "s1", "next": "s2"}, params) == []
-    assert retrieval.neighbour_parents(hits, {"next": "s1", "fact": "s1"}, params) == []  # the top hit has none
+    assert retrieval.neighbour_parents(hits, {top: "s1", next_: "s1"}, params) == [top]
+    assert retrieval.neighbour_parents(hits, {top: "s1", next_: "s2"}, params) == []
+    assert retrieval.neighbour_parents(hits, {next_: "s1", fact: "s1"}, params) == []  # the top hit has none
     monkeypatch.setattr(retrieval, "fuse_all", lambda *_: pytest.fail("fused with no two hits in one session"))
-    assert retrieval.neighbour_parents(hits, {"top": "s1", "next": "s2"}, params) == []
+    assert retrieval.neighbour_parents(hits, {top: "s1", next_: "s2"}, params) == []
     assert retrieval.neighbour_parents(hits, {}, params) == []
 
 

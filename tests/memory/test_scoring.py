@@ -15,6 +15,7 @@ def test_fact_state_schedule_predicts_each_crossing():
     just_after = at + timedelta(seconds=1)
     assert scoring.fact_state(scoring.effective_confidence(1.0, 0.03, T0, just_after)) == "fading"
     state, at2 = scoring.fact_state_schedule(confidence=1.0, decay_rate=0.03, confirmed_at=T0, now=just_after)
+    assert at2 is not None
     assert state == "fading" and (at2 - T0).total_seconds() / 86400 == pytest.approx(76.753, abs=1e-3)
     state, at3 = scoring.fact_state_schedule(
         confidence=1.0, decay_rate=0.03, confirmed_at=T0, now=at2 + timedelta(seconds=1)

@@ -69,7 +69,9 @@ def test_a_day_named_by_its_date_is_that_day(query, start):
 @pytest.mark.parametrize("query", ["I may 2 times go out, any tips?", "Was April 31st a Monday?", "May 2 be it?"])
 def test_no_day_where_the_date_is_not_one(query):
     intent = temporal.parse(query, NOW)
-    assert intent is None or intent.end - intent.start != timedelta(days=1), query
+    if intent is not None:
+        assert intent.start is not None and intent.end is not None, query
+        assert intent.end - intent.start != timedelta(days=1), query
 
 
 def test_n_units_ago_is_a_loose_period_around_that_day():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -45,7 +47,7 @@ def test_known_context_shows_what_its_two_searches_find_and_loads_their_rows_at_
 
 def test_a_row_gone_since_its_section_was_ranked_is_replaced_by_the_next(caller, monkeypatch):
     ranked_by_collection = collections._ranked_by_collection
-    gone = []
+    gone: list[Any] = []  # the deleted id, then the ids ranked after it
 
     def rank_then_delete(**kwargs):  # type: ignore[no-untyped-def]
         ranking = ranked_by_collection(**kwargs)

@@ -39,4 +39,4 @@ def test_every_reader_takes_the_same_query(member):
     assert [i.memory.id for i in api.memory_search(caller=member.caller, query=query)] == [fact.id]
     assert [i.memory.id for i in api.memory_search_accessed(caller=member.caller, query=query)] == [fact.id]
     with pytest.raises(TypeError):
-        api.memory_search(caller=member.caller, query="vegetarian", limit=5)  # type: ignore[call-arg]
+        api.memory_search(caller=member.caller, query="vegetarian", limit=5)  # type: ignore[call-arg, arg-type]

@@ -36,7 +36,12 @@ def embed_sent(monkeypatch) -> list[list[str]]:
     transport = followup_transport(FollowUpKind.EMBED)
     assert transport is not None
     sent: list[list[str]] = []
-    monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, lambda ids: (sent.append(ids), transport(ids)))
+
+    def watched(ids: list[str]) -> object:
+        sent.append(ids)
+        return transport(ids)
+
+    monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, watched)
     return sent
 
 
@@ -51,19 +56,21 @@ def test_bulk_store_gives_every_episode_what_a_single_store_gives(member, outsid
     rows = api.episodes_store_bulk(caller=member.caller, episodes=_episodes(3, session_id="s1", tags=["trip"]))
     stored = Memory.objects.filter(pk__in=[r.pk for r in rows]).order_by("content")
     assert [m.content for m in stored] == [f"Session {i}: we moved the kettle {i} metres" for i in range(3)]
+    assert single.expires_at is not None
     single_ttl = single.expires_at - single.created_at
     for memory in stored:
         assert (memory.tenant_id, memory.principal_id) == (single.tenant_id, single.principal_id)
         assert memory.kind == "episode"
         assert (memory.session_id, memory.tags, memory.butler) == ("s1", ["trip"], "home")
         # The session TTL of the tenant policy, as for a single episode.
+        assert memory.expires_at is not None
         assert abs((memory.expires_at - memory.created_at) - single_ttl).total_seconds() < 5
         # Embedded before it was stored, as the single store embeds (sync mode).
         assert (memory.embedding_status, memory.embedding_model) == (single.embedding_status, single.embedding_model)
         assert memory.embedding_model == embedtext.embedding_identity(get_embedder().model_name)
         assert memory.embedding == pytest.approx(get_embedder().embed([memory.content])[0], abs=1e-6)
     events = MemoryEvent.objects.filter(memory_id__in=[r.pk for r in rows], event_type="stored")
-    assert sorted(e.memory_id for e in events) == sorted(r.pk for r in rows)
+    assert sorted((e.memory_id for e in events), key=str) == sorted((r.pk for r in rows), key=str)
     # Written once, with the vector, by the transaction that wrote their events: no later UPDATE.
     assert _xmins("memory_memory", "id", [r.pk for r in rows]) == _xmins(
         "memory_memoryevent", "memory_id", [r.pk for r in rows]

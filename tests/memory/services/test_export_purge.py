@@ -4,6 +4,7 @@ complete, audited, and the only way around the append-only audit log."""
 
 import io
 import json
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -104,6 +105,7 @@ def test_purge_one_principal(tmp_path):
     call_command("purge", tenant="tenant-a", principal="member", yes=True, stdout=out)
     assert "2 memories" in out.getvalue()
 
+    assert member.caller.principal_id is not None
     assert list(Memory.objects.values_list("id", flat=True)) == [kept.id]
     assert not MemoryEvent.objects.filter(memory_id=gone.id).exists()
     assert not MemoryEvent.objects.filter(actor_principal_id=member.caller.principal_id).exists()
@@ -127,12 +129,13 @@ def test_operator_sweep_commands_run():
     for text in ["User prefers dark mode in the editor", "The user likes dark mode for the editor"] * 2:
         episode_store(caller=owner.caller, content=text, butler="assistant")
     out = io.StringIO()
-    for command, args in [
+    commands: list[tuple[str, dict[str, Any]]] = [
         ("consolidate", {"consolidator": "offline"}),
         ("expire", {}),
         ("decay", {}),
         ("reembed", {"all": True, "tenant": "tenant-a"}),
-    ]:
+    ]
+    for command, args in commands:
         call_command(command, stdout=out, stderr=out, **args)
     text = out.getvalue()
     assert "4 episodes consolidated, 1 facts/rules created" in text

@@ -44,8 +44,10 @@ def test_subject_key_supersedes_within_its_namespace_only(caller):
     other_ns = api.fact_store(caller=caller, subject="k1", predicate=None, namespace=["u", "2"], content="v1")
     two = api.fact_store(caller=caller, subject="k1", predicate=None, namespace=["u", "1"], content="v2")
     assert two.superseded_ids == [one.memory.id] and other_ns.superseded_ids == []
-    assert api.fact_get_by_key(caller=caller, namespace=["u", "1"], subject="k1").content == "v2"
-    assert api.fact_retract_by_key(caller=caller, namespace=["u", "1"], subject="k1").id == two.memory.id
+    current = api.fact_get_by_key(caller=caller, namespace=["u", "1"], subject="k1")
+    assert current is not None and current.content == "v2"
+    retracted = api.fact_retract_by_key(caller=caller, namespace=["u", "1"], subject="k1")
+    assert retracted is not None and retracted.id == two.memory.id
     assert api.fact_retract_by_key(caller=caller, namespace=["u", "1"], subject="k1") is None
     assert api.fact_get_by_key(caller=caller, namespace=["u", "1"], subject="k1") is None
 
@@ -99,8 +101,10 @@ def test_accessed_at_moves_only_when_a_reader_returns_the_memory(caller):
     assert first is not None
     listed = api.memory_list_recent_accessed(caller=caller)
     # Within a minute a memory is not written again; the answer shows the read's time all the same.
-    assert Memory.objects.get(pk=fact.pk).accessed_at == first and listed[0].accessed_at > first
+    shown = listed[0].accessed_at
+    assert Memory.objects.get(pk=fact.pk).accessed_at == first and shown is not None and shown > first
     with time_machine.travel(first + ACCESSED_AT_GRANULARITY + timedelta(seconds=1)):
         api.memory_list_recent_accessed(caller=caller)
-    assert Memory.objects.get(pk=fact.pk).accessed_at > first + ACCESSED_AT_GRANULARITY
+    written = Memory.objects.get(pk=fact.pk).accessed_at
+    assert written is not None and written > first + ACCESSED_AT_GRANULARITY
     assert api.memory_view(Memory.objects.get(pk=fact.pk)).accessed_at == Memory.objects.get(pk=fact.pk).accessed_at

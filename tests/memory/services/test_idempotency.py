@@ -11,7 +11,7 @@ from django.db import connection
 
 from memory.errors import InvalidArgument
 from memory.models import IdempotencyKey
-from memory.services.idempotency import KeyInFlight, KeyReused, idempotent
+from memory.services.idempotency import IdempotentAnswer, KeyInFlight, KeyReused, idempotent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_a_duplicate_waits_for_the_first_request_then_replays_its_answer(member, settings):
     settings.MEMPROJ = {**settings.MEMPROJ, "IDEMPOTENCY_WAIT_SECONDS": 0.5}
     started, release = threading.Event(), threading.Event()
-    answers: list[object] = []
+    answers: list[IdempotentAnswer] = []
 
     def slow() -> dict:
         started.set()

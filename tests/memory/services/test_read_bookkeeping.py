@@ -84,7 +84,7 @@ def test_an_access_time_is_written_once_a_minute(member):
     Memory.objects.filter(pk=memory.pk).update(accessed_at=long_ago)
     memory_accessed_mark(caller=member.caller, memories=[Memory.objects.get(pk=memory.pk)])
     marked = Memory.objects.get(pk=memory.pk).accessed_at
-    assert marked > long_ago
+    assert marked is not None and marked > long_ago
     # A row another read marked a moment ago is not written again, even by a
     # reader whose copy still shows the old time.
     memory_accessed_mark(caller=member.caller, memories=[Memory(pk=memory.pk, accessed_at=long_ago)])
@@ -107,7 +107,8 @@ def test_a_bump_waits_for_its_lowest_row_holding_none_of_the_others(member):
     bumper.join(timeout=60)
     [result] = outcome
     assert not isinstance(result, BaseException), result
-    assert set(result) == set(ids)  # type: ignore[arg-type]
+    assert isinstance(result, dict), result
+    assert set(result) == set(ids)
 
 
 def _statements_sent(run) -> list[str]:  # type: ignore[no-untyped-def]
