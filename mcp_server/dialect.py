@@ -58,6 +58,7 @@ from mcp_server.http import (  # noqa: F401 - re-exported for the dialects' rout
     idempotent_response,
     idempotent_view,
     in_worker_thread,
+    refused_value,
     retry_later,
     retryable,
     storage_failure,
@@ -311,6 +312,9 @@ class Dialect:
             except DomainError as exc:
                 raise self.failure(exc.code, str(exc), getattr(exc, "details", None)) from exc
             except (DatabaseError, InterfaceError) as exc:
+                refused = refused_value(exc)
+                if refused is not None:
+                    raise self.failure(refused.code, str(refused)) from exc
                 logger.warning("storage failure in %s.%s: %r", self.name, fn.__name__, exc)
                 raise self.failure(
                     StorageUnavailable.code, "the memory store is unavailable right now; retry in a few seconds."

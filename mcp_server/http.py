@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
-from django.db import DatabaseError, InterfaceError
+from django.db import DatabaseError, DataError, InterfaceError
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import sync_and_async_middleware
 from django.views import defaults
@@ -62,9 +62,20 @@ def retry_later(response: Response) -> Response:
     return response
 
 
+def refused_value(exc: BaseException) -> api.InvalidArgument | None:
+    """The database refused a value the request carried (out of its range, an
+    encoding it cannot hold): the caller's input, not the store's state, so
+    an invalid argument, which no retry can mend, never a storage error."""
+    if not isinstance(exc, DataError):
+        return None
+    cause = getattr(getattr(exc.__cause__, "diag", None), "message_primary", None) or "a value is out of range"
+    return api.InvalidArgument(f"the store cannot hold a value of this request: {cause}.")
+
+
 def storage_failure(exc: BaseException) -> bool:
-    """A database failure: the store is unreachable or refused the statement."""
-    return isinstance(exc, (DatabaseError, InterfaceError))
+    """A database failure: the store is unreachable or refused the statement
+    (for a reason other than one of the request's values, ``refused_value``)."""
+    return isinstance(exc, (DatabaseError, InterfaceError)) and not isinstance(exc, DataError)
 
 
 # The admin is a browser UI: it keeps Django's HTML pages. Every other path
@@ -152,6 +163,9 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if not coded_path(request):
         return defaults.server_error(request)
     exc = sys.exc_info()[1]
+    refused = refused_value(exc) if exc is not None else None
+    if refused is not None:
+        return coded_error(request, refused.code, str(refused), 400)
     if exc is not None and storage_failure(exc):
         logger.warning("%s: storage failure: %r", request.path, exc)
         return retry_later(coded_error(request, StorageUnavailable.code, STORAGE_MESSAGE, 503))

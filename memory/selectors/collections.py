@@ -22,7 +22,7 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -374,13 +374,22 @@ def _metadata_filter(metadata: Mapping[str, Any] | None) -> tuple[Q, datetime | 
 
 
 def _iso(raw: object) -> datetime | None:
+    """An ISO date-time as an instant in UTC. Python reads offsets up to
+    +-23:59, PostgreSQL holds +-15:59: the instant is the same in UTC. One
+    beyond Python's years 1-9999 in UTC is at the end of that range."""
     if not isinstance(raw, str):
         return None
     try:
         when = datetime.fromisoformat(raw)
     except ValueError:
         return None
-    return when if when.tzinfo else timezone.make_aware(when, timezone.get_current_timezone())
+    if not when.tzinfo:
+        when = timezone.make_aware(when, timezone.get_current_timezone())
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:
+        edge = datetime.min if when.year == datetime.min.year else datetime.max
+        return edge.replace(tzinfo=UTC)
 
 
 def collection_search(

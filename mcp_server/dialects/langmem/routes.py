@@ -37,6 +37,7 @@ from mcp_server.dialect import (
     bearer_token,
     idempotent_response,
     in_worker_thread,
+    refused_value,
     retry_later,
     retryable,
     storage_failure,
@@ -137,6 +138,9 @@ def langmem_store(request: HttpRequest) -> HttpResponse:
     try:
         return _handle(request)
     except Exception as exc:
+        refused = refused_value(exc)
+        if refused is not None:
+            return _error(refused.code, str(refused), STATUS.get(refused.code, 400))
         if storage_failure(exc):
             logger.warning("langmem store: storage failure: %r", exc)
             return _error("STORAGE_ERROR", STORAGE_MESSAGE, 503)

@@ -32,6 +32,7 @@ from mcp_server.dialect import (
     bearer_token,
     idempotent_view,
     in_worker_thread,
+    refused_value,
     retry_later,
     retryable,
     storage_failure,
@@ -118,11 +119,12 @@ def hook_view(limit: int = HOOK_BODY_LIMIT) -> Callable[[View], AsyncView]:
                 first = exc.errors()[0]
                 where = ".".join(str(p) for p in first["loc"]) or "body"
                 return _error(422, f"{where}: {first['msg']}")
-            except DomainError as exc:
-                if retryable(exc.code):
-                    return retry_later(_error(503, str(exc), exc.code))
-                return _error(STATUS.get(exc.code, 400), str(exc), exc.code)
             except Exception as exc:
+                domain = exc if isinstance(exc, DomainError) else refused_value(exc)
+                if domain is not None:
+                    if retryable(domain.code):
+                        return retry_later(_error(503, str(domain), domain.code))
+                    return _error(STATUS.get(domain.code, 400), str(domain), domain.code)
                 if storage_failure(exc):
                     logger.warning("storage failure in %s: %r", view.__name__, exc)
                     return retry_later(_error(503, STORAGE_MESSAGE, "STORAGE_ERROR"))
