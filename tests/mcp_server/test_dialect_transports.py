@@ -13,7 +13,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from memory.models import Memory
-from tests.conftest import call
+from tests.conftest import block_text, call
 from tests.mcp_server.test_transports import ROOT, _env_for_test_database, http_server  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -62,16 +62,16 @@ async def test_langmem_over_stdio_with_option_flags(member):
     ) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         created = await client.call_tool("manage_memory", {"content": "User flies to Oslo on Monday"})
-        refused = await client.call_tool("manage_memory", {"action": "update", "id": created.content[0].text[-36:]})
+        refused = await client.call_tool("manage_memory", {"action": "update", "id": block_text(created)[-36:]})
         found = await client.call_tool("search_memory", {"query": "trip to Oslo"})
     manage = tools["manage_memory"]
     assert manage.input_schema["properties"]["action"]["enum"] == ["create"]
-    assert manage.description.endswith("Store travel plans.")
-    key = created.content[0].text.removeprefix("created memory ")
-    assert refused.is_error and refused.content[0].text == (
+    assert manage.description is not None and manage.description.endswith("Store travel plans.")
+    key = block_text(created).removeprefix("created memory ")
+    assert refused.is_error and block_text(refused) == (
         "ValueError: Invalid action update. Must be one of ('create',)."
     )
-    items = json.loads(found.content[0].text)
+    items = json.loads(block_text(found))
     assert [(i["namespace"], i["key"]) for i in items] == [(["memories", "u-9"], key)]
     row = await Memory.objects.aget(subject=key)
     assert row.namespace == ["memories", "u-9"] and row.tenant_id == member.caller.tenant_id
@@ -99,14 +99,14 @@ async def test_langmem_over_http_with_query_parameters(http_server, member, outs
         created = await client.call_tool("manage_memory", {"content": "User prefers dark mode"})
         found = await client.call_tool("search_memory", {"query": "dark mode"})
     assert tools["manage_memory"].input_schema["properties"]["action"]["enum"] == ["create", "update"]
-    key = created.content[0].text.removeprefix("created memory ")
-    assert [i["key"] for i in json.loads(found.content[0].text)] == [key]
+    key = block_text(created).removeprefix("created memory ")
+    assert [i["key"] for i in json.loads(block_text(found))] == [key]
     assert (await Memory.objects.aget(subject=key)).namespace == ["memories", "u-123"]
 
     # Another user's connection (a different namespace) and another tenant (the same one) see nothing.
     session, client = http(http_server, "/mcp/langmem/?namespace=memories,{user_id}&configurable.user_id=u-9", member)
     async with session, client:
-        assert json.loads((await client.call_tool("search_memory", {"query": "dark mode"})).content[0].text) == []
+        assert json.loads(block_text(await client.call_tool("search_memory", {"query": "dark mode"}))) == []
     session, client = http(http_server, path, outsider)
     async with session, client:
-        assert json.loads((await client.call_tool("search_memory", {"query": "dark mode"})).content[0].text) == []
+        assert json.loads(block_text(await client.call_tool("search_memory", {"query": "dark mode"}))) == []

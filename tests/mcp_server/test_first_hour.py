@@ -80,8 +80,10 @@ def test_a_missing_token_keeps_the_oauth_discovery_challenge(http_server):  # no
 
 async def test_a_refused_token_says_so_and_points_to_no_oauth_flow(http_server, member):  # noqa: F811
     revoked = await sync_to_async(make_identity)("tenant-a", "revoked-one")
+    assert revoked.caller.token_id is not None
     await sync_to_async(token_revoke)(ApiToken.objects.filter(pk=revoked.caller.token_id))
     expired = await sync_to_async(make_identity)("tenant-a", "expired-one")
+    assert expired.caller.token_id is not None
     await ApiToken.objects.filter(pk=expired.caller.token_id).aupdate(expires_at=timezone.now() - timedelta(days=1))
 
     for token in ("mp_not-a-real-token", revoked.token, expired.token):
@@ -169,7 +171,12 @@ async def test_a_five_megabyte_call_reaches_the_sdk_with_its_reason(http_server,
 
 def test_an_oversized_body_is_answered_with_its_request_id(http_server, member):  # noqa: F811
     huge = "x" * (3 * 1024 * 1024)
-    first = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "memory_search", "arguments": {}}}
+    first: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "memory_search", "arguments": {}},
+    }
     first["params"]["arguments"]["query"] = huge
     last = {"method": "tools/call", "params": {"name": "memory_search", "arguments": {"query": huge}}}
     last.update(jsonrpc="2.0", id="req-8")

@@ -11,6 +11,7 @@ import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any, cast
 
 import httpx
 import httpx2
@@ -18,9 +19,11 @@ import pytest
 from django.utils import timezone
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import RequestParamsMeta
 
 from memory.models import Exchange, IdempotencyKey, Memory
 from memory.services.sweeps import idempotency_keys_expire
+from tests.conftest import block_text
 from tests.mcp_server.test_transports import http_server  # noqa: F401 - the live-server fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,6 +36,12 @@ def mcp(base: str, identity, toolset: str = "memory") -> tuple[httpx2.AsyncClien
     return session, Client(streamable_http_client(f"{base}/mcp/{toolset}/", http_client=session))
 
 
+def request_meta(fields: dict[str, Any]) -> RequestParamsMeta:
+    """A request's ``_meta``. RequestParamsMeta is an open map (extra keys of any
+    type), which mypy cannot model yet: it accepts only the declared keys."""
+    return cast(RequestParamsMeta, fields)
+
+
 async def rows(content: str) -> int:
     return await Memory.objects.filter(content=content).acount()
 
@@ -42,20 +51,26 @@ async def test_mcp_retry_with_the_same_key_stores_once_and_replays_the_answer(ht
     session, client = mcp(http_server, member)
     async with session, client:
         first = await client.call_tool(
-            "memory_store_episode", {"content": content, "butler": "ops"}, meta={"idempotency_key": "deploy-7"}
+            "memory_store_episode",
+            {"content": content, "butler": "ops"},
+            meta=request_meta({"idempotency_key": "deploy-7"}),
         )
         retry = await client.call_tool(
-            "memory_store_episode", {"content": content, "butler": "ops"}, meta={"idempotency_key": "deploy-7"}
+            "memory_store_episode",
+            {"content": content, "butler": "ops"},
+            meta=request_meta({"idempotency_key": "deploy-7"}),
         )
         # The namespaced spelling names the same key.
         spelled = await client.call_tool(
             "memory_store_episode",
             {"content": content, "butler": "ops"},
-            meta={"io.memproj/idempotency-key": "deploy-7"},
+            meta=request_meta({"io.memproj/idempotency-key": "deploy-7"}),
         )
     assert not first.is_error and not retry.is_error and not spelled.is_error
     assert retry.structured_content == first.structured_content == spelled.structured_content
-    assert [block.text for block in retry.content] == [block.text for block in first.content]
+    assert [block_text(retry, i) for i in range(len(retry.content))] == [
+        block_text(first, i) for i in range(len(first.content))
+    ]
     assert not (first.meta or {}).get(REPLAYED)
     assert retry.meta and retry.meta.get(REPLAYED) is True
     assert await rows(content) == 1
@@ -70,23 +85,23 @@ async def test_mcp_same_key_with_other_arguments_is_a_coded_conflict(http_server
         first = await client.call_tool(
             "memory_store_fact",
             {"subject": "user", "predicate": "editor", "content": "Uses Neovim"},
-            meta={"idempotency_key": "fact-1"},
+            meta=request_meta({"idempotency_key": "fact-1"}),
         )
         other = await client.call_tool(
             "memory_store_fact",
             {"subject": "user", "predicate": "editor", "content": "Uses Emacs"},
-            meta={"idempotency_key": "fact-1"},
+            meta=request_meta({"idempotency_key": "fact-1"}),
         )
         too_long = await client.call_tool(
             "memory_store_fact",
             {"subject": "user", "predicate": "shell", "content": "Uses fish"},
-            meta={"idempotency_key": "k" * 256},
+            meta=request_meta({"idempotency_key": "k" * 256}),
         )
     assert not first.is_error
-    assert other.is_error and other.content[0].text.startswith("[CONFLICT] ")
+    assert other.is_error and block_text(other).startswith("[CONFLICT] ")
     assert other.structured_content is None
-    assert too_long.is_error and too_long.content[0].text.startswith("[INVALID_ARGUMENT] ")
-    assert "255" in too_long.content[0].text
+    assert too_long.is_error and block_text(too_long).startswith("[INVALID_ARGUMENT] ")
+    assert "255" in block_text(too_long)
     assert await rows("Uses Neovim") == 1
     assert await rows("Uses Emacs") == 0 and await rows("Uses fish") == 0
 
@@ -98,7 +113,9 @@ async def test_mcp_concurrent_duplicates_store_one_row(http_server, member):  # 
     async def attempt() -> dict:
         session, client = mcp(http_server, member)
         async with session, client:
-            result = await client.call_tool("memory_store_episode", arguments, meta={"idempotency_key": "rotate-1"})
+            result = await client.call_tool(
+                "memory_store_episode", arguments, meta=request_meta({"idempotency_key": "rotate-1"})
+            )
         assert not result.is_error, result.content
         return result.structured_content or {}
 
@@ -121,9 +138,13 @@ async def test_mcp_read_tools_ignore_the_key(http_server, member):  # noqa: F811
     session, client = mcp(http_server, member)
     async with session, client:
         await client.call_tool("memory_store_episode", {"content": "Lunch at noon", "butler": "ops"})
-        first = await client.call_tool("memory_search", {"query": "lunch"}, meta={"idempotency_key": "read-1"})
+        first = await client.call_tool(
+            "memory_search", {"query": "lunch"}, meta=request_meta({"idempotency_key": "read-1"})
+        )
         await client.call_tool("memory_store_episode", {"content": "Lunch moved to one", "butler": "ops"})
-        second = await client.call_tool("memory_search", {"query": "lunch"}, meta={"idempotency_key": "read-1"})
+        second = await client.call_tool(
+            "memory_search", {"query": "lunch"}, meta=request_meta({"idempotency_key": "read-1"})
+        )
     assert len(second.structured_content["results"]) == len(first.structured_content["results"]) + 1
     assert not (second.meta or {}).get(REPLAYED)
     assert await IdempotencyKey.objects.acount() == 0

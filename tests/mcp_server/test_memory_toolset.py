@@ -28,6 +28,7 @@ async def test_store_episode_with_defaults(member, mcp_client_for):
         5.0,
     )
     expected = before + timedelta(days=7)
+    assert episode.expires_at is not None
     assert abs((episode.expires_at - expected).total_seconds()) < 60
     assert episode.embedding_status == "ready" and episode.embedding is not None
     assert episode.tenant_id == member.caller.tenant_id
@@ -200,6 +201,7 @@ async def test_confirm_resets_decay_clock_and_rejects_episodes(member, mcp_clien
     assert decayed["fact_state"] == "active"  # 0.62 is above the fading line (0.5)
     assert confirmed["effective_confidence"] == pytest.approx(confirmed["confidence"], rel=1e-6)
     row = await Memory.objects.aget(pk=fact["id"])
+    assert row.last_confirmed_at is not None
     assert (timezone.now() - row.last_confirmed_at).total_seconds() < 60
     assert "episode" in error
     assert await MemoryEvent.objects.filter(memory_id=fact["id"], event_type="confirmed").aexists()

@@ -7,7 +7,7 @@ is deleted by the beat sweep in bounded batches."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import httpx
 import pytest
@@ -124,7 +124,7 @@ async def test_an_expired_context_is_gone_before_and_after_the_sweep_deletes_it(
         before = timezone.now()
         first = await _ok(client, "pce.memory.activate", q="cancel API", top_k=1)
         after = timezone.now()
-        expires_at = timezone.datetime.fromisoformat(first["expires_at"])
+        expires_at = datetime.fromisoformat(first["expires_at"])
         assert before + timedelta(seconds=600) <= expires_at <= after + timedelta(seconds=600)
         # Within its lifetime the cursor pages, and the sweep leaves it alone.
         assert (await _ok(client, "pce.memory.activate", q="cancel API", top_k=1, cursor=first["next_cursor"]))[

@@ -59,15 +59,6 @@ def _warm_embedder():
     warm_up()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _warm_embedder():
-    """Serving processes load the model at start-up; the spec's per-tool timeouts
-    (upsert 10 s) are about calls, not about loading a model in the first one."""
-    from memory.embeddings import warm_up
-
-    warm_up()
-
-
 @pytest.fixture
 def pce(mcp_client_for):
     return lambda identity: mcp_client_for(identity, "pce")

@@ -183,6 +183,7 @@ def test_ingest_takes_upstream_json_fields(member):
     body = answer.json()
     assert body["success"] is True and body["title"] == "Untitled" and body["chunks"] == len(body["doc_ids"]) == 2
     chunk = Memory.objects.filter(collection="books").order_by("created_at").first()
+    assert chunk is not None
     assert chunk.metadata["title"] == "Untitled" and chunk.metadata["source"] == "/home/user/notes.md"
     assert post(member, "/api/ingest", {"content": ""}).status_code == 422
 

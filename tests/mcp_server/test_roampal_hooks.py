@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import httpx2
@@ -27,7 +28,9 @@ HOOK = ROOT / "scripts" / "claude_hooks" / "roampal_hook.py"
 
 
 def post(identity, path: str, body: object, token: str | None = None, **extra):
-    headers = {} if identity is None and token is None else {"HTTP_AUTHORIZATION": f"Bearer {token or identity.token}"}
+    headers: dict[str, Any] = {}
+    if identity is not None or token is not None:
+        headers["HTTP_AUTHORIZATION"] = f"Bearer {token or identity.token}"
     raw = body if isinstance(body, (bytes, str)) else json.dumps(body)
     return DjangoClient().post(path, data=raw, content_type="application/json", **headers, **extra)
 

@@ -11,6 +11,7 @@ from mcp import Client, StdioServerParameters
 
 from memory import api
 from memory.models import Memory
+from tests.conftest import block_text
 from tests.mcp_server.test_transports import ROOT, _env_for_test_database
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,7 +47,7 @@ async def test_every_roampal_tool_is_tenant_isolated(member, outsider, mcp_clien
         async def refused(tool, **arguments):
             result = await client.call_tool(tool, arguments)
             assert result.is_error, result.structured_content
-            return result.content[0].text
+            return block_text(result)
 
         context = await ok("get_context_insights", query="Falcon project")
         assert context["user_facts"] == [] and context["relevant_memories"] == []
@@ -83,7 +84,5 @@ async def test_roampal_over_stdio_with_token_from_environment(member):
         added = await client.call_tool("add_to_memory_bank", {"content": "User's shell is fish", "tags": ["tooling"]})
         found = await client.call_tool("search_memory", {"query": "which shell does the user use"})
     ident = added.structured_content["id"]
-    assert added.content[0].text == f"Added to memory bank (ID: {ident})"
-    assert found.content[0].text.startswith(
-        f"Found 1 memories:\n\n1. [memory_bank] (0m, imp:0.7, conf:0.7) [id:{ident}]"
-    )
+    assert block_text(added) == f"Added to memory bank (ID: {ident})"
+    assert block_text(found).startswith(f"Found 1 memories:\n\n1. [memory_bank] (0m, imp:0.7, conf:0.7) [id:{ident}]")

@@ -85,7 +85,9 @@ async def test_memory_bank_add_display_and_id_round_trip(member, mcp_client_for)
         assert shape["tags"] == ["preference"] and shape["importance"] == 0.9 and shape["confidence"] == 0.8
         assert {"embedding_similarity", "final_rank_score", "wilson_score", "outcome_history"} <= set(shape)
         # The [id:...] tag round-trips through search_memory(id=...).
-        tagged = ID.search(text).group(1)
+        tag = ID.search(text)
+        assert tag is not None, text
+        tagged = tag.group(1)
         text, direct = await text_call(client, "search_memory", id=tagged)
         assert direct["count"] == 1 and direct["results"][0]["content"].startswith("User prefers direct")
         assert "embedding_similarity" not in direct["results"][0]
@@ -103,6 +105,7 @@ async def test_record_response_stores_working_memory_at_07(member, mcp_client_fo
         text, found = await text_call(client, "search_memory", days_back=1, collections=["working"])
     row = await Memory.objects.aget(content="Key takeaway: Wilson needs success_count and uses")
     assert (row.kind, row.collection, row.outcome_score) == ("episode", "working", 0.7)
+    assert row.expires_at is not None
     assert abs((row.expires_at - row.created_at) - timedelta(hours=24)) < timedelta(seconds=5)
     assert f"1. [working] (0m, s:0.70, w:0.50, 0 uses) [id:{out['id']}] Key takeaway: Wilson" in text
     shape = found["results"][0]
@@ -141,6 +144,7 @@ async def test_scoring_promotes_working_to_history_and_resets_counters(member, m
         text, found = await text_call(client, "search_memory", id=a["id"])
     row = await Memory.objects.aget(pk=row.pk)
     assert (row.collection, row.kind, row.applied_count, row.success_count) == ("history", "episode", 0, 0.0)
+    assert row.expires_at is not None
     assert abs((row.expires_at - timezone.now()) - timedelta(days=30)) < timedelta(minutes=1)
     assert found["results"][0]["id"] == "history_" + row.id.hex[:12]
     assert await MemoryEvent.objects.filter(memory_id=row.pk, event_type="collection_changed").aexists()

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 
 from mcp_server.dialects.langmem.client import (
     ConfigurationError,
@@ -64,13 +65,14 @@ def test_real_langmem_agent_runs_on_memproj(http_server, member):  # noqa: F811
         )
     )
     agent = create_react_agent(model, tools=tools)
-    config = {"configurable": {"user_id": "u-123"}}
+    config: RunnableConfig = {"configurable": {"user_id": "u-123"}}
     state = agent.invoke({"messages": [HumanMessage("Remember that I prefer dark mode")]}, config=config)
 
-    replies = [m for m in state["messages"] if isinstance(m, ToolMessage)]
-    assert replies[0].content.startswith("created memory ")
-    key = replies[0].content.removeprefix("created memory ")
-    found = json.loads(replies[1].content)
+    replies = [m.content for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert isinstance(replies[0], str) and isinstance(replies[1], str), replies
+    assert replies[0].startswith("created memory ")
+    key = replies[0].removeprefix("created memory ")
+    found = json.loads(replies[1])
     assert [(f["namespace"], f["key"], f["value"]) for f in found] == [
         (["memories", "u-123"], key, {"content": "User prefers dark mode"})
     ]
@@ -84,7 +86,8 @@ def test_real_langmem_agent_runs_on_memproj(http_server, member):  # noqa: F811
     assert manage.invoke({"content": "User prefers light mode", "action": "update", "id": key}, config) == (
         f"updated memory {key}"
     )
-    assert store.get(("memories", "u-123"), key).value == {"content": "User prefers light mode"}
+    updated = store.get(("memories", "u-123"), key)
+    assert updated is not None and updated.value == {"content": "User prefers light mode"}
     assert manage.invoke({"action": "delete", "id": key}, config) == f"Deleted memory {key}"
     assert store.get(("memories", "u-123"), key) is None
 
@@ -97,7 +100,8 @@ def test_memproj_store_is_a_langgraph_base_store(http_server, member, outsider):
 
     item = store.get(("docs", "u1"), "profile")
     assert item is not None and item.value == {"content": "Alice is a vegetarian", "category": "preference"}
-    assert store.get(("docs", "u2"), "profile").value == {"content": {"name": "Bob", "age": 41}}
+    bob = store.get(("docs", "u2"), "profile")
+    assert bob is not None and bob.value == {"content": {"name": "Bob", "age": 41}}
     assert store.get(("docs", "u1"), "missing") is None
 
     hits = store.search(("docs", "u1"), query="what does Alice eat")
@@ -116,7 +120,8 @@ def test_memproj_store_is_a_langgraph_base_store(http_server, member, outsider):
     assert store.list_namespaces(max_depth=1) == [("docs",)]
 
     store.put(("docs", "u1"), "profile", {"content": "Alice eats fish now", "category": "preference"})
-    assert store.get(("docs", "u1"), "profile").value["content"] == "Alice eats fish now"
+    replaced = store.get(("docs", "u1"), "profile")
+    assert replaced is not None and replaced.value["content"] == "Alice eats fish now"
     store.delete(("docs", "u1"), "trip")
     assert store.get(("docs", "u1"), "trip") is None
     with pytest.raises(ValueError, match="filter"):
@@ -139,8 +144,8 @@ def test_memproj_tool_functions_follow_seed_001(http_server, member):  # noqa: F
     search = create_search_memory_tool(
         url=http_server, token=member.token, response_format="content_and_artifact", instructions="Look first."
     )
-    user = {"configurable": {"user_id": "u-123"}}
-    org = {"configurable": {"org_id": "acme", "agent_id": "alpha"}}
+    user: RunnableConfig = {"configurable": {"user_id": "u-123"}}
+    org: RunnableConfig = {"configurable": {"org_id": "acme", "agent_id": "alpha"}}
 
     created = manage.invoke({"content": "User likes green tea"}, user)
     key = created.removeprefix("created memory ")
@@ -149,6 +154,7 @@ def test_memproj_tool_functions_follow_seed_001(http_server, member):  # noqa: F
     assert Memory.objects.get(subject=key).namespace == ["user", "u-123"]
     assert Memory.objects.get(content="Team deploys on Fridays").namespace == ["org", "acme", "alpha"]
 
+    assert manage.func is not None
     with pytest.raises(ValueError, match="Invalid action delete"):
         manage.func(action="delete", id=uuid.UUID(key))
     with pytest.raises(ValueError, match="You must provide a MEMORY ID"):
