@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.real_embedder
 
 
 def nodes():
-    out = []
+    out: list[dict[str, Any]] = []
     for n in range(12):
         out.append(
             {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -186,7 +187,7 @@ def test_a_cogx_archive_from_cognee_maps_its_record_kinds(tmp_path):
     archive = tmp_path / "cognee_cogx"
     archive.mkdir()
     (archive / "manifest.json").write_text(json.dumps({"cogx_version": "0.1", "source_system": "cognee", "counts": {}}))
-    lines = {
+    lines: dict[str, list[dict[str, Any]]] = {
         "memories.jsonl": [
             {
                 "kind": "memory",
@@ -268,7 +269,7 @@ def test_when_it_happened_decides_the_time_filters(tmp_path, mcp_client_for):
     archive = tmp_path / "dated_cogx"
     archive.mkdir()
     (archive / "manifest.json").write_text(json.dumps({"cogx_version": "0.1", "source_system": "cognee"}))
-    episodes = [
+    episodes: list[dict[str, Any]] = [
         # stored long ago, happened two days ago (a late upload of a recent conversation)
         {"external_id": "recent", "created_at": "2024-01-01T00:00:00Z", "occurred": now - timedelta(days=2)},
         # stored yesterday, happened a month ago (a backfill)

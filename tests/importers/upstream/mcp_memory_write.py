@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.types import TextContent
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVER = (
@@ -30,7 +31,8 @@ async def write(path: str) -> dict:
 
         async def call(tool: str, **arguments: object) -> None:
             result = await session.call_tool(tool, arguments)
-            assert not result.isError, result.content
+            # .venv-import's mcp 1.x spells it isError; mypy checks against 2.x (is_error).
+            assert not result.isError, result.content  # type: ignore[attr-defined]
 
         await call(
             "create_entities",
@@ -55,7 +57,9 @@ async def write(path: str) -> dict:
         await call("delete_observations", deletions=[{"entityName": "Ken", "observations": ["Ken likes chess"]}])
         await call("delete_entities", entityNames=["Margaret"])
         result = await session.call_tool("read_graph", {})
-        text = result.content[0].text
+        block = result.content[0]
+        assert isinstance(block, TextContent), block
+        text = block.text
     return json.loads(text)
 
 

@@ -34,7 +34,9 @@ def test_exact_duplicate_merges_into_the_newer_memory(member):
     assert result.merged == [older.id] and result.merged_into == newer.id
     assert state(older) == ("superseded", newer.id)
     assert state(newer) == ("active", None)
-    assert Memory.objects.get(pk=newer.pk).last_confirmed_at > confirmed_before  # restating confirms
+    confirmed_after = Memory.objects.get(pk=newer.pk).last_confirmed_at
+    assert confirmed_before is not None and confirmed_after is not None
+    assert confirmed_after > confirmed_before  # restating confirms
     [event] = MemoryEvent.objects.filter(memory_id=older.id, event_type="superseded")
     assert event.payload["reason"] == "duplicate"
 
@@ -70,8 +72,8 @@ def test_the_same_content_under_another_key_is_another_statement(member, older_k
     """A keyed fact says its content of its subject and predicate: Acme is
     alice's employer, not bob's. Only its own key's newer write replaces it;
     a merge would make a get by key answer another fact."""
-    older = fact(member, *older_key, content)
-    newer = fact(member, *newer_key, content)
+    older = fact(member, older_key[0], older_key[1], content)
+    newer = fact(member, newer_key[0], newer_key[1], content)
     for memory in (newer, older):
         assert memory_conflict_check(memory_id=memory.id).merged == []
     assert state(older) == ("active", None) and state(newer) == ("active", None)
@@ -156,7 +158,7 @@ def test_same_subject_different_content_is_a_contradiction_candidate(member):
     result = memory_conflict_check(memory_id=newer.id)
     [candidate] = ConflictCandidate.objects.filter(pk__in=result.candidates)
     assert (candidate.memory_id, candidate.other_id, candidate.kind) == (newer.id, older.id, "contradiction")
-    assert candidate.status == "open" and candidate.similarity > 0.5
+    assert candidate.status == "open" and candidate.similarity is not None and candidate.similarity > 0.5
     assert not ConflictCandidate.objects.filter(memory=unrelated).exists()
     assert not ConflictCandidate.objects.filter(other=unrelated).exists()
     assert state(older) == ("active", None) and state(newer) == ("active", None)  # nothing merged
