@@ -22,6 +22,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import connection
+from kombu.transport.redis import Channel as RedisChannel
 
 from memproj.celery import app
 from tests.workers.fakes import FakeOpenAI
@@ -45,9 +46,10 @@ def _reset_amqp() -> None:
     # Celery caches queues, routes and broker connections on first use; rebuild
     # them from the conf.
     app.__dict__.pop("amqp", None)
-    if app._pool is not None:
-        app._pool.force_close_all()
-        app._pool = None
+    # The broker connection pool is private to Celery (not in its type stubs).
+    if app._pool is not None:  # type: ignore[attr-defined]
+        app._pool.force_close_all()  # type: ignore[attr-defined]
+        app._pool = None  # type: ignore[attr-defined]
     kombu.pools.reset()
 
 
@@ -66,7 +68,9 @@ def broker_queue(transactional_db: None) -> Iterator[str]:
     # Nothing of this test (queue, bindings, leftovers of a failed run) stays in
     # the broker; a queue that was never declared has no keys, hence suppress.
     with app.connection_for_write() as conn, contextlib.suppress(Exception):
-        client = conn.default_channel.client
+        channel = conn.default_channel
+        assert isinstance(channel, RedisChannel)
+        client = channel.client
         raw = redis.Redis(connection_pool=client.connection_pool)  # unprefixed, to delete whole keys
         for key in raw.scan_iter(match=f"{queue}:*"):
             raw.delete(key)
@@ -182,7 +186,9 @@ def in_flight(queue: str) -> bool:
     (kombu's Redis transport keeps unacknowledged messages in the ``unacked`` hash
     as ``[message, exchange, routing_key]`` until the ack.)"""
     with app.connection_for_write() as conn:
-        client = conn.default_channel.client  # prefixes the keys of most commands itself ...
+        channel = conn.default_channel
+        assert isinstance(channel, RedisChannel), channel
+        client = channel.client  # prefixes the keys of most commands itself ...
         waiting = client.llen(queue)
         prefix = getattr(client, "global_keyprefix", "")
         unacked = [json.loads(raw) for raw in client.hvals(f"{prefix}unacked")]  # ... but not HVALS

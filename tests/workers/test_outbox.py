@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -29,10 +29,11 @@ def broker_down(tmp_path: Path) -> Iterator[None]:
     """Celery publishes for real, to a socket nobody listens on."""
     saved = (app.conf.task_always_eager, app.conf.broker_url)
     app.conf.task_always_eager = False
-    app.conf.broker_url = f"redis+socket://{tmp_path / 'nobody-listens.sock'}"
+    # The conf reads broker_url from its "broker_url" key (a property without a setter in the stubs): set the key.
+    app.conf["broker_url"] = f"redis+socket://{tmp_path / 'nobody-listens.sock'}"
     _reset_amqp()
     yield
-    app.conf.task_always_eager, app.conf.broker_url = saved
+    app.conf.task_always_eager, app.conf["broker_url"] = saved
     _reset_amqp()
 
 
@@ -43,7 +44,7 @@ def broker_down(tmp_path: Path) -> Iterator[None]:
 GRACE = timedelta(hours=1)
 
 
-def later() -> timezone.datetime:
+def later() -> datetime:
     return timezone.now() + 2 * GRACE  # past the drain's grace period (and the default one)
 
 
@@ -132,7 +133,7 @@ def test_concurrent_eager_follow_ups_leave_no_join_block_behind(monkeypatch):
     import uuid
     from types import SimpleNamespace
 
-    from celery._state import task_join_will_block
+    from celery._state import task_join_will_block  # type: ignore[attr-defined]  # private, not in the stubs
 
     from memory.services import pipeline
     from memory.services.followups import followup_transport
