@@ -66,8 +66,16 @@ RULES: dict[str, RedactionRule] = {
     for rule in (
         _rule(
             "pem_private_key",
-            "PEM private key blocks (RSA, EC, OPENSSH, PKCS#8, encrypted)",
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+            "PEM private key blocks (RSA, EC, OPENSSH, PKCS#8, encrypted), also cut short before their END line",
+            # The search for the END line stops at the next BEGIN line: searched
+            # to the end of the text from every BEGIN, a text of BEGIN lines took
+            # time quadratic in its length. A key pasted without its END line is
+            # still the key: then the block runs over its header lines
+            # ("Proc-Type: 4,ENCRYPTED") and base64 lines, whitespace-separated
+            # tokens that cannot be split two ways.
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+            r"(?:(?:(?!-----BEGIN )[\s\S])*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+            r"|(?:\s+(?:[A-Za-z][A-Za-z-]*: [^\n]*|[A-Za-z0-9+/=]{16,}))*(?:\s+[A-Za-z0-9+/=]+(?=\s*$))?)",
         ),
         _rule(
             "jwt",

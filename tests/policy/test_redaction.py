@@ -10,6 +10,12 @@ from policy.redaction import ALL_RULES, RULES, luhn_valid, redact, rule_name
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7x\nabc+/=\n-----END RSA PRIVATE KEY-----"
 PEM_PKCS8 = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----"
 PEM_OPENSSH = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+# Pasted without the END line: the key all the same.
+PEM_CUT = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7xQ3bL0p4Xh2kV9w\nZk1m8Yq2Rr/T5u+Vb0Nc3Wd4Ee5Ff6Gg\nHh7I"
+PEM_CUT_ENCRYPTED = (
+    "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,3F17F5316E2BAC89\n\n"
+    "hQW0pLl2nC6q0fUj9ZpT8vQ1rX3kE7bJ"
+)
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ"
     ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
@@ -41,6 +47,8 @@ POSITIVE = [
     ("pem_private_key", f"鍵は以下です\n{PEM}\n以上", [PEM]),
     ("pem_private_key", PEM_PKCS8, [PEM_PKCS8]),
     ("pem_private_key", f"key:{PEM_OPENSSH}", [PEM_OPENSSH]),
+    ("pem_private_key", f"鍵です\n{PEM_CUT}", [PEM_CUT]),
+    ("pem_private_key", f"{PEM_CUT_ENCRYPTED}\n", [PEM_CUT_ENCRYPTED]),
     ("api_key", f"OpenAIのキーは{SK}です", [SK]),
     ("api_key", f"ANTHROPIC_API_KEY={SK_ANT}", [SK_ANT]),
     ("api_key", f"stripe {STRIPE}", [STRIPE]),
@@ -69,6 +77,7 @@ NEGATIVE = [
     ("card_number", "short 4111 1111"),
     ("pem_private_key", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"),
     ("pem_private_key", "-----BEGIN PUBLIC KEY-----\nMIIB\n-----END PUBLIC KEY-----"),
+    ("pem_private_key", "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8A"),
     ("api_key", "sk-short はキーではない"),
     ("api_key", "task-management-system-for-everyone-2026"),
     ("api_key", "risk-assessment-document-version-twenty"),
