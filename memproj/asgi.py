@@ -39,7 +39,7 @@ from mcp_server.http import CREDENTIALS_REFUSED, REFUSED_CHALLENGE, RETRY_AFTER_
 from mcp_server.registry import TOOLSETS, dialect_body_limits  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
-from memory.errors import StorageUnavailable  # noqa: E402
+from memory.errors import InvalidArgument, StorageUnavailable  # noqa: E402
 from memproj.edge import BodyLimit, Refusal, host_refusal, refuse  # noqa: E402
 from policy.middleware import (  # noqa: E402
     RateLimitMiddleware,
@@ -80,6 +80,59 @@ class _HoldServerError:
         for message in self.held:
             await self.send(message)
         self.held = []
+
+
+# The SDK's transport answers a body that is no JSON-RPC message with the JSON
+# parser's message or pydantic's validation report, which echoes the input and
+# names the library's version: each is replaced by a coded error of the dialect.
+_ENVELOPE_ERRORS = {
+    "Parse error:": "the body is not JSON: send one JSON-RPC 2.0 message as UTF-8 JSON (no lone surrogates).",
+    "Validation error:": (
+        'the body is not a JSON-RPC 2.0 message this endpoint takes: one JSON object with "jsonrpc": "2.0", '
+        'a "method" string, an "id" (a string or an integer) for a request, and "params" as an object.'
+    ),
+}
+
+
+class _EnvelopeErrors:
+    """Passes a response through, except the transport's 400 for a body that
+    is no JSON-RPC message (``_ENVELOPE_ERRORS``): held until complete, then
+    sent with the dialect's coded message, the same JSON-RPC code and status."""
+
+    def __init__(self, send: Any, dialect: Dialect) -> None:
+        self.send = send
+        self.dialect = dialect
+        self.start: dict[str, Any] | None = None
+        self.chunks: list[bytes] = []
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start" and message["status"] == 400:
+            self.start = message
+            return
+        if self.start is None or message["type"] != "http.response.body":
+            await self.send(message)
+            return
+        self.chunks.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        body = self._coded(b"".join(self.chunks))
+        headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"]
+        await self.send({**self.start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await self.send({"type": "http.response.body", "body": body})
+        self.start, self.chunks = None, []
+
+    def _coded(self, body: bytes) -> bytes:
+        try:
+            error = json.loads(body)["error"]
+            text = str(error["message"])
+        except (ValueError, KeyError, TypeError):
+            return body
+        for prefix, message in _ENVELOPE_ERRORS.items():
+            if text.startswith(prefix):
+                return jsonrpc_error(
+                    InvalidArgument.code, message, {}, render=self.dialect.render_error, jsonrpc_code=error.get("code")
+                )
+        return body
 
 
 async def storage_unavailable(toolset: str, send: Any) -> None:
@@ -217,7 +270,7 @@ class Router:
     async def _mcp(self, name: str, app: Any, scope: Scope, receive: Any, send: Any) -> None:
         # Token verification reads the database before any tool runs: an outage
         # there must not surface as a bare 500.
-        guarded = _HoldServerError(send)
+        guarded = _HoldServerError(_EnvelopeErrors(send, TOOLSETS[name]))
         try:
             refusal = await self._before_the_sdk(name, scope, receive)
             if refusal is not None:

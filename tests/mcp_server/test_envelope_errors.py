@@ -1,0 +1,56 @@
+"""A body that is no JSON-RPC message, over the real ASGI router and the MCP
+SDK's transport: a coded error in the dialect's vocabulary, with the JSON-RPC
+code and HTTP status the transport chose, never the parser's or pydantic's
+report (which echoed the input and named the library's version)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from memory.models import Memory
+from tests.harness.surfaces.asgi import asgi_transport
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "SECRETVALUE-4411"
+BODIES = [
+    ("a batch", f'[{{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": "{SECRET}"}}]'),
+    ("params that are no object", f'{{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": "{SECRET}"}}'),
+    ("no method", f'{{"jsonrpc": "2.0", "id": "{SECRET}"}}'),
+    ("a lone surrogate", f'{{"jsonrpc": "2.0", "id": 1, "method": "{SECRET}\\ud800'),
+    ("no JSON", f"{SECRET} <xml/>"),
+]
+
+
+async def post(identity: Any, toolset: str, body: str) -> httpx.Response:
+    from memproj.asgi import Router
+
+    router = Router()
+    headers = {
+        "Authorization": f"Bearer {identity.token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    async with (
+        router.servers[toolset].session_manager.run(),
+        httpx.AsyncClient(transport=asgi_transport(router), base_url="http://testserver") as client,
+    ):
+        return await client.post(f"/mcp/{toolset}", content=body.encode("utf-8", "surrogatepass"), headers=headers)
+
+
+@pytest.mark.parametrize("toolset", ["memory", "pce"])
+@pytest.mark.parametrize(("what", "body"), BODIES)
+async def test_a_body_that_is_no_json_rpc_message_gets_the_dialects_coded_error(member, toolset, what, body):
+    response = await post(member, toolset, body)
+    assert response.status_code == 400, (what, response.text)
+    assert int(response.headers["content-length"]) == len(response.content)
+    error = response.json()["error"]
+    assert error["code"] in (-32700, -32600, -32602), error
+    assert error["data"]["code"] == "INVALID_ARGUMENT", error
+    assert "JSON" in error["message"]
+    for leak in (SECRET, "pydantic", "validation error", "Traceback", "input_value"):
+        assert leak.lower() not in response.text.lower(), (what, response.text)
+    assert await Memory.objects.acount() == 0
