@@ -611,6 +611,12 @@ def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
         raise InvalidArgument("episodes have no confidence decay, so they cannot be confirmed; confirm a fact or rule.")
     with transaction.atomic():
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
+        if memory.validity != Validity.ACTIVE:
+            # Confirming would answer success and restore nothing a read can find.
+            raise InvalidArgument(
+                f"this {kind} is {memory.validity}, so it cannot be confirmed; only an active {kind} can be"
+                + (f" (it was superseded by {memory.superseded_by_id})." if memory.superseded_by_id else ".")
+            )
         memory.last_confirmed_at = timezone.now()
         fields = ["last_confirmed_at", "updated_at"]
         if memory.kind == Kind.FACT:

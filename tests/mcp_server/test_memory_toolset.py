@@ -197,6 +197,10 @@ async def test_confirm_resets_decay_clock_and_rejects_episodes(member, mcp_clien
         confirmed = await call(client, "memory_confirm", type="fact", id=fact["id"])
         episode = await call(client, "memory_store_episode", content="chatted", butler="general")
         error = await call_error(client, "memory_confirm", type="episode", id=episode["id"])
+        with time_machine.travel(timezone.now() - timedelta(days=1), tick=False):
+            forgotten = await call(client, "memory_store_fact", subject="user", predicate="pet", content="Has a cat")
+        await call(client, "memory_forget", type="fact", id=forgotten["id"])
+        refused = await call_error(client, "memory_confirm", type="fact", id=forgotten["id"])
     assert decayed["effective_confidence"] == pytest.approx(math.exp(-0.008 * 60), rel=1e-3)
     assert decayed["fact_state"] == "active"  # 0.62 is above the fading line (0.5)
     assert confirmed["effective_confidence"] == pytest.approx(confirmed["confidence"], rel=1e-6)
@@ -205,6 +209,11 @@ async def test_confirm_resets_decay_clock_and_rejects_episodes(member, mcp_clien
     assert (timezone.now() - row.last_confirmed_at).total_seconds() < 60
     assert "episode" in error
     assert await MemoryEvent.objects.filter(memory_id=fact["id"], event_type="confirmed").aexists()
+    # A forgotten fact is not brought back, nor told it was confirmed.
+    assert "retracted" in refused and "cannot be confirmed" in refused
+    assert not await MemoryEvent.objects.filter(memory_id=forgotten["id"], event_type="confirmed").aexists()
+    row = await Memory.objects.aget(pk=forgotten["id"])
+    assert (row.validity, row.last_confirmed_at) == ("retracted", row.created_at)
 
 
 async def test_mark_helpful_increments_counts_and_promotes(member, mcp_client_for):
