@@ -102,8 +102,7 @@ def statement_profiles(caller: Any, kinds: list[str]) -> dict[str, dict[str, Any
     loop = asyncio.new_event_loop()
     for name in kinds:
         kind = CALL_KINDS[name]
-        toolset, _, query = kind.path.removeprefix("/mcp/").partition("?")
-        options = dict(part.split("=", 1) for part in query.split("&") if "=" in part)
+        toolset, options = kind.toolset, kind.options
 
         async def one(kind=kind, toolset=toolset, options=options) -> None:  # type: ignore[no-untyped-def]
             token = connection_options.set(options)

@@ -27,7 +27,7 @@ from tests.harness.generators import synthetic
 from tests.harness.generators.dataset import LANGMEM_NAMESPACE
 from tests.harness.load.cpu import _children, _proc_stat, cpu_seconds, loop_cpu_seconds
 from tests.harness.measure.timing import percentile
-from tests.harness.surfaces.mcp_http import MCP_HEADERS, post_tool_call
+from tests.harness.surfaces.mcp_http import MCP_HEADERS, post_api_call, post_tool_call
 
 Arguments = Callable[[random.Random, list[str], int], dict[str, Any]]
 
@@ -41,6 +41,19 @@ class CallKind:
     arguments: Arguments
     # Share of stores mixed in (the mixed workload only).
     store_share: float = 0.0
+    # The plain HTTP API (/api/<toolset>/<tool>, the arguments as the body)
+    # instead of a JSON-RPC tools/call: the same tool without the MCP transport.
+    plain_http: bool = False
+
+    @property
+    def toolset(self) -> str:
+        return self.path.split("?", 1)[0].removeprefix("/mcp/").removeprefix("/api/").split("/", 1)[0]
+
+    @property
+    def options(self) -> dict[str, str]:
+        """The per-connection dialect options the endpoint's query carries."""
+        query = self.path.partition("?")[2]
+        return dict(part.split("=", 1) for part in query.split("&") if "=" in part)
 
 
 def _query(key: str) -> Arguments:
@@ -64,6 +77,12 @@ CALL_KINDS: dict[str, CallKind] = {
         f"/mcp/langmem?configurable.user_id={LANGMEM_NAMESPACE[1]}",
         "search_memory",
         lambda rng, qs, _k: {"query": qs[rng.randrange(len(qs))], "limit": 10},
+    ),
+    "memory_search_api": CallKind(
+        "/api/memory/memory_search",
+        "memory_search",
+        lambda rng, qs, _k: {"query": qs[rng.randrange(len(qs))], "mode": "hybrid"},
+        plain_http=True,
     ),
     "roampal_get_context_insights": CallKind("/mcp/roampal", "get_context_insights", _query("query")),
     "pce_activate": CallKind("/mcp/pce", "pce_memory_activate", _query("q")),
@@ -149,7 +168,11 @@ async def _closed_loop(
                     "params": {"name": chosen.tool, "arguments": chosen.arguments(rng, qs, text_seed)},
                 }
                 t0 = time.perf_counter()
-                if await post_tool_call(http, base_url + chosen.path, body, errors):
+                if chosen.plain_http:
+                    answered = await post_api_call(http, base_url + chosen.path, body["params"]["arguments"], errors)
+                else:
+                    answered = await post_tool_call(http, base_url + chosen.path, body, errors)
+                if answered:
                     latencies.append((time.perf_counter() - t0) * 1000.0)
 
         start = time.perf_counter()

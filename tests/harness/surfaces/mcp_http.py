@@ -75,3 +75,16 @@ async def post_tool_call(http, url: str, body: dict, errors: list[str]) -> bool:
         errors.append(f"{type(exc).__name__}: {exc}")
         return False
     return True
+
+
+async def post_api_call(http, url: str, arguments: dict, errors: list[str]) -> bool:  # type: ignore[no-untyped-def]
+    """POST one call of the plain HTTP API; False (and the error noted) unless it answered 200 without an error."""
+    try:
+        response = await http.post(url, json=arguments)
+        if response.status_code != 200 or "error" in response.json():
+            errors.append(f"{response.status_code} {response.text[:200]}")
+            return False
+    except Exception as exc:  # noqa: BLE001 - counted as an error of the run
+        errors.append(f"{type(exc).__name__}: {exc}")
+        return False
+    return True
