@@ -80,6 +80,25 @@ def _peers(memory: Memory):  # type: ignore[no-untyped-def]
     )
 
 
+def _same_reach(a: Memory, b: Memory) -> bool:
+    """Whether every read that finds one finds the other: a merge into a
+    memory of another boundary class, collection, butler, source, tags or
+    metadata would hide the text from a reader, a filter or a collection
+    that found it before."""
+    return (
+        a.boundary_class == b.boundary_class
+        and a.collection == b.collection
+        and a.butler == b.butler
+        and a.source == b.source
+        and sorted(a.tags) == sorted(b.tags)
+        and a.metadata == b.metadata
+    )
+
+
+def _outlives(memory: Memory, keeper: Memory) -> bool:
+    return keeper.expires_at is not None and (memory.expires_at is None or memory.expires_at > keeper.expires_at)
+
+
 def memory_conflict_check(*, memory_id: uuid.UUID) -> ConflictCheckResult:
     """Safe to run twice: merges go through the idempotent ``memory_supersede``,
     candidates are unique per pair, and a memory that is no longer active is
@@ -114,15 +133,27 @@ def _check(memory: Memory) -> ConflictCheckResult:
         # or the other way round, would make a get by key (a LangGraph store
         # item, a fact's subject+predicate) fail or return another statement.
         for other in _peers(memory).filter(content_hash=memory.content_hash, subject="").without_vectors():
-            if same_statement(other.content, memory.content):
+            if same_statement(other.content, memory.content) and _same_reach(other, memory):
                 duplicates[other.pk] = other
         for other, _ in similar:
-            if other.pk not in duplicates and not other.subject and same_statement(other.content, memory.content):
+            if (
+                other.pk not in duplicates
+                and not other.subject
+                and same_statement(other.content, memory.content)
+                and _same_reach(other, memory)
+            ):
                 duplicates[other.pk] = other
     if duplicates:
-        # The newest of the group stays; the others are superseded by it.
+        # The newest stays and the others are superseded by it, except a copy
+        # that would outlive it (kept for ever, the newest due to expire): that
+        # pair stays open for review.
+        keeper = max([memory, *duplicates.values()], key=_age)
+        if _outlives(memory, keeper):
+            duplicates = {}
+        else:
+            duplicates = {pk: other for pk, other in duplicates.items() if not _outlives(other, keeper)}
+    if duplicates:
         group = [memory, *duplicates.values()]
-        keeper = max(group, key=_age)
         # memory_supersede locks each pair in primary-key order, but pair after
         # pair is no order at all: a reader bumping two of these rows in key
         # order would deadlock with us. Lock the whole group first, in key order.

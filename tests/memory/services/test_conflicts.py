@@ -3,7 +3,10 @@ memory), likely conflicts and near-identical facts become candidates, review
 accepts or dismisses, all inside one tenant. (These tests call the check
 directly; with ``db`` the on-commit task does not run.)"""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from memory.errors import InvalidArgument, NotFound
 from memory.models import ConflictCandidate, Memory, MemoryEvent
@@ -57,6 +60,41 @@ def test_the_same_statement_merges_whichever_side_is_checked(member):
     result = memory_conflict_check(memory_id=older.id)
     assert result.merged == [older.id] and result.merged_into == newer.id
     assert state(older) == ("superseded", newer.id) and state(newer) == ("active", None)
+
+
+@pytest.mark.parametrize(
+    ("older_reach", "newer_reach"),
+    [
+        ({"boundary_class": "public"}, {"boundary_class": "secret"}),
+        ({"tags": ["ops"]}, {"tags": ["billing"]}),
+        ({"collection": "memory_bank"}, {"collection": "patterns"}),
+        ({"source": "import"}, {"source": ""}),
+        ({"metadata": {"category": "door"}}, {"metadata": {}}),
+    ],
+)
+def test_the_same_text_that_another_read_finds_is_never_merged(member, older_reach, newer_reach):
+    """A merge keeps the newest copy's boundary class, tags, collection,
+    source and metadata: a reader, a filter or a collection that found the
+    older copy would find nothing."""
+    older = fact(member, None, None, "The office door code is 4471", **older_reach)
+    newer = fact(member, None, None, "The office door code is 4471", **newer_reach)
+    for memory in (newer, older):
+        assert memory_conflict_check(memory_id=memory.id).merged == []
+    assert state(older) == ("active", None) and state(newer) == ("active", None)
+    assert ConflictCandidate.objects.filter(memory=newer, other=older, status="open").exists()
+
+
+def test_a_copy_that_would_outlive_the_newest_is_not_merged_into_it(member):
+    older = fact(member, None, None, "Ana's passport number ends in 4471")
+    newer = fact(member, None, None, "Ana's passport number ends in 4471")
+    soon = timezone.now() + timedelta(hours=1)
+    Memory.objects.filter(pk=newer.pk).update(expires_at=soon)
+    for memory in (older, newer):
+        assert memory_conflict_check(memory_id=memory.id).merged == []
+    assert state(older) == ("active", None) and state(newer) == ("active", None)
+    # Both expiring, the newest later: the older merges into it, as a restatement does.
+    Memory.objects.filter(pk=older.pk).update(expires_at=soon - timedelta(minutes=5))
+    assert memory_conflict_check(memory_id=newer.id).merged == [older.id]
 
 
 @pytest.mark.parametrize(
