@@ -10,12 +10,15 @@ password's ("Xk9pQzT" is not "xk9pqzt"), compatibility forms are numbers
 finished?" asks what "Deploy X finished" states. So a merge asks for the same
 text, setting aside only what cannot change a meaning: the Unicode encoding of
 the same characters (canonical equivalence, NFC), the width of spacing, and a
-final full stop. Anything less is left for review."""
+final full stop. Nor may a merge hide the text: the copies must be found by
+the same reads (``same_reach``), and none may outlive the one kept
+(``outlives``). Anything less is left for review."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 _SPACING = re.compile(r"\s+")
 # For a reviewer's summary of what differs: words, and every other sign on its own.
@@ -30,6 +33,34 @@ def statement_text(text: str) -> str:
 
 def same_statement(a: str, b: str) -> bool:
     return statement_text(a) == statement_text(b)
+
+
+def same_reach(a: Any, b: Any) -> bool:
+    """Whether every read that finds one memory finds the other: merged into
+    a copy of another boundary class, collection, butler, source, tags or
+    metadata, the text would be hidden from a reader, a filter or a
+    collection that found it before."""
+    return (
+        a.boundary_class == b.boundary_class
+        and a.collection == b.collection
+        and a.butler == b.butler
+        and a.source == b.source
+        and sorted(a.tags) == sorted(b.tags)
+        and a.metadata == b.metadata
+    )
+
+
+def outlives(memory: Any, keeper: Any) -> bool:
+    """Whether ``memory`` would be found after ``keeper`` expires: merged
+    into it, a copy kept for ever would vanish with a newer one's TTL."""
+    return keeper.expires_at is not None and (memory.expires_at is None or memory.expires_at > keeper.expires_at)
+
+
+def mergeable_into(memory: Any, keeper: Any) -> bool:
+    """The one test of an automatic merge of ``memory`` into ``keeper``."""
+    return (
+        same_statement(memory.content, keeper.content) and same_reach(memory, keeper) and not outlives(memory, keeper)
+    )
 
 
 def differing_words(a: str, b: str, limit: int = 6) -> str:

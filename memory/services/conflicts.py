@@ -42,7 +42,7 @@ from memory.services.events import EventType, event_append
 from memory.services.locks import memory_group_lock, tenant_write_lock
 from memory.services.memories import memory_confirm, memory_supersede
 from memory.services.system import pipeline_setting, system_caller
-from memory.statements import differing_words, same_statement
+from memory.statements import differing_words, outlives, same_reach, same_statement
 from policy.caller import Caller
 
 logger = logging.getLogger(__name__)
@@ -80,25 +80,6 @@ def _peers(memory: Memory):  # type: ignore[no-untyped-def]
     )
 
 
-def _same_reach(a: Memory, b: Memory) -> bool:
-    """Whether every read that finds one finds the other: a merge into a
-    memory of another boundary class, collection, butler, source, tags or
-    metadata would hide the text from a reader, a filter or a collection
-    that found it before."""
-    return (
-        a.boundary_class == b.boundary_class
-        and a.collection == b.collection
-        and a.butler == b.butler
-        and a.source == b.source
-        and sorted(a.tags) == sorted(b.tags)
-        and a.metadata == b.metadata
-    )
-
-
-def _outlives(memory: Memory, keeper: Memory) -> bool:
-    return keeper.expires_at is not None and (memory.expires_at is None or memory.expires_at > keeper.expires_at)
-
-
 def memory_conflict_check(*, memory_id: uuid.UUID) -> ConflictCheckResult:
     """Safe to run twice: merges go through the idempotent ``memory_supersede``,
     candidates are unique per pair, and a memory that is no longer active is
@@ -133,14 +114,14 @@ def _check(memory: Memory) -> ConflictCheckResult:
         # or the other way round, would make a get by key (a LangGraph store
         # item, a fact's subject+predicate) fail or return another statement.
         for other in _peers(memory).filter(content_hash=memory.content_hash, subject="").without_vectors():
-            if same_statement(other.content, memory.content) and _same_reach(other, memory):
+            if same_statement(other.content, memory.content) and same_reach(other, memory):
                 duplicates[other.pk] = other
         for other, _ in similar:
             if (
                 other.pk not in duplicates
                 and not other.subject
                 and same_statement(other.content, memory.content)
-                and _same_reach(other, memory)
+                and same_reach(other, memory)
             ):
                 duplicates[other.pk] = other
     if duplicates:
@@ -148,10 +129,10 @@ def _check(memory: Memory) -> ConflictCheckResult:
         # that would outlive it (kept for ever, the newest due to expire): that
         # pair stays open for review.
         keeper = max([memory, *duplicates.values()], key=_age)
-        if _outlives(memory, keeper):
+        if outlives(memory, keeper):
             duplicates = {}
         else:
-            duplicates = {pk: other for pk, other in duplicates.items() if not _outlives(other, keeper)}
+            duplicates = {pk: other for pk, other in duplicates.items() if not outlives(other, keeper)}
     if duplicates:
         group = [memory, *duplicates.values()]
         # memory_supersede locks each pair in primary-key order, but pair after

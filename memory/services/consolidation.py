@@ -30,7 +30,7 @@ from memory.services.locks import tenant_write_lock
 from memory.services.memories import fact_store, memory_supersede, rule_store
 from memory.services.sweeps import sweep_claim
 from memory.services.system import pipeline_setting, system_caller
-from memory.statements import same_statement
+from memory.statements import mergeable_into
 from policy.caller import Caller
 
 logger = logging.getLogger(__name__)
@@ -150,10 +150,27 @@ def _consolidate_claimed(
     caller = system_caller(tenant_id)
     rows = list(
         _unconsolidated(tenant_id, now, embedded=consolidator.needs_embeddings)
-        .only("pk", "content", "content_hash", "created_at", "butler", "scope", "importance", "embedding")
+        .only(
+            "pk",
+            "content",
+            "content_hash",
+            "created_at",
+            "butler",
+            "scope",
+            "importance",
+            "embedding",
+            # What a duplicate merge must find alike (memory.statements.mergeable_into).
+            "boundary_class",
+            "collection",
+            "source",
+            "tags",
+            "metadata",
+            "expires_at",
+        )
         .order_by("created_at", "id")[: batch_size + 1]
     )
     result = ConsolidationResult(tenants=1, more=len(rows) > batch_size)
+    rows_by_id = {row.pk: row for row in rows[:batch_size]}
     by_scope: dict[str, list[EpisodeView]] = defaultdict(list)
     for row in rows[:batch_size]:
         by_scope[row.scope].append(
@@ -185,21 +202,20 @@ def _consolidate_claimed(
             if created is not None:
                 result.created.append(created)
                 result.consumed += len(proposal.source_ids)
-        by_id = {e.id: e for e in episodes}
         for group in plan.duplicates:
-            members = [by_id[pk] for pk in group if pk in offered]
+            members = [rows_by_id[pk] for pk in group if pk in offered]
             # Whatever a consolidator (an LLM) groups, only the same statement
             # merges (memory/statements.py), into the newest of the group.
             if len(members) < 2:
                 continue
-            keeper = max(members, key=lambda e: (e.created_at, str(e.id)))
-            others = [e.id for e in members if e is not keeper and same_statement(e.content, keeper.content)]
+            keeper = max(members, key=lambda e: (e.created_at, str(e.pk)))
+            others = [e.pk for e in members if e is not keeper and mergeable_into(e, keeper)]
             for other in others:
                 try:
-                    memory_supersede(caller=caller, old_id=other, new_id=keeper.id, reason="duplicate episode")
+                    memory_supersede(caller=caller, old_id=other, new_id=keeper.pk, reason="duplicate episode")
                     result.merged += 1
                 except (InvalidArgument, NotFound) as exc:
-                    logger.info("duplicate episode %s not merged into %s: %s", other, keeper.id, exc)
+                    logger.info("duplicate episode %s not merged into %s: %s", other, keeper.pk, exc)
         with transaction.atomic():
             result.consumed += _mark_consolidated(caller, sorted(plan.consumed & offered), now, None)
     # Re-enqueue only when this run made progress: a batch of young episodes that

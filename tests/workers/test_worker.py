@@ -37,16 +37,13 @@ def fresh(memory: Memory) -> Memory:
 def test_embedding_is_retried_after_the_embedder_fails(start_worker, fake_openai):
     member = make_identity("tenant-a", "member")
     older = fact_store(
-        caller=member.caller, subject="user", predicate="colour", content="User's favourite colour is blue"
+        caller=member.caller, subject=None, predicate=None, content="The user's favourite colour is blue"
     )
     real = get_embedder()
     set_embedder(BrokenEmbedder())
     try:
         newer = fact_store(
-            caller=member.caller,
-            subject="user",
-            predicate="favourite colour",
-            content="The user's favourite colour is blue.",
+            caller=member.caller, subject=None, predicate=None, content="The user's favourite colour is blue."
         ).memory
     finally:
         set_embedder(real)
@@ -64,7 +61,7 @@ def test_embedding_is_retried_after_the_embedder_fails(start_worker, fake_openai
     expected = real.embed([newer.content])[0]
     assert sum(a * b for a, b in zip(row.embedding, expected, strict=True)) > 0.999
     # With the vector in place the worker ran the conflict check: the restatement
-    # (the same words) keeps the newer fact and retires the older one.
+    # (the same text but its final full stop) keeps the newer fact and retires the older one.
     wait_until(lambda: fresh(older.memory).validity == "superseded", what="the conflict check", worker=worker)
     assert fresh(older.memory).superseded_by_id == newer.id
 
