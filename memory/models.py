@@ -57,6 +57,13 @@ class Kind(models.TextChoices):
     DOCUMENT = "document", "Document chunk"
 
 
+# The kinds the conflict check looks at: statements that can restate or
+# contradict one another. An episode repeats by nature (what consolidation
+# looks for); a document's chunks are one text cut in pieces, whose overlaps
+# would fill the review queue and hold the worker for nothing.
+CONFLICT_CHECKED_KINDS = (Kind.FACT, Kind.RULE)
+
+
 class Collection(models.TextChoices):
     """roampal v0.3.5's collections, a property of a memory (not a kind): working
     and history are episodes (TTL 24 h / 30 d), patterns are rules, memory_bank

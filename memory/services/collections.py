@@ -169,7 +169,8 @@ def book_chunks(text: str, *, size: int = BOOK_CHUNK_CHARS, overlap: int = BOOK_
         heading = paragraph.startswith("#")
         if current and (heading or len(current) + len(paragraph) + 2 > size):
             chunks.append(current)
-            tail = current[-overlap:] if not heading else ""
+            # current[-0:] is all of it: with no overlap nothing is carried over.
+            tail = current[-overlap:] if overlap > 0 and not heading else ""
             tail = tail[tail.find(" ") + 1 :] if " " in tail else tail
             current = (tail + "\n\n" + paragraph).strip() if tail else paragraph
         else:

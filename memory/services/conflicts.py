@@ -15,8 +15,9 @@ that resolve what it found.
   it: a fact with the same subject and related content, or anything highly
   similar but not the same statement (the reason names the words that differ).
 
-Episodes are not checked: a repeated episode is the signal consolidation
-looks for, not a conflict."""
+Only facts and rules are checked (``CONFLICT_CHECKED_KINDS``): a repeated
+episode is the signal consolidation looks for, not a conflict, and a book's
+chunks are one text."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from django.utils import timezone
 from memory import validation
 from memory.errors import InvalidArgument, NotFound, PermissionDenied
 from memory.models import (
+    CONFLICT_CHECKED_KINDS,
     ConflictCandidate,
     ConflictKind,
     ConflictStatus,
@@ -87,8 +89,8 @@ def memory_conflict_check(*, memory_id: uuid.UUID) -> ConflictCheckResult:
     memory = Memory.objects.filter(pk=memory_id).first()
     if memory is None:
         return ConflictCheckResult(skipped="missing")
-    if memory.kind == Kind.EPISODE:
-        return ConflictCheckResult(skipped="episode")
+    if memory.kind not in CONFLICT_CHECKED_KINDS:
+        return ConflictCheckResult(skipped=memory.kind)
     if memory.validity != Validity.ACTIVE:
         return ConflictCheckResult(skipped=memory.validity)
     with transaction.atomic():

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from django.db import transaction
 from django.utils import timezone
 
-from memory.models import EmbeddingStatus, FollowUp, FollowUpKind, Kind, Memory
+from memory.models import CONFLICT_CHECKED_KINDS, EmbeddingStatus, FollowUp, FollowUpKind, Memory
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +78,13 @@ def _record(memories: Sequence[tuple[uuid.UUID, uuid.UUID]], kind: FollowUpKind)
 
 def followups_for_writes(memories: Sequence[Memory]) -> None:
     """What new memories still need once committed: a vector (which then
-    brings its conflict check), or for a fact or rule with a vector, the check.
+    brings its conflict check), or for a fact or rule with a vector, the check
+    (``CONFLICT_CHECKED_KINDS``).
     One INSERT per kind however many memories one transaction wrote."""
     ready = EmbeddingStatus.READY
     _record([(m.id, m.tenant_id) for m in memories if m.embedding_status != ready], FollowUpKind.EMBED)
     _record(
-        [(m.id, m.tenant_id) for m in memories if m.embedding_status == ready and m.kind != Kind.EPISODE],
+        [(m.id, m.tenant_id) for m in memories if m.embedding_status == ready and m.kind in CONFLICT_CHECKED_KINDS],
         FollowUpKind.CONFLICT_CHECK,
     )
 
@@ -117,7 +118,7 @@ def followups_embedded(*, memory_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
             )
         )
         checkable = set(
-            Memory.objects.filter(pk__in=list(ready)).exclude(kind=Kind.EPISODE).values_list("pk", flat=True)
+            Memory.objects.filter(pk__in=list(ready), kind__in=CONFLICT_CHECKED_KINDS).values_list("pk", flat=True)
         )
         due = [pk for pk in ready if pk in checkable and (pk in closing or pk not in had_one)]
         _record([(pk, ready[pk]) for pk in due], FollowUpKind.CONFLICT_CHECK)

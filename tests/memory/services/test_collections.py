@@ -210,6 +210,36 @@ def test_markdown_chunking_keeps_headings_and_bounds():
     assert all(len(c) <= 1000 for c in chunks)
 
 
+@pytest.mark.parametrize("overlap", [0, 100])
+def test_chunks_carry_at_most_the_overlap_of_the_chunk_before(overlap):
+    """With overlap 0 (what the ingest API allows) a chunk carried all of the
+    one before it, which carried all of its own: a 99 kB book was stored as
+    84 MB."""
+    text = "\n\n".join(f"Paragraph {n} " + "about the deploy checklist " * 8 for n in range(200))
+    chunks = book_chunks(text, size=1000, overlap=overlap)
+    assert all(len(c) <= 1000 + overlap for c in chunks)
+    assert sum(len(c) for c in chunks) <= len(text) + len(chunks) * (overlap + 2)
+    for n in range(200):  # every paragraph is stored
+        assert any(f"Paragraph {n} " in c for c in chunks)
+
+
+def test_a_books_chunks_get_no_conflict_check(member):
+    """Overlapping chunks of one text are near-duplicates of one another: checked,
+    two small books left tens of thousands of open candidates and held the
+    worker every tenant shares."""
+    from memory.models import ConflictCandidate, FollowUp, FollowUpKind
+    from memory.services.conflicts import memory_conflict_check
+
+    text = "\n\n".join(f"Step {n}. " + "Run the deploy checklist before the release. " * 30 for n in range(6))
+    chunk_ids = api.book_ingest(
+        caller=member.caller, title="Runbook", text=text, chunk_size=500, chunk_overlap=100
+    ).chunk_ids
+    assert len(chunk_ids) > 3
+    assert not FollowUp.objects.filter(memory_id__in=chunk_ids, kind=FollowUpKind.CONFLICT_CHECK).exists()
+    assert {memory_conflict_check(memory_id=pk).skipped for pk in chunk_ids} == {"document"}
+    assert not ConflictCandidate.objects.filter(memory_id__in=chunk_ids).exists()
+
+
 def test_ingest_book_command_shows_progress(member, tmp_path):
     path = tmp_path / "guide.md"
     path.write_text("# Guide\n\nDeploy with make release.\n\n# Rollback\n\nUse make rollback.\n")
