@@ -111,15 +111,28 @@ class SemVer:
         return SemVer(self.major, self.minor, self.patch + 1)
 
 
+# A version part fits a 64-bit integer, as every store and client can hold it.
+_VERSION_PART_DIGITS = 18
+_VERSION_PART_BITS = 60
+_VERSION_PRERELEASE_CHARS = 64
+
+
 def parse_version(value: object, *, path: str = "version") -> SemVer:
     """'0.1.3', '0.1' and YAML's number 0.1 all name semver 0.1.x; missing parts are 0."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise PolicyInvalid([(path, f"must be a semver string such as '0.1.3' (got {type(value).__name__})")])
+    if isinstance(value, int) and value.bit_length() > _VERSION_PART_BITS:
+        # Python refuses to print an int of more than 4300 digits: refuse it before.
+        raise PolicyInvalid([(path, f"has a part over {_VERSION_PART_DIGITS} digits")])
     text = repr(value) if isinstance(value, float) else str(value)
     match = _SEMVER.match(text.strip())
     if not match:
         raise PolicyInvalid([(path, f"must be a semver string MAJOR.MINOR.PATCH such as '0.1.3' (got {_shown(text)})")])
     major, minor, patch, pre = match.groups()
+    if any(part and len(part) > _VERSION_PART_DIGITS for part in (major, minor, patch)):
+        raise PolicyInvalid([(path, f"has a part over {_VERSION_PART_DIGITS} digits (got {_shown(text)})")])
+    if pre and len(pre) > _VERSION_PRERELEASE_CHARS:
+        raise PolicyInvalid([(path, f"has a pre-release over {_VERSION_PRERELEASE_CHARS} characters")])
     return SemVer(int(major), int(minor or 0), int(patch or 0), 0 if pre else 1, pre or "")
 
 

@@ -135,3 +135,19 @@ def test_a_value_python_cannot_build_is_a_coded_error():
     # An integer past Python's digit limit raised ValueError from inside the loader.
     error = refused("retrieval:\n  hybrid:\n    k_txt: " + "9" * 6000 + "\n")
     assert "cannot be read" in str(error) and "9999" not in str(error)
+
+
+@pytest.mark.parametrize(
+    "version",
+    [
+        "'1.0." + "9" * 5000 + "'",
+        "'" + "9" * 4301 + ".0.0'",
+        "'1.0.0-" + "1" * 4400 + "'",
+        "9" * 5000,  # a YAML integer
+    ],
+)
+def test_a_version_with_thousands_of_digits_is_refused_with_the_policy_code(version):
+    """Python converts at most 4300 digits between int and str: such a version
+    was an INTERNAL error."""
+    error = refused(f"version: {version}\n")
+    assert "9" * 100 not in str(error) and "1" * 100 not in str(error)
