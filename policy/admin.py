@@ -16,7 +16,7 @@ from policy.admin_access import TenantScopedAdminMixin, admin_access
 from policy.admin_policies import PolicyEventAdmin, PolicyVersionAdmin  # noqa: F401  (registers them)
 from policy.models import ApiToken, Principal, Tenant
 from policy.services.tenants import tenant_get_or_create
-from policy.services.tokens import token_issue, token_revoke
+from policy.services.tokens import token_issue, token_revoke, tokens_changed
 
 
 @admin.register(Tenant)
@@ -181,6 +181,7 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
         if change:
             super().save_model(request, obj, form, change)
+            tokens_changed()  # an edited revocation or expiry holds at once, as token_revoke's does
             return
         principal: Principal = form.cleaned_data["principal"]
         issued = token_issue(
@@ -214,6 +215,14 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         return super().response_add(request, obj, post_url_continue)
 
     @admin.action(description="Revoke selected tokens")
+    def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
+        super().delete_model(request, obj)
+        tokens_changed()
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        super().delete_queryset(request, queryset)
+        tokens_changed()
+
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         # The queryset comes from get_queryset, so only the user's tenant's tokens.
         count = token_revoke(queryset)

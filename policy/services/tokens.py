@@ -120,10 +120,21 @@ def token_revoke(tokens: QuerySet[ApiToken]) -> int:
     process forgets every cached token at once; every other web process does on
     its next request once the revocation commits (policy/tokencache.py)."""
     count = tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
-    token_cache_clear()
     if count:
-        transaction.on_commit(policy_generation_bump)
+        tokens_changed()
+    else:
+        token_cache_clear()
     return count
+
+
+def tokens_changed() -> None:
+    """Some token's validity changed (revoked, its expiry edited, deleted):
+    this process forgets every cached token at once, every other web process
+    on its next request once the change commits. Every path that changes a
+    token calls it, so a revocation by any of them holds from the first
+    request after it."""
+    token_cache_clear()
+    transaction.on_commit(policy_generation_bump)
 
 
 def caller_for_target_tenant(*, caller: Caller, tenant: str | None, elevate: bool = False) -> Caller:

@@ -11,7 +11,7 @@ from django.urls import reverse
 from memory.models import ConflictCandidate
 from memory.services.memories import episode_store, fact_store, rule_store
 from policy.models import ApiToken
-from policy.services.tokens import token_authenticate
+from policy.services.tokens import token_authenticate, token_authenticate_cached, token_cached_caller, token_issue
 
 pytestmark = pytest.mark.django_db
 
@@ -115,3 +115,44 @@ def test_dashboard_charts_every_kind_book_chunks_too(client, admin_a):
     titles = [bar["title"] for bar in response.context["per_day"]["bars"]]
     assert any(title.endswith(("document: 1", "document: 2")) for title in titles), titles
     assert {row["kind"] for row in response.context["per_day"]["legend"]} == {"episode", "fact", "rule", "document"}
+
+
+def _revoked_in_the_change_form(client, token_row: ApiToken) -> None:
+    post_data = {
+        "name": token_row.name,
+        "expires_at_0": "",
+        "expires_at_1": "",
+        "revoked_at_0": "2026-01-01",
+        "revoked_at_1": "00:00:00",
+    }
+    response = client.post(reverse("admin:policy_apitoken_change", args=[token_row.pk]), post_data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+
+
+def _expired_in_the_change_form(client, token_row: ApiToken) -> None:
+    post_data = {
+        "name": token_row.name,
+        "expires_at_0": "2026-01-01",
+        "expires_at_1": "00:00:00",
+        "revoked_at_0": "",
+        "revoked_at_1": "",
+    }
+    response = client.post(reverse("admin:policy_apitoken_change", args=[token_row.pk]), post_data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+
+
+def _deleted(client, token_row: ApiToken) -> None:
+    response = client.post(reverse("admin:policy_apitoken_delete", args=[token_row.pk]), {"post": "yes"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+
+
+@pytest.mark.parametrize("cut_off", [_revoked_in_the_change_form, _expired_in_the_change_form, _deleted])
+def test_a_token_cut_off_in_the_admin_is_refused_at_once_by_the_http_tier(client, admin_a, cut_off):
+    """The HTTP tier caches a token's caller for a few seconds; every way the
+    admin ends a token forgets it at once, as the revoke action does."""
+    issued = token_issue(tenant_slug="tenant-a", principal_name="bot", role="member")
+    assert token_authenticate_cached(issued.token) is not None
+    client.force_login(admin_a.user)
+    cut_off(client, issued.api_token)
+    assert token_cached_caller(issued.token) is None
+    assert token_authenticate_cached(issued.token) is None
