@@ -19,6 +19,7 @@ from memory.models import Kind, Memory
 from memory.services.graph import EntityInput, RelationInput, graph_merge
 from memory.services.locks import tenant_write_lock
 from memory.services.memories import fact_store, require_write, rule_store
+from policy.boundary import boundary_for
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
@@ -66,6 +67,9 @@ def claim_upsert(
         )
         if existing is not None:
             same = (claim_kind_of(existing), existing.scope, existing.boundary_class) == (kind, scope, boundary_class)
+            if not same and existing.boundary_class not in boundary_for(caller.policy).visible:
+                # Naming a claim the caller's reads cannot see would tell its id and class.
+                raise Duplicate("the same text is already stored as a claim this token cannot read; change the text.")
             if not same:
                 raise Duplicate(
                     f"the same text is already claim {existing.id} with kind {claim_kind_of(existing)}, scope "
