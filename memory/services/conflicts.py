@@ -86,15 +86,20 @@ def memory_conflict_check(*, memory_id: uuid.UUID) -> ConflictCheckResult:
     """Safe to run twice: merges go through the idempotent ``memory_supersede``,
     candidates are unique per pair, and a memory that is no longer active is
     left alone."""
-    memory = Memory.objects.filter(pk=memory_id).first()
-    if memory is None:
+    tenant_id = Memory.objects.filter(pk=memory_id).values_list("tenant_id", flat=True).first()
+    if tenant_id is None:
         return ConflictCheckResult(skipped="missing")
-    if memory.kind not in CONFLICT_CHECKED_KINDS:
-        return ConflictCheckResult(skipped=memory.kind)
-    if memory.validity != Validity.ACTIVE:
-        return ConflictCheckResult(skipped=memory.validity)
     with transaction.atomic():
-        tenant_write_lock(memory.tenant_id)
+        tenant_write_lock(tenant_id)
+        # Read under the lock: a memory read before it may have been merged,
+        # superseded or forgotten while this check waited.
+        memory = Memory.objects.filter(pk=memory_id).first()
+        if memory is None:
+            return ConflictCheckResult(skipped="missing")
+        if memory.kind not in CONFLICT_CHECKED_KINDS:
+            return ConflictCheckResult(skipped=memory.kind)
+        if memory.validity != Validity.ACTIVE:
+            return ConflictCheckResult(skipped=memory.validity)
         return _check(memory)
 
 

@@ -132,6 +132,19 @@ def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: floa
     while pending_follow_ups(stack, run_id) and time.monotonic() < deadline:
         time.sleep(1)
     report.follow_ups_pending = pending_follow_ups(stack, run_id)
+    if report.follow_ups_pending:
+        # Which work is stuck, and on what: a failing check retries with its error in the worker's log.
+        report.samples.extend(
+            f"pending: {row}"
+            for row in stack.sql(
+                "SELECT f.kind, f.attempts, f.created_at, m.kind, m.validity, m.embedding_status, m.embedding_error, "
+                "left(m.content, 80) FROM memory_followup f JOIN memory_memory m ON m.id = f.memory_id "
+                "WHERE f.done_at IS NULL AND m.content LIKE %s LIMIT 5",
+                [f"%{run_id}x%"],
+            )
+        )
+        errors = [line for line in stack.log_tail(20_000).splitlines() if "ERROR" in line or "Error" in line]
+        report.samples.extend(errors[-8:])
     report.deadlocks = deadlocks_so_far(stack) - deadlocks_before
     if report.deadlocks:
         report.samples.extend(deadlock_reports(stack))
