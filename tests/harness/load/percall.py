@@ -161,15 +161,16 @@ async def _closed_loop(
                 k += 1
                 text_seed = seed * 10**6 + c * 10**4 + k
                 chosen = store if kind.store_share and rng.random() < kind.store_share else kind
+                arguments = chosen.arguments(rng, qs, text_seed)
                 body = {
                     "jsonrpc": "2.0",
                     "id": k,
                     "method": "tools/call",
-                    "params": {"name": chosen.tool, "arguments": chosen.arguments(rng, qs, text_seed)},
+                    "params": {"name": chosen.tool, "arguments": arguments},
                 }
                 t0 = time.perf_counter()
                 if chosen.plain_http:
-                    answered = await post_api_call(http, base_url + chosen.path, body["params"]["arguments"], errors)
+                    answered = await post_api_call(http, base_url + chosen.path, arguments, errors)
                 else:
                     answered = await post_tool_call(http, base_url + chosen.path, body, errors)
                 if answered:
