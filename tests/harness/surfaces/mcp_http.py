@@ -65,24 +65,20 @@ MCP_HEADERS = {
 
 async def post_tool_call(http, url: str, body: dict, errors: list[str]) -> bool:  # type: ignore[no-untyped-def]
     """POST one tool call; False (and the error noted) unless it answered without an error."""
-    try:
-        response = await http.post(url, json=body)
-        payload = response.json()
-        if response.status_code != 200 or "error" in payload or payload["result"].get("isError"):
-            errors.append(f"{response.status_code} {str(payload)[:200]}")
-            return False
-    except Exception as exc:  # noqa: BLE001 - counted as an error of the run
-        errors.append(f"{type(exc).__name__}: {exc}")
-        return False
-    return True
+    return await _answered(http, url, body, errors, lambda payload: bool(payload["result"].get("isError")))
 
 
 async def post_api_call(http, url: str, arguments: dict, errors: list[str]) -> bool:  # type: ignore[no-untyped-def]
     """POST one call of the plain HTTP API; False (and the error noted) unless it answered 200 without an error."""
+    return await _answered(http, url, arguments, errors, lambda _payload: False)
+
+
+async def _answered(http, url: str, body: dict, errors: list[str], failed) -> bool:  # type: ignore[no-untyped-def]
     try:
-        response = await http.post(url, json=arguments)
-        if response.status_code != 200 or "error" in response.json():
-            errors.append(f"{response.status_code} {response.text[:200]}")
+        response = await http.post(url, json=body)
+        payload = response.json()
+        if response.status_code != 200 or "error" in payload or failed(payload):
+            errors.append(f"{response.status_code} {str(payload)[:200]}")
             return False
     except Exception as exc:  # noqa: BLE001 - counted as an error of the run
         errors.append(f"{type(exc).__name__}: {exc}")
