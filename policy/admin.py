@@ -214,7 +214,6 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
             )
         return super().response_add(request, obj, post_url_continue)
 
-    @admin.action(description="Revoke selected tokens")
     def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
         super().delete_model(request, obj)
         tokens_changed()
@@ -223,6 +222,7 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         super().delete_queryset(request, queryset)
         tokens_changed()
 
+    @admin.action(description="Revoke selected tokens")
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         # The queryset comes from get_queryset, so only the user's tenant's tokens.
         count = token_revoke(queryset)

@@ -113,7 +113,6 @@ class SemVer:
 
 # A version part fits a 64-bit integer, as every store and client can hold it.
 _VERSION_PART_DIGITS = 18
-_VERSION_PART_BITS = 60
 _VERSION_PRERELEASE_CHARS = 64
 
 
@@ -121,7 +120,7 @@ def parse_version(value: object, *, path: str = "version") -> SemVer:
     """'0.1.3', '0.1' and YAML's number 0.1 all name semver 0.1.x; missing parts are 0."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise PolicyInvalid([(path, f"must be a semver string such as '0.1.3' (got {type(value).__name__})")])
-    if isinstance(value, int) and value.bit_length() > _VERSION_PART_BITS:
+    if isinstance(value, int) and abs(value) >= 10**_VERSION_PART_DIGITS:
         # Python refuses to print an int of more than 4300 digits: refuse it before.
         raise PolicyInvalid([(path, f"has a part over {_VERSION_PART_DIGITS} digits")])
     text = repr(value) if isinstance(value, float) else str(value)

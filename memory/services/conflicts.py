@@ -120,16 +120,9 @@ def _check(memory: Memory) -> ConflictCheckResult:
         # superseded by it on write; a keyless memory merged into a keyed one,
         # or the other way round, would make a get by key (a LangGraph store
         # item, a fact's subject+predicate) fail or return another statement.
-        for other in _peers(memory).filter(content_hash=memory.content_hash, subject="").without_vectors():
+        same_hash = _peers(memory).filter(content_hash=memory.content_hash, subject="").without_vectors()
+        for other in [*same_hash, *(other for other, _ in similar if not other.subject)]:
             if same_statement(other.content, memory.content) and same_reach(other, memory):
-                duplicates[other.pk] = other
-        for other, _ in similar:
-            if (
-                other.pk not in duplicates
-                and not other.subject
-                and same_statement(other.content, memory.content)
-                and same_reach(other, memory)
-            ):
                 duplicates[other.pk] = other
     if duplicates:
         # The newest stays and the others are superseded by it, except a copy

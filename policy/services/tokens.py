@@ -122,8 +122,6 @@ def token_revoke(tokens: QuerySet[ApiToken]) -> int:
     count = tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
     if count:
         tokens_changed()
-    else:
-        token_cache_clear()
     return count
 
 
