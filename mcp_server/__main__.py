@@ -56,7 +56,10 @@ def main() -> None:
     from memproj.embedded import ensure_for_settings
 
     ensure_for_settings()
+    import anyio
+
     from mcp_server.server import build_server
+    from mcp_server.stdio import serve_stdio
     from memory.embeddings import warm_up
     from memproj.heap import freeze_startup_heap
     from policy.services.tokens import token_authenticate
@@ -76,7 +79,7 @@ def main() -> None:
     connection_options.set(connection)
     server = build_server(args.toolset, static_caller=caller)
     freeze_startup_heap()
-    server.run("stdio")
+    anyio.run(serve_stdio, server, token)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from policy.errors import PermissionDenied
 from policy.services.tokens import token_authenticate_cached, token_cached_caller
 
 
-def _authenticate_in_thread(token: str) -> Caller | None:
+def authenticate_in_thread(token: str) -> Caller | None:
+    """``token_authenticate_cached`` from a worker thread, with its own connection."""
     close_old_connections()
     try:
         return token_authenticate_cached(token)
@@ -31,7 +32,7 @@ class MemprojTokenVerifier:
         # A recently verified token needs no worker thread and no query.
         caller = token_cached_caller(token)
         if caller is None:
-            caller = await sync_to_async(_authenticate_in_thread, thread_sensitive=False)(token)
+            caller = await sync_to_async(authenticate_in_thread, thread_sensitive=False)(token)
         if caller is None:
             return None
         return AccessToken(

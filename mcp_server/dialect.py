@@ -36,10 +36,11 @@ from django.db import DatabaseError, InterfaceError, close_old_connections
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError as SchemaError
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_REQUEST, CallToolResult, TextContent
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, CallToolResult, TextContent
 from mcp_types import Tool as MCPTool
 from pydantic import AnyHttpUrl
 
@@ -425,6 +426,35 @@ def _as_sent(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+class _CodedCallParams:
+    """Server middleware: a ``tools/call`` whose params are not a tool name and
+    an arguments object is refused with the dialect's INVALID_ARGUMENT, where the
+    SDK answers a bare "Invalid request parameters" that names no field and no
+    code. It replaces the SDK's default middleware, which only opens
+    OpenTelemetry spans for an exporter memproj does not install."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "tools/call" and ctx.request_id is not None:
+            problem = self._problem(ctx.params)
+            if problem is not None:
+                message = self.dialect.render_error("INVALID_ARGUMENT", problem, {})
+                raise MCPError(code=INVALID_PARAMS, message=message, data={"code": "INVALID_ARGUMENT"})
+        return await call_next(ctx)
+
+    @staticmethod
+    def _problem(params: Any) -> str | None:
+        if not isinstance(params, Mapping):
+            return 'tools/call takes params as an object: {"name": "<tool>", "arguments": {...}}.'
+        if not isinstance(params.get("name"), str):
+            return "tools/call needs the tool's name as a string in params.name."
+        if params.get("arguments") is not None and not isinstance(params["arguments"], Mapping):
+            return "a tool's arguments must be a JSON object (params.arguments)."
+        return None
+
+
 class DialectServer(MCPServer[Any]):
     """An MCPServer that applies the dialect's argument contract and error rendering."""
 
@@ -438,6 +468,7 @@ class DialectServer(MCPServer[Any]):
         )
         self.dialect = dialect
         self.static_caller = static_caller
+        self._lowlevel_server.middleware = [_CodedCallParams(dialect)]
         self.specs: dict[str, ToolSpec] = {}
         self.validators: dict[str, Any] = {}
         for spec in dialect.tools:

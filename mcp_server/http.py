@@ -218,6 +218,12 @@ CREDENTIALS_REFUSED = (
 # RFC 6750's challenge for a refused token (no resource_metadata: memproj's
 # tokens come from issue_token or the admin, never from an OAuth flow).
 REFUSED_CHALLENGE = 'Bearer error="invalid_token", error_description="the bearer token was refused"'
+# A message that is no JSON-RPC request, on either MCP transport.
+NOT_JSON = "the message is not JSON: send one JSON-RPC 2.0 message as UTF-8 JSON (no lone surrogates)."
+NOT_JSONRPC = (
+    'the message is not a JSON-RPC 2.0 message this endpoint takes: one JSON object with "jsonrpc": "2.0", '
+    'a "method" string, an "id" (a string or an integer) for a request, and "params" as an object.'
+)
 
 
 # --- Worker threads ------------------------------------------------------------------

@@ -35,7 +35,13 @@ from mcp.server.transport_security import TransportSecuritySettings  # noqa: E40
 
 from mcp_server.auth import MemprojTokenVerifier  # noqa: E402
 from mcp_server.dialect import Dialect, connection_options  # noqa: E402
-from mcp_server.http import CREDENTIALS_REFUSED, REFUSED_CHALLENGE, RETRY_AFTER_SECONDS  # noqa: E402
+from mcp_server.http import (  # noqa: E402
+    CREDENTIALS_REFUSED,
+    NOT_JSON,
+    NOT_JSONRPC,
+    REFUSED_CHALLENGE,
+    RETRY_AFTER_SECONDS,
+)
 from mcp_server.registry import TOOLSETS, dialect_body_limits  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
@@ -85,13 +91,7 @@ class _HoldServerError:
 # The SDK's transport answers a body that is no JSON-RPC message with the JSON
 # parser's message or pydantic's validation report, which echoes the input and
 # names the library's version: each is replaced by a coded error of the dialect.
-_ENVELOPE_ERRORS = {
-    "Parse error:": "the body is not JSON: send one JSON-RPC 2.0 message as UTF-8 JSON (no lone surrogates).",
-    "Validation error:": (
-        'the body is not a JSON-RPC 2.0 message this endpoint takes: one JSON object with "jsonrpc": "2.0", '
-        'a "method" string, an "id" (a string or an integer) for a request, and "params" as an object.'
-    ),
-}
+_ENVELOPE_ERRORS = {"Parse error:": NOT_JSON, "Validation error:": NOT_JSONRPC}
 
 
 class _EnvelopeErrors:

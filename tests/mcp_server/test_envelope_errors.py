@@ -5,6 +5,7 @@ report (which echoed the input and named the library's version)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -53,4 +54,23 @@ async def test_a_body_that_is_no_json_rpc_message_gets_the_dialects_coded_error(
     assert "JSON" in error["message"]
     for leak in (SECRET, "pydantic", "validation error", "Traceback", "input_value"):
         assert leak.lower() not in response.text.lower(), (what, response.text)
+    assert await Memory.objects.acount() == 0
+
+
+CALL_PARAMS = [
+    ("arguments that are no object", {"name": "memory_search", "arguments": [1]}),
+    ("a name that is no string", {"name": 7, "arguments": {}}),
+    ("no name", {"arguments": {"query": "x"}}),
+]
+
+
+@pytest.mark.parametrize(("what", "params"), CALL_PARAMS)
+async def test_a_tool_call_whose_params_are_malformed_gets_the_dialects_coded_error(member, what, params):
+    body = json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": params})
+    response = await post(member, "memory", body)
+    answer = response.json()
+    assert answer["id"] == 5, (what, answer)
+    assert answer["error"]["code"] == -32602, (what, answer)
+    assert answer["error"]["data"]["code"] == "INVALID_ARGUMENT", (what, answer)
+    assert "params" in answer["error"]["message"], (what, answer)
     assert await Memory.objects.acount() == 0
