@@ -12,7 +12,9 @@ body ``{"ops": [...]}``, one result per op, in order:
 
 Items are shaped as LangGraph's ``Item.dict()``. The mapping onto the core is
 the `langmem` dialect's (tools.py): an item is a fact
-in its namespace with the key as subject. Each write is its own transaction.
+in its namespace with the key as subject. A batch is all or nothing: every op
+is checked before any runs, and a batch that puts runs in one transaction, so
+a refused batch (any op malformed or refused by the core) changes nothing.
 Errors: HTTP 400/401/403/404/405/413 with ``{"error": {"code", "message"}}``; a
 retryable one (the store unreachable, the embedder down) is 503 with
 ``Retry-After``."""
@@ -21,9 +23,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
@@ -80,53 +84,67 @@ def _key(op: dict[str, Any]) -> str:
     return key
 
 
-def _run(caller: Caller, op: dict[str, Any]) -> Any:
+# An op checked and ready to run as a caller.
+Run = Callable[[Caller], Any]
+
+
+def _prepare(op: dict[str, Any]) -> Run:
+    """Check an op's shape and return what runs it: every op of a batch is
+    checked before any runs, so a malformed op refuses the batch untouched."""
     kind = op.get("op")
     if kind == "get":
-        memory = api.fact_get_by_key(
-            caller=caller, namespace=_strings(op.get("namespace"), "namespace"), subject=_key(op)
-        )
-        return None if memory is None else langmem.item(memory, with_score=False)
+        namespace, key = _strings(op.get("namespace"), "namespace"), _key(op)
+
+        def get(caller: Caller) -> Any:
+            memory = api.fact_get_by_key(caller=caller, namespace=namespace, subject=key)
+            return None if memory is None else langmem.item(memory, with_score=False)
+
+        return get
     if kind == "put":
         namespace, key = _strings(op.get("namespace"), "namespace"), _key(op)
         if op.get("value") is None:
-            api.fact_retract_by_key(caller=caller, namespace=namespace, subject=key)
-            return None
+
+            def delete(caller: Caller) -> None:
+                api.fact_retract_by_key(caller=caller, namespace=namespace, subject=key)
+
+            return delete
         content, metadata = langmem.fact_fields(op["value"])
-        api.fact_store(
-            caller=caller, subject=key, predicate=None, namespace=namespace, content=content, metadata=metadata
-        )
-        return None
+
+        def put(caller: Caller) -> None:
+            api.fact_store(
+                caller=caller, subject=key, predicate=None, namespace=namespace, content=content, metadata=metadata
+            )
+
+        return put
     if kind == "search":
         prefix = _strings(op.get("namespace_prefix", []), "namespace_prefix", allow_empty=True)
         query, attributes = op.get("query"), op.get("filter")
         limit, offset = _int(op, "limit", 10), _int(op, "offset", 0)
-        if query:
-            found = api.memory_search_accessed(
-                caller=caller,
-                query=api.SearchQuery(
-                    query, types=["fact"], limit=limit, offset=offset, namespace_prefix=prefix, attributes=attributes
-                ),
-            )
-            return [langmem.item(i.memory, i.score) for i in found]
-        rows = api.memory_list_recent_accessed(
-            caller=caller, kinds=["fact"], limit=limit, offset=offset, namespace_prefix=prefix, attributes=attributes
-        )
-        return [langmem.item(m) for m in rows]
+
+        def search(caller: Caller) -> list[dict[str, Any]]:
+            where: dict[str, Any] = dict(limit=limit, offset=offset, namespace_prefix=prefix, attributes=attributes)
+            if query:
+                found = api.memory_search_accessed(caller=caller, query=api.SearchQuery(query, types=["fact"], **where))
+                return [langmem.item(i.memory, i.score) for i in found]
+            return [langmem.item(m) for m in api.memory_list_recent_accessed(caller=caller, kinds=["fact"], **where)]
+
+        return search
     if kind == "list_namespaces":
         starts, ends = op.get("prefix"), op.get("suffix")
         depth = op.get("max_depth")
         if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
             raise api.InvalidArgument("max_depth must be a positive integer or null.")
-        namespaces = api.namespaces_list(
-            caller=caller,
-            prefix=_strings(starts, "prefix", allow_empty=True) if starts is not None else None,
-            suffix=_strings(ends, "suffix", allow_empty=True) if ends is not None else None,
-            max_depth=depth,
-            limit=_int(op, "limit", 100),
-            offset=_int(op, "offset", 0),
-        )
-        return [list(n) for n in namespaces]
+        prefix_path = _strings(starts, "prefix", allow_empty=True) if starts is not None else None
+        suffix_path = _strings(ends, "suffix", allow_empty=True) if ends is not None else None
+        limit, offset = _int(op, "limit", 100), _int(op, "offset", 0)
+
+        def list_namespaces(caller: Caller) -> list[list[str]]:
+            namespaces = api.namespaces_list(
+                caller=caller, prefix=prefix_path, suffix=suffix_path, max_depth=depth, limit=limit, offset=offset
+            )
+            return [list(n) for n in namespaces]
+
+        return list_namespaces
     raise api.InvalidArgument("op must be one of get, put, search, list_namespaces.")
 
 
@@ -192,7 +210,7 @@ def _handle(request: HttpRequest) -> HttpResponse:
     if not any(op.get("op") == "put" for op in ops):
         return _results(caller, ops)
     # A batch that puts is a write: with an Idempotency-Key a retry replays its
-    # answer (mcp_server.http), and its ops commit together.
+    # answer (mcp_server.http); with or without one its ops commit together.
     try:
         return idempotent_response(request, caller, "http:langmem.store", request.body, lambda: _results(caller, ops))
     except api.DomainError as exc:
@@ -200,10 +218,17 @@ def _handle(request: HttpRequest) -> HttpResponse:
 
 
 def _results(caller: Caller, ops: list[dict[str, Any]]) -> JsonResponse:
-    results = []
+    """Every op checked first, then run in order. A batch that puts runs in one
+    transaction: an op the core refuses only when it runs (blank content, the
+    quota reached) or any other failure rolls back the writes before it, so a
+    refused batch changes nothing."""
     try:
-        for op in ops:
-            results.append(_run(caller, op))
+        runs = [_prepare(op) for op in ops]
+        if any(op.get("op") == "put" for op in ops):
+            with transaction.atomic():
+                results = [run(caller) for run in runs]
+        else:
+            results = [run(caller) for run in runs]
     except api.DomainError as exc:
         return _error(exc.code, str(exc), STATUS.get(exc.code, 500))
     return JsonResponse({"results": results})
