@@ -82,13 +82,15 @@ MIDDLEWARE = [
     # First, so that it sees every answer: outside the admin, Django's bare
     # error answers (a 405 of require_safe, the CSRF page) become coded JSON.
     "mcp_server.http.coded_errors",
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Django's own middleware, each run on the event loop outside the admin
+    # (memproj/middleware.py): without a thread hop per method and request.
+    "memproj.middleware.SecurityMiddleware",
+    "memproj.middleware.SessionMiddleware",
+    "memproj.middleware.CommonMiddleware",
+    "memproj.middleware.CsrfViewMiddleware",
+    "memproj.middleware.AuthenticationMiddleware",
+    "memproj.middleware.MessageMiddleware",
+    "memproj.middleware.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "memproj.urls"
