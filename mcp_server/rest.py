@@ -22,7 +22,6 @@ from mcp_server.http import (
     CREDENTIALS_REFUSED,
     REFUSED_CHALLENGE,
     STORAGE_MESSAGE,
-    bearer_caller,
     bearer_token,
     retry_later,
     retryable,
@@ -33,14 +32,25 @@ from mcp_server.server import build_server
 from memory import api
 from memproj.dbthreads import fresh_connections
 from policy.caller import Caller
+from policy.services.tokens import token_authenticate_cached, token_cached_caller
 
 MAX_BODY_BYTES = 256 * 1024
 _servers: dict[str, Any] = {}
 
 
 @fresh_connections
-def _authenticate(header: str) -> Caller | None:
-    return bearer_caller(header)
+def _authenticate(token: str) -> Caller | None:
+    return token_authenticate_cached(token)
+
+
+async def _caller(header: str) -> Caller | None:
+    """The caller behind an ``Authorization: Bearer <token>`` header, as the MCP
+    endpoints verify it: a token verified within the token cache's window needs
+    no worker thread and no query (policy/tokencache.py)."""
+    token = bearer_token(header)
+    if not token:
+        return None
+    return token_cached_caller(token) or await sync_to_async(_authenticate, thread_sensitive=False)(token)
 
 
 def _server(toolset: str) -> Any:
@@ -94,7 +104,7 @@ async def tool_call(request: HttpRequest, toolset: str, tool: str) -> HttpRespon
 
 async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> HttpResponse:
     header = request.headers.get("Authorization", "")
-    caller = await sync_to_async(_authenticate, thread_sensitive=False)(header)
+    caller = await _caller(header)
     if caller is None and bearer_token(header):
         response = _error(dialect, "PERMISSION_DENIED", CREDENTIALS_REFUSED, 401)
         response["WWW-Authenticate"] = REFUSED_CHALLENGE
