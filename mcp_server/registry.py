@@ -20,6 +20,7 @@ from mcp_server.dialects.memento.tools import dialect as memento
 from mcp_server.dialects.memory.tools import dialect as memory
 from mcp_server.dialects.pce.tools import dialect as pce
 from mcp_server.dialects.roampal.tools import dialect as roampal
+from policy.middleware import register_route_error_body
 
 TOOLSETS: dict[str, Dialect] = {d.name: d for d in (memory, memento, langmem, pce, roampal)}
 
@@ -27,6 +28,20 @@ TOOLSETS: dict[str, Dialect] = {d.name: d for d in (memory, memento, langmem, pc
 def dialect_urlpatterns() -> list[URLPattern | URLResolver]:
     """Every dialect's own plain HTTP routes, at the site root."""
     return [path("", include(d.routes)) for d in TOOLSETS.values() if d.routes]
+
+
+def register_route_errors() -> None:
+    """Each dialect route's own error body (``route_errors`` in its routes
+    module: path -> body), so that a request the rate limiter refuses before
+    the route runs is answered in the shape of the route's other errors."""
+    for d in TOOLSETS.values():
+        if d.routes:
+            for route, body in getattr(import_module(d.routes), "route_errors", {}).items():
+                register_route_error_body(route, body)
+
+
+# At import: the served application imports the registry before it serves a request.
+register_route_errors()
 
 
 def dialect_body_limits() -> dict[str, int]:

@@ -7,7 +7,10 @@ the request never reaches the app: the answer is 429 with ``Retry-After``
 MCP (``/mcp/<toolset>``) a JSON-RPC error whose message is in the dialect's
 error format, over its REST route (``/api/<toolset>/<tool>``) the dialect's
 error body itself, as the route answers its other errors (both from the
-renderer registered for the toolset); other paths get a plain JSON error.
+renderer registered for the toolset); a dialect's own plain HTTP route that
+registered its error body (roampal's hooks, ``/api/search``, ``/api/ingest``:
+``{"error": "<message>", "code": "<CODE>"}``) that body; other paths get a
+plain JSON error.
 
 Buckets: a bearer token's bucket is its SHA-256 (no database hit to count), and
 its limit is the token's tenant policy ``rate_limit`` (looked up once and kept
@@ -148,6 +151,32 @@ def register_rate_limit_body(toolset: str, builder: BodyBuilder) -> None:
     RATE_LIMIT_BODIES[toolset] = builder
 
 
+# (code, message, details) -> the error body of one of a dialect's own plain
+# HTTP routes, as the route answers its other errors.
+RouteErrorBody = Callable[[str, str, dict[str, Any]], bytes]
+# exact path (no trailing slash) -> its route's error body; registered by the
+# dialect's routes (mcp_server/registry.py), so that a request the rate limiter
+# refuses before the route runs is answered in the route's own shape.
+ROUTE_ERROR_BODIES: dict[str, RouteErrorBody] = {}
+
+
+def register_route_error_body(path: str, build: RouteErrorBody) -> None:
+    ROUTE_ERROR_BODIES[path.rstrip("/")] = build
+
+
+def _route_error_body(path: str) -> RouteErrorBody | None:
+    return ROUTE_ERROR_BODIES.get(path.rstrip("/"))
+
+
+def route_body(build: RouteErrorBody) -> BodyBuilder:
+    """The rate-limit answer of a route that registered its error body."""
+
+    def answer(decision: RateDecision, _body: bytes) -> tuple[bytes, str]:
+        return build("RATE_LIMIT", _message(decision), _details(decision)), "application/json"
+
+    return answer
+
+
 def rest_error(render: ErrorRenderer, code_name: str, message: str, details: dict[str, Any]) -> bytes:
     """The dialect's error body as its REST route answers errors; a dialect whose
     errors are lines of text (roampal, langmem) gets them inside a coded JSON
@@ -204,7 +233,7 @@ def _toolset_of(path: str) -> str | None:
 def _rest_toolset_of(path: str) -> str | None:
     """The toolset of the generic REST tool route, /api/<toolset>/<tool> (a tool
     name has no slash), if registered; other /api/ endpoints (roampal's hooks,
-    /api/langmem/store/) keep the plain error."""
+    /api/langmem/store/) are no tool routes."""
     if not path.startswith("/api/"):
         return None
     parts = path[len("/api/") :].split("/")
@@ -350,8 +379,11 @@ class RateLimitMiddleware:
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, decision: RateDecision) -> None:
         path = scope.get("path", "")
         toolset, rest_toolset = _toolset_of(path), _rest_toolset_of(path)
+        route = _route_error_body(path)
         builder: BodyBuilder
-        if toolset is not None:
+        if route is not None:
+            builder, body = route_body(route), b""
+        elif toolset is not None:
             builder = RATE_LIMIT_BODIES.get(toolset, MCP_DEFAULT_BODY)
             body = await self._read_body(receive)
         elif rest_toolset is not None:

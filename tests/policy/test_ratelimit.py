@@ -390,7 +390,7 @@ async def test_a_new_policy_applies_on_the_next_request_although_the_rule_is_cac
 async def test_the_rest_route_answers_a_rate_limit_in_the_dialects_own_error_body(owner):
     """/api/pce/<tool> answers its errors in pce's body (``{error: {code, message}}``,
     as pce-memory v0.14.0 does), and so its 429: not the generic body, not JSON-RPC.
-    Other /api/ endpoints keep the plain one."""
+    roampal's hook routes answer theirs in their own body (``{error, code}``)."""
     from asgiref.sync import sync_to_async
 
     from memproj.asgi import Router
@@ -410,4 +410,4 @@ async def test_the_rest_route_answers_a_rate_limit_in_the_dialects_own_error_bod
     body = refused.json()
     assert body["error"]["code"] == "RATE_LIMIT" and body["error"]["details"]["limit"] == 1
     assert {"request_id", "trace_id", "policy_version"} <= set(body) and "jsonrpc" not in body
-    assert hooks.status_code == 429 and set(hooks.json()) == {"error", "request_id"}
+    assert hooks.status_code == 429 and hooks.json()["code"] == "RATE_LIMIT" and set(hooks.json()) == {"error", "code"}

@@ -59,8 +59,18 @@ View = Callable[[HttpRequest, Caller], HttpResponse]
 AsyncView = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponse]]
 
 
+def _error_payload(message: str, code: str) -> dict[str, str]:
+    return {"error": message, "code": code}
+
+
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> bytes:
+    """These routes' error body, for the errors answered before a route runs
+    (the rate limiter's 429): the shape of every other error they answer."""
+    return json.dumps(_error_payload(message, code)).encode()
+
+
 def _error(status: int, message: str, code: str = INVALID, **headers: str) -> JsonResponse:
-    response = JsonResponse({"error": message, "code": code}, status=status)
+    response = JsonResponse(_error_payload(message, code), status=status)
     for key, value in headers.items():
         response[key] = value
     return response
@@ -359,3 +369,5 @@ urlpatterns = [
 ]
 # The ingest endpoint's 10 MB document travels inside a JSON envelope.
 body_limits = {"/api/ingest": INGEST_BODY_LIMIT}
+# Every route's error body, for what is refused before it runs (a rate limit).
+route_errors = {f"/{route.pattern}": error_body for route in urlpatterns}
