@@ -42,7 +42,26 @@ BOOK_CHUNK_CHARS = 1500
 BOOK_CHUNK_OVERLAP = 200
 BOOK_CHUNK_MIN, BOOK_CHUNK_MAX = 200, 8000  # a chunk is one memory's content
 TRANSCRIPT_RETENTION = timedelta(days=7)  # roampal v0.3.5: transcripts are kept 7 days
+# An exchange longer than one memory holds is stored in parts; each part starts
+# this many characters back into the one before, so a phrase cut at a boundary
+# is whole in one of them (as a book's chunks overlap).
+EXCHANGE_PART_OVERLAP = 200
+# Metadata of an exchange stored in parts: every part has its number and their
+# count; the first (the memory the Exchange row names and scoring applies to)
+# lists the ids of the others, each of which names the first.
+EXCHANGE_PART, EXCHANGE_PARTS = "exchange_part", "exchange_parts"
+EXCHANGE_CONTINUED_IN, EXCHANGE_OF = "exchange_continued_in", "exchange_of"
 _SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
+
+
+def _working_session(conversation_id: str | None, metadata: dict[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
+    """A conversation id as a working memory carries it: its session when it is
+    a label, else in the metadata."""
+    session = conversation_id if conversation_id and _SESSION.match(conversation_id) else None
+    meta = dict(metadata or {})
+    if conversation_id and session is None:
+        meta["conversation_id"] = conversation_id[:200]
+    return session, meta
 
 
 def working_store(
@@ -55,10 +74,7 @@ def working_store(
     metadata: dict[str, Any] | None = None,
 ) -> Memory:
     """A new working memory (24 h): an exchange, a key takeaway, a summary."""
-    session = conversation_id if conversation_id and _SESSION.match(conversation_id) else None
-    meta = dict(metadata or {})
-    if conversation_id and session is None:
-        meta["conversation_id"] = conversation_id[:200]
+    session, meta = _working_session(conversation_id, metadata)
     return episode_store(
         caller=caller,
         content=content,
@@ -302,8 +318,67 @@ def exchange_pending_scoring(*, caller: Caller, conversation_id: str) -> Exchang
 @dataclass
 class ExchangeCompleted:
     exchange: Exchange
-    memory: Memory
+    memory: Memory  # the exchange's memory: the one its row names, scored next turn
     scoring_complete: bool  # the turn before was scored (or needed no scoring)
+    # Every memory the exchange was stored as, ``memory`` first (one unless the
+    # exchange is longer than one memory holds).
+    memories: list[Memory] = field(default_factory=list)
+
+
+def exchange_parts(text: str, *, size: int, overlap: int = EXCHANGE_PART_OVERLAP) -> list[str]:
+    """``text`` in parts of at most ``size`` characters, cut at a line break (or
+    else a space) in the second half of a part; each part after the first starts
+    ``overlap`` characters back, at a word. Surrounding whitespace is dropped, and
+    so are parts that are only whitespace. A text that fits is one part."""
+    parts: list[str] = []
+    start = 0
+    while len(text) - start > size:
+        end = start + size
+        cut = text.rfind("\n", start + size // 2, end)
+        if cut < 0:
+            cut = text.rfind(" ", start + size // 2, end)
+        if cut < 0:
+            cut = end
+        parts.append(text[start:cut])
+        back = max(start + 1, cut - overlap)
+        word = re.search(r"\s", text[back:cut])
+        start = back + word.end() if word else back
+    parts.append(text[start:])
+    return [part.strip() for part in parts if part.strip()]
+
+
+def _exchange_continuation(
+    *, caller: Caller, parts: Sequence[str], session: str | None, metadata: dict[str, Any]
+) -> list[Memory]:
+    """The working memories (not saved yet) that hold the parts of an exchange
+    after its first: keyword-searchable once stored, embedded by the worker (as
+    a book's chunks are), so the model does not run while the tenant's write
+    lock is held."""
+    now = timezone.now()
+    return [
+        Memory(
+            tenant_id=caller.tenant_id,
+            principal_id=caller.principal_id if caller.elevated_from is None else None,
+            kind=Kind.EPISODE,
+            collection=Collection.WORKING,
+            content=part,
+            content_hash=validation.content_hash(part),
+            butler=BUTLER,
+            session_id=session or "",
+            metadata={**metadata, EXCHANGE_PART: number, EXCHANGE_PARTS: len(parts) + 1},
+            expires_at=now + scoring.WORKING_TTL,
+            outcome_score=scoring.UNSCORED_OUTCOME_SCORE,
+            embedding_status=EmbeddingStatus.PENDING,
+        )
+        for number, part in enumerate(parts, start=2)
+    ]
+
+
+def exchange_part_ids(memory: Memory) -> list[str]:
+    """The ids of the memories that continue an exchange's memory (none unless
+    the exchange was longer than one memory holds)."""
+    ids = (memory.metadata or {}).get(EXCHANGE_CONTINUED_IN)
+    return [str(value) for value in ids] if isinstance(ids, list) else []
 
 
 def exchange_complete(
@@ -311,7 +386,11 @@ def exchange_complete(
 ) -> ExchangeCompleted:
     """The Stop side of a turn: the exchange is stored as a working memory (so
     it can be scored next turn and earn its way to history) and its row is
-    completed, in one transaction."""
+    completed, in one transaction. An exchange longer than a memory holds
+    (MEMPROJ_MAX_CONTENT_CHARS, the limit of every memory, which imports and
+    every dialect's tools keep too) is stored whole, in parts: the first is the
+    exchange's memory, the others continue it, each findable by its own text;
+    the exchange's outcome applies to all of them."""
     require_write(caller)
     conversation_id = validation.identifier(conversation_id, field="conversation_id")
     for name, value in (
@@ -321,11 +400,27 @@ def exchange_complete(
     ):
         validation.encodable(value, field=name)
     content = f"User: {user_message}\n\nAssistant: {assistant_response}"
-    limit = settings.MEMPROJ["MAX_CONTENT_CHARS"]
-    if len(content) > limit:
-        content = content[: limit - 3] + "..."
+    first, *rest = exchange_parts(content, size=settings.MEMPROJ["MAX_CONTENT_CHARS"])
+    session, meta = _working_session(conversation_id, None)
+    continuation = _exchange_continuation(caller=caller, parts=rest, session=session, metadata=meta)
+    head_meta = (
+        {EXCHANGE_PART: 1, EXCHANGE_PARTS: len(rest) + 1, EXCHANGE_CONTINUED_IN: [str(m.pk) for m in continuation]}
+        if continuation
+        else None
+    )
     with transaction.atomic():
-        memory = working_store(caller=caller, content=content, conversation_id=conversation_id)
+        memory = working_store(caller=caller, content=first, conversation_id=conversation_id, metadata=head_meta)
+        if continuation:
+            for part in continuation:
+                part.metadata[EXCHANGE_OF] = str(memory.pk)
+            memories_insert(
+                caller=caller,
+                rows=continuation,
+                payloads=[
+                    {"collection": Collection.WORKING.value, EXCHANGE_OF: str(memory.pk), EXCHANGE_PART: number}
+                    for number in range(2, len(continuation) + 2)
+                ],
+            )
         exchange = (
             Exchange.objects.for_caller(caller)
             .filter(principal_id=caller.principal_id, conversation_id=conversation_id, completed_at__isnull=True)
@@ -347,7 +442,9 @@ def exchange_complete(
             exchange.scores_id is None
             or Exchange.objects.filter(pk=exchange.scores_id, scored_at__isnull=False).exists()
         )
-    return ExchangeCompleted(exchange=exchange, memory=memory, scoring_complete=scored)
+    return ExchangeCompleted(
+        exchange=exchange, memory=memory, scoring_complete=scored, memories=[memory, *continuation]
+    )
 
 
 def exchange_mark_scored(*, caller: Caller) -> Exchange | None:

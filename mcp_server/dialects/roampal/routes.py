@@ -283,6 +283,9 @@ def stop(request: HttpRequest, caller: Caller) -> HttpResponse:
         {
             "stored": True,
             "doc_id": api.display_id(done.memory),
+            # Ours: every memory the exchange was stored as, doc_id first (more than
+            # one when it is longer than one memory holds; each is searchable).
+            "doc_ids": [api.display_id(m) for m in done.memories],
             "scoring_complete": done.scoring_complete,
             "should_block": not done.scoring_complete,
             "block_message": "" if done.scoring_complete else text.BLOCK_MESSAGE,

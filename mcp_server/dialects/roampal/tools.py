@@ -261,21 +261,28 @@ def _apply_scores(memory_scores: Mapping[str, str] | None) -> tuple[dict[str, st
     return scored, skipped
 
 
-def _score_exchange(outcome: str | None, already: Iterable[str]) -> str | None:
-    """The outcome of the previous exchange applies to its stored working memory
-    (unless the model scored that memory itself)."""
+def _score_exchange(outcome: str | None, already: Iterable[str]) -> tuple[str | None, int]:
+    """The outcome of the previous exchange applies to its stored working memory,
+    and to the parts that continue it when the exchange was longer than one
+    memory holds (each once; not to one the model scored itself). Returns the
+    exchange's memory id and how many memories the outcome updated."""
     caller = dialect.caller()
     previous = api.exchange_mark_scored(caller=caller)
     if previous is None or previous.memory_id is None or outcome is None:
-        return None
+        return None, 0
     found = api.collection_ids(caller, [str(previous.memory_id)])
     memory = found.get(str(previous.memory_id))
     if memory is None:
-        return None
-    if api.display_id(memory) in already or str(memory.id) in already:
-        return api.display_id(memory)
-    api.memory_feedback(caller=caller, memory_id=memory.id, signal=outcome)
-    return api.display_id(memory)
+        return None, 0
+    parts = api.collection_ids(caller, api.exchange_part_ids(memory))
+    named = set(already)
+    updated = 0
+    for each in [memory, *parts.values()]:
+        if api.display_id(each) in named or str(each.id) in named:
+            continue
+        api.memory_feedback(caller=caller, memory_id=each.id, signal=outcome)
+        updated += 1
+    return api.display_id(memory), updated
 
 
 ScoreMap = Annotated[
@@ -293,8 +300,8 @@ def score_response(
     memory_scores: ScoreMap = None,
 ) -> Annotated[CallToolResult, ScoreResult]:
     scored, skipped = _apply_scores(memory_scores)
-    exchange = _score_exchange(outcome, scored)
-    updated = len(scored) + (1 if exchange and exchange not in scored else 0)
+    exchange, exchange_updated = _score_exchange(outcome, scored)
+    updated = len(scored) + exchange_updated
     return _result(
         f"Scored (outcome={outcome}, {updated} memories updated)",
         ScoreResult(outcome=outcome, updated=updated, scored=scored, skipped=skipped, exchange_id=exchange),
@@ -311,7 +318,7 @@ def score_memories(
 ) -> Annotated[CallToolResult, ScoreResult]:
     caller = dialect.caller()
     scored, skipped = _apply_scores(memory_scores)
-    exchange = _score_exchange(exchange_outcome, scored)
+    exchange, exchange_updated = _score_exchange(exchange_outcome, scored)
     stored: list[str] = []
     if exchange_summary and exchange_summary.strip():
         summary = api.working_store(caller=caller, content=exchange_summary, tags=noun_tags)
@@ -319,7 +326,7 @@ def score_memories(
     for fact in facts or []:
         if fact.strip():
             stored.append(api.display_id(api.memory_bank_store(caller=caller, content=fact)))
-    updated = len(scored) + (1 if exchange and exchange not in scored else 0)
+    updated = len(scored) + exchange_updated
     text = f"Scored ({updated} memories updated)"
     if stored:
         text += f"; stored {', '.join(stored)}"

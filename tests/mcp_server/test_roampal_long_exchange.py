@@ -1,0 +1,105 @@
+"""A long exchange through roampal's Stop hook: upstream v0.3.5 takes an
+assistant response of up to 200,000 characters, more than one memory holds
+(MEMPROJ_MAX_CONTENT_CHARS). What the answer says was stored must be findable:
+a search for a phrase from the end of the response finds it, and the turn is
+still scored as one exchange."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.test import Client as DjangoClient
+
+from memory.models import Exchange, Memory
+from tests.conftest import call
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ENDING = "Finally, rotate the zebrafish credentials on the bastion host before the next release."
+QUESTION = "How do I run the shard migration end to end?"
+
+
+def post(identity, path: str, body: object) -> Any:
+    return DjangoClient().post(
+        path, data=json.dumps(body), content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {identity.token}"
+    )
+
+
+def long_answer() -> str:
+    """About 60,000 characters: many plain steps, and one sentence at the very end."""
+    steps = [f"Step {n}: run the migration for shard {n} and read its log before the next one." for n in range(1, 760)]
+    return "\n".join(steps) + "\n" + ENDING
+
+
+def stop_long(identity, conversation: str = "long-1") -> tuple[dict, str]:
+    answer = long_answer()
+    assert len(answer) > 3 * settings.MEMPROJ["MAX_CONTENT_CHARS"]
+    response = post(
+        identity,
+        "/api/hooks/stop",
+        {"conversation_id": conversation, "user_message": QUESTION, "assistant_response": answer},
+    )
+    assert response.status_code == 200, response.content
+    return response.json(), answer
+
+
+def test_a_phrase_from_the_end_of_a_long_response_is_found_by_search(member):
+    stopped, answer = stop_long(member)
+    assert stopped["stored"] is True
+    found = post(member, "/api/search", {"query": "rotate the zebrafish credentials on the bastion host"}).json()
+    assert found["count"] >= 1
+    top = found["results"][0]
+    assert ENDING in top["content"] and top["collection"] == "working"
+    # The answer names every memory the exchange was stored as, the one scored next turn first.
+    assert stopped["doc_ids"][0] == stopped["doc_id"] and len(stopped["doc_ids"]) >= 4
+    assert top["id"] in stopped["doc_ids"]
+
+    # Nothing of the response is lost: every step is in one of the stored memories,
+    # none of which is over the content limit; the Exchange row keeps the whole text.
+    parts = [post(member, "/api/search", {"id": ident}).json()["results"][0] for ident in stopped["doc_ids"]]
+    assert all(len(p["content"]) <= settings.MEMPROJ["MAX_CONTENT_CHARS"] for p in parts)
+    stored = "\n".join(p["content"] for p in parts)
+    assert parts[0]["content"].startswith(f"User: {QUESTION}\n\nAssistant: Step 1: ")
+    assert all(line in stored for line in answer.split("\n"))
+    assert Exchange.objects.get(conversation_id="long-1").assistant_response == answer
+
+
+def test_a_short_exchange_is_still_one_memory(member):
+    stopped = post(
+        member, "/api/hooks/stop", {"conversation_id": "c", "user_message": "hi?", "assistant_response": "Hello."}
+    ).json()
+    assert stopped["doc_ids"] == [stopped["doc_id"]]
+    assert Memory.objects.get().content == "User: hi?\n\nAssistant: Hello."
+
+
+async def test_the_next_turn_scores_every_part_of_a_long_exchange_once(member, mcp_client_for):
+    stopped, _ = await sync_to_async(stop_long)(member, "long-2")
+    nxt = await sync_to_async(post)(member, "/api/hooks/get-context", {"query": "thanks", "conversation_id": "long-2"})
+    assert nxt.json()["scoring_required"] is True
+    async with mcp_client_for(member, "roampal") as client:
+        scored = await call(client, "score_response", outcome="worked")
+    assert scored["exchange_id"] == stopped["doc_id"] and scored["updated"] == len(stopped["doc_ids"])
+    rows = [m async for m in Memory.objects.filter(collection="working")]
+    assert len(rows) == len(stopped["doc_ids"])
+    # One outcome for the one exchange: each of its memories got it once (0.5 + 0.2).
+    assert {(m.applied_count, round(m.outcome_score, 4)) for m in rows} == {(1, 0.7)}
+
+
+def test_exchange_parts_are_bounded_overlap_and_lose_nothing():
+    from memory.services.collections import exchange_parts
+
+    words = " ".join(f"w{n}" for n in range(3000))
+    parts = exchange_parts(words, size=1000)
+    assert len(parts) > 10 and all(len(p) <= 1000 for p in parts)
+    assert parts[0].startswith("w0 ") and parts[-1].endswith("w2999")
+    # Any phrase shorter than the overlap, wherever the cuts fall, is whole in one part.
+    starts = [0] + [i + 1 for i, c in enumerate(words) if c == " "]
+    assert all(any(words[s : s + 150].strip() in p for p in parts) for s in starts)
+    # No space to cut at: cut at the size; whitespace only: nothing to store.
+    assert [len(p) for p in exchange_parts("x" * 2500, size=1000)] == [1000, 1000, 900]
+    assert exchange_parts("x" + " " * 5000 + "y", size=1000) == ["x", "y"]
+    assert exchange_parts("short", size=1000) == ["short"]
