@@ -2,6 +2,8 @@
 
 from django.contrib import admin
 
+from policy.loginlock import AdminLoginForm
+
 admin.site.site_header = "memproj administration"
 admin.site.site_title = "memproj admin"
 admin.site.index_title = "Memories, tenants and access"
@@ -9,3 +11,5 @@ admin.site.index_title = "Memories, tenants and access"
 # "View site" link: the header's "Dashboard" link (templates/admin/base_site.html)
 # leads to the per-tenant dashboards instead.
 admin.site.site_url = None  # type: ignore[assignment]
+# A login locked after too many failures says so (policy/loginlock.py).
+admin.site.login_form = AdminLoginForm

@@ -149,6 +149,18 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# The admin login lockout (policy/loginlock.py) refuses a locked login before
+# ModelBackend checks its password.
+AUTHENTICATION_BACKENDS = [
+    "policy.loginlock.LoginLockoutBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+MEMPROJ_ADMIN_LOGIN_LOCKOUT = {
+    "FAILURES": read("MEMPROJ_ADMIN_LOGIN_FAILURES"),
+    "ADDRESS_FAILURES": read("MEMPROJ_ADMIN_LOGIN_ADDRESS_FAILURES"),
+    "WINDOW_SECONDS": read("MEMPROJ_ADMIN_LOGIN_WINDOW"),
+    "LOCKOUT_SECONDS": read("MEMPROJ_ADMIN_LOGIN_LOCKOUT"),
+}
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

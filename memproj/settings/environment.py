@@ -178,6 +178,38 @@ SETTINGS: tuple[Setting, ...] = (
         "to separate it from the database owner's password (see Reliability).",
         "Security and hosts",
     ),
+    _S(
+        "MEMPROJ_ADMIN_LOGIN_FAILURES",
+        "int",
+        5,
+        "Failed admin logins for one username (existing or not) within `MEMPROJ_ADMIN_LOGIN_WINDOW` that lock "
+        "it for `MEMPROJ_ADMIN_LOGIN_LOCKOUT`: its logins are refused, the right password included. A successful "
+        "login clears the username's count. Counted in Redis (the rate limiter's), so every web process shares "
+        "it. 0: no lockout by username.",
+        "Security and hosts",
+    ),
+    _S(
+        "MEMPROJ_ADMIN_LOGIN_ADDRESS_FAILURES",
+        "int",
+        20,
+        "Failed admin logins from one client address (any usernames) within `MEMPROJ_ADMIN_LOGIN_WINDOW` that "
+        "lock that address for `MEMPROJ_ADMIN_LOGIN_LOCKOUT`. 0: no lockout by address.",
+        "Security and hosts",
+    ),
+    _S(
+        "MEMPROJ_ADMIN_LOGIN_WINDOW",
+        "int",
+        900,
+        "Seconds from a username's or address's first failed admin login in which its failures count.",
+        "Security and hosts",
+    ),
+    _S(
+        "MEMPROJ_ADMIN_LOGIN_LOCKOUT",
+        "int",
+        900,
+        "Seconds a locked username or address stays refused (`manage.py admin_login_unlock` lifts it sooner).",
+        "Security and hosts",
+    ),
     # --- Database -------------------------------------------------------------------------
     _S(
         "DATABASE_URL",
