@@ -164,6 +164,28 @@ def memory_bank_update(
 # --- Books ---------------------------------------------------------------------------------
 
 
+def overlapping_parts(text: str, *, size: int, overlap: int) -> list[str]:
+    """``text`` in parts of at most ``size`` characters, cut at a line break (or
+    else a space) in the second half of a part; each part after the first starts
+    ``overlap`` characters back, at a word. Surrounding whitespace is dropped, and
+    so are parts that are only whitespace. A text that fits is one part."""
+    parts: list[str] = []
+    start = 0
+    while len(text) - start > size:
+        end = start + size
+        cut = text.rfind("\n", start + size // 2, end)
+        if cut < 0:
+            cut = text.rfind(" ", start + size // 2, end)
+        if cut < 0:
+            cut = end
+        parts.append(text[start:cut])
+        back = max(start + 1, cut - overlap)
+        word = re.search(r"\s", text[back:cut])
+        start = back + word.end() if word else back
+    parts.append(text[start:])
+    return [part.strip() for part in parts if part.strip()]
+
+
 def book_chunks(text: str, *, size: int = BOOK_CHUNK_CHARS, overlap: int = BOOK_CHUNK_OVERLAP) -> list[str]:
     """Split a text or Markdown document into chunks of about ``size`` characters
     on paragraph boundaries (a Markdown heading starts a new chunk), with a
@@ -173,15 +195,12 @@ def book_chunks(text: str, *, size: int = BOOK_CHUNK_CHARS, overlap: int = BOOK_
     chunks: list[str] = []
     current = ""
     for paragraph in paragraphs:
-        while len(paragraph) > size:  # a paragraph longer than a chunk: cut at a space
-            cut = paragraph.rfind(" ", 0, size)
-            cut = cut if cut > size // 2 else size
-            pieces = paragraph[:cut].strip()
+        if len(paragraph) > size:  # a paragraph longer than a chunk: its parts, the last one carried on
+            *whole, paragraph = overlapping_parts(paragraph, size=size, overlap=overlap)
             if current:
                 chunks.append(current)
                 current = ""
-            chunks.append(pieces)
-            paragraph = paragraph[max(0, cut - overlap) :].strip()
+            chunks.extend(whole)
         heading = paragraph.startswith("#")
         if current and (heading or len(current) + len(paragraph) + 2 > size):
             chunks.append(current)
@@ -325,28 +344,6 @@ class ExchangeCompleted:
     memories: list[Memory] = field(default_factory=list)
 
 
-def exchange_parts(text: str, *, size: int, overlap: int = EXCHANGE_PART_OVERLAP) -> list[str]:
-    """``text`` in parts of at most ``size`` characters, cut at a line break (or
-    else a space) in the second half of a part; each part after the first starts
-    ``overlap`` characters back, at a word. Surrounding whitespace is dropped, and
-    so are parts that are only whitespace. A text that fits is one part."""
-    parts: list[str] = []
-    start = 0
-    while len(text) - start > size:
-        end = start + size
-        cut = text.rfind("\n", start + size // 2, end)
-        if cut < 0:
-            cut = text.rfind(" ", start + size // 2, end)
-        if cut < 0:
-            cut = end
-        parts.append(text[start:cut])
-        back = max(start + 1, cut - overlap)
-        word = re.search(r"\s", text[back:cut])
-        start = back + word.end() if word else back
-    parts.append(text[start:])
-    return [part.strip() for part in parts if part.strip()]
-
-
 def _exchange_continuation(
     *, caller: Caller, parts: Sequence[str], session: str | None, metadata: dict[str, Any]
 ) -> list[Memory]:
@@ -400,7 +397,7 @@ def exchange_complete(
     ):
         validation.encodable(value, field=name)
     content = f"User: {user_message}\n\nAssistant: {assistant_response}"
-    first, *rest = exchange_parts(content, size=settings.MEMPROJ["MAX_CONTENT_CHARS"])
+    first, *rest = overlapping_parts(content, size=settings.MEMPROJ["MAX_CONTENT_CHARS"], overlap=EXCHANGE_PART_OVERLAP)
     session, meta = _working_session(conversation_id, None)
     continuation = _exchange_continuation(caller=caller, parts=rest, session=session, metadata=meta)
     head_meta = (

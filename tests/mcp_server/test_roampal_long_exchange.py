@@ -89,17 +89,17 @@ async def test_the_next_turn_scores_every_part_of_a_long_exchange_once(member, m
     assert {(m.applied_count, round(m.outcome_score, 4)) for m in rows} == {(1, 0.7)}
 
 
-def test_exchange_parts_are_bounded_overlap_and_lose_nothing():
-    from memory.services.collections import exchange_parts
+def test_overlapping_parts_are_bounded_overlap_and_lose_nothing():
+    from memory.services.collections import overlapping_parts
 
     words = " ".join(f"w{n}" for n in range(3000))
-    parts = exchange_parts(words, size=1000)
+    parts = overlapping_parts(words, size=1000, overlap=200)
     assert len(parts) > 10 and all(len(p) <= 1000 for p in parts)
     assert parts[0].startswith("w0 ") and parts[-1].endswith("w2999")
     # Any phrase shorter than the overlap, wherever the cuts fall, is whole in one part.
     starts = [0] + [i + 1 for i, c in enumerate(words) if c == " "]
     assert all(any(words[s : s + 150].strip() in p for p in parts) for s in starts)
     # No space to cut at: cut at the size; whitespace only: nothing to store.
-    assert [len(p) for p in exchange_parts("x" * 2500, size=1000)] == [1000, 1000, 900]
-    assert exchange_parts("x" + " " * 5000 + "y", size=1000) == ["x", "y"]
-    assert exchange_parts("short", size=1000) == ["short"]
+    assert [len(p) for p in overlapping_parts("x" * 2500, size=1000, overlap=200)] == [1000, 1000, 900]
+    assert overlapping_parts("x" + " " * 5000 + "y", size=1000, overlap=200) == ["x", "y"]
+    assert overlapping_parts("short", size=1000, overlap=200) == ["short"]
