@@ -29,7 +29,7 @@ from memory.outcomes import collection_apply
 from memory.services.events import EventType, event_append
 from memory.services.feedback import collection_event
 from memory.services.locks import memories_tenant_write_lock
-from memory.services.memories import episode_store, fact_store, memories_insert, require_write
+from memory.services.memories import CONTINUED_IN, episode_store, fact_store, memories_insert, require_write
 from memory.services.quotas import quota_ingest_check
 from memory.services.sweeps import SweepResult
 from memory.services.system import system_caller
@@ -50,7 +50,7 @@ EXCHANGE_PART_OVERLAP = 200
 # count; the first (the memory the Exchange row names and scoring applies to)
 # lists the ids of the others, each of which names the first.
 EXCHANGE_PART, EXCHANGE_PARTS = "exchange_part", "exchange_parts"
-EXCHANGE_CONTINUED_IN, EXCHANGE_OF = "exchange_continued_in", "exchange_of"
+EXCHANGE_OF = "exchange_of"
 _SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
 
 
@@ -374,7 +374,7 @@ def _exchange_continuation(
 def exchange_part_ids(memory: Memory) -> list[str]:
     """The ids of the memories that continue an exchange's memory (none unless
     the exchange was longer than one memory holds)."""
-    ids = (memory.metadata or {}).get(EXCHANGE_CONTINUED_IN)
+    ids = (memory.metadata or {}).get(CONTINUED_IN)
     return [str(value) for value in ids] if isinstance(ids, list) else []
 
 
@@ -401,7 +401,7 @@ def exchange_complete(
     session, meta = _working_session(conversation_id, None)
     continuation = _exchange_continuation(caller=caller, parts=rest, session=session, metadata=meta)
     head_meta = (
-        {EXCHANGE_PART: 1, EXCHANGE_PARTS: len(rest) + 1, EXCHANGE_CONTINUED_IN: [str(m.pk) for m in continuation]}
+        {EXCHANGE_PART: 1, EXCHANGE_PARTS: len(rest) + 1, CONTINUED_IN: [str(m.pk) for m in continuation]}
         if continuation
         else None
     )

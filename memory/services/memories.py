@@ -25,10 +25,14 @@ from memory.selectors.aliases import memory_pk
 from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, caller_event, event_append, events_append
 from memory.services.followups import followups_for_writes
-from memory.services.locks import memory_rows_update, tenant_write_lock
+from memory.services.locks import memory_rows_lock, memory_rows_update, tenant_write_lock
 from memory.services.quotas import quota_memories_check
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
+
+# A memory stored in parts (a roampal exchange longer than one memory holds)
+# lists, under this metadata key, the ids of the memories that continue it.
+CONTINUED_IN = "exchange_continued_in"
 
 
 def require_write(caller: Caller) -> None:
@@ -630,22 +634,48 @@ def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
 
 def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     """Soft delete: the row stays for audit and the dashboard, retrieval skips it.
-    Facts, rules and episodes all use the canonical validity ``retracted``."""
+    Facts, rules and episodes all use the canonical validity ``retracted``. A
+    memory stored in parts (an exchange longer than one memory holds) is
+    forgotten with the parts that continue it: none of its text stays findable."""
     require_write(caller)
     kind = validation.kind(kind)
     with transaction.atomic():
+        parts = _continuations(caller, memory_id) if kind == Kind.EPISODE else []
+        if parts:
+            # Every row it changes locked in primary-key order, as a vector write locks them.
+            tenant_write_lock(caller.tenant_id)
+            memory_rows_lock([memory_pk(caller, memory_id), *parts])
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
-        previous = memory.validity
-        memory.validity = Validity.RETRACTED
-        memory.save(update_fields=["validity", "updated_at"])
-        event_append(
-            caller=caller,
-            tenant_id=caller.tenant_id,
-            memory=memory,
-            event_type=EventType.RETRACTED,
-            payload={"previous_validity": previous},
-        )
+        continuing = Memory.objects.for_caller(caller).filter(pk__in=parts, validity=Validity.ACTIVE)
+        for each in [memory, *continuing.without_vectors()]:
+            previous = each.validity
+            each.validity = Validity.RETRACTED
+            each.save(update_fields=["validity", "updated_at"])
+            event_append(
+                caller=caller,
+                tenant_id=caller.tenant_id,
+                memory=each,
+                event_type=EventType.RETRACTED,
+                payload={"previous_validity": previous},
+            )
     return memory
+
+
+def _continuations(caller: Caller, memory_id: object) -> list[uuid.UUID]:
+    """The ids of the memories that continue ``memory_id`` (``CONTINUED_IN``)."""
+    named = (
+        Memory.objects.for_caller(caller)
+        .filter(pk=memory_pk(caller, memory_id))
+        .values_list(f"metadata__{CONTINUED_IN}", flat=True)
+        .first()
+    )
+    ids: list[uuid.UUID] = []
+    for value in named if isinstance(named, list) else []:
+        try:
+            ids.append(uuid.UUID(str(value)))
+        except ValueError:
+            continue
+    return ids
 
 
 def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[int, datetime]]:

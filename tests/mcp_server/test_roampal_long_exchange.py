@@ -103,3 +103,17 @@ def test_overlapping_parts_are_bounded_overlap_and_lose_nothing():
     assert [len(p) for p in overlapping_parts("x" * 2500, size=1000, overlap=200)] == [1000, 1000, 900]
     assert overlapping_parts("x" + " " * 5000 + "y", size=1000, overlap=200) == ["x", "y"]
     assert overlapping_parts("short", size=1000, overlap=200) == ["short"]
+
+
+async def test_deleting_a_long_exchange_deletes_every_part_of_it(member, mcp_client_for):
+    stopped, _ = await sync_to_async(stop_long)(member, "long-3")
+    phrase = {"query": "rotate the zebrafish credentials on the bastion host"}
+    assert (await sync_to_async(post)(member, "/api/search", phrase)).json()["count"] >= 1
+    async with mcp_client_for(member, "roampal") as client:
+        deleted = await call(client, "delete_memory", id=stopped["doc_id"])
+    assert deleted["deleted"] is True
+    # No part of the deleted exchange is found, by its end or by any of its steps.
+    for query in (phrase, {"query": "run the migration for shard 500"}, {"query": "shard migration end to end"}):
+        assert (await sync_to_async(post)(member, "/api/search", query)).json()["count"] == 0, query
+    states = {m.validity async for m in Memory.objects.filter(collection="working")}
+    assert states == {"retracted"}
