@@ -211,10 +211,14 @@ def surface_error(
 ) -> tuple[bytes, str]:
     """An error answered before any app runs, in the vocabulary of the surface
     ``path`` belongs to: a JSON-RPC error over MCP, the dialect's error body on
-    its REST route, the plain coded body elsewhere. ``code_name`` is a core code
+    its REST route, the body a dialect's own route registered
+    (``register_route_error_body``), the plain coded body elsewhere. ``code_name`` is a core code
     (INVALID_ARGUMENT, PERMISSION_DENIED, ...), which each dialect renders as
     its own; ``plain_code``, if given, names the error on the other paths."""
     toolset, rest_toolset = _toolset_of(path), _rest_toolset_of(path)
+    route = _route_error_body(path)
+    if route is not None:
+        return route(plain_code or code_name, message, details), "application/json"
     if toolset is not None:
         render = DIALECT_RENDERERS.get(toolset)
         return jsonrpc_error(code_name, message, details, body, render=render), "application/json"
