@@ -29,7 +29,14 @@ from memory.outcomes import collection_apply
 from memory.services.events import EventType, event_append
 from memory.services.feedback import collection_event
 from memory.services.locks import memories_tenant_write_lock
-from memory.services.memories import CONTINUED_IN, episode_store, fact_store, memories_insert, require_write
+from memory.services.memories import (
+    CONTINUED_IN,
+    episode_store,
+    fact_store,
+    memories_insert,
+    memories_new,
+    require_write,
+)
 from memory.services.quotas import quota_ingest_check
 from memory.services.sweeps import SweepResult
 from memory.services.system import system_caller
@@ -267,6 +274,14 @@ def book_ingest(
         )
         for index, chunk in enumerate(chunks)
     ]
+    # Every chunk has its own 'stored' event (the audit trail of a chunk does not
+    # depend on its title) and goes through the outbox like every write: its
+    # embedding survives a broker outage.
+    new = memories_new(
+        caller=caller,
+        rows=rows,
+        payloads=[{"collection": Collection.BOOKS.value, "title": title, "chunk": index} for index in range(len(rows))],
+    )
     with transaction.atomic():
         quota_ingest_check(caller=caller, size=len(text.encode("utf-8")))
         event_append(
@@ -275,16 +290,7 @@ def book_ingest(
             event_type=EventType.BOOK_INGESTED,
             payload={"title": title, "chunks": len(rows), "bytes": len(text.encode("utf-8")), "source": source[:200]},
         )
-        # Every chunk has its own 'stored' event (the audit trail of a chunk does not
-        # depend on its title) and goes through the outbox like every write: its
-        # embedding survives a broker outage.
-        memories_insert(
-            caller=caller,
-            rows=rows,
-            payloads=[
-                {"collection": Collection.BOOKS.value, "title": title, "chunk": index} for index in range(len(rows))
-            ],
-        )
+        memories_insert(caller=caller, new=new)
     return BookIngestResult(title=title, chunk_ids=[row.pk for row in rows])
 
 
@@ -410,14 +416,11 @@ def exchange_complete(
         if continuation:
             for part in continuation:
                 part.metadata[EXCHANGE_OF] = str(memory.pk)
-            memories_insert(
-                caller=caller,
-                rows=continuation,
-                payloads=[
-                    {"collection": Collection.WORKING.value, EXCHANGE_OF: str(memory.pk), EXCHANGE_PART: number}
-                    for number in range(2, len(continuation) + 2)
-                ],
-            )
+            payloads = [
+                {"collection": Collection.WORKING.value, EXCHANGE_OF: str(memory.pk), EXCHANGE_PART: number}
+                for number in range(2, len(continuation) + 2)
+            ]
+            memories_insert(caller=caller, new=memories_new(caller=caller, rows=continuation, payloads=payloads))
         exchange = (
             Exchange.objects.for_caller(caller)
             .filter(principal_id=caller.principal_id, conversation_id=conversation_id, completed_at__isnull=True)

@@ -55,7 +55,7 @@ from memory.models import (
 from memory.selectors.aliases import alias_targets
 from memory.services.events import EventType, NewEvent, caller_event, events_append
 from memory.services.graph import EntityInput, canonical_key_for
-from memory.services.memories import memories_insert, require_write
+from memory.services.memories import memories_insert, memories_new, require_write
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
@@ -259,15 +259,16 @@ class _Importer:
             # None lets the field default to the row's created_at.
             row.occurred_at = item.record.occurred_at or item.record.created_at  # type: ignore[assignment]
             rows.append(row)
+        new = memories_new(
+            caller=self.caller,
+            rows=rows,
+            payloads=[{"imported_from": self.system, "source_id": p.record.source_id} for p in planned],
+            # created_at / updated_at as upstream recorded them, written with the row.
+            dated={p.pk: (p.record.created_at, p.record.updated_at) for p in planned},
+        )
         with transaction.atomic():
             self._settle_fact_keys(rows, planned)
-            memories_insert(
-                caller=self.caller,
-                rows=rows,
-                payloads=[{"imported_from": self.system, "source_id": p.record.source_id} for p in planned],
-                # created_at / updated_at as upstream recorded them, written with the row.
-                dated={p.pk: (p.record.created_at, p.record.updated_at) for p in planned},
-            )
+            memories_insert(caller=self.caller, new=new)
             MemoryAlias.objects.bulk_create(
                 [
                     MemoryAlias(tenant_id=self.caller.tenant_id, memory_id=p.pk, system=self.system, alias=alias)

@@ -23,7 +23,7 @@ from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, Permi
 from memory.models import EMBEDDING_DIM, EmbeddingStatus, Kind, Maturity, Memory, Validity
 from memory.selectors.aliases import memory_pk
 from memory.selectors.memories import boundary_view
-from memory.services.events import EventType, caller_event, event_append, events_append
+from memory.services.events import EventType, NewEvent, caller_event, event_append, events_append
 from memory.services.followups import followups_for_writes
 from memory.services.locks import memory_rows_lock, memory_rows_update, tenant_write_lock
 from memory.services.quotas import quota_memories_check
@@ -104,7 +104,7 @@ def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embeddin
     quota_memories_check(caller=caller, adding=1)
     # The bulk writes' COPY, for one row: the ORM's INSERT spent more of a
     # store's Python time building its statement than anything but the embedding.
-    _memories_copy([memory], {})
+    _memories_copy([memory], _copy_values([memory], {}))
     return memory
 
 
@@ -263,8 +263,9 @@ def _episodes_write(
         _memory_row(caller=caller, kind=Kind.EPISODE, embedding=embedding, **values)
         for values, embedding in zip(validated, embeddings, strict=True)
     ]
+    new = memories_new(caller=caller, rows=rows)
     with transaction.atomic():
-        memories_insert(caller=caller, rows=rows)
+        memories_insert(caller=caller, new=new)
     return rows
 
 
@@ -341,15 +342,50 @@ def _copy_columns() -> list[tuple[Field[Any, Any], int]]:
     return _COPY_COLUMNS[key]
 
 
-def _memories_copy(rows: Sequence[Memory], dated: Mapping[uuid.UUID, tuple[datetime | None, datetime | None]]) -> None:
-    """Insert new memories with one binary COPY: the values each field gives
-    the ORM's INSERT (defaults, auto timestamps, the database default of a
-    field left unset), the vector in pgvector's binary form; ``dated``: a
-    row's own (created_at, updated_at) where it has them (an import keeps
-    upstream's), instead of now. An INSERT of many rows spends most of its
-    time building, quoting and parsing SQL text (about 48 placeholders a row,
-    a vector as 384 decimal numbers); COPY fires the same triggers and fills
-    the same indexes."""
+@dataclass
+class NewMemories:
+    """New memories as ``memories_insert`` writes them: each row's column values
+    and its 'stored' audit event. Built before the write's transaction takes the
+    tenant's write lock (``memories_new``), so that a large batch (a book's
+    chunks, an import) holds the lock only while it is written, not while
+    thousands of values are prepared."""
+
+    rows: Sequence[Memory]
+    values: list[list[Any]]
+    events: list[NewEvent]
+
+
+def memories_new(
+    *,
+    caller: Caller,
+    rows: Sequence[Memory],
+    payloads: Sequence[dict[str, Any]] | None = None,
+    dated: Mapping[uuid.UUID, tuple[datetime | None, datetime | None]] | None = None,
+) -> NewMemories:
+    """``rows`` ready for ``memories_insert``: the values each field gives the
+    ORM's INSERT (defaults, auto timestamps, the database default of a field
+    left unset), the vector in pgvector's binary form; ``payloads``: one per
+    row, for its 'stored' event; ``dated``: by id, a row's own (created_at,
+    updated_at), either None for now (an import keeps upstream's; updated_at
+    defaults to created_at), instead of now."""
+    events = [
+        caller_event(
+            caller=caller,
+            tenant_id=caller.tenant_id,
+            event_type=EventType.STORED,
+            memory_id=row.pk,
+            memory_kind=row.kind,
+            payload=payloads[index] if payloads is not None else None,
+        )
+        for index, row in enumerate(rows)
+    ]
+    return NewMemories(rows=rows, values=_copy_values(rows, dated or {}), events=events)
+
+
+def _copy_values(
+    rows: Sequence[Memory], dated: Mapping[uuid.UUID, tuple[datetime | None, datetime | None]]
+) -> list[list[Any]]:
+    """Each row's values for ``_memories_copy``, in ``_copy_columns`` order."""
     columns = _copy_columns()
     data = []
     for row in rows:
@@ -374,6 +410,15 @@ def _memories_copy(rows: Sequence[Memory], dated: Mapping[uuid.UUID, tuple[datet
             else:
                 values.append(f.get_db_prep_save(value, connection))
         data.append(values)
+    return data
+
+
+def _memories_copy(rows: Sequence[Memory], values: Sequence[Sequence[Any]]) -> None:
+    """Write new memories (``values``: ``_copy_values`` of them) with one binary COPY. An INSERT of many rows spends
+    most of its time building, quoting and parsing SQL text (about 48
+    placeholders a row, a vector as 384 decimal numbers); COPY fires the same
+    triggers and fills the same indexes."""
+    columns = _copy_columns()
     names = ", ".join(connection.ops.quote_name(f.column) for f, _ in columns)
     # The driver's own cursor: its errors become Django's, as the ORM's would.
     with (
@@ -384,43 +429,23 @@ def _memories_copy(rows: Sequence[Memory], dated: Mapping[uuid.UUID, tuple[datet
         ) as copy,
     ):
         copy.set_types([oid for _, oid in columns])
-        for values in data:
-            copy.write_row(values)
+        for row_values in values:
+            copy.write_row(row_values)
     for row in rows:
         row._state.adding = False
         row._state.db = connection.alias
 
 
-def memories_insert(
-    *,
-    caller: Caller,
-    rows: Sequence[Memory],
-    payloads: Sequence[dict[str, Any]] | None = None,
-    dated: Mapping[uuid.UUID, tuple[datetime | None, datetime | None]] | None = None,
-) -> None:
-    """Insert many new memories inside the caller's transaction: one COPY for
-    the rows, one INSERT for their 'stored' audit events (``payloads``: one per
-    row), one per follow-up kind (the outbox). The bulk writes (an episode
-    import, an import from another system, a book's chunks) share it.
-    ``dated``: by id, a row's own (created_at, updated_at), either None for now
-    (updated_at defaults to created_at); each row is written once, with them."""
+def memories_insert(*, caller: Caller, new: NewMemories) -> None:
+    """Insert many new memories (``memories_new``) inside the caller's
+    transaction: one COPY for the rows, one INSERT for their 'stored' audit
+    events, one per follow-up kind (the outbox). The bulk writes (an episode
+    import, an import from another system, a book's chunks) share it."""
     tenant_write_lock(caller.tenant_id)
-    quota_memories_check(caller=caller, adding=len(rows))
-    _memories_copy(rows, dated or {})
-    events_append(
-        [
-            caller_event(
-                caller=caller,
-                tenant_id=caller.tenant_id,
-                event_type=EventType.STORED,
-                memory_id=row.pk,
-                memory_kind=row.kind,
-                payload=payloads[index] if payloads is not None else None,
-            )
-            for index, row in enumerate(rows)
-        ]
-    )
-    followups_for_writes(rows)
+    quota_memories_check(caller=caller, adding=len(new.rows))
+    _memories_copy(new.rows, new.values)
+    events_append(new.events)
+    followups_for_writes(new.rows)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from memory.embeddings import get_embedder, set_embedder
 from memory.models import FollowUp, FollowUpKind, Memory, MemoryEvent
 from memory.services import followups
 from memory.services.followups import followup_transport
-from memory.services.memories import BULK_EPISODES_MAX, _memories_copy, episodes_store_batches
+from memory.services.memories import BULK_EPISODES_MAX, _copy_values, _memories_copy, episodes_store_batches
 from memory.services.pipeline import followups_embed_run
 from tests.conftest import make_identity
 
@@ -256,5 +256,5 @@ def test_a_row_the_database_refuses_raises_djangos_error_and_stores_nothing(memb
     again._state.adding = True
     again.content = "a second row under the same id"
     with pytest.raises(IntegrityError), transaction.atomic():
-        _memories_copy([again], {})
+        _memories_copy([again], _copy_values([again], {}))
     assert list(Memory.objects.values_list("content", flat=True)) == ["The release train leaves on Tuesdays"]
