@@ -38,6 +38,7 @@ from memory.selectors.memories import (
     SearchQuery,
     SearchRanking,
     boundary_apply,
+    memory_bank_always_injected,
     memory_rows_by_id,
     memory_search_ranking,
     read_boundary,
@@ -546,14 +547,7 @@ def known_context(*, caller: Caller, query: str, facts: int = 3, memories: int =
     require_read(caller)
     now = timezone.now()
     decision = read_boundary(caller)
-    pinned = list(
-        Memory.objects.for_caller(caller)
-        .visible_in(decision.visible)
-        .retrievable(now)
-        .filter(collection=Collection.MEMORY_BANK, metadata__contains={"always_inject": True})
-        .without_vectors()
-        .order_by("-importance", "-created_at")[:MEMORY_BANK_ALWAYS_INJECT_MAX]
-    )
+    pinned = memory_bank_always_injected(caller, decision, now, MEMORY_BANK_ALWAYS_INJECT_MAX)
     boundary_apply(decision, pinned)
     found: list[CollectionHit] = []
     relevant: list[CollectionHit] = []

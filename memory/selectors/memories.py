@@ -13,11 +13,12 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Min, Q
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from memory import scoring, validation
 from memory.embeddings import embed_query_later
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
-from memory.models import ConflictCandidate, Kind, Maturity, Memory, Validity, retrievable_q
+from memory.models import Collection, ConflictCandidate, Kind, Maturity, Memory, Validity, retrievable_q
 from memory.read_model import Rankable, effective_confidence_of
 from memory.retrieval import RetrievalFilter, channel_search
 from memory.scoring import ChannelHit, RetrievalParams
@@ -99,8 +100,10 @@ class _RowStatement:
     """The statement that loads memories by id as the queryset
     ``Memory.objects.for_caller(caller).visible_in(classes).without_vectors()
     .in_bulk(ids)`` would, with that queryset's columns and value converters,
-    compiled once per process instead of on every read."""
+    compiled once per process instead of on every read. ``select`` is its
+    SELECT list and FROM clause alone, for the other reads written the same way."""
 
+    select: str
     sql: str
     attnames: tuple[str, ...]
     # Column index -> (its converters, its expression), as SQLCompiler.get_converters gives them.
@@ -117,12 +120,30 @@ def _row_statement() -> _RowStatement:
     selected = ", ".join(compiler.compile(col)[0] for col in columns)
     where = f'{table}."tenant_id" = %s AND {table}."boundary_class" = ANY(%s) AND {table}."id" = ANY(%s)'
     # The model's own column and table names; every value is a parameter.
-    sql = f"SELECT {selected} FROM {table} WHERE {where}"  # noqa: S608
+    select = f"SELECT {selected} FROM {table}"  # noqa: S608
     return _RowStatement(
-        sql=sql,
+        select=select,
+        sql=f"{select} WHERE {where}",
         attnames=tuple(col.target.attname for col in columns),
         converters=tuple(compiler.get_converters(columns).items()),
     )
+
+
+def memory_rows(sql: str, params: Sequence[Any]) -> list[Memory]:
+    """The memories (without their vectors) that ``sql``, written after
+    ``_row_statement().select``, returns, built as the ORM builds them."""
+    statement = _row_statement()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    out = []
+    for fetched in rows:
+        values = list(fetched)
+        for index, (converters, expression) in statement.converters:
+            for converter in converters:
+                values[index] = converter(values[index], expression, connection)
+        out.append(Memory.from_db(connection.alias, statement.attnames, values))
+    return out
 
 
 def memory_rows_by_id(caller: Caller, decision: BoundaryDecision, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Memory]:
@@ -130,19 +151,33 @@ def memory_rows_by_id(caller: Caller, decision: BoundaryDecision, ids: Sequence[
     their vectors (not redacted: ``boundary_apply`` does that)."""
     if not ids:
         return {}
-    statement = _row_statement()
-    with connection.cursor() as cursor:
-        cursor.execute(statement.sql, [caller.tenant_id, sorted(decision.visible), list(ids)])
-        rows = cursor.fetchall()
-    out: dict[uuid.UUID, Memory] = {}
-    for fetched in rows:
-        values = list(fetched)
-        for index, (converters, expression) in statement.converters:
-            for converter in converters:
-                values[index] = converter(values[index], expression, connection)
-        memory = Memory.from_db(connection.alias, statement.attnames, values)
-        out[memory.pk] = memory
-    return out
+    rows = memory_rows(_row_statement().sql, [caller.tenant_id, sorted(decision.visible), list(ids)])
+    return {memory.pk: memory for memory in rows}
+
+
+@functools.cache
+def _always_injected_sql() -> str:
+    table = connection.ops.quote_name(Memory._meta.db_table)
+    # The clauses and order of the queryset in memory_bank_always_injected, the
+    # visible classes as one array; the model's own names, every value a parameter.
+    return (
+        f'{_row_statement().select} WHERE {table}."tenant_id" = %s AND {table}."boundary_class" = ANY(%s) '
+        f'AND {table}."validity" = %s AND ({table}."expires_at" IS NULL OR {table}."expires_at" > %s) '
+        f'AND {table}."collection" = %s AND {table}."metadata" @> %s '
+        f'ORDER BY {table}."importance" DESC, {table}."created_at" DESC LIMIT %s'
+    )
+
+
+def memory_bank_always_injected(caller: Caller, decision: BoundaryDecision, now: datetime, limit: int) -> list[Memory]:
+    """roampal's memory_bank facts marked ``always_inject``, most important and
+    newest first: the rows of ``Memory.objects.for_caller(caller)
+    .visible_in(decision.visible).retrievable(now).filter(collection="memory_bank",
+    metadata__contains={"always_inject": True}).without_vectors()
+    .order_by("-importance", "-created_at")[:limit]``, with a statement compiled
+    once per process (every KNOWN CONTEXT block reads them; building and
+    compiling that queryset cost more than running it). Not redacted."""
+    params = [caller.tenant_id, sorted(decision.visible), Validity.ACTIVE.value, now, Collection.MEMORY_BANK.value]
+    return memory_rows(_always_injected_sql(), [*params, Jsonb({"always_inject": True}), limit])
 
 
 class RankRow(NamedTuple):
