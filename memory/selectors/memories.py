@@ -483,17 +483,32 @@ def memory_similar(
     return [(row, 1.0 - float(row.distance)) for row in rows]  # type: ignore[attr-defined]
 
 
+@functools.cache
+def _supersedes_sql() -> str:
+    table = connection.ops.quote_name(Memory._meta.db_table)
+    # The clauses and order of ``Memory.objects.for_caller(caller).visible_in(classes)
+    # .filter(superseded_by_id__in=ids).order_by("updated_at", "id")
+    # .values_list("superseded_by_id", "pk")``, the lists as arrays; the model's
+    # own names, every value a parameter.
+    return (
+        f'SELECT {table}."superseded_by_id", {table}."id" FROM {table} '  # noqa: S608
+        f'WHERE {table}."tenant_id" = %s AND {table}."boundary_class" = ANY(%s) '
+        f'AND {table}."superseded_by_id" = ANY(%s) ORDER BY {table}."updated_at" ASC, {table}."id" ASC'
+    )
+
+
 def memory_supersedes_map(*, caller: Caller, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID]:
     """For each given memory that replaced another: the id it replaced (the
-    most recent one when it replaced several)."""
+    most recent one when it replaced several). A statement compiled once per
+    process: memento reads it for every answer, and building and compiling
+    the queryset cost more than running it."""
     require_read(caller)
-    pairs = (
-        Memory.objects.for_caller(caller)
-        .visible_in(read_boundary(caller).visible)
-        .filter(superseded_by_id__in=list(memory_ids))
-        .order_by("updated_at", "id")
-        .values_list("superseded_by_id", "pk")
-    )
+    visible = sorted(read_boundary(caller).visible)
+    if not memory_ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(_supersedes_sql(), [caller.tenant_id, visible, list(memory_ids)])
+        pairs = cursor.fetchall()
     return {new: old for new, old in pairs if new is not None}
 
 
