@@ -14,8 +14,14 @@ class WorkersConfig(AppConfig):
         from workers import tasks
 
         # One embed task per batch of ids (one model call); a conflict check per memory.
-        followup_register(FollowUpKind.EMBED, lambda ids: tasks.enqueue(tasks.embed_memories_task, (ids,), retry=False))
+        followup_register(
+            FollowUpKind.EMBED,
+            lambda ids, bulk: tasks.enqueue(tasks.embed_memories_task, (ids,), retry=False, **tasks.priority(bulk)),
+        )
         followup_register(
             FollowUpKind.CONFLICT_CHECK,
-            lambda ids: [tasks.enqueue(tasks.memory_conflict_check_task, (pk,), retry=False) for pk in ids],
+            lambda ids, bulk: [
+                tasks.enqueue(tasks.memory_conflict_check_task, (pk,), retry=False, **tasks.priority(bulk))
+                for pk in ids
+            ],
         )

@@ -58,6 +58,17 @@ def memory_conflict_check_task(self, memory_id: str) -> dict[str, Any]:  # type:
     return {"merged": len(result.merged), "candidates": len(result.candidates), "skipped": result.skipped}
 
 
+# The Redis transport's lowest priority (kombu: 0 is the highest of 0..9): a
+# worker takes such a message only when no message of a single write, nor a
+# sweep, is waiting in its queue. Brokers without priorities keep the order sent.
+BULK_PRIORITY = 9
+
+
+def priority(bulk: bool) -> dict[str, int]:
+    """The send options of a follow-up: a bulk write's wait behind everything else."""
+    return {"priority": BULK_PRIORITY} if bulk else {}
+
+
 def enqueue(task: Any, args: tuple[Any, ...] = (), **options: Any) -> Any:
     """Send a task; in eager mode (tests, the reliability suite's in-process
     parts) run it here with ``apply``. Not through ``apply_async``: its eager

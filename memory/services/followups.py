@@ -30,8 +30,11 @@ logger = logging.getLogger(__name__)
 # A transport takes the ids of the memories one transaction wrote (one, or a
 # bulk import's or a book's hundreds), at most FOLLOWUP_ENQUEUE_BATCH at a time:
 # the embed transport sends them as one task, so the worker embeds them with
-# one model call instead of one call per memory.
-Enqueue = Callable[[list[str]], object]
+# one model call instead of one call per memory. ``bulk``: the transaction
+# wrote more than one memory (an import, a book, a long exchange); the
+# transport sends such work behind every single write's, so that one tenant's
+# import of thousands never holds up another tenant's next store.
+Enqueue = Callable[[list[str], bool], object]
 FOLLOWUP_ENQUEUE_BATCH = 256
 _TRANSPORT: dict[str, Enqueue] = {}
 
@@ -46,7 +49,7 @@ def followup_transport(kind: FollowUpKind) -> Enqueue | None:
     return _TRANSPORT.get(kind.value)
 
 
-def _enqueue(kind: str, memory_ids: list[str]) -> None:
+def _enqueue(kind: str, memory_ids: list[str], bulk: bool) -> None:
     """After commit. The write has succeeded whatever happens here: a broker
     outage is logged and the rows wait for the drain sweep."""
     enqueue = _TRANSPORT.get(kind)
@@ -54,7 +57,7 @@ def _enqueue(kind: str, memory_ids: list[str]) -> None:
         logger.warning("follow-up %s of %s: no transport registered; the sweep will run it", kind, memory_ids)
         return
     try:
-        enqueue(memory_ids)
+        enqueue(memory_ids, bulk)
     except Exception:  # any broker or transport failure: the outbox row is the record
         logger.warning("follow-up %s of %s not enqueued; the drain sweep will run it", kind, memory_ids, exc_info=True)
 
@@ -68,10 +71,11 @@ def _record(memories: Sequence[tuple[uuid.UUID, uuid.UUID]], kind: FollowUpKind)
         ignore_conflicts=True,
     )
     ids = [str(memory_id) for memory_id, _ in memories]
+    bulk = len(ids) > 1
 
     def enqueue_all() -> None:
         for start in range(0, len(ids), FOLLOWUP_ENQUEUE_BATCH):
-            _enqueue(kind.value, ids[start : start + FOLLOWUP_ENQUEUE_BATCH])
+            _enqueue(kind.value, ids[start : start + FOLLOWUP_ENQUEUE_BATCH], bulk)
 
     transaction.on_commit(enqueue_all)
 

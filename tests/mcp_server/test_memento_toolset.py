@@ -202,7 +202,7 @@ async def test_store_memory_succeeds_during_an_embedder_outage(member, mcp_clien
     from memory.services import followups
 
     # The broker is a queue in production; here (eager) the retrying embed task would run inline.
-    monkeypatch.setitem(followups._TRANSPORT, "embed", lambda ids: None)
+    monkeypatch.setitem(followups._TRANSPORT, "embed", lambda ids, bulk: None)
     real = get_embedder()
     set_embedder(BrokenEmbedder())
     try:

@@ -156,13 +156,13 @@ def test_concurrent_eager_follow_ups_leave_no_join_block_behind(monkeypatch):
     assert enqueue is not None
 
     def run_first() -> None:
-        enqueue([first])
+        enqueue([first], False)
         first_done.set()
 
     threads = [threading.Thread(target=run_first)]
     threads[0].start()
     assert first_running.wait(10)
-    threads.append(threading.Thread(target=enqueue, args=([second],)))
+    threads.append(threading.Thread(target=enqueue, args=([second], False)))
     threads[1].start()
     for thread in threads:
         thread.join(20)

@@ -75,7 +75,7 @@ def bench_ingest(n: int, *, bulk: int = 0) -> dict:
     # process's batching worker thread instead of the broker.
     original_transport = followup_transport(FollowUpKind.EMBED)
 
-    def enqueue(ids: list[str]) -> None:
+    def enqueue(ids: list[str], bulk: bool) -> None:
         for pk in ids:
             queued.put(pk)
 

@@ -37,9 +37,9 @@ def embed_sent(monkeypatch) -> list[list[str]]:
     assert transport is not None
     sent: list[list[str]] = []
 
-    def watched(ids: list[str]) -> object:
+    def watched(ids: list[str], bulk: bool) -> object:
         sent.append(ids)
-        return transport(ids)
+        return transport(ids, bulk)
 
     monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, watched)
     return sent
@@ -92,7 +92,7 @@ def test_bulk_store_gives_every_episode_what_a_single_store_gives(member, outsid
 
 def test_bulk_store_during_an_embedder_outage_keeps_every_episode_pending(member, embedder_outage, monkeypatch):
     embed_sent: list[list[str]] = []  # enqueued, not run: the worker is down with the embedder
-    monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, embed_sent.append)
+    monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, lambda ids, bulk: embed_sent.append(ids))
     rows = api.episodes_store_bulk(caller=member.caller, episodes=_episodes(3))
     ids = [r.pk for r in rows]
     stored = list(Memory.objects.filter(pk__in=ids))
@@ -125,7 +125,7 @@ def test_bulk_store_without_embedding_leaves_it_to_the_worker(member, embed_sent
 
 def test_bulk_store_with_contextual_texts_leaves_session_episodes_to_the_worker(member, settings, monkeypatch):
     settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "ctx1"}
-    monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, lambda ids: None)  # no worker run
+    monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, lambda ids, bulk: None)  # no worker run
     rows = api.episodes_store_bulk(
         caller=member.caller,
         episodes=[
@@ -238,7 +238,7 @@ def test_ingest_episodes_command_names_the_batch_of_an_invalid_episode(member, t
 
 
 def test_ingest_episodes_command_can_leave_embedding_to_the_worker(member, tmp_path, monkeypatch):
-    monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, lambda ids: None)  # no worker run
+    monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, lambda ids, bulk: None)  # no worker run
     path = tmp_path / "history.jsonl"
     path.write_text("\n".join(json.dumps(e) for e in _episodes(3)) + "\n")
     out = io.StringIO()
