@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ALL_VAR, ChangeList
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import QuerySet
@@ -52,10 +53,29 @@ class NoCountPaginator(Paginator):
         return offset + seen
 
 
+class OnePageChangeList(ChangeList):
+    """A change list that ignores ``?all=``: Django shows every row when the
+    paginator's count is at most ``list_max_show_all``, and the count of a
+    NoCountPaginator is only a lower bound, so "show all" would load the
+    tenant's whole table."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet:
+        # Before the filters build their links: none of the page's links carries it on.
+        self.show_all = False
+        self.params.pop(ALL_VAR, None)
+        self.filter_params.pop(ALL_VAR, None)
+        return super().get_queryset(request, exclude_parameters)
+
+
 class NoCountListMixin:
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 50
+    # No "Show all" link: these lists are read one page at a time.
+    list_max_show_all = 0
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return OnePageChangeList
 
     def get_paginator(
         self,
