@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -82,6 +82,12 @@ def fact_state(effective: float) -> str:
     return "active"
 
 
+# The latest time a fact's next state change is scheduled for: a year short
+# of datetime.max, so adding a second, or showing it in any time zone, never
+# leaves the calendar.
+LATEST_STATE_CHANGE = datetime(9999, 1, 1, tzinfo=UTC)
+
+
 def fact_state_schedule(
     *, confidence: float, decay_rate: float, confirmed_at: datetime, now: datetime
 ) -> tuple[str, datetime | None]:
@@ -92,10 +98,18 @@ def fact_state_schedule(
     threshold = {"active": FADING_BELOW, "fading": EXPIRED_BELOW}.get(state)
     if threshold is None or decay_rate <= 0 or confidence <= 0:
         return state, None
+    days = math.log(confidence / threshold) / decay_rate
+    if math.isnan(days):
+        return state, None
+    # A confirmation near the calendar's end (an imported time) or a tiny rate
+    # puts the crossing past what a datetime holds: the fact is then due at
+    # LATEST_STATE_CHANGE, never an overflow.
+    if days + 1 / 86400 >= (LATEST_STATE_CHANGE - confirmed_at).total_seconds() / 86400:
+        return state, LATEST_STATE_CHANGE
     # One second past the crossing, and never in the past, so the sweep never
     # finds a fact due again before its state has really changed.
-    crossing = confirmed_at + timedelta(days=math.log(confidence / threshold) / decay_rate, seconds=1)
-    return state, max(crossing, now + timedelta(seconds=1))
+    crossing = confirmed_at + timedelta(days=days, seconds=1)
+    return state, min(max(crossing, now + timedelta(seconds=1)), LATEST_STATE_CHANGE)
 
 
 def rule_effectiveness(success: float, harmful: int) -> float:

@@ -170,6 +170,8 @@ def memories_expire(
 # --- Confidence decay ----------------------------------------------------------------------
 
 FACT_STATE_EVENT = EventType.FACT_STATE_CHANGED
+# When a fact whose schedule cannot be computed is visited again.
+FAILED_FACT_RETRY = timedelta(days=1)
 
 
 def facts_decay(
@@ -190,16 +192,26 @@ def facts_decay(
             return SweepResult(skipped=True)
         ids = fair_batch(due, order_by=["fact_state_changes_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
         changes = []
+        failed = 0
         memories_tenant_write_lock(ids)
         facts = list(due.filter(pk__in=ids).without_vectors().select_for_update().order_by("pk"))
         for fact in facts:
             confirmed_at = fact.last_confirmed_at or fact.created_at
-            state, next_change = scoring.fact_state_schedule(
-                confidence=fact.confidence, decay_rate=fact.decay_rate, confirmed_at=confirmed_at, now=now
-            )
+            try:
+                state, next_change = scoring.fact_state_schedule(
+                    confidence=fact.confidence, decay_rate=fact.decay_rate, confirmed_at=confirmed_at, now=now
+                )
+                effective = scoring.effective_confidence(fact.confidence, fact.decay_rate, confirmed_at, now)
+            except (ArithmeticError, ValueError, TypeError):
+                # One fact whose values defeat the arithmetic must not roll back
+                # the batch (every other tenant's due facts with it): it keeps
+                # its state and is tried again a day later, not on every run.
+                logger.exception("facts_decay: cannot schedule fact %s; retrying it in a day", fact.pk)
+                failed += 1
+                fact.fact_state_changes_at = now + FAILED_FACT_RETRY
+                continue
             previous = fact.fact_state or "active"
             if state != previous:
-                effective = scoring.effective_confidence(fact.confidence, fact.decay_rate, confirmed_at, now)
                 changes.append(
                     (
                         (fact.pk, fact.tenant_id, Kind.FACT),
@@ -210,7 +222,7 @@ def facts_decay(
         Memory.objects.bulk_update(facts, ["fact_state", "fact_state_changes_at"])
         audit_rows([c[0] for c in changes], FACT_STATE_EVENT, [c[1] for c in changes])
         more = due.exists()
-    return SweepResult(processed=len(changes), more=more, ids=[c[0][0] for c in changes])
+    return SweepResult(processed=len(changes), more=more, failed=failed, ids=[c[0][0] for c in changes])
 
 
 # --- Rule maturity -------------------------------------------------------------------------
