@@ -828,7 +828,8 @@ SETTINGS: tuple[Setting, ...] = (
         "MEMPROJ_PG_SHARED_BUFFERS",
         "str",
         "512MB",
-        "The embedded PostgreSQL's `shared_buffers` (a restart applies a change); lower it on a small machine.",
+        "The embedded PostgreSQL's `shared_buffers`, applied when a process starts the server (a running "
+        "server keeps its value: `make stop`, then start again); lower it on a small machine.",
         "Embedded servers",
     ),
     _S(
