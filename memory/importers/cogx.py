@@ -29,6 +29,7 @@ import json
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,9 +59,18 @@ RECORD_FILES = {
 }
 RAW_NODES_FILE = "nodes.jsonl"
 MANIFEST_FILE = "manifest.json"
-# An archive is unpacked with limits (a .cogx.tar.gz is someone else's file).
+# An archive is unpacked with limits (a .cogx.tar.gz is someone else's file, an
+# admin upload among them): a few times what an admin upload may be (64 MB), as
+# JSON Lines pack a few times over. gzip packs a run of one byte about a
+# thousandfold, so a small upload could otherwise fill the disk; a larger
+# archive is unpacked by its owner and given as a directory.
 UNPACK_MAX_MEMBERS = 10_000
-UNPACK_MAX_BYTES = 2 * 1024 * 1024 * 1024
+UNPACK_MAX_BYTES = 256 * 1024 * 1024
+# A record is one line: far longer than any record memproj stores (its text is
+# bounded by MEMPROJ_MAX_CONTENT_CHARS, a vector by its dimensions). A longer
+# line is refused as soon as this much of it is read, never held whole.
+LINE_MAX_CHARS = 8 * 1024 * 1024
+MANIFEST_MAX_BYTES = 1024 * 1024
 
 
 def _namespace(scope: dict[str, Any] | None) -> tuple[str, ...]:
@@ -73,14 +83,32 @@ def _namespace(scope: dict[str, Any] | None) -> tuple[str, ...]:
 
 
 def _unpack(path: Path, into: Path) -> Path:
-    with tarfile.open(path, "r:gz") as archive:
-        members = archive.getmembers()
-        if len(members) > UNPACK_MAX_MEMBERS or sum(m.size for m in members) > UNPACK_MAX_BYTES:
-            raise ImportSourceError(f"{path} is larger than an import unpacks; unpack it and give the directory.")
-        archive.extractall(into, filter="data")
+    """The archive unpacked into ``into``, member by member as it streams:
+    refused at the first member past the bounds, before its bytes are written
+    (a member's header gives its size, and no more is written for it)."""
+    too_large = ImportSourceError(
+        f"{path.name} unpacks to more than {UNPACK_MAX_BYTES // (1024 * 1024)} MB "
+        f"(or {UNPACK_MAX_MEMBERS} files), more than an import unpacks; unpack it and give the directory "
+        "to manage.py import_memories."
+    )
+    try:
+        with tarfile.open(path, "r:gz") as archive:
+            unpacked = 0
+            for members, member in enumerate(archive, start=1):
+                unpacked += max(member.size, 0)
+                if members > UNPACK_MAX_MEMBERS or unpacked > UNPACK_MAX_BYTES:
+                    raise too_large
+                archive.extract(member, into, filter="data")
+    except tarfile.FilterError as exc:
+        raise ImportSourceError(
+            f"{path.name} holds a member an import does not unpack ({exc}): links out of the archive, "
+            "absolute paths and devices are refused."
+        ) from exc
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise ImportSourceError(f"{path.name} is not a .cogx.tar.gz an import can unpack ({exc}).") from exc
     manifests = sorted(into.rglob(MANIFEST_FILE))
     if not manifests:
-        raise ImportSourceError(f"{path} holds no {MANIFEST_FILE}: not a COGX archive.")
+        raise ImportSourceError(f"{path.name} holds no {MANIFEST_FILE}: not a COGX archive.")
     return manifests[0].parent
 
 
@@ -89,6 +117,15 @@ class CogxArchive:
 
     def __init__(self, location: Path) -> None:
         self._scratch: Path | None = None
+        try:
+            self._open(location)
+        except BaseException:
+            # Nobody can close an archive that failed to open: its unpacked
+            # scratch directory goes now.
+            self.close()
+            raise
+
+    def _open(self, location: Path) -> None:
         if location.is_file() and location.name.endswith((".tar.gz", ".tgz")):
             self._scratch = Path(tempfile.mkdtemp(prefix="memproj-cogx-"))
             location = _unpack(location, self._scratch)
@@ -97,14 +134,21 @@ class CogxArchive:
         manifest_path = location / MANIFEST_FILE
         if not manifest_path.is_file():
             raise ImportSourceError(f"{location} has no {MANIFEST_FILE}: not a COGX archive.")
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        if manifest_path.stat().st_size > MANIFEST_MAX_BYTES:
+            raise ImportSourceError(f"{MANIFEST_FILE} is over {MANIFEST_MAX_BYTES} bytes: not a COGX manifest.")
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as exc:
+            raise ImportSourceError(f"{MANIFEST_FILE} is not JSON ({exc}).") from exc
+        if not isinstance(manifest, dict):
+            raise ImportSourceError(f"{MANIFEST_FILE} is not a JSON object: not a COGX manifest.")
         version = str(manifest.get("cogx_version", ""))
         try:
             major = int(version.split(".")[0])
         except ValueError as exc:
-            raise ImportSourceError(f"unrecognised COGX version {version!r}.") from exc
+            raise ImportSourceError(f"unrecognised COGX version {version[:40]!r}.") from exc
         if major > int(COGX_VERSION.split(".")[0]):
-            raise ImportSourceError(f"COGX version {version} is newer than this reader ({COGX_VERSION}).")
+            raise ImportSourceError(f"COGX version {version[:40]} is newer than this reader ({COGX_VERSION}).")
         self.directory = location
         self.manifest = manifest
 
@@ -117,29 +161,49 @@ class CogxArchive:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
 
-    def _lines(self, name: str) -> Iterator[dict[str, Any]]:
+    def _lines(self, name: str) -> Iterator[Any]:
+        """Each line's JSON value, a line read no further than ``LINE_MAX_CHARS``."""
         path = self.directory / name
         if not path.is_file():
             return
         with path.open(encoding="utf-8") as handle:
-            for number_, line in enumerate(handle, start=1):
+            number_ = 0
+            while True:
+                try:
+                    line = handle.readline(LINE_MAX_CHARS + 1)
+                except UnicodeDecodeError as exc:
+                    raise ImportSourceError(f"{name}:{number_ + 1}: not UTF-8 text ({exc.reason}).") from exc
+                if not line:
+                    return
+                number_ += 1
+                if len(line) > LINE_MAX_CHARS and not line.endswith("\n"):
+                    raise ImportSourceError(
+                        f"{name}:{number_}: a line longer than {LINE_MAX_CHARS} characters; "
+                        "a COGX record is one line, and none is that long."
+                    )
                 if line.strip():
                     try:
                         yield json.loads(line)
-                    except ValueError as exc:
-                        raise ImportSourceError(f"{path}:{number_}: not JSON ({exc})") from exc
+                    except (ValueError, RecursionError) as exc:
+                        raise ImportSourceError(f"{name}:{number_}: not JSON ({exc})") from exc
 
     def records(self) -> Iterator[Record]:
         entity_ids: set[str] = set()
         names: dict[str, str] = {}
         for row in self._lines(RECORD_FILES["entity"]):
-            entity_ids.add(str(row.get("external_id", "")))
-            names[str(row.get("name", ""))] = str(row.get("external_id", ""))
+            if isinstance(row, dict):
+                entity_ids.add(str(row.get("external_id", "")))
+                names[str(row.get("name", ""))] = str(row.get("external_id", ""))
         for kind, file_name in RECORD_FILES.items():
             for row in self._lines(file_name):
+                if not isinstance(row, dict):
+                    yield Skipped("", f"a line of {file_name} that is no JSON object")
+                    continue
                 yield from _records(kind, row, entity_ids, names)
         for row in self._lines(RAW_NODES_FILE):
-            yield Skipped(str(row.get("id", "")), "raw graph nodes carry no memory text")
+            yield Skipped(
+                str(row.get("id", "")) if isinstance(row, dict) else "", "raw graph nodes carry no memory text"
+            )
 
 
 def _base(row: dict[str, Any], kind: str, content: str) -> ImportedMemory:

@@ -26,6 +26,7 @@ MiniLM of its own)."""
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from datetime import datetime
@@ -47,6 +48,19 @@ from memory.importers.base import (
 SYSTEM = "pce"
 CLAIM_SUBJECT = "claim"  # memory.claims.CLAIM_SUBJECT: a claim is a fact keyed by its text
 RETRACTED_STATUSES = {"rolled_back", "retracted", "deleted", "tombstoned"}
+# A DuckDB file is someone else's (an admin upload among them): its "tables"
+# may be views over an endless range, or carry generated columns that compute
+# a huge value per row as they are read. Those are refused; any read stops
+# after this long, holds at most this many rows per table, and runs in a
+# bounded part of the server's memory and cores.
+READ_SECONDS = 60.0
+ROWS_MAX = 2_000_000
+DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "enable_external_access": False,
+    "memory_limit": "1GB",
+    "threads": 2,
+}
+TABLES = ("claims", "feedback", "entities", "claim_entities", "relations")
 
 
 def _claim(row: dict[str, Any], feedback: list[tuple[str, datetime | None]]) -> ImportedMemory:
@@ -95,6 +109,34 @@ def _claim(row: dict[str, Any], feedback: list[tuple[str, datetime | None]]) -> 
     return record
 
 
+class _Watchdog:
+    """Interrupts the connection's query once the deadline has passed (again
+    and again, so a query started after it is stopped too) until stopped."""
+
+    def __init__(self, connection: Any, seconds: float) -> None:
+        self.connection = connection
+        self.seconds = seconds
+        self.passed = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pce-import-deadline", daemon=True)
+
+    def _run(self) -> None:
+        if self._stop.wait(self.seconds):
+            return
+        self.passed = True
+        while not self._stop.is_set():
+            self.connection.interrupt()
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> _Watchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 class DuckDbStore:
     system = SYSTEM
 
@@ -109,32 +151,71 @@ class DuckDbStore:
             # A DuckDB file can hold views over read_text('/any/path') or other
             # databases: with external access off, reading the store reads
             # nothing else of the server's (an admin upload is someone else's file).
-            connection = duckdb.connect(str(path), read_only=True, config={"enable_external_access": False})
+            connection = duckdb.connect(str(path), read_only=True, config=DUCKDB_CONFIG)
         except duckdb.Error as exc:
-            raise ImportSourceError(f"{path} is not a DuckDB file pce-memory wrote ({exc}).") from exc
+            raise ImportSourceError(f"{path.name} is not a DuckDB file pce-memory wrote ({exc}).") from exc
+        watchdog = _Watchdog(connection, READ_SECONDS)
         try:
-            self.claims = self._rows(connection, "SELECT * FROM claims ORDER BY created_at, id")
-            tables = {r[0] for r in connection.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-            self.feedback = (
-                self._rows(connection, "SELECT * FROM feedback ORDER BY ts, id") if "feedback" in tables else []
-            )
-            self.entities = self._rows(connection, "SELECT * FROM entities ORDER BY id") if "entities" in tables else []
-            self.claim_entities = (
-                self._rows(connection, "SELECT * FROM claim_entities") if "claim_entities" in tables else []
-            )
-            self.relations = (
-                self._rows(connection, "SELECT * FROM relations ORDER BY id") if "relations" in tables else []
-            )
+            with watchdog:
+                tables = self._tables(connection, path)
+                if "claims" not in tables:
+                    raise ImportSourceError(f"{path.name} has no pce-memory claims table.")
+                self.claims = self._rows(connection, path, "claims", "ORDER BY created_at, id")
+                self.feedback = (
+                    self._rows(connection, path, "feedback", "ORDER BY ts, id") if "feedback" in tables else []
+                )
+                self.entities = self._rows(connection, path, "entities", "ORDER BY id") if "entities" in tables else []
+                self.claim_entities = (
+                    self._rows(connection, path, "claim_entities", "") if "claim_entities" in tables else []
+                )
+                self.relations = (
+                    self._rows(connection, path, "relations", "ORDER BY id") if "relations" in tables else []
+                )
         except duckdb.Error as exc:
-            raise ImportSourceError(f"{path} has no pce-memory claims table ({exc}).") from exc
+            if watchdog.passed:
+                raise ImportSourceError(
+                    f"{path.name} took longer than {READ_SECONDS:g} s to read, longer than an import reads: "
+                    "not a DuckDB file pce-memory wrote."
+                ) from exc
+            raise ImportSourceError(f"{path.name} is not a pce-memory store an import can read ({exc}).") from exc
         finally:
             connection.close()
 
     @staticmethod
-    def _rows(connection: Any, query: str) -> list[dict[str, Any]]:
-        cursor = connection.execute(query)
+    def _tables(connection: Any, path: Path) -> set[str]:
+        """The tables read that the file has, each refused unless a stored table
+        without generated columns (a view or a generated column computes as it is read)."""
+        found: set[str] = set()
+        for name, kind in connection.execute(
+            "SELECT table_name, table_type FROM information_schema.tables WHERE list_contains(?, table_name)",
+            [list(TABLES)],
+        ).fetchall():
+            if kind != "BASE TABLE":
+                shown = "a view" if kind == "VIEW" else f"a {str(kind).lower()}"
+                raise ImportSourceError(
+                    f"{path.name}: {name} is {shown}, not a table: not a DuckDB file pce-memory wrote."
+                )
+            found.add(name)
+        for name, column in connection.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE list_contains(?, table_name) AND is_generated <> 'NEVER' ORDER BY table_name, column_name",
+            [list(TABLES)],
+        ).fetchall():
+            raise ImportSourceError(
+                f"{path.name}: {name} computes {column} as it is read (a generated column): "
+                "not a DuckDB file pce-memory wrote."
+            )
+        return found
+
+    @staticmethod
+    def _rows(connection: Any, path: Path, table: str, order: str) -> list[dict[str, Any]]:
+        # table and order are this module's own (TABLES), never the file's.
+        cursor = connection.execute(f'SELECT * FROM "{table}" {order} LIMIT {ROWS_MAX + 1}')  # noqa: S608
         names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        rows = cursor.fetchall()
+        if len(rows) > ROWS_MAX:
+            raise ImportSourceError(f"{path.name}: {table} holds more than {ROWS_MAX} rows, more than an import reads.")
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
     def estimate(self) -> int | None:
         return len(self.claims) + len(self.entities) + len(self.relations)

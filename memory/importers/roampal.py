@@ -29,7 +29,9 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import tempfile
+import time
 import zipfile
+import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -53,7 +55,21 @@ SYSTEM = "roampal"
 KINDS = {"working": "episode", "history": "episode", "patterns": "rule", "memory_bank": "fact", "books": "document"}
 # memproj's roampal TTLs (memory.scoring.WORKING_TTL / HISTORY_TTL), from the import on.
 TTL_HOURS = {"working": 24, "history": 30 * 24}
-ZIP_MAX_BYTES = 4 * 1024 * 1024 * 1024
+# What a backup zip may unzip to: only its ChromaDB SQLite file is read, so
+# only that is unzipped, at most a few times what an admin upload may be
+# (64 MB). A larger store is unzipped by its owner and given as a folder.
+ZIP_MAX_BYTES = 256 * 1024 * 1024
+# A chroma.sqlite3 is someone else's file (an admin upload among them): its
+# "tables" may be views over an endless query, or tables whose join multiplies.
+# A read stops after this long, holds at most this many rows per query, and no
+# value longer than this (a generated column computes one as it is read).
+READ_SECONDS = 60.0
+ROWS_MAX = 2_000_000
+VALUE_MAX_BYTES = 16 * 1024 * 1024
+# The tables read, and the columns read of each.
+TABLES = ("embeddings", "segments", "collections", "embedding_metadata")
+# sqlite's progress handler runs every this many virtual-machine steps.
+PROGRESS_STEPS = 10_000
 
 
 def _sqlite_in(location: Path, profile: str) -> Path:
@@ -72,31 +88,109 @@ def _sqlite_in(location: Path, profile: str) -> Path:
     )
 
 
+def _unzip(location: Path, into: Path) -> Path:
+    """The backup's chroma.sqlite3, unzipped into ``into`` (nothing else of it is read)."""
+    try:
+        with zipfile.ZipFile(location) as archive:
+            stores = [
+                info
+                for info in archive.infolist()
+                if "chromadb/" in info.filename
+                and info.filename.rsplit("/", 1)[-1] == "chroma.sqlite3"
+                and ".." not in info.filename
+                and not info.filename.startswith("/")
+                and not info.is_dir()
+            ]
+            if not stores:
+                raise ImportSourceError(f"{location.name} holds no chromadb/chroma.sqlite3: not a roampal backup.")
+            store = sorted(stores, key=lambda info: info.filename)[0]
+            # zipfile writes no more than the size an entry declares.
+            if store.file_size > ZIP_MAX_BYTES:
+                raise ImportSourceError(
+                    f"{location.name} unpacks to more than {ZIP_MAX_BYTES // (1024 * 1024)} MB, more than an "
+                    "import unpacks; unzip it and give the folder to manage.py import_memories."
+                )
+            return Path(archive.extract(store, into))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, OSError, NotImplementedError) as exc:
+        raise ImportSourceError(f"{location.name} is not a zip an import can unpack ({exc}).") from exc
+
+
+class _Deadline:
+    """sqlite's progress handler: a statement running past the deadline is interrupted."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.passed = False
+
+    def __call__(self) -> int:
+        if time.monotonic() > self.at:
+            self.passed = True
+            return 1
+        return 0
+
+
+def _refuse_computed_tables(connection: sqlite3.Connection, path: Path) -> None:
+    """Each table read must be a stored table: a view (or a virtual table, or a
+    generated column) computes its rows as they are read, without end if it likes."""
+    kinds = dict(
+        connection.execute(
+            "SELECT name, CASE WHEN sql LIKE 'CREATE VIRTUAL%' THEN 'virtual table' ELSE type END "
+            "FROM sqlite_master WHERE name IN (?, ?, ?, ?)",
+            TABLES,
+        ).fetchall()
+    )
+    for table in TABLES:
+        kind = kinds.get(table)
+        if kind is None:
+            raise ImportSourceError(f"{path.name} has no {table} table: not a ChromaDB store roampal wrote.")
+        if kind != "table":
+            raise ImportSourceError(
+                f"{path.name}: {table} is a {kind}, not a table: not a ChromaDB store roampal wrote."
+            )
+        generated = [row[1] for row in connection.execute(f'PRAGMA table_xinfo("{table}")') if row[6] in (2, 3)]
+        if generated:
+            raise ImportSourceError(
+                f"{path.name}: {table} computes {', '.join(generated)} as it is read (a generated column): "
+                "not a ChromaDB store roampal wrote."
+            )
+
+
+def _bounded(connection: sqlite3.Connection, path: Path, query: str) -> list[Any]:
+    rows = connection.execute(f"{query} LIMIT {ROWS_MAX + 1}").fetchall()
+    if len(rows) > ROWS_MAX:
+        raise ImportSourceError(
+            f"{path.name} holds more than {ROWS_MAX} rows to read in one table, more than an import reads."
+        )
+    return rows
+
+
 class RoampalStore:
     system = SYSTEM
 
     def __init__(self, location: Path, *, profile: str = "") -> None:
         self._scratch: Path | None = None
+        try:
+            self._open(location, profile)
+        except BaseException:
+            # Nobody can close a store that failed to open: its unzipped copy goes now.
+            self.close()
+            raise
+
+    def _open(self, location: Path, profile: str) -> None:
         if location.is_file() and location.suffix == ".zip":
             self._scratch = Path(tempfile.mkdtemp(prefix="memproj-roampal-"))
-            with zipfile.ZipFile(location) as archive:
-                if sum(info.file_size for info in archive.infolist()) > ZIP_MAX_BYTES:
-                    raise ImportSourceError(
-                        f"{location} is larger than an import unpacks; unzip it and give the folder."
-                    )
-                members = [
-                    n for n in archive.namelist() if "chromadb/" in n and ".." not in n and not n.startswith("/")
-                ]
-                archive.extractall(self._scratch, members=members)
-            found = sorted(self._scratch.rglob("chroma.sqlite3"))
-            if not found:
-                raise ImportSourceError(f"{location} holds no chromadb/chroma.sqlite3: not a roampal backup.")
-            location = found[0]
+            location = _unzip(location, self._scratch)
         path = _sqlite_in(location, profile)
+        deadline = _Deadline(READ_SECONDS)
         try:
             connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
             try:
-                self.rows = connection.execute(
+                connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, VALUE_MAX_BYTES)
+                connection.set_progress_handler(deadline, PROGRESS_STEPS)
+                _refuse_computed_tables(connection, path)
+                self.rows = _bounded(
+                    connection,
+                    path,
                     """
                     SELECT c.name, e.id, e.embedding_id, e.created_at
                     FROM embeddings e
@@ -104,18 +198,29 @@ class RoampalStore:
                     JOIN collections c ON s.collection = c.id
                     WHERE c.name LIKE 'roampal\\_%' ESCAPE '\\'
                     ORDER BY e.created_at, e.id
-                    """
-                ).fetchall()
+                    """,
+                )
                 self.metadata: dict[int, dict[str, Any]] = defaultdict(dict)
-                for row_id, key, text, integer, real, boolean in connection.execute(
-                    "SELECT id, key, string_value, int_value, float_value, bool_value FROM embedding_metadata"
+                for row_id, key, text, integer, real, boolean in _bounded(
+                    connection,
+                    path,
+                    "SELECT id, key, string_value, int_value, float_value, bool_value FROM embedding_metadata",
                 ):
                     value = next((v for v in (text, integer, real, boolean) if v is not None), None)
                     self.metadata[row_id][key] = value
             finally:
                 connection.close()
         except sqlite3.DatabaseError as exc:
-            raise ImportSourceError(f"{path} is not a ChromaDB store roampal wrote ({exc}).") from exc
+            if deadline.passed:
+                raise ImportSourceError(
+                    f"{path.name} took longer than {READ_SECONDS:g} s to read, longer than an import reads: "
+                    "not a ChromaDB store roampal wrote."
+                ) from exc
+            if "too big" in str(exc):
+                raise ImportSourceError(
+                    f"{path.name} holds a value over {VALUE_MAX_BYTES} bytes: not a ChromaDB store roampal wrote."
+                ) from exc
+            raise ImportSourceError(f"{path.name} is not a ChromaDB store roampal wrote ({exc}).") from exc
 
     def estimate(self) -> int | None:
         return len(self.rows)

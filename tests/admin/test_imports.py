@@ -172,7 +172,7 @@ def test_a_tenant_admin_cannot_read_a_server_path(client, admin_a, tmp_path):
 
 def test_a_duckdb_upload_cannot_read_the_servers_files(client, admin_a, tmp_path):
     """A DuckDB file's view over read_text() would put a server file into the
-    tenant's memories: the pce reader reads with external access off."""
+    tenant's memories: the pce reader reads no view (and with external access off)."""
     duckdb = pytest.importorskip("duckdb")
     secret = tmp_path / "secret.txt"
     secret.write_text("the server's secret")
@@ -188,7 +188,7 @@ def test_a_duckdb_upload_cannot_read_the_servers_files(client, admin_a, tmp_path
 
     assert response.status_code == 200
     errors = " ".join(form_errors(response))
-    assert "disabled by configuration" in errors
+    assert "claims is a view, not a table" in errors
     assert "the server's secret" not in response.content.decode()
 
 
