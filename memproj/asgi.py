@@ -44,6 +44,7 @@ from mcp_server.http import (  # noqa: E402
 )
 from mcp_server.registry import TOOLSETS, dialect_body_limits  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
+from memory.admin.imports import import_body_limits  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
 from memory.errors import InvalidArgument, StorageUnavailable  # noqa: E402
 from memproj.edge import BodyLimit, Refusal, host_refusal, refuse  # noqa: E402
@@ -312,6 +313,7 @@ for _name, _dialect in TOOLSETS.items():
 application = BodyLimit(
     RateLimitMiddleware(Router()),
     default=settings.MEMPROJ_HTTP["MAX_BODY_BYTES"],
-    # A dialect's own routes may take more (roampal's /api/ingest: a 10 MB document).
-    limits=dialect_body_limits(),
+    # A dialect's own routes may take more (roampal's /api/ingest: a 10 MB document),
+    # and so does the admin's import page (an upload of up to its IMPORT_MAX_BYTES).
+    limits={**dialect_body_limits(), **import_body_limits()},
 )

@@ -36,6 +36,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.text import get_valid_filename
 
 from memory.api import DomainError
@@ -49,6 +50,10 @@ logger = logging.getLogger(__name__)
 
 # One request's worth: a larger store goes through manage.py import_memories.
 IMPORT_MAX_BYTES = 64 * 1024 * 1024
+# The request body this page takes: the upload with the form's other fields and
+# the multipart envelope. The HTTP edge bounds this page's body by it (its
+# default limit is far smaller), so the form's own checks answer an upload.
+IMPORT_MAX_BODY_BYTES = IMPORT_MAX_BYTES + 1024 * 1024
 IMPORT_RUN_LIMIT = 5000
 # A staged upload nobody imported is removed after this long.
 STAGED_MAX_AGE_SECONDS = 6 * 3600
@@ -67,6 +72,13 @@ UPLOADS: dict[str, str] = {
     "pce": "the pce-memory DuckDB file ($PCE_DB)",
     "memento": "a JSON export of Memento's Memory nodes",
 }
+
+
+def import_body_limits() -> dict[str, int]:
+    """The edge's body limit for this page (memproj.asgi), for its exact path
+    only: given without its trailing slash, since a path ending in "/" bounds
+    every path under it."""
+    return {reverse("admin:memory_memory_import").rstrip("/"): IMPORT_MAX_BODY_BYTES}
 
 
 def _scratch_root() -> Path:
@@ -281,7 +293,7 @@ def memory_import_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> H
         superuser=access.is_superuser,
         initial=initial,
     )
-    too_big = int(request.META.get("CONTENT_LENGTH") or 0) > IMPORT_MAX_BYTES + 1024 * 1024
+    too_big = int(request.META.get("CONTENT_LENGTH") or 0) > IMPORT_MAX_BODY_BYTES
     if request.method == "POST" and too_big:
         # Refused before Django spools the body to disk.
         form = ImportForm(tenants=access.tenants(), superuser=access.is_superuser, initial=initial)
