@@ -63,8 +63,9 @@ class ImportedMemory:
     last_confirmed_at: datetime | None = None
     # The outcome signals it received, oldest first: (signal, when), e.g. ("worked", t).
     outcomes: list[tuple[str, datetime | None]] = field(default_factory=list)
-    # A vector kept only when upstream computed it with memproj's own model.
-    embedding: list[float] | None = None
+    # Upstream's vector as it came (kept only when upstream computed it with
+    # memproj's own model, and only once the import service checked it).
+    embedding: list[Any] | None = None
     embedding_model: str = ""
     # Keep ``source_id`` (or ``own_id`` when given) as the memory's own id when it
     # is a UUID no other memory has.
@@ -121,6 +122,41 @@ class Source(Protocol):
 
 class ImportSourceError(Exception):
     """The location is not a store this reader can read (with what to do instead)."""
+
+
+class BadRecord(ValueError):
+    """One upstream row has a field no memory can hold (the message says which):
+    the reader yields it as ``Skipped`` and goes on with the next row."""
+
+
+def text_field(value: Any, field: str, default: str = "") -> str:
+    """A field upstream writes as text: a string (numbers are read as their
+    text); None or absent is ``default``; anything else is a ``BadRecord``."""
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise BadRecord(f"{field} must be text (got {type(value).__name__})")
+
+
+def text_list(value: Any, field: str) -> list[str]:
+    """A field upstream writes as a list of strings (None or absent: empty)."""
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise BadRecord(f"{field} must be a list of strings")
+    return list(value)
+
+
+def mapping(value: Any, field: str) -> dict[str, Any]:
+    """A field upstream writes as a JSON object (None or absent: empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRecord(f"{field} must be an object (got {type(value).__name__})")
+    return dict(value)
 
 
 def parse_time(value: Any) -> datetime | None:

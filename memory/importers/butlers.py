@@ -20,7 +20,17 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from memory.importers.base import ImportedMemory, ImportSourceError, Record, number, parse_time, string_list
+from memory.importers.base import (
+    BadRecord,
+    ImportedMemory,
+    ImportSourceError,
+    Record,
+    Skipped,
+    mapping,
+    number,
+    parse_time,
+    string_list,
+)
 
 SYSTEM = "butlers"
 MODEL = "all-MiniLM-L6-v2"
@@ -92,18 +102,18 @@ class ButlersTables:
                 successor.setdefault(target, source)
             else:
                 links[source].append({"relation": link["relation"], "type": link["target_type"], "id": target})
-        for row in self.episodes:
-            yield self._common(row, "episode", links, successor)
-        for row in self.facts:
-            yield self._common(row, "fact", links, successor)
-        for row in self.rules:
-            yield self._common(row, "rule", links, successor)
+        for kind, rows in (("episode", self.episodes), ("fact", self.facts), ("rule", self.rules)):
+            for row in rows:
+                try:
+                    yield self._common(row, kind, links, successor)
+                except BadRecord as exc:
+                    yield Skipped(str(row.get("id", "")), f"not storable: {exc}")
 
     def _common(
         self, row: dict[str, Any], kind: str, links: dict[str, list[dict[str, str]]], successor: dict[str, str]
     ) -> ImportedMemory:
         memory_id = str(row["id"])
-        metadata = dict(_json(row.get("metadata"), {}) or {})
+        metadata = mapping(_json(row.get("metadata"), {}), "metadata")
         for key in ("tenant_id", "sensitivity", "retention_class", "request_id", "source_butler"):
             if row.get(key) not in (None, ""):
                 metadata[f"butlers_{key}"] = str(row[key])

@@ -32,7 +32,9 @@ SYSTEM = "mcp-memory"
 
 
 def observation_id(entity: str, text: str) -> str:
-    return f"{entity}#{hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}"
+    # surrogatepass: a lone surrogate gets a digest here, and the import service skips its text.
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{entity}#{digest[:16]}"
 
 
 class MemoryJsonl:
@@ -43,55 +45,83 @@ class MemoryJsonl:
             path = path / "memory.jsonl"
         if not path.is_file():
             raise ImportSourceError(f"no file {path}; give the server's MEMORY_FILE_PATH (memory.jsonl).")
-        self.lines: list[dict[str, Any]] = []
+        self.lines: list[tuple[int, Any]] = []
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             if not line.strip():
                 continue
             try:
-                self.lines.append(json.loads(line))
+                self.lines.append((number, json.loads(line)))
             except ValueError as exc:
                 raise ImportSourceError(f"{path}:{number}: not JSON ({exc}).") from exc
 
     def estimate(self) -> int | None:
-        return sum(len(line.get("observations") or []) + 1 for line in self.lines)
+        return sum(len(_observations(line)) + 1 for _, line in self.lines)
 
     def close(self) -> None:
         return None
 
     def records(self) -> Iterator[Record]:
-        for line in self.lines:
-            if line.get("type") == "entity":
-                name, entity_type = str(line.get("name", "")), str(line.get("entityType", ""))
-                if not name:
-                    yield Skipped("", "an entity without a name")
-                    continue
-                claims = []
-                for text in line.get("observations") or []:
-                    if not isinstance(text, str) or not text.strip():
-                        continue
-                    source_id = observation_id(name, text)
-                    claims.append(source_id)
-                    yield ImportedMemory(
-                        source_id=source_id,
-                        kind="fact",
-                        content=text,
-                        tags=[entity_type] if entity_type else [],
-                        metadata={"entity": name, "entity_type": entity_type},
-                        source=SYSTEM,
-                        keep_id=False,
-                    )
-                yield ImportedEntity(
-                    source_id=name,
-                    name=name,
-                    type="Concept",
-                    attrs={"entityType": entity_type} if entity_type else {},
-                    claims=claims,
-                )
+        for number, line in self.lines:
+            if not isinstance(line, dict):
+                yield Skipped(f"line {number}", "a line that is not a JSON object")
+            elif line.get("type") == "entity":
+                yield from _entity(line)
             elif line.get("type") == "relation":
-                src, dst, kind = str(line.get("from", "")), str(line.get("to", "")), str(line.get("relationType", ""))
+                src, dst, kind = line.get("from"), line.get("to"), line.get("relationType")
+                if not all(isinstance(part, str) and part for part in (src, dst, kind)):
+                    yield Skipped(f"line {number}", "a relation whose from, to and relationType are not all text")
+                    continue
+                assert isinstance(src, str) and isinstance(dst, str) and isinstance(kind, str)
                 yield ImportedRelation(source_id=f"{src} -{kind}-> {dst}", src=src, dst=dst, type=kind)
             else:
                 yield Skipped(str(line.get("name", "")), f"a line of type {line.get('type')!r}")
+
+
+def _observations(line: Any) -> list[Any]:
+    """An entity's observations: a list (as the server writes them); a lone
+    string is one observation (not one per character); anything else none."""
+    observations = line.get("observations") if isinstance(line, dict) else None
+    if isinstance(observations, str):
+        return [observations]
+    return observations if isinstance(observations, list) else []
+
+
+def _entity(line: dict[str, Any]) -> Iterator[Record]:
+    name, entity_type = line.get("name"), line.get("entityType") or ""
+    if not isinstance(name, str) or not name:
+        yield Skipped("", "an entity without a name (or whose name is not text)")
+        return
+    if not isinstance(entity_type, str):
+        yield Skipped(name, "an entity whose entityType is not text")
+        return
+    observations = line.get("observations")
+    if observations is not None and not isinstance(observations, list | str):
+        yield Skipped(name, "an entity's observations that are not a list of strings (the entity is kept)")
+    claims = []
+    for text in _observations(line):
+        if not isinstance(text, str):
+            yield Skipped(name, "an observation that is not text")
+            continue
+        if not text.strip():
+            continue
+        source_id = observation_id(name, text)
+        claims.append(source_id)
+        yield ImportedMemory(
+            source_id=source_id,
+            kind="fact",
+            content=text,
+            tags=[entity_type] if entity_type else [],
+            metadata={"entity": name, "entity_type": entity_type},
+            source=SYSTEM,
+            keep_id=False,
+        )
+    yield ImportedEntity(
+        source_id=name,
+        name=name,
+        type="Concept",
+        attrs={"entityType": entity_type} if entity_type else {},
+        claims=claims,
+    )
 
 
 def open_source(location: str, **_: Any) -> MemoryJsonl:

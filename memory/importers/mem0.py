@@ -27,7 +27,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memory.importers.base import ImportedMemory, ImportSourceError, Record, Skipped, parse_time
+from memory.importers.base import (
+    BadRecord,
+    ImportedMemory,
+    ImportSourceError,
+    Record,
+    Skipped,
+    mapping,
+    parse_time,
+    text_field,
+)
 
 SYSTEM = "mem0"
 ID_KEYS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
@@ -38,7 +47,7 @@ def _namespace(item: dict[str, Any]) -> tuple[str, ...]:
     parts: list[str] = []
     for key, label in ID_KEYS:
         if item.get(key):
-            parts += [label, str(item[key])]
+            parts += [label, text_field(item[key], key)]
     return tuple(parts)
 
 
@@ -85,9 +94,7 @@ class Mem0Source:
         items = data.get("results", data.get("memories")) if isinstance(data, dict) else data
         if not isinstance(items, list):
             raise ImportSourceError(f"{path} holds no list of memories (get_all() answers {{'results': [...]}}).")
-        for item in items:
-            if isinstance(item, dict):
-                yield item
+        yield from items
 
     def _from_table(self) -> Iterator[dict[str, Any]]:
         import psycopg
@@ -120,13 +127,23 @@ class Mem0Source:
 
     def records(self) -> Iterator[Record]:
         present = set()
-        for item in self.items:
-            memory_id = str(item.get("id", ""))
+        for index, item in enumerate(self.items):
+            if not isinstance(item, dict):
+                yield Skipped(f"item {index}", "a mem0 memory that is not a JSON object")
+                continue
+            try:
+                memory_id = text_field(item.get("id"), "id")
+            except BadRecord:
+                memory_id = ""
             if not memory_id:
-                yield Skipped("", "a mem0 memory without an id")
+                yield Skipped(f"item {index}", "a mem0 memory without an id")
                 continue
             present.add(memory_id)
-            record = self._record(memory_id, item, str(item.get("memory") or ""))
+            try:
+                record = self._record(memory_id, item, text_field(item.get("memory"), "memory"))
+            except BadRecord as exc:
+                yield Skipped(memory_id, f"not storable: {exc}")
+                continue
             yield from self._earlier_versions(record, self.history.get(memory_id, []))
             yield record
         for memory_id, events in self.history.items():
@@ -138,23 +155,27 @@ class Mem0Source:
                 continue
             last = deleted[-1]
             first = events[0]
-            record = self._record(
-                memory_id,
-                {
-                    "created_at": first.get("created_at"),
-                    "updated_at": last.get("created_at"),
-                    "actor_id": last.get("actor_id"),
-                    "role": last.get("role"),
-                },
-                str(last.get("old_memory") or first.get("new_memory") or ""),
-            )
+            try:
+                record = self._record(
+                    memory_id,
+                    {
+                        "created_at": first.get("created_at"),
+                        "updated_at": last.get("created_at"),
+                        "actor_id": last.get("actor_id"),
+                        "role": last.get("role"),
+                    },
+                    text_field(last.get("old_memory") or first.get("new_memory"), "old_memory"),
+                )
+            except BadRecord as exc:
+                yield Skipped(memory_id, f"not storable: {exc}")
+                continue
             record.validity = "retracted"
             record.metadata["mem0_event"] = "DELETE"
             yield from self._earlier_versions(record, [e for e in events if e is not last])
             yield record
 
     def _record(self, memory_id: str, item: dict[str, Any], text: str) -> ImportedMemory:
-        metadata = dict(item.get("metadata") or {})
+        metadata = mapping(item.get("metadata"), "metadata")
         for key in ("actor_id", "role", "hash"):
             if item.get(key):
                 metadata[f"mem0_{key}"] = item[key]

@@ -23,7 +23,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memory.importers.base import ImportedMemory, ImportSourceError, Record, Skipped, number, parse_time
+from memory.importers.base import (
+    BadRecord,
+    ImportedMemory,
+    ImportSourceError,
+    Record,
+    Skipped,
+    number,
+    parse_time,
+    text_field,
+)
 
 SYSTEM = "memento"
 MODEL = "all-MiniLM-L6-v2"
@@ -42,7 +51,7 @@ def _time(value: Any) -> datetime | None:
                 int(value.get("nanosecond", 0)) // 1000,
                 tzinfo=UTC,
             )
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return None
     return parse_time(value)
 
@@ -59,7 +68,8 @@ def _nodes(data: Any) -> Iterator[dict[str, Any]]:
         if len(item) == 1 and isinstance(next(iter(item.values())), dict):
             item = next(iter(item.values()))  # a RETURN m row: {"m": {...}}
         if item.get("type") == "node" or "labels" in item:
-            if "Memory" not in (item.get("labels") or []):
+            labels = item.get("labels")
+            if not isinstance(labels, list) or "Memory" not in labels:
                 continue
             item = item.get("properties") or {}
         elif isinstance(item.get("properties"), dict) and "content" not in item:
@@ -91,30 +101,46 @@ class MementoExport:
 
     def records(self) -> Iterator[Record]:
         for node in self.nodes:
-            memory_id = str(node.get("id") or "")
+            if not isinstance(node, dict):
+                yield Skipped("", "a Memory node whose properties are not an object")
+                continue
+            try:
+                memory_id = text_field(node.get("id"), "id")
+            except BadRecord:
+                memory_id = ""
             if not memory_id:
                 yield Skipped("", "a Memory node without an id")
                 continue
-            created = _time(node.get("created_at"))
-            embedding = node.get("embedding") if isinstance(node.get("embedding"), list) else None
-            record = ImportedMemory(
-                source_id=memory_id,
-                kind="fact",
-                content=str(node.get("content") or ""),
-                created_at=created,
-                updated_at=_time(node.get("updated_at")) or created,
-                occurred_at=created,
-                accessed_at=_time(node.get("accessed_at")),
-                confidence=number(node.get("confidence"), 1.0, low=0, high=1),
-                source=str(node.get("source") or "memento")[:32],
-                embedding=[float(x) for x in embedding] if embedding else None,
-                embedding_model=MODEL if embedding else "",
-            )
-            if node.get("superseded_by"):
-                record.validity, record.superseded_by = "superseded", str(node["superseded_by"])
-            if node.get("supersedes"):
-                record.metadata["supersedes"] = node["supersedes"]
-            yield record
+            try:
+                yield _record(memory_id, node)
+            except BadRecord as exc:
+                yield Skipped(memory_id, f"not storable: {exc}")
+
+
+def _record(memory_id: str, node: dict[str, Any]) -> ImportedMemory:
+    created = _time(node.get("created_at"))
+    # Checked (finite, in range, of memproj's dimension) by the import service,
+    # which embeds the text instead of a vector it cannot keep.
+    embedding = node.get("embedding") if isinstance(node.get("embedding"), list) else None
+    record = ImportedMemory(
+        source_id=memory_id,
+        kind="fact",
+        content=text_field(node.get("content"), "content"),
+        created_at=created,
+        updated_at=_time(node.get("updated_at")) or created,
+        occurred_at=created,
+        accessed_at=_time(node.get("accessed_at")),
+        confidence=number(node.get("confidence"), 1.0, low=0, high=1),
+        source=(text_field(node.get("source"), "source") or "memento")[:32],
+        embedding=embedding or None,
+        embedding_model=MODEL if embedding else "",
+    )
+    if node.get("superseded_by"):
+        record.validity = "superseded"
+        record.superseded_by = text_field(node["superseded_by"], "superseded_by")
+    if node.get("supersedes"):
+        record.metadata["supersedes"] = node["supersedes"]
+    return record
 
 
 def open_source(location: str, **_: Any) -> MementoExport:

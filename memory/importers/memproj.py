@@ -15,7 +15,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memory.importers.base import ImportedMemory, ImportSourceError, Record, Skipped, number, parse_time
+from memory.importers.base import (
+    BadRecord,
+    ImportedMemory,
+    ImportSourceError,
+    Record,
+    Skipped,
+    mapping,
+    number,
+    parse_time,
+    text_field,
+    text_list,
+)
 
 EXPORT_FORMAT = "memproj-export/1"
 SYSTEM = "memproj"
@@ -42,14 +53,15 @@ class MemprojExport:
         if header.get("type") != "header" or header.get("format") != EXPORT_FORMAT:
             raise ImportSourceError(f"{path} is not a {EXPORT_FORMAT} file (its first line must be the header).")
 
-    def _rows(self) -> Iterator[dict[str, Any]]:
+    def _rows(self) -> Iterator[tuple[int, Any]]:
+        """(line number, the line's JSON value), for every line after the header."""
         with self.path.open(encoding="utf-8") as handle:
             next(handle)
             for number_, line in enumerate(handle, start=2):
                 if not line.strip():
                     continue
                 try:
-                    yield json.loads(line)
+                    yield number_, json.loads(line)
                 except ValueError as exc:
                     raise ImportSourceError(f"{self.path}:{number_}: not JSON ({exc})") from exc
 
@@ -63,16 +75,28 @@ class MemprojExport:
     def records(self) -> Iterator[Record]:
         outcomes: dict[str, list[tuple[str, datetime | None]]] = defaultdict(list)
         aliases: dict[str, list[tuple[str, str]]] = defaultdict(list)
-        for row in self._rows():
+        for _, row in self._rows():
+            if not isinstance(row, dict) or not isinstance(row.get("memory_id"), str):
+                continue
             kind = row.get("type")
-            if kind == "event" and str(row.get("event_type", "")).startswith("marked_") and row.get("memory_id"):
+            if kind == "event" and isinstance(row.get("event_type"), str) and row["event_type"].startswith("marked_"):
                 outcomes[row["memory_id"]].append((row["event_type"][7:], parse_time(row.get("created_at"))))
-            elif kind == "alias" and row.get("memory_id"):
-                aliases[row["memory_id"]].append((str(row.get("system", "")), str(row.get("alias", ""))))
-        for row in self._rows():
+            elif kind == "alias" and isinstance(row.get("system"), str) and isinstance(row.get("alias"), str):
+                aliases[row["memory_id"]].append((row["system"], row["alias"]))
+        for line, row in self._rows():
+            if not isinstance(row, dict):
+                yield Skipped(f"line {line}", "a line that is not a JSON object")
+                continue
             kind = row.get("type")
             if kind == "memory":
-                yield _memory(row, outcomes.get(row.get("id", ""), []), aliases.get(row.get("id", ""), []))
+                memory_id = row.get("id")
+                if not isinstance(memory_id, str) or not memory_id:
+                    yield Skipped(f"line {line}", "a memory row without an id")
+                    continue
+                try:
+                    yield _memory(row, outcomes.get(memory_id, []), aliases.get(memory_id, []))
+                except BadRecord as exc:
+                    yield Skipped(memory_id, f"not storable: {exc}")
             elif kind in _NOT_MEMORIES:
                 yield Skipped(str(row.get("id", "")), _NOT_MEMORIES[kind])
 
@@ -81,30 +105,30 @@ def _memory(row: dict[str, Any], outcomes: list[tuple[str, datetime | None]], al
     created = parse_time(row.get("created_at"))
     return ImportedMemory(
         source_id=str(row["id"]),
-        kind=str(row.get("kind", "")),
-        content=str(row.get("content", "")),
+        kind=text_field(row.get("kind"), "kind"),
+        content=text_field(row.get("content"), "content"),
         created_at=created,
         updated_at=parse_time(row.get("updated_at")),
         occurred_at=parse_time(row.get("occurred_at")) or created,
         other_aliases=tuple(aliases),
-        namespace=tuple(row.get("namespace") or ()),
-        scope=str(row.get("scope") or "global"),
-        butler=str(row.get("butler") or ""),
-        session_id=str(row.get("session_id") or ""),
-        subject=str(row.get("subject") or ""),
-        predicate=str(row.get("predicate") or ""),
-        collection=str(row.get("collection") or ""),
-        boundary_class=str(row.get("boundary_class") or "internal"),
-        tags=list(row.get("tags") or []),
-        metadata=dict(row.get("metadata") or {}),
-        source=str(row.get("source") or ""),
+        namespace=tuple(text_list(row.get("namespace"), "namespace")),
+        scope=text_field(row.get("scope"), "scope") or "global",
+        butler=text_field(row.get("butler"), "butler"),
+        session_id=text_field(row.get("session_id"), "session_id"),
+        subject=text_field(row.get("subject"), "subject"),
+        predicate=text_field(row.get("predicate"), "predicate"),
+        collection=text_field(row.get("collection"), "collection"),
+        boundary_class=text_field(row.get("boundary_class"), "boundary_class") or "internal",
+        tags=text_list(row.get("tags"), "tags"),
+        metadata=mapping(row.get("metadata"), "metadata"),
+        source=text_field(row.get("source"), "source"),
         importance=number(row.get("importance"), 5.0),
         confidence=number(row.get("confidence"), 1.0),
-        permanence=str(row.get("permanence") or ""),
-        validity=str(row.get("validity") or "active"),
-        superseded_by=str(row["superseded_by_id"]) if row.get("superseded_by_id") else None,
+        permanence=text_field(row.get("permanence"), "permanence"),
+        validity=text_field(row.get("validity"), "validity") or "active",
+        superseded_by=text_field(row.get("superseded_by_id"), "superseded_by_id") or None,
         expires_at=parse_time(row.get("expires_at")),
-        maturity=str(row.get("maturity") or ""),
+        maturity=text_field(row.get("maturity"), "maturity"),
         success_count=number(row.get("success_count"), 0.0),
         harmful_count=int(number(row.get("harmful_count"), 0)),
         applied_count=int(number(row.get("applied_count"), 0)),
@@ -118,7 +142,7 @@ def _memory(row: dict[str, Any], outcomes: list[tuple[str, datetime | None]], al
         last_confirmed_at=parse_time(row.get("last_confirmed_at")),
         outcomes=outcomes,
         embedding=row.get("embedding") if isinstance(row.get("embedding"), list) else None,
-        embedding_model=str(row.get("embedding_model") or ""),
+        embedding_model=text_field(row.get("embedding_model"), "embedding_model"),
     )
 
 

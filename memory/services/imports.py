@@ -22,30 +22,36 @@ outbox."""
 
 from __future__ import annotations
 
+import logging
+import math
+import struct
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DataError, IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from memory import embedtext, scoring, validation
 from memory.embeddings import get_embedder
-from memory.errors import EmbeddingUnavailable, InvalidArgument
+from memory.errors import EmbeddingUnavailable, InvalidArgument, QuotaExceeded
 from memory.importers import open_source, systems
 from memory.importers.base import ImportedEntity, ImportedMemory, ImportedRelation, ImportSourceError, Skipped
 from memory.importers.cogx import CogxWriter
 from memory.models import (
     EMBEDDING_DIM,
+    Collection,
     EmbeddingStatus,
     Entity,
     EntityType,
     Kind,
+    Maturity,
     Memory,
     MemoryAlias,
     MemoryEvent,
@@ -55,7 +61,9 @@ from memory.models import (
 from memory.selectors.aliases import alias_targets
 from memory.services.events import EventType, NewEvent, caller_event, events_append
 from memory.services.graph import EntityInput, canonical_key_for
+from memory.services.locks import tenant_write_lock
 from memory.services.memories import memories_insert, memories_new, require_write
+from memory.services.quotas import tenant_memory_count
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
@@ -66,6 +74,27 @@ EXAMPLES_PER_REASON = 5
 OUTCOME_SIGNALS = ("worked", "partial", "failed", "unknown", "helpful", "harmful", "outdated", "duplicate")
 
 Progress = Callable[[int, int | None], None]
+# harmful_count, applied_count and reference_count are PostgreSQL integers.
+INT_COLUMN_MAX = 2**31 - 1
+# The vector indexes hold half-precision copies (halfvec), whose largest value is this.
+HALFVEC_MAX = 65504.0
+# Imported times are kept between this and the import's own time: a time past
+# now (a "last confirmed" in year 9999) would make decay, recency and every
+# schedule computed from it run past the calendar, and nothing was stored,
+# confirmed or used in the future.
+EARLIEST_TIME = datetime(1900, 1, 1, tzinfo=UTC)
+CLAMPED_TIMES = (
+    "created_at",
+    "updated_at",
+    "occurred_at",
+    "last_confirmed_at",
+    "last_applied_at",
+    "last_referenced_at",
+    "accessed_at",
+)
+ALIAS_MAX_CHARS = 300
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -83,9 +112,22 @@ class ImportReport:
     embedded: int = 0
     pending_embeddings: int = 0
     stopped_at_limit: bool = False
+    # Memories created (or that would be) with a change, by reason: a vector
+    # not kept, a time moved into range.
+    noted: Counter[str] = field(default_factory=Counter)
+    # A dry run's forecast of the tenant's quota: (memories a real run would
+    # store before the quota stops it, memories the tenant holds, its quota).
+    quota_stop: tuple[int, int, int] | None = None
 
     def skip(self, reason: str, source_id: str) -> None:
         self.skipped[reason] += 1
+        self._example(reason, source_id)
+
+    def note(self, reason: str, source_id: str) -> None:
+        self.noted[reason] += 1
+        self._example(reason, source_id)
+
+    def _example(self, reason: str, source_id: str) -> None:
         shown = self.examples.setdefault(reason, [])
         if len(shown) < EXAMPLES_PER_REASON:
             shown.append(source_id)
@@ -105,6 +147,15 @@ class ImportReport:
             out.append(f"  {'would link' if self.dry_run else 'linked'} {self.superseded_links} supersessions")
         for reason, count in self.skipped.most_common():
             out.append(f"  skipped {count}: {reason} (e.g. {', '.join(self.examples.get(reason, []))})")
+        for reason, count in self.noted.most_common():
+            out.append(f"  changed {count}: {reason} (e.g. {', '.join(self.examples.get(reason, []))})")
+        if self.quota_stop is not None:
+            would_store, used, limit = self.quota_stop
+            out.append(
+                f"  the tenant's quota would stop it: the tenant holds {used} memories and its policy allows "
+                f"{limit} (quotas.max_memories), so the import would store {would_store} and then stop; "
+                "ask a tenant admin to raise quotas.max_memories first"
+            )
         if not self.dry_run:
             out.append(f"  embedded {self.embedded} now; {self.pending_embeddings} left to the worker")
         if self.stopped_at_limit:
@@ -112,68 +163,176 @@ class ImportReport:
         return out
 
 
-def _validated(record: ImportedMemory, namespace: Sequence[str]) -> dict[str, Any]:
+def clamp_time(value: datetime | None, *, now: datetime) -> datetime | None:
+    """An imported time kept between ``EARLIEST_TIME`` and ``now``."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return min(max(value, EARLIEST_TIME), now)
+
+
+def _clamp_times(record: ImportedMemory, now: datetime) -> list[str]:
+    """Move the record's times into range (``clamp_time``); what moved, as report notes."""
+    notes = []
+    for name in CLAMPED_TIMES:
+        value = getattr(record, name)
+        clamped = clamp_time(value, now=now)
+        if clamped != value:
+            setattr(record, name, clamped)
+            where = "before 1900" if clamped == EARLIEST_TIME else "later than the import"
+            notes.append(f"{name} {where}, moved to {'1900' if clamped == EARLIEST_TIME else 'the import time'}")
+    record.outcomes = [(signal, clamp_time(when, now=now)) for signal, when in record.outcomes]
+    return notes
+
+
+def _count(value: object, name: str) -> int:
+    """A counter for an integer column: a whole number, negative read as 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"{name} must be a number.")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidArgument(f"{name} must be a finite number.")
+    if value > INT_COLUMN_MAX:
+        raise InvalidArgument(f"{name} is larger than {INT_COLUMN_MAX}, the most a memory holds.")
+    return max(0, int(value))
+
+
+def _finite(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidArgument(f"{name} must be a finite number.")
+    return float(value)
+
+
+def _short_text(value: object, name: str, max_chars: int) -> str:
+    """A short text column, cut to its length (as the readers always have)."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be text.")
+    return validation.encodable(value[:max_chars], field=name)
+
+
+def _is_text(value: object) -> bool:
+    """A string PostgreSQL can hold (and look up): no NUL, no lone surrogate."""
+    if not isinstance(value, str):
+        return False
+    try:
+        validation.encodable(value, field="id")
+    except InvalidArgument:
+        return False
+    return True
+
+
+def _choice(value: object, name: str, allowed: Sequence[str]) -> str:
+    """One of a column's values, or empty."""
+    if value != "" and value not in allowed:
+        raise InvalidArgument(f"{name} must be empty or one of {', '.join(v for v in allowed if v)}.")
+    return str(value)
+
+
+def storable_id(value: object) -> bool:
+    """An upstream id memproj can keep as an alias and look up."""
+    return isinstance(value, str) and 0 < len(value) <= ALIAS_MAX_CHARS and _is_text(value)
+
+
+def _validated(record: ImportedMemory, namespace: Sequence[str], now: datetime) -> tuple[dict[str, Any], list[str]]:
     """The memory's columns, checked as the store services check a write
-    (InvalidArgument says which field is wrong)."""
+    (InvalidArgument says which field is wrong), and the changes made to fit
+    (times moved into range), as report notes."""
     kind = validation.kind(record.kind)
     content = validation.text(record.content, field="content")
-    boundary = record.boundary_class if record.boundary_class in BOUNDARY_CLASSES else DEFAULT_BOUNDARY_CLASS
+    boundary = record.boundary_class if _is_text(record.boundary_class) else ""
+    boundary = boundary if boundary in BOUNDARY_CLASSES else DEFAULT_BOUNDARY_CLASS
     full_namespace = validation.namespace([*namespace, *record.namespace])
     limits = validation.limits()
-    tags = validation.tags([t[: limits["MAX_TAG_CHARS"]] for t in record.tags[: limits["MAX_TAGS"]]])
-    subject = record.subject[:200]
-    predicate = record.predicate[:200] if subject else ""
+    if isinstance(record.tags, str) or not isinstance(record.tags, list | tuple):
+        raise InvalidArgument("tags must be a list of strings.")
+    tags = validation.tags(
+        [t[: limits["MAX_TAG_CHARS"]] if isinstance(t, str) else t for t in record.tags[: limits["MAX_TAGS"]]]
+    )
+    subject = _short_text(record.subject, "subject", 200)
+    predicate = _short_text(record.predicate, "predicate", 200) if subject else ""
     if kind == Kind.FACT and predicate and not subject:
         raise InvalidArgument("a fact with a predicate needs a subject too.")
-    permanence = record.permanence if record.permanence in scoring.DECAY_RATES else ""
+    if record.superseded_by is not None and not storable_id(record.superseded_by):
+        raise InvalidArgument("superseded_by is not an id this import can look up.")
+    permanence = record.permanence if isinstance(record.permanence, str) else ""
+    permanence = permanence if permanence in scoring.DECAY_RATES else ""
     if kind in (Kind.FACT, Kind.RULE) and not permanence:
         permanence = "permanent" if kind == Kind.FACT and record.collection == "memory_bank" else "standard"
     decay_rate = scoring.DECAY_RATES[permanence] if permanence else 0.0
-    return {
+    confidence = min(1.0, max(0.0, _finite(record.confidence, "confidence")))
+    notes = _clamp_times(record, now)
+    confirmed_at = record.last_confirmed_at or (record.created_at if kind != Kind.EPISODE else None)
+    values = {
         "kind": kind,
         "content": content,
         "content_hash": validation.content_hash(content),
         "namespace": full_namespace,
         "scope": validation.label(record.scope or "global", field="scope"),
         "butler": validation.label(record.butler, field="butler") if record.butler else "",
-        "session_id": record.session_id[:200] if record.session_id else "",
+        "session_id": _short_text(record.session_id, "session_id", 200),
         "subject": subject if kind == Kind.FACT else "",
         "predicate": predicate if kind == Kind.FACT else "",
-        "collection": record.collection,
+        "collection": _choice(record.collection, "collection", Collection.values),
         "boundary_class": boundary,
         "tags": tags,
         "metadata": validation.metadata(record.metadata),
-        "source": record.source[:32],
-        "importance": min(10.0, max(0.0, record.importance)),
-        "confidence": min(1.0, max(0.0, record.confidence)),
+        "source": _short_text(record.source, "source", 32),
+        "importance": min(10.0, max(0.0, _finite(record.importance, "importance"))),
+        "confidence": confidence,
         "permanence": permanence,
         "decay_rate": decay_rate,
         "validity": validation.validity(record.validity),
         "expires_at": record.expires_at,
-        "maturity": record.maturity if kind == Kind.RULE else "",
-        "success_count": max(0.0, record.success_count),
-        "harmful_count": max(0, record.harmful_count),
-        "applied_count": max(0, record.applied_count),
-        "effectiveness_score": record.effectiveness_score,
-        "outcome_score": min(1.0, max(0.0, record.outcome_score)),
-        "utility": record.utility,
+        "maturity": (_choice(record.maturity, "maturity", Maturity.values) if kind == Kind.RULE else ""),
+        "success_count": max(0.0, _finite(record.success_count, "success_count")),
+        "harmful_count": _count(record.harmful_count, "harmful_count"),
+        "applied_count": _count(record.applied_count, "applied_count"),
+        "effectiveness_score": _finite(record.effectiveness_score, "effectiveness_score"),
+        "outcome_score": min(1.0, max(0.0, _finite(record.outcome_score, "outcome_score"))),
+        "utility": _finite(record.utility, "utility"),
         "last_applied_at": record.last_applied_at,
-        "reference_count": max(0, record.reference_count),
+        "reference_count": _count(record.reference_count, "reference_count"),
         "last_referenced_at": record.last_referenced_at,
         "accessed_at": record.accessed_at,
-        "last_confirmed_at": record.last_confirmed_at or (record.created_at if kind != Kind.EPISODE else None),
+        "last_confirmed_at": confirmed_at,
     }
+    if kind == Kind.FACT:
+        # The state and schedule fact_store gives a new fact, from the time it
+        # was last confirmed, so the decay sweep visits it when its state is due.
+        values["fact_state"], values["fact_state_changes_at"] = scoring.fact_state_schedule(
+            confidence=confidence, decay_rate=decay_rate, confirmed_at=confirmed_at or now, now=now
+        )
+    return values, notes
 
 
-def _own_vector(record: ImportedMemory) -> list[float] | None:
-    """Upstream's vector, if it comes from the model memproj embeds with."""
+def _checked_vector(record: ImportedMemory) -> tuple[list[float] | None, str]:
+    """Upstream's vector, if it comes from the model memproj embeds with and
+    memproj can store it: of memproj's dimension, every value a finite number
+    within half precision (the vector indexes keep it so), not all zeros;
+    scaled to unit length as memproj's own vectors are (the search compares
+    directions only). Else None, with why not (empty when upstream used
+    another model: its vectors are recomputed, as documented)."""
     if not record.embedding or not record.embedding_model:
-        return None
+        return None, ""
     ours = get_embedder().model_name.rsplit("/", 1)[-1].lower()
     theirs = record.embedding_model.rsplit("/", 1)[-1].lower()
-    if theirs != ours or len(record.embedding) != EMBEDDING_DIM:
-        return None
-    return [float(x) for x in record.embedding]
+    if theirs != ours:
+        return None, ""
+    if not isinstance(record.embedding, list | tuple) or len(record.embedding) != EMBEDDING_DIM:
+        return None, f"a vector that is not of {EMBEDDING_DIM} dimensions"
+    values = []
+    for x in record.embedding:
+        if isinstance(x, bool) or not isinstance(x, int | float):
+            return None, "a vector with values that are not numbers"
+        if isinstance(x, float) and not math.isfinite(x):
+            return None, "a vector with values that are not finite (NaN or infinity)"
+        if abs(x) > HALFVEC_MAX:
+            return None, f"a vector with values beyond {HALFVEC_MAX:g}, the most a vector index holds"
+        values.append(float(x))
+    norm = math.hypot(*values)
+    if norm == 0:
+        return None, "a vector of zeros"
+    return [x / norm for x in values], ""
 
 
 @dataclass
@@ -181,6 +340,7 @@ class _Planned:
     record: ImportedMemory
     values: dict[str, Any]
     pk: uuid.UUID
+    vector: list[float] | None = None  # upstream's, checked (``_checked_vector``)
 
 
 class _Importer:
@@ -202,6 +362,12 @@ class _Importer:
         self.seen: set[str] = set()
         self.created_ids: set[str] = set()  # source ids of memories this run created (or would)
         self.pending_links: dict[str, str] = {}  # source id -> its successor's source id
+        self.stored = 0  # memories this run has committed
+        # A dry run forecasts the quota a real run meets batch by batch.
+        self.quota: tuple[int, int] | None = None  # (memories held, the policy's max_memories)
+        self.would_store = 0
+        if dry_run:
+            self.quota = (tenant_memory_count(tenant_id=caller.tenant_id), caller.policy.quotas.max_memories)
 
     # --- memories ----------------------------------------------------------------------
 
@@ -210,14 +376,15 @@ class _Importer:
             tenant_id=self.caller.tenant_id, aliases=[r.source_id for r in records], system=self.system
         )
         planned: list[_Planned] = []
+        now = timezone.now()
         for record in records:
             if record.source_id in known:
                 self.report.skip("already imported (its id is an alias of a memory here)", record.source_id)
-                if record.superseded_by:
+                if record.superseded_by and storable_id(record.superseded_by):
                     self.pending_links[record.source_id] = record.superseded_by
                 continue
             try:
-                values = _validated(record, self.namespace)
+                values, notes = _validated(record, self.namespace, now)
             except InvalidArgument as exc:
                 self.report.skip(f"not storable: {exc}", record.source_id)
                 continue
@@ -225,20 +392,79 @@ class _Importer:
                 # Stop reading, but write what this batch planned (and counted) already.
                 self.report.stopped_at_limit = True
                 break
-            planned.append(_Planned(record, values, uuid.uuid4()))
+            vector, problem = _checked_vector(record)
+            if problem:
+                notes.append(f"{problem} was not kept: memproj embeds the text instead")
+            for note in notes:
+                self.report.note(note, record.source_id)
+            planned.append(_Planned(record, values, uuid.uuid4(), vector))
             self.report.created[values["kind"]] += 1
             self.created_ids.add(record.source_id)
             if record.superseded_by:
                 self.pending_links[record.source_id] = record.superseded_by
-        if planned and not self.dry_run:
+        if self.dry_run:
+            self._forecast_quota(len(planned))
+        elif planned:
             self._write(planned)
 
+    def _forecast_quota(self, adding: int) -> None:
+        """The dry run's side of the quota check every batch of a real run meets."""
+        if self.quota is None or self.report.quota_stop is not None or not adding:
+            return
+        used, limit = self.quota
+        if used + self.would_store + adding > limit:
+            self.report.quota_stop = (self.would_store, used, limit)
+        else:
+            self.would_store += adding
+
+    def _quota_stop(self, used: int, limit: int, adding: int) -> QuotaExceeded:
+        """The quota refused a batch: what this run stored before it, and how to go on."""
+        done = (
+            f"This import stored {self.stored} memories before it stopped, and they stay"
+            if self.stored
+            else "Nothing of this import was stored"
+        )
+        return QuotaExceeded(
+            f"this tenant holds {used} memories and its policy allows {limit} (quotas.max_memories); storing "
+            f"the next {adding} of this import would pass it. {done}: ask a tenant admin to raise "
+            "quotas.max_memories (or to purge memories no longer needed), then run the same import again, "
+            "which goes on where it stopped.",
+            {"quota": "max_memories", "limit": limit, "used": used, "requested": adding, "stored": self.stored},
+        )
+
     def _write(self, planned: list[_Planned]) -> None:
+        """Store a batch. Should the database still refuse a record the checks
+        let through, the batch is stored record by record and only the refused
+        one is skipped (its detail goes to the server log, not the report)."""
+        try:
+            self._write_batch(planned)
+        except (DataError, IntegrityError, OverflowError, struct.error):
+            if len(planned) > 1:
+                for item in planned:
+                    self._write([item])
+                return
+            (item,) = planned
+            logger.warning("the database refused %s record %r", self.system, item.record.source_id, exc_info=True)
+            self.report.created[item.values["kind"]] -= 1
+            if not self.report.created[item.values["kind"]]:
+                del self.report.created[item.values["kind"]]
+            self.created_ids.discard(item.record.source_id)
+            self.pending_links.pop(item.record.source_id, None)
+            self.report.skip(
+                "not storable: the database refused it (the server log has the detail)", item.record.source_id
+            )
+
+    def _write_batch(self, planned: list[_Planned]) -> None:
         wanted: dict[uuid.UUID, _Planned] = {}
         for p in planned:
             candidate = _uuid_or_none(p.record.own_id or p.record.source_id) if p.record.keep_id else None
             if candidate is not None:
                 wanted.setdefault(candidate, p)
+        limit = self.caller.policy.quotas.max_memories
+        used = tenant_memory_count(tenant_id=self.caller.tenant_id)
+        if used + len(planned) > limit:
+            # Before embedding a batch the quota refuses (checked again under the lock).
+            raise self._quota_stop(used, limit, len(planned))
         taken = set(Memory.objects.filter(pk__in=list(wanted)).values_list("pk", flat=True))
         for pk, item in wanted.items():
             if pk not in taken:
@@ -266,25 +492,37 @@ class _Importer:
             # created_at / updated_at as upstream recorded them, written with the row.
             dated={p.pk: (p.record.created_at, p.record.updated_at) for p in planned},
         )
-        with transaction.atomic():
-            self._settle_fact_keys(rows, planned)
-            memories_insert(caller=self.caller, new=new)
-            MemoryAlias.objects.bulk_create(
-                [
-                    MemoryAlias(tenant_id=self.caller.tenant_id, memory_id=p.pk, system=self.system, alias=alias)
-                    for p in planned
-                    for alias in dict.fromkeys([p.record.source_id, *p.record.extra_aliases])
-                    if alias and len(alias) <= 300
-                ]
-                + [
-                    MemoryAlias(tenant_id=self.caller.tenant_id, memory_id=p.pk, system=system, alias=alias)
-                    for p in planned
-                    for system, alias in p.record.other_aliases
-                    if system and system != self.system and alias and len(alias) <= 300
-                ],
-                ignore_conflicts=True,
-            )
-            self._outcome_events(planned)
+        try:
+            with transaction.atomic():
+                # The tenant's write lock before the key holders are read: a
+                # fact_store of the same key (which takes it first, too) then
+                # waits for this batch instead of inserting the key's active
+                # fact between this read and the insert (memory/services/locks.py).
+                tenant_write_lock(self.caller.tenant_id)
+                self._settle_fact_keys(rows, planned)
+                memories_insert(caller=self.caller, new=new)
+                MemoryAlias.objects.bulk_create(
+                    [
+                        MemoryAlias(tenant_id=self.caller.tenant_id, memory_id=p.pk, system=self.system, alias=alias)
+                        for p in planned
+                        for alias in dict.fromkeys([p.record.source_id, *p.record.extra_aliases])
+                        if storable_id(alias)
+                    ]
+                    + [
+                        MemoryAlias(tenant_id=self.caller.tenant_id, memory_id=p.pk, system=system, alias=alias)
+                        for p in planned
+                        for system, alias in p.record.other_aliases
+                        if system and system != self.system and storable_id(system) and storable_id(alias)
+                    ],
+                    ignore_conflicts=True,
+                )
+                self._outcome_events(planned)
+        except QuotaExceeded as exc:
+            details = exc.details
+            raise self._quota_stop(
+                int(details.get("used", used)), int(details.get("limit", limit)), len(planned)
+            ) from None
+        self.stored += len(planned)
         self.report.embedded += sum(1 for v in vectors if v is not None)
         self.report.pending_embeddings += sum(1 for v in vectors if v is None)
 
@@ -364,7 +602,7 @@ class _Importer:
         (a later embedding would stamp it). If the embedder is unavailable, or
         episodes are embedded with their session's previous turn (which needs
         the stored rows), the rest is left pending for the worker."""
-        vectors: list[list[float] | None] = [_own_vector(p.record) for p in planned]
+        vectors: list[list[float] | None] = [p.vector for p in planned]
         if not self.embed or embedtext.text_version() != "plain":
             return vectors
         todo = [i for i, v in enumerate(vectors) if v is None]
@@ -414,9 +652,47 @@ class _Importer:
                 )
                 self.report.superseded_links += changed
 
+    def _graph_checked(
+        self, entities: Sequence[ImportedEntity], relations: Sequence[ImportedRelation]
+    ) -> tuple[list[ImportedEntity], list[ImportedRelation]]:
+        """The entities and relations that can be stored; the others skipped
+        with their reason (the same in a dry run)."""
+        kept: list[ImportedEntity] = []
+        for item in entities:
+            try:
+                if not isinstance(item.name, str) or not item.name.strip() or not _is_text(item.name):
+                    raise InvalidArgument("an entity's name must be text without NUL characters.")
+                if not _is_text(item.canonical_key) or not _is_text(item.type):
+                    raise InvalidArgument("an entity's key and type must be text without NUL characters.")
+                validation.metadata(item.attrs, field="attributes")
+            except InvalidArgument as exc:
+                self.report.skip(f"not storable: {exc}", item.source_id if _is_text(item.source_id) else "?")
+                continue
+            item.claims = [claim for claim in item.claims if storable_id(claim)]
+            kept.append(item)
+        ends = {item.source_id for item in kept}
+        good: list[ImportedRelation] = []
+        for rel in relations:
+            shown = rel.source_id if _is_text(rel.source_id) else "?"
+            if rel.src not in ends or rel.dst not in ends:
+                self.report.skip("relation end is not an imported entity", shown)
+                continue
+            try:
+                if not isinstance(rel.type, str) or not rel.type.strip() or not _is_text(rel.type):
+                    raise InvalidArgument("a relation's type must be text without NUL characters.")
+                validation.metadata(rel.props, field="the relation's properties")
+            except InvalidArgument as exc:
+                self.report.skip(f"not storable: {exc}", shown)
+                continue
+            if rel.evidence is not None and not storable_id(rel.evidence):
+                rel.evidence = None
+            good.append(rel)
+        return kept, good
+
     def graph(self, entities: Sequence[ImportedEntity], relations: Sequence[ImportedRelation]) -> None:
         if not entities and not relations:
             return
+        entities, relations = self._graph_checked(entities, relations)
         if self.dry_run:
             self.report.entities = len(entities)
             self.report.relations = len(relations)
@@ -521,8 +797,9 @@ def memories_import(
     relations: list[ImportedRelation] = []
     batch: list[ImportedMemory] = []
     total = source.estimate()
+    failed: list[InvalidArgument] = []
     try:
-        for record in _records(source):
+        for record in _records(source, system, failed):
             report.read += 1
             if isinstance(record, Skipped):
                 report.skip(record.reason, record.source_id)
@@ -530,6 +807,8 @@ def memories_import(
                 entities.append(record)
             elif isinstance(record, ImportedRelation):
                 relations.append(record)
+            elif not _is_text(record.source_id):
+                report.skip("its id is not text memproj can keep (a NUL character or broken Unicode)", "?")
             elif record.source_id in job.seen:
                 report.skip("the source holds this id twice (the first is kept)", record.source_id)
             else:
@@ -545,6 +824,8 @@ def memories_import(
         if batch and not report.stopped_at_limit:
             job.batch(batch)
         job.link_supersessions()
+        if failed:
+            raise failed[0]
         if not report.stopped_at_limit:
             job.graph(entities, relations)
     finally:
@@ -552,11 +833,24 @@ def memories_import(
     return report
 
 
-def _records(source: Any) -> Iterable[Any]:
+def _records(source: Any, system: str, failed: list[InvalidArgument]) -> Iterable[Any]:
+    """The reader's records. A reader skips a row it cannot read with its
+    reason; should one still fail on a row, the records end there and
+    ``failed`` gets the error to raise once the records before it are
+    imported (a re-run goes on from them): a message, never the reader's
+    traceback, which goes to the log."""
     try:
         yield from source.records()
     except ImportSourceError as exc:
-        raise InvalidArgument(str(exc)) from exc
+        failed.append(InvalidArgument(str(exc)))
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError):
+        logger.warning("the %s reader failed on a record", system, exc_info=True)
+        failed.append(
+            InvalidArgument(
+                f"a record of this {system} store could not be read; the import stopped there, after what it "
+                "had read before it (the server log has the detail)."
+            )
+        )
 
 
 # --- leaving: memproj -> COGX ------------------------------------------------------------------
