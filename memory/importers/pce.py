@@ -54,7 +54,7 @@ RETRACTED_STATUSES = {"rolled_back", "retracted", "deleted", "tombstoned"}
 # after this long, holds at most this many rows per table, and runs in a
 # bounded part of the server's memory and cores.
 READ_SECONDS = 60.0
-ROWS_MAX = 2_000_000
+ROWS_MAX = 200_000
 DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "enable_external_access": False,
     "memory_limit": "1GB",

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import sys
 import tempfile
 import time
 import zipfile
@@ -64,12 +65,20 @@ ZIP_MAX_BYTES = 256 * 1024 * 1024
 # A read stops after this long, holds at most this many rows per query, and no
 # value longer than this (a generated column computes one as it is read).
 READ_SECONDS = 60.0
-ROWS_MAX = 2_000_000
+ROWS_MAX = 1_000_000
 VALUE_MAX_BYTES = 16 * 1024 * 1024
 # The tables read, and the columns read of each.
 TABLES = ("embeddings", "segments", "collections", "embedding_metadata")
 # sqlite's progress handler runs every this many virtual-machine steps.
 PROGRESS_STEPS = 10_000
+ROWS_QUERY = """
+    SELECT c.name, e.id, e.embedding_id, e.created_at
+    FROM embeddings e
+    JOIN segments s ON e.segment_id = s.id
+    JOIN collections c ON s.collection = c.id
+    WHERE c.name LIKE 'roampal\\_%' ESCAPE '\\'
+    ORDER BY e.created_at, e.id
+"""
 
 
 def _sqlite_in(location: Path, profile: str) -> Path:
@@ -155,13 +164,14 @@ def _refuse_computed_tables(connection: sqlite3.Connection, path: Path) -> None:
             )
 
 
-def _bounded(connection: sqlite3.Connection, path: Path, query: str) -> list[Any]:
-    rows = connection.execute(f"{query} LIMIT {ROWS_MAX + 1}").fetchall()
-    if len(rows) > ROWS_MAX:
-        raise ImportSourceError(
-            f"{path.name} holds more than {ROWS_MAX} rows to read in one table, more than an import reads."
-        )
-    return rows
+def _bounded(connection: sqlite3.Connection, path: Path, query: str) -> Iterator[Any]:
+    """The query's rows as they are read, refused past ``ROWS_MAX``."""
+    for count, row in enumerate(connection.execute(f"{query} LIMIT {ROWS_MAX + 1}"), start=1):
+        if count > ROWS_MAX:
+            raise ImportSourceError(
+                f"{path.name} holds more than {ROWS_MAX} rows to read in one table, more than an import reads."
+            )
+        yield row
 
 
 class RoampalStore:
@@ -188,18 +198,7 @@ class RoampalStore:
                 connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, VALUE_MAX_BYTES)
                 connection.set_progress_handler(deadline, PROGRESS_STEPS)
                 _refuse_computed_tables(connection, path)
-                self.rows = _bounded(
-                    connection,
-                    path,
-                    """
-                    SELECT c.name, e.id, e.embedding_id, e.created_at
-                    FROM embeddings e
-                    JOIN segments s ON e.segment_id = s.id
-                    JOIN collections c ON s.collection = c.id
-                    WHERE c.name LIKE 'roampal\\_%' ESCAPE '\\'
-                    ORDER BY e.created_at, e.id
-                    """,
-                )
+                self.rows = list(_bounded(connection, path, ROWS_QUERY))
                 self.metadata: dict[int, dict[str, Any]] = defaultdict(dict)
                 for row_id, key, text, integer, real, boolean in _bounded(
                     connection,
@@ -207,7 +206,8 @@ class RoampalStore:
                     "SELECT id, key, string_value, int_value, float_value, bool_value FROM embedding_metadata",
                 ):
                     value = next((v for v in (text, integer, real, boolean) if v is not None), None)
-                    self.metadata[row_id][key] = value
+                    # A store repeats a few keys on every row: one copy of each is held.
+                    self.metadata[row_id][sys.intern(key) if isinstance(key, str) else key] = value
             finally:
                 connection.close()
         except sqlite3.DatabaseError as exc:
@@ -233,7 +233,7 @@ class RoampalStore:
     def records(self) -> Iterator[Record]:
         now = timezone.now()
         for collection_name, row_id, doc_id, row_created in self.rows:
-            collection = collection_name.removeprefix("roampal_")
+            collection = str(collection_name).removeprefix("roampal_")
             meta = self.metadata.get(row_id, {})
             if collection not in KINDS:
                 yield Skipped(doc_id, f"collection {collection_name} is not one roampal keeps memories in")
