@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 from django.db.models import Field, Value
 from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
@@ -318,6 +318,8 @@ def episodes_store_batches(
 # pgvector's binary form of a vector (what COPY ... FORMAT BINARY hands to its receive function).
 _VECTOR_BINARY = struct.Struct(f">HH{EMBEDDING_DIM}f")
 _BYTEA_OID = 17
+# smallint, integer and bigint by type oid: the values each column holds.
+_INTEGER_BOUNDS = {21: (-(2**15), 2**15 - 1), 23: (-(2**31), 2**31 - 1), 20: (-(2**63), 2**63 - 1)}
 _COPY_COLUMNS: dict[str, list[tuple[Field[Any, Any], int]]] = {}
 
 
@@ -392,7 +394,7 @@ def _copy_values(
         created, updated = dated.get(row.pk, (None, None))
         updated = updated or created
         values: list[Any] = []
-        for f, _ in columns:
+        for f, oid in columns:
             value: Any
             if f.attname == "created_at" and created is not None:
                 value = row.created_at = created
@@ -407,8 +409,13 @@ def _copy_values(
                 raise TypeError(f"memories_insert takes values, not SQL expressions ({f.name})")
             if f.column == "embedding":
                 values.append(None if value is None else _VECTOR_BINARY.pack(EMBEDDING_DIM, 0, *value))
-            else:
-                values.append(f.get_db_prep_save(value, connection))
+                continue
+            value = f.get_db_prep_save(value, connection)
+            bounds = _INTEGER_BOUNDS.get(oid)
+            # COPY's binary integers wrap where an INSERT is refused: refuse as the database would.
+            if bounds is not None and isinstance(value, int) and not bounds[0] <= value <= bounds[1]:
+                raise DataError(f"integer out of range for column {f.column}: {value}")
+            values.append(value)
         data.append(values)
     return data
 

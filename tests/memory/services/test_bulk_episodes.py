@@ -12,7 +12,7 @@ import json
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import IntegrityError, connection, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 
 from memory import api, embedtext
 from memory.embeddings import get_embedder, set_embedder
@@ -258,3 +258,19 @@ def test_a_row_the_database_refuses_raises_djangos_error_and_stores_nothing(memb
     with pytest.raises(IntegrityError), transaction.atomic():
         _memories_copy([again], _copy_values([again], {}))
     assert list(Memory.objects.values_list("content", flat=True)) == ["The release train leaves on Tuesdays"]
+
+
+@pytest.mark.parametrize("count", [2**31, 2**40 + 5, -(2**31) - 1])
+def test_an_integer_past_its_column_is_refused_not_wrapped(member, count):
+    """COPY's binary integers would wrap 2**40 + 5 into 5: refused as an INSERT is."""
+    row = Memory(
+        tenant_id=member.caller.tenant_id,
+        kind="fact",
+        content="The deploy key rotates monthly",
+        content_hash="x",
+        butler="general",
+        reference_count=count,
+    )
+    with pytest.raises(DataError, match="reference_count"), transaction.atomic():
+        _memories_copy([row], _copy_values([row], {}))
+    assert not Memory.objects.exists()
