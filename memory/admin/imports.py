@@ -229,7 +229,10 @@ def _unreadable(plan: dict[str, Any], exc: Exception) -> str:
     # An uploaded file is someone else's: a reader meeting a broken one must
     # answer on the form, never with a server error.
     logger.warning("admin import of %s as %s failed", plan["source_name"], plan["system"], exc_info=True)
-    return f"{plan['source_name']} could not be read as a {plan['system']} store ({type(exc).__name__}: {exc})."
+    # A parser's complaint is about the file and helps its owner; anything else
+    # (a database's or a library's text) is the server's and stays in its log.
+    reason = f": {str(exc)[:300]}" if isinstance(exc, ValueError) else "; the server's log has the details"
+    return f"{plan['source_name']} could not be read as a {plan['system']} store{reason}."
 
 
 def _report_context(report: ImportReport) -> dict[str, Any]:

@@ -316,3 +316,21 @@ def test_a_cogx_tarball_uploads_under_its_own_name(client, admin_a, admin_b, tmp
     dry = dry_run(client, admin_a.tenant, system="cogx", file=upload(tarball.read_bytes(), "b.cogx.tar.gz"))
 
     assert dry.context["report"].created_total == 2, dry.context["report_lines"]
+
+
+def test_a_readers_internal_failure_stays_in_the_log(client, admin_a, scratch, monkeypatch):
+    """A failure that is not about the file (a database's or a library's text)
+    is not shown to the uploader; a parser's complaint about the file is."""
+    from memory.admin import imports
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("connection to /var/run/internal.sock refused")
+
+    monkeypatch.setattr(imports, "_run", broken)
+    client.force_login(admin_a.user)
+    [error] = form_errors(dry_run(client, admin_a.tenant, file=upload()))
+    assert "internal.sock" not in error and "RuntimeError" not in error
+    assert "could not be read as a mcp-memory store" in error
+    monkeypatch.undo()
+    [error] = form_errors(dry_run(client, admin_a.tenant, file=upload("{not json\n")))
+    assert "line 1" in error, error
