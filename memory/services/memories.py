@@ -680,17 +680,22 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
         continuing = Memory.objects.for_caller(caller).filter(pk__in=parts, validity=Validity.ACTIVE)
         for each in [memory, *continuing.without_vectors()]:
-            previous = each.validity
-            each.validity = Validity.RETRACTED
-            each.save(update_fields=["validity", "updated_at"])
-            event_append(
-                caller=caller,
-                tenant_id=caller.tenant_id,
-                memory=each,
-                event_type=EventType.RETRACTED,
-                payload={"previous_validity": previous},
-            )
+            _retract(caller, each)
     return memory
+
+
+def _retract(caller: Caller, memory: Memory, **payload: str) -> None:
+    """Retract a locked memory, with its audit event."""
+    previous = memory.validity
+    memory.validity = Validity.RETRACTED
+    memory.save(update_fields=["validity", "updated_at"])
+    event_append(
+        caller=caller,
+        tenant_id=caller.tenant_id,
+        memory=memory,
+        event_type=EventType.RETRACTED,
+        payload={"previous_validity": previous, **payload},
+    )
 
 
 def _continuations(caller: Caller, memory_id: object) -> list[uuid.UUID]:
@@ -780,15 +785,7 @@ def fact_retract_by_key(
         )
         if memory is None:
             return None
-        memory.validity = Validity.RETRACTED
-        memory.save(update_fields=["validity", "updated_at"])
-        event_append(
-            caller=caller,
-            tenant_id=caller.tenant_id,
-            memory=memory,
-            event_type=EventType.RETRACTED,
-            payload={"previous_validity": Validity.ACTIVE, "key": subject},
-        )
+        _retract(caller, memory, key=subject)
     return memory
 
 
