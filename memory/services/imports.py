@@ -485,13 +485,6 @@ class _Importer:
             # None lets the field default to the row's created_at.
             row.occurred_at = item.record.occurred_at or item.record.created_at  # type: ignore[assignment]
             rows.append(row)
-        new = memories_new(
-            caller=self.caller,
-            rows=rows,
-            payloads=[{"imported_from": self.system, "source_id": p.record.source_id} for p in planned],
-            # created_at / updated_at as upstream recorded them, written with the row.
-            dated={p.pk: (p.record.created_at, p.record.updated_at) for p in planned},
-        )
         try:
             with transaction.atomic():
                 # The tenant's write lock before the key holders are read: a
@@ -499,7 +492,15 @@ class _Importer:
                 # waits for this batch instead of inserting the key's active
                 # fact between this read and the insert (memory/services/locks.py).
                 tenant_write_lock(self.caller.tenant_id)
+                # Settled before the rows' values are built: it retires some of them.
                 self._settle_fact_keys(rows, planned)
+                new = memories_new(
+                    caller=self.caller,
+                    rows=rows,
+                    payloads=[{"imported_from": self.system, "source_id": p.record.source_id} for p in planned],
+                    # created_at / updated_at as upstream recorded them, written with the row.
+                    dated={p.pk: (p.record.created_at, p.record.updated_at) for p in planned},
+                )
                 memories_insert(caller=self.caller, new=new)
                 MemoryAlias.objects.bulk_create(
                     [

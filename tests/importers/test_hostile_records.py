@@ -410,3 +410,22 @@ def test_butlers_metadata_that_is_not_an_object_skips_its_row():
     records = list(tables.records())
     assert isinstance(records[0], imports.ImportedMemory)
     assert isinstance(records[1], imports.Skipped) and "metadata" in records[1].reason
+
+
+def test_facts_of_one_key_come_in_as_history_behind_the_newest(tmp_path, caller):
+    """Two imported facts of one key, and a newer one the tenant already holds:
+    every one is stored, only the newest stays active, the others superseded."""
+    held = fact_store(caller=caller, subject="user", predicate="city", content="User lives in Porto").memory
+    rows = [
+        row(0, content="User lives in Lisbon", subject="user", predicate="city", created_at="2020-01-01T00:00:00Z"),
+        row(1, content="User lives in Madrid", subject="user", predicate="city", created_at="2021-01-01T00:00:00Z"),
+    ]
+    report = memories_import(caller=caller, system="memproj", location=memproj_file(tmp_path, rows))
+    assert report.created == {"fact": 2} and not report.skipped
+    states = dict(Memory.objects.filter(tenant_id=caller.tenant_id, subject="user").values_list("content", "validity"))
+    assert states == {
+        "User lives in Porto": "active",
+        "User lives in Lisbon": "superseded",
+        "User lives in Madrid": "superseded",
+    }
+    assert Memory.objects.get(content="User lives in Madrid").superseded_by_id == held.pk
