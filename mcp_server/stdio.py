@@ -21,23 +21,23 @@ request, so a client that stops reading grows the server without bound. Here:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any, BinaryIO, cast
 
 import anyio
 import mcp_types as types
 from django.conf import settings
+from django.db import DatabaseError
 from mcp.server.stdio import stdio_server
 from pydantic import ValidationError
 
 from mcp_server.auth import authenticate_in_thread
 from mcp_server.dialect import DialectServer
-from mcp_server.http import NOT_JSON, NOT_JSONRPC
-from memory.errors import InvalidArgument
+from mcp_server.http import NOT_JSON, NOT_JSONRPC, STORAGE_MESSAGE
+from memory.errors import InvalidArgument, StorageUnavailable
 from policy.middleware import JSONRPC_INVALID_REQUEST, jsonrpc_error
 from policy.services.tokens import token_cached_caller
 
@@ -153,8 +153,9 @@ class _Lines:
             return None
         message = json.loads(text)
         if "method" in message and "id" in message:
-            if not await self._token_holds():
-                await self._refuse(line, STDIO_CREDENTIALS_REFUSED, JSONRPC_INVALID_REQUEST, code="PERMISSION_DENIED")
+            refused = await self._token_refusal()
+            if refused is not None:
+                await self._refuse(line, refused[1], code=refused[0])
                 return None
             if not await self.wire.admit(message["id"]):
                 await self._refuse(line, "a request with this id is still in flight: give each request its own id.")
@@ -165,15 +166,20 @@ class _Lines:
                 self.wire.answered(request_id)
         return text
 
-    async def _token_holds(self) -> bool:
+    async def _token_refusal(self) -> tuple[str, str] | None:
+        """None if the token still holds; else the code and message to answer with."""
         caller = token_cached_caller(self.token)
         if caller is None:
-            caller = await anyio.to_thread.run_sync(authenticate_in_thread, self.token)
+            try:
+                caller = await anyio.to_thread.run_sync(authenticate_in_thread, self.token)
+            except DatabaseError:
+                # The store is down: this request is refused as retryable; the server goes on.
+                return StorageUnavailable.code, STORAGE_MESSAGE
         if caller is None:
-            return False
+            return "PERMISSION_DENIED", STDIO_CREDENTIALS_REFUSED
         # The token's row as it is now (its scopes may have been edited).
         self.server.static_caller = caller
-        return True
+        return None
 
     async def _refuse(
         self, line: bytes, message: str, jsonrpc_code: int = JSONRPC_INVALID_REQUEST, code: str = InvalidArgument.code
@@ -190,8 +196,7 @@ def _envelope_problem(error: ValueError) -> tuple[str, int]:
     return (NOT_JSON, JSONRPC_PARSE_ERROR) if not_json else (NOT_JSONRPC, JSONRPC_INVALID_REQUEST)
 
 
-@contextlib.contextmanager
-def _claimed_stdio() -> Iterator[tuple[BinaryIO, BinaryIO]]:
+def _claimed_stdio() -> tuple[BinaryIO, BinaryIO]:
     """The wire's stdin and stdout, on private descriptors; fd 0 reads the null
     device and fd 1 writes to stderr while serving, so a stray print or a child
     process cannot corrupt the wire."""
@@ -203,18 +208,16 @@ def _claimed_stdio() -> Iterator[tuple[BinaryIO, BinaryIO]]:
         os.dup2(2, 1)
     finally:
         os.close(devnull)
-    try:
-        with os.fdopen(wire_in, "rb", buffering=64 * 1024) as source, os.fdopen(wire_out, "wb") as out:
-            yield source, out
-    finally:
-        sys.stdout.flush()
+    # Never closed: a reader thread may still be blocked on the wire when the
+    # server stops, and closing its file under it would wait on that thread.
+    return os.fdopen(wire_in, "rb", buffering=64 * 1024, closefd=False), os.fdopen(wire_out, "wb", closefd=False)
 
 
 async def serve_stdio(server: DialectServer, token: str) -> None:
     """Serve ``server`` over stdin and stdout for the client that started it."""
-    with _claimed_stdio() as (source, out):
-        wire = _Wire(out)
-        lines = _Lines(source, wire, server, token)
-        lowlevel = server._lowlevel_server
-        async with stdio_server(stdin=cast(Any, lines), stdout=cast(Any, wire)) as (read_stream, write_stream):
-            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+    source, out = _claimed_stdio()
+    wire = _Wire(out)
+    lines = _Lines(source, wire, server, token)
+    lowlevel = server._lowlevel_server
+    async with stdio_server(stdin=cast(Any, lines), stdout=cast(Any, wire)) as (read_stream, write_stream):
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
