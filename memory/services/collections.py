@@ -31,6 +31,7 @@ from memory.services.feedback import collection_event
 from memory.services.locks import memories_tenant_write_lock
 from memory.services.memories import (
     CONTINUED_IN,
+    CONTINUES,
     episode_store,
     fact_store,
     memories_insert,
@@ -57,7 +58,6 @@ EXCHANGE_PART_OVERLAP = 200
 # count; the first (the memory the Exchange row names and scoring applies to)
 # lists the ids of the others, each of which names the first.
 EXCHANGE_PART, EXCHANGE_PARTS = "exchange_part", "exchange_parts"
-EXCHANGE_OF = "exchange_of"
 _SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
 
 
@@ -415,9 +415,9 @@ def exchange_complete(
         memory = working_store(caller=caller, content=first, conversation_id=conversation_id, metadata=head_meta)
         if continuation:
             for part in continuation:
-                part.metadata[EXCHANGE_OF] = str(memory.pk)
+                part.metadata[CONTINUES] = str(memory.pk)
             payloads = [
-                {"collection": Collection.WORKING.value, EXCHANGE_OF: str(memory.pk), EXCHANGE_PART: number}
+                {"collection": Collection.WORKING.value, CONTINUES: str(memory.pk), EXCHANGE_PART: number}
                 for number in range(2, len(continuation) + 2)
             ]
             memories_insert(caller=caller, new=memories_new(caller=caller, rows=continuation, payloads=payloads))

@@ -20,7 +20,7 @@ from django.utils import timezone
 from memory import embedtext, scoring, validation
 from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
-from memory.models import EMBEDDING_DIM, EmbeddingStatus, Kind, Maturity, Memory, Validity
+from memory.models import EMBEDDING_DIM, Collection, EmbeddingStatus, Kind, Maturity, Memory, Validity
 from memory.selectors.aliases import memory_pk
 from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, NewEvent, caller_event, event_append, events_append
@@ -33,6 +33,8 @@ from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 # A memory stored in parts (a roampal exchange longer than one memory holds)
 # lists, under this metadata key, the ids of the memories that continue it.
 CONTINUED_IN = "exchange_continued_in"
+# ... and each of those names the one it continues under this key.
+CONTINUES = "exchange_of"
 
 
 def require_write(caller: Caller) -> None:
@@ -678,7 +680,15 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
             tenant_write_lock(caller.tenant_id)
             memory_rows_lock([memory_pk(caller, memory_id), *parts])
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
-        continuing = Memory.objects.for_caller(caller).filter(pk__in=parts, validity=Validity.ACTIVE)
+        # Only the parts an exchange was stored as, each naming the memory it
+        # continues: a list in imported metadata can name nothing else.
+        continuing = Memory.objects.for_caller(caller).filter(
+            pk__in=parts,
+            validity=Validity.ACTIVE,
+            kind=Kind.EPISODE,
+            collection=Collection.WORKING,
+            **{f"metadata__{CONTINUES}": str(memory.pk)},
+        )
         for each in [memory, *continuing.without_vectors()]:
             _retract(caller, each)
     return memory

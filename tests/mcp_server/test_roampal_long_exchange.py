@@ -117,3 +117,18 @@ async def test_deleting_a_long_exchange_deletes_every_part_of_it(member, mcp_cli
         assert (await sync_to_async(post)(member, "/api/search", query)).json()["count"] == 0, query
     states = {m.validity async for m in Memory.objects.filter(collection="working")}
     assert states == {"retracted"}
+
+
+def test_forgetting_forgets_only_the_parts_that_name_their_exchange(member):
+    """A head's list of parts (in metadata an import keeps as it comes) names a
+    fact of the tenant: forgetting the head retracts the head alone."""
+    from memory.services.collections import working_store
+    from memory.services.memories import CONTINUED_IN, fact_store, memory_forget
+
+    fact = fact_store(caller=member.caller, subject="user", predicate="editor", content="Uses Helix").memory
+    head = working_store(
+        caller=member.caller, content="User: hi\n\nAssistant: hello", metadata={CONTINUED_IN: [str(fact.pk)]}
+    )
+    memory_forget(caller=member.caller, kind="episode", memory_id=head.pk)
+    states = dict(Memory.objects.values_list("id", "validity"))
+    assert states == {head.pk: "retracted", fact.pk: "active"}
