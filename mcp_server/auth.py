@@ -16,8 +16,7 @@ from policy.errors import PermissionDenied
 from policy.services.tokens import token_authenticate_cached, token_cached_caller
 
 
-def authenticate_in_thread(token: str) -> Caller | None:
-    """``token_authenticate_cached`` from a worker thread, with its own connection."""
+def _authenticate_in_thread(token: str) -> Caller | None:
     close_old_connections()
     try:
         return token_authenticate_cached(token)
@@ -25,14 +24,21 @@ def authenticate_in_thread(token: str) -> Caller | None:
         close_old_connections()
 
 
+async def verified_caller(token: str) -> Caller | None:
+    """The caller a bearer token stands for, or None if it is refused: every
+    transport's one check. A token verified within the token cache's window
+    needs no worker thread and no query (policy/tokencache.py)."""
+    caller = token_cached_caller(token)
+    if caller is None:
+        caller = await sync_to_async(_authenticate_in_thread, thread_sensitive=False)(token)
+    return caller
+
+
 class MemprojTokenVerifier:
     """mcp TokenVerifier: our hashed API tokens, with the resolved caller kept in claims."""
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        # A recently verified token needs no worker thread and no query.
-        caller = token_cached_caller(token)
-        if caller is None:
-            caller = await sync_to_async(authenticate_in_thread, thread_sensitive=False)(token)
+        caller = await verified_caller(token)
         if caller is None:
             return None
         return AccessToken(

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from mcp_server.auth import verified_caller
 from mcp_server.dialect import ERROR_CODE_META_KEY, REPLAYED_META_KEY
 from mcp_server.http import (
     CREDENTIALS_REFUSED,
@@ -30,27 +30,17 @@ from mcp_server.http import (
 from mcp_server.registry import TOOLSETS
 from mcp_server.server import build_server
 from memory import api
-from memproj.dbthreads import fresh_connections
 from policy.caller import Caller
-from policy.services.tokens import token_authenticate_cached, token_cached_caller
 
 MAX_BODY_BYTES = 256 * 1024
 _servers: dict[str, Any] = {}
 
 
-@fresh_connections
-def _authenticate(token: str) -> Caller | None:
-    return token_authenticate_cached(token)
-
-
 async def _caller(header: str) -> Caller | None:
     """The caller behind an ``Authorization: Bearer <token>`` header, as the MCP
-    endpoints verify it: a token verified within the token cache's window needs
-    no worker thread and no query (policy/tokencache.py)."""
+    endpoints verify it."""
     token = bearer_token(header)
-    if not token:
-        return None
-    return token_cached_caller(token) or await sync_to_async(_authenticate, thread_sensitive=False)(token)
+    return await verified_caller(token) if token else None
 
 
 def _server(toolset: str) -> Any:

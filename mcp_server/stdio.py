@@ -34,12 +34,11 @@ from django.db import DatabaseError
 from mcp.server.stdio import stdio_server
 from pydantic import ValidationError
 
-from mcp_server.auth import authenticate_in_thread
+from mcp_server.auth import verified_caller
 from mcp_server.dialect import DialectServer
 from mcp_server.http import NOT_JSON, NOT_JSONRPC, STORAGE_MESSAGE
 from memory.errors import InvalidArgument, StorageUnavailable
 from policy.middleware import JSONRPC_INVALID_REQUEST, jsonrpc_error
-from policy.services.tokens import token_cached_caller
 
 # Requests read and not yet answered: enough for a client's parallel calls,
 # few enough that one that stops reading holds little.
@@ -168,13 +167,11 @@ class _Lines:
 
     async def _token_refusal(self) -> tuple[str, str] | None:
         """None if the token still holds; else the code and message to answer with."""
-        caller = token_cached_caller(self.token)
-        if caller is None:
-            try:
-                caller = await anyio.to_thread.run_sync(authenticate_in_thread, self.token)
-            except DatabaseError:
-                # The store is down: this request is refused as retryable; the server goes on.
-                return StorageUnavailable.code, STORAGE_MESSAGE
+        try:
+            caller = await verified_caller(self.token)
+        except DatabaseError:
+            # The store is down: this request is refused as retryable; the server goes on.
+            return StorageUnavailable.code, STORAGE_MESSAGE
         if caller is None:
             return "PERMISSION_DENIED", STDIO_CREDENTIALS_REFUSED
         # The token's row as it is now (its scopes may have been edited).
