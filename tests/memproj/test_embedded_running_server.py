@@ -1,6 +1,6 @@
 """A process that finds the embedded PostgreSQL already running never restarts
 it, whatever its own MEMPROJ_PG_SHARED_BUFFERS says (a management command run
-from a shell with another value used to restart the server under the running
+from a shell with another value must not restart the server under the running
 service): the running value wins, with a warning. Tuning happens when a
 process starts the server itself."""
 
