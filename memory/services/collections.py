@@ -36,6 +36,7 @@ from memory.services.memories import (
     fact_store,
     memories_insert,
     memories_new,
+    memory_pending_row,
     require_write,
 )
 from memory.services.quotas import quota_ingest_check
@@ -259,18 +260,15 @@ def book_ingest(
     tag_list = validation.tags(tags)
     chunks = book_chunks(text, size=chunk_size, overlap=chunk_overlap)
     rows = [
-        Memory(
-            tenant_id=caller.tenant_id,
-            principal_id=caller.principal_id if caller.elevated_from is None else None,
+        memory_pending_row(
+            caller=caller,
             kind=Kind.DOCUMENT,
-            collection=Collection.BOOKS,
             content=chunk,
-            content_hash=validation.content_hash(chunk),
+            collection=Collection.BOOKS,
             butler=BUTLER,
             tags=tag_list,
             source="book",
             metadata={"title": title, "chunk": index, "chunks": len(chunks), "source": source[:200]},
-            embedding_status=EmbeddingStatus.PENDING,
         )
         for index, chunk in enumerate(chunks)
     ]
@@ -359,19 +357,16 @@ def _exchange_continuation(
     lock is held."""
     now = timezone.now()
     return [
-        Memory(
-            tenant_id=caller.tenant_id,
-            principal_id=caller.principal_id if caller.elevated_from is None else None,
+        memory_pending_row(
+            caller=caller,
             kind=Kind.EPISODE,
-            collection=Collection.WORKING,
             content=part,
-            content_hash=validation.content_hash(part),
+            collection=Collection.WORKING,
             butler=BUTLER,
             session_id=session or "",
             metadata={**metadata, EXCHANGE_PART: number, EXCHANGE_PARTS: len(parts) + 1},
             expires_at=now + scoring.WORKING_TTL,
             outcome_score=scoring.UNSCORED_OUTCOME_SCORE,
-            embedding_status=EmbeddingStatus.PENDING,
         )
         for number, part in enumerate(parts, start=2)
     ]

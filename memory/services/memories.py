@@ -110,6 +110,14 @@ def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embeddin
     return memory
 
 
+def memory_pending_row(*, caller: Caller, kind: str, content: str, **fields: Any) -> Memory:
+    """A new memory of the caller's tenant, not saved yet, whose vector the
+    worker adds after it is stored (a book's chunk, a long exchange's part)."""
+    return _memory_row(
+        caller=caller, kind=kind, content=content, embedding=_Embedding(None, EmbeddingStatus.PENDING, ""), **fields
+    )
+
+
 def _episode_values(
     caller: Caller,
     *,
