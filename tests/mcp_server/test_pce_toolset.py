@@ -202,8 +202,13 @@ async def test_feedback_is_idempotent_per_claim_and_minute(member, pce):
         claim = await ok(
             client, "pce.memory.upsert", schemas.UPSERT_RESPONSE, text="Use UTC in logs", provenance={"at": AT}
         )
-        for _ in range(3):
-            await ok(client, "pce_memory_feedback", schemas.FEEDBACK_RESPONSE, claim_id=claim["id"], signal="helpful")
+        # The three within one UTC minute, however slow the machine: from the start of the next one.
+        next_minute = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+        with time_machine.travel(next_minute, tick=True):
+            for _ in range(3):
+                await ok(
+                    client, "pce_memory_feedback", schemas.FEEDBACK_RESPONSE, claim_id=claim["id"], signal="helpful"
+                )
         unknown = await fails(client, "pce.memory.feedback", claim_id="clm_" + "0" * 32, signal="helpful")
     memory = await Memory.objects.aget(pk=claim["id"].removeprefix("clm_"))
     assert memory.utility == pytest.approx(0.10) and memory.confidence == pytest.approx(1.0)
