@@ -36,7 +36,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 
@@ -50,8 +50,6 @@ logger = logging.getLogger(__name__)
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-# (decision, request body) -> (body, content type)
-BodyBuilder = Callable[[RateDecision, bytes], tuple[bytes, str]]
 # scope -> (bucket, rule)
 Resolver = Callable[[Scope], Awaitable[tuple[str, RateLimitPolicy]]]
 
@@ -78,10 +76,6 @@ def plain_error(code: str, message: str, details: dict[str, Any]) -> bytes:
     """The error body of the paths that belong to no dialect."""
     payload = {"error": {"code": code, "message": message, "details": details}, "request_id": str(uuid.uuid4())}
     return json.dumps(payload).encode()
-
-
-def plain_json_body(decision: RateDecision, _body: bytes) -> tuple[bytes, str]:
-    return plain_error("RATE_LIMIT", _message(decision), _details(decision)), "application/json"
 
 
 # JSON-RPC reserves -32000..-32099 for implementation-defined server errors;
@@ -119,64 +113,6 @@ def jsonrpc_error(
     return json.dumps(payload).encode()
 
 
-def jsonrpc_body(code_name: str = "RATE_LIMIT", render: ErrorRenderer | None = None) -> BodyBuilder:
-    """The rate-limit answer over MCP; ``render(code, message, details)`` lets a
-    dialect write the message in its own error format (pce: its JSON error envelope)."""
-
-    def build(decision: RateDecision, body: bytes) -> tuple[bytes, str]:
-        payload = jsonrpc_error(
-            code_name, _message(decision), _details(decision), body, render=render, jsonrpc_code=JSONRPC_RATE_LIMIT
-        )
-        return payload, "application/json"
-
-    return build
-
-
-# toolset name -> builder. Every /mcp/<toolset> path speaks JSON-RPC, so that is
-# the default there; a dialect with its own error format registers its builder
-# (pce: ``register_rate_limit_body("pce", jsonrpc_body("RATE_LIMIT", render=render_error))``).
-MCP_DEFAULT_BODY: BodyBuilder = jsonrpc_body("RATE_LIMIT")
-RATE_LIMIT_BODIES: dict[str, BodyBuilder] = {"memory": MCP_DEFAULT_BODY}
-
-
-# toolset name -> builder for its REST route (/api/<toolset>/<tool>): the
-# dialect's own error body, not JSON-RPC.
-REST_RATE_LIMIT_BODIES: dict[str, BodyBuilder] = {}
-# toolset name -> the dialect's error renderer, for the errors answered before
-# any app runs (a body over the limit, a refused Host).
-DIALECT_RENDERERS: dict[str, ErrorRenderer] = {}
-
-
-def register_rate_limit_body(toolset: str, builder: BodyBuilder) -> None:
-    RATE_LIMIT_BODIES[toolset] = builder
-
-
-# (code, message, details) -> the error body of one of a dialect's own plain
-# HTTP routes, as the route answers its other errors.
-RouteErrorBody = Callable[[str, str, dict[str, Any]], bytes]
-# exact path (no trailing slash) -> its route's error body; registered by the
-# dialect's routes (mcp_server/registry.py), so that a request the rate limiter
-# refuses before the route runs is answered in the route's own shape.
-ROUTE_ERROR_BODIES: dict[str, RouteErrorBody] = {}
-
-
-def register_route_error_body(path: str, build: RouteErrorBody) -> None:
-    ROUTE_ERROR_BODIES[path.rstrip("/")] = build
-
-
-def _route_error_body(path: str) -> RouteErrorBody | None:
-    return ROUTE_ERROR_BODIES.get(path.rstrip("/"))
-
-
-def route_body(build: RouteErrorBody) -> BodyBuilder:
-    """The rate-limit answer of a route that registered its error body."""
-
-    def answer(decision: RateDecision, _body: bytes) -> tuple[bytes, str]:
-        return build("RATE_LIMIT", _message(decision), _details(decision)), "application/json"
-
-    return answer
-
-
 def rest_error(render: ErrorRenderer, code_name: str, message: str, details: dict[str, Any]) -> bytes:
     """The dialect's error body as its REST route answers errors; a dialect whose
     errors are lines of text (roampal, langmem) gets them inside a coded JSON
@@ -190,40 +126,96 @@ def rest_error(render: ErrorRenderer, code_name: str, message: str, details: dic
     return json.dumps({"error": {"code": code_name, "message": text, "details": details}}).encode()
 
 
-def dialect_body(render: ErrorRenderer, code_name: str = "RATE_LIMIT") -> BodyBuilder:
-    """The dialect's error body as its REST route answers errors."""
+# The two registries every error answered before an app runs is shaped by
+# (``surface_error``, through ``surface_of``):
+#
+# toolset name -> the dialect's error renderer: its MCP endpoint
+# (/mcp/<toolset>) writes the JSON-RPC error's message with it, and its REST
+# route (/api/<toolset>/<tool>) answers the rendered body. An /mcp/ path whose
+# toolset registered none still gets a JSON-RPC error, with a plain message.
+DIALECT_RENDERERS: dict[str, ErrorRenderer] = {}
 
-    def build(decision: RateDecision, _body: bytes) -> tuple[bytes, str]:
-        return rest_error(render, code_name, _message(decision), _details(decision)), "application/json; charset=utf-8"
-
-    return build
+# (code, message, details) -> the error body of one of a dialect's own plain
+# HTTP routes, as the route answers its other errors.
+RouteErrorBody = Callable[[str, str, dict[str, Any]], bytes]
+# exact path (no trailing slash) -> its route's error body; registered by the
+# dialect's routes (mcp_server/registry.py), so that a request refused before
+# the route runs (a rate limit, a body over the limit) is answered in the
+# route's own shape.
+ROUTE_ERROR_BODIES: dict[str, RouteErrorBody] = {}
 
 
 def register_dialect_rate_limit(toolset: str, render: ErrorRenderer) -> None:
-    """Both answers of a dialect with its own error format: MCP and REST."""
-    RATE_LIMIT_BODIES[toolset] = jsonrpc_body("RATE_LIMIT", render=render)
-    REST_RATE_LIMIT_BODIES[toolset] = dialect_body(render)
+    """The dialect's error format for every error answered before its app runs
+    (a rate limit, a body over the limit, a refused Host), over MCP and on its
+    REST route."""
     DIALECT_RENDERERS[toolset] = render
 
 
-def surface_error(
-    path: str, code_name: str, message: str, details: dict[str, Any], body: bytes = b"", *, plain_code: str = ""
-) -> tuple[bytes, str]:
-    """An error answered before any app runs, in the vocabulary of the surface
-    ``path`` belongs to: a JSON-RPC error over MCP, the dialect's error body on
-    its REST route, the body a dialect's own route registered
-    (``register_route_error_body``), the plain coded body elsewhere. ``code_name`` is a core code
-    (INVALID_ARGUMENT, PERMISSION_DENIED, ...), which each dialect renders as
-    its own; ``plain_code``, if given, names the error on the other paths."""
-    toolset, rest_toolset = _toolset_of(path), _rest_toolset_of(path)
+def register_route_error_body(path: str, build: RouteErrorBody) -> None:
+    ROUTE_ERROR_BODIES[path.rstrip("/")] = build
+
+
+def _route_error_body(path: str) -> RouteErrorBody | None:
+    return ROUTE_ERROR_BODIES.get(path.rstrip("/"))
+
+
+class Surface(NamedTuple):
+    """The surface a path belongs to, for the errors answered before any app
+    runs: ``kind`` is ROUTE (a dialect's own route: ``route`` writes its
+    body), MCP (a JSON-RPC error; ``render``, if the toolset registered one,
+    writes its message), REST (a dialect's tool route: ``render`` writes its
+    body) or PLAIN."""
+
+    kind: str
+    route: RouteErrorBody | None = None
+    render: ErrorRenderer | None = None
+
+
+ROUTE, MCP, REST, PLAIN = "route", "mcp", "rest", "plain"
+
+
+def surface_of(path: str) -> Surface:
+    """Which error shape ``path`` gets: a dialect route's registered body,
+    else the JSON-RPC error of an MCP endpoint, else a registered dialect's
+    REST tool route, else the plain body. The one place that decides it."""
     route = _route_error_body(path)
     if route is not None:
-        return route(plain_code or code_name, message, details), "application/json"
+        return Surface(ROUTE, route=route)
+    toolset = _toolset_of(path)
     if toolset is not None:
-        render = DIALECT_RENDERERS.get(toolset)
-        return jsonrpc_error(code_name, message, details, body, render=render), "application/json"
+        return Surface(MCP, render=DIALECT_RENDERERS.get(toolset))
+    rest_toolset = _rest_toolset_of(path)
     if rest_toolset is not None:
-        payload = rest_error(DIALECT_RENDERERS[rest_toolset], code_name, message, details)
+        return Surface(REST, render=DIALECT_RENDERERS[rest_toolset])
+    return Surface(PLAIN)
+
+
+def surface_error(
+    path: str,
+    code_name: str,
+    message: str,
+    details: dict[str, Any],
+    body: bytes = b"",
+    *,
+    plain_code: str = "",
+    jsonrpc_code: int = JSONRPC_INVALID_REQUEST,
+) -> tuple[bytes, str]:
+    """An error answered before any app runs, in the vocabulary of the surface
+    ``path`` belongs to (``surface_of``): a JSON-RPC error over MCP (answering
+    the id in ``body``, with ``jsonrpc_code``), the dialect's error body on its
+    REST route, the body a dialect's own route registered
+    (``register_route_error_body``), the plain coded body elsewhere. ``code_name`` is a core code
+    (INVALID_ARGUMENT, PERMISSION_DENIED, RATE_LIMIT, ...), which each dialect renders as
+    its own; ``plain_code``, if given, names the error on the other paths."""
+    surface = surface_of(path)
+    if surface.route is not None:
+        return surface.route(plain_code or code_name, message, details), "application/json"
+    if surface.kind == MCP:
+        payload = jsonrpc_error(code_name, message, details, body, render=surface.render, jsonrpc_code=jsonrpc_code)
+        return payload, "application/json"
+    if surface.render is not None:
+        payload = rest_error(surface.render, code_name, message, details)
         return payload, "application/json; charset=utf-8"
     return plain_error(plain_code or code_name, message, details), "application/json"
 
@@ -382,19 +374,10 @@ class RateLimitMiddleware:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, decision: RateDecision) -> None:
         path = scope.get("path", "")
-        toolset, rest_toolset = _toolset_of(path), _rest_toolset_of(path)
-        route = _route_error_body(path)
-        builder: BodyBuilder
-        if route is not None:
-            builder, body = route_body(route), b""
-        elif toolset is not None:
-            builder = RATE_LIMIT_BODIES.get(toolset, MCP_DEFAULT_BODY)
-            body = await self._read_body(receive)
-        elif rest_toolset is not None:
-            builder, body = REST_RATE_LIMIT_BODIES[rest_toolset], b""
-        else:
-            builder, body = plain_json_body, b""
-        payload, content_type = builder(decision, body)
+        body = await read_body_for_id(receive) if surface_of(path).kind == MCP else b""
+        payload, content_type = surface_error(
+            path, "RATE_LIMIT", _message(decision), _details(decision), body, jsonrpc_code=JSONRPC_RATE_LIMIT
+        )
         await send(
             {
                 "type": "http.response.start",
@@ -407,10 +390,6 @@ class RateLimitMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": payload})
-
-    @staticmethod
-    async def _read_body(receive: Receive) -> bytes:
-        return await read_body_for_id(receive)
 
 
 async def read_body_for_id(receive: Receive) -> bytes:

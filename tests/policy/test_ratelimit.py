@@ -275,12 +275,12 @@ async def test_the_served_app_wrapped_answers_the_memory_dialect_with_jsonrpc(ow
 
 
 async def test_a_dialect_registers_its_own_error_format():
-    from policy.middleware import RATE_LIMIT_BODIES, jsonrpc_body, register_rate_limit_body
+    from policy.middleware import DIALECT_RENDERERS, register_dialect_rate_limit
 
     def render(code, message, details):
         return json.dumps({"error": {"code": code, "message": message, "details": details}})
 
-    register_rate_limit_body("test-dialect", jsonrpc_body("RATE_LIMIT", render=render))
+    register_dialect_rate_limit("test-dialect", render)
     try:
         app = RateLimitMiddleware(_ok_app, resolver=_static(1))
         async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
@@ -289,7 +289,7 @@ async def test_a_dialect_registers_its_own_error_format():
             # An MCP path nobody registered still gets a JSON-RPC error.
             other = await client.post("/mcp/unregistered", json={"jsonrpc": "2.0", "id": 3, "method": "ping"})
     finally:
-        RATE_LIMIT_BODIES.pop("test-dialect")
+        DIALECT_RENDERERS.pop("test-dialect")
     body = refused.json()
     assert refused.status_code == 429 and body["id"] == 2
     assert json.loads(body["error"]["message"])["error"]["details"]["retry_after"] >= 1
