@@ -173,7 +173,7 @@ def _store_call(data: dict[str, Any]) -> Callable[[Caller], Stored]:
                 namespace=_namespace(data["namespace"]),
                 boundary_class=data["boundary_class"],
             )
-            return Stored(result.memory, list(result.superseded_ids))
+            return Stored(result.memory, list(result.superseded_all_ids))
 
         return store_fact
     if kind == Kind.RULE:

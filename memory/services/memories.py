@@ -22,7 +22,7 @@ from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import EMBEDDING_DIM, Collection, EmbeddingStatus, Kind, Maturity, Memory, Validity
 from memory.selectors.aliases import memory_pk
-from memory.selectors.memories import boundary_view
+from memory.selectors.memories import boundary_view, read_boundary
 from memory.services.events import EventType, NewEvent, caller_event, event_append, events_append
 from memory.services.followups import followups_for_writes
 from memory.services.locks import memory_rows_lock, memory_rows_update, tenant_write_lock
@@ -468,7 +468,12 @@ def memories_insert(*, caller: Caller, new: NewMemories) -> None:
 @dataclass
 class FactStoreResult:
     memory: Memory
+    # The replaced facts the caller's reads can see: an answer that named a
+    # fact of a hidden boundary class would confirm that its key (for a claim,
+    # the hash of its text) is held, which a read of it would not.
     superseded_ids: list[uuid.UUID] = field(default_factory=list)
+    # Every replaced fact, whatever its class (the admin shows them all).
+    superseded_all_ids: list[uuid.UUID] = field(default_factory=list)
 
 
 def _lock_fact_key(tenant_id: uuid.UUID, namespace: Sequence[str], subject: str, predicate: str) -> None:
@@ -594,7 +599,12 @@ def fact_store(
             payload={"supersedes": [str(p.id) for p in previous]},
         )
         _after_commit(memory)
-    return FactStoreResult(memory=memory, superseded_ids=[p.id for p in previous])
+    visible = read_boundary(caller).visible if previous else frozenset()
+    return FactStoreResult(
+        memory=memory,
+        superseded_ids=[p.id for p in previous if p.boundary_class in visible],
+        superseded_all_ids=[p.id for p in previous],
+    )
 
 
 def rule_store(
@@ -829,6 +839,15 @@ def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: 
             missing = old_pk if old_pk not in rows else new_pk
             raise NotFound(f"no memory with id {missing} in this tenant; use search to find ids.", memory_id=missing)
         old, new = rows[old_pk], rows[new_pk]
+        if old.validity == Validity.RETRACTED:
+            # Superseding it would overwrite the retraction (the forgotten row
+            # would then lead to its replacement, and the replacement's id back
+            # to it): a forget that committed first wins, in every dialect and
+            # in the worker's merges alike.
+            raise InvalidArgument(
+                f"the memory {old_pk} was forgotten (retracted); only a memory that was not forgotten can be "
+                "superseded."
+            )
         if new.validity != Validity.ACTIVE:
             raise InvalidArgument(
                 f"the replacing memory {new_pk} is {new.validity}; only an active memory can replace another."
