@@ -117,6 +117,7 @@ class FaultReport:
     uncoded_errors: int = 0  # an error answer without the dialect's code
     no_answer: int = 0  # no answer: the client's 30 s passed or the connection was lost
     lost: int = 0  # accepted, but a search for its own text does not find it
+    unsearchable: int = 0  # accepted, but the search for its own text failed on every attempt
     committed_but_error: int = 0  # a write stored although every attempt was answered with an error
     # Writes with more than one row: each write's attempts carry one idempotency key,
     # so a retry after a lost answer must replay the first answer, not store again.
@@ -139,7 +140,9 @@ class FaultReport:
 
     @property
     def passed(self) -> bool:
-        return not (self.lost or self.committed_but_error or self.duplicates or self.follow_ups_pending)
+        return not (
+            self.lost or self.unsearchable or self.committed_but_error or self.duplicates or self.follow_ups_pending
+        )
 
     @property
     def answers_true(self) -> bool:
@@ -283,7 +286,7 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
         for marker, attempts in answers.items()
         if any(a.outcome == "ok" for a in attempts)
     }
-    not_found = set(asyncio.run(texts_not_found(stack, token, list(texts.values()))))
+    not_found = asyncio.run(texts_not_found(stack, token, list(texts.values())))
     for marker, attempts in answers.items():
         ok = sum(a.outcome == "ok" for a in attempts)
         report.writes += 1
@@ -301,7 +304,11 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
                 if len(report.samples) < 4:
                     report.samples.append(f"{marker}: {answer.outcome} {answer.text[:200]}")
         present = rows.get(marker, 0)
-        report.lost += ok > 0 and texts[marker] in not_found
+        search = not_found.get(texts[marker]) if ok else None
+        report.lost += search is not None and search.outcome == "ok"
+        report.unsearchable += search is not None and search.outcome != "ok"
+        if search is not None and len(report.samples) < 6:
+            report.samples.append(f"not found: {texts[marker]}; search: {search.outcome} {search.text[:200]}")
         report.duplicates += present > 1
         if ok == 0 and present:
             if any(a.outcome in ("hang", "exception") for a in attempts):

@@ -62,7 +62,7 @@ def test_worker_sigkill_under_writes_loses_nothing(stack, token):
     report = fault_scenario(stack, token, "worker SIGKILL", seconds=SECONDS, clients=CLIENTS, drain=DRAIN)
     assert report.accepted > 0
     assert report.worker_back
-    assert (report.lost, report.committed_but_error, report.duplicates) == (0, 0, 0), report
+    assert (report.lost, report.unsearchable, report.committed_but_error, report.duplicates) == (0, 0, 0, 0), report
     assert report.follow_ups_pending == 0, report
 
 
@@ -74,7 +74,7 @@ def test_web_sigkill_under_writes_stores_nothing_twice_and_loses_nothing(stack, 
     print(report)
     assert report.accepted > 0
     assert report.error_answers > 0, report  # the fault was met: attempts lost their connection
-    assert (report.lost, report.committed_but_error, report.duplicates) == (0, 0, 0), report
+    assert (report.lost, report.unsearchable, report.committed_but_error, report.duplicates) == (0, 0, 0, 0), report
     assert report.follow_ups_pending == 0, report
     assert stack.child("web") is not None
 
@@ -101,7 +101,7 @@ def test_embedder_errors_malformed_json_and_hangs_under_writes_lose_nothing_and_
     assert report.accepted > 0
     assert report.embedded_later > 0, report  # the fault was met: writes stored without their vector
     assert report.error_answers == 0, report.samples  # an embedder failure never fails a write
-    assert (report.lost, report.committed_but_error, report.duplicates) == (0, 0, 0), report
+    assert (report.lost, report.unsearchable, report.committed_but_error, report.duplicates) == (0, 0, 0, 0), report
     assert report.fault_reads > 0 and report.fault_read_errors == 0, report.samples  # searches fall back to keyword
     assert report.follow_ups_pending == 0, report  # every pending embedding done once the endpoint answers
     # Each mode was met by real requests.

@@ -70,12 +70,20 @@ class ContentionReport:
     open_candidates: int = 0  # near-identical pairs left for review
     replaced_by_key: int = 0  # keyed facts superseded by a newer write of the same subject+predicate
     lost: int = 0  # accepted, not found by a search for its own text, and retired by no audited rule
+    unsearchable: int = 0  # accepted, but the search for its own text failed on every attempt
     follow_ups_pending: int = 0
     samples: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return not (self.error_answers or self.read_errors or self.deadlocks or self.lost or self.follow_ups_pending)
+        return not (
+            self.error_answers
+            or self.read_errors
+            or self.deadlocks
+            or self.lost
+            or self.unsearchable
+            or self.follow_ups_pending
+        )
 
 
 def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: float, drain: float) -> ContentionReport:
@@ -128,10 +136,12 @@ def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: floa
             await asyncio.gather(*(writer(http) for _ in range(writers)), *(reader(http, i) for i in range(4)))
 
     asyncio.run(run())
+    # The beat keeps consolidating while this waits, so new follow-ups can appear
+    # at any moment: what is reported is the count that ended the wait.
     deadline = time.monotonic() + drain
-    while pending_follow_ups(stack, run_id) and time.monotonic() < deadline:
+    while (pending := pending_follow_ups(stack, run_id)) and time.monotonic() < deadline:
         time.sleep(1)
-    report.follow_ups_pending = pending_follow_ups(stack, run_id)
+    report.follow_ups_pending = pending
     if report.follow_ups_pending:
         # Which work is stuck, and on what: a failing check retries with its error in the worker's log.
         report.samples.extend(
@@ -171,9 +181,14 @@ def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: floa
     texts = [args["content"] for _, args in accepted]
     missing = asyncio.run(texts_not_found(stack, token, texts))
     report.replaced_by_key = len(replaced)
-    lost = [text for text in missing if text not in replaced]
+    unanswered = {text: answer for text, answer in missing.items() if answer.outcome != "ok"}
+    report.unsearchable = len(unanswered)
+    report.samples.extend(
+        f"search failed: {text}: {a.outcome} {a.text[:200]}" for text, a in list(unanswered.items())[:3]
+    )
+    lost = {text: answer for text, answer in missing.items() if text not in replaced and text not in unanswered}
     report.lost = len(lost)
-    for text in lost[:4]:
+    for text, answer in list(lost.items())[:4]:
         # Which side lost it: the rows (merged, superseded, unembedded) or the search.
         rows = stack.sql(
             "SELECT m.validity, m.embedding_status, m.expires_at, (SELECT e.payload->>'reason' "
@@ -181,5 +196,8 @@ def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: floa
             "ORDER BY e.id DESC LIMIT 1) FROM memory_memory m WHERE m.content = %s",
             [text],
         )
-        report.samples.append(f"not found: {text}; rows (validity, embedding, expires_at, superseded): {rows}")
+        report.samples.append(
+            f"not found: {text}; rows (validity, embedding, expires_at, superseded): {rows}; "
+            f"the search returned: {answer.text[:600]}"
+        )
     return report

@@ -110,13 +110,15 @@ def pending_follow_ups(stack: Stack, run_id: str) -> int:
 
 async def texts_not_found(
     stack: Stack, token: str, texts: Sequence[str], *, clients: int = 8, limit: int = 10
-) -> list[str]:
-    """The texts that a ``memory_search`` for the text itself does not return:
-    what a user calls lost, whatever rows the database holds."""
+) -> dict[str, Answer]:
+    """The texts that a ``memory_search`` for the text itself does not return
+    (what a user calls lost, whatever rows the database holds), each with the
+    search's last answer: an answer whose outcome is not ``ok`` means the search
+    itself failed four times, which the caller counts apart from a miss."""
     import httpx
 
     pending = list(dict.fromkeys(texts))
-    missing: list[str] = []
+    missing: dict[str, Answer] = {}
     url = f"{stack.url}/mcp/memory"
 
     async def searcher(http: Any) -> None:
@@ -128,7 +130,7 @@ async def texts_not_found(
                     break
                 await asyncio.sleep(0.5 * 2**attempt)
             if text not in answer_text(answer):
-                missing.append(text)
+                missing[text] = answer
 
     async with httpx.AsyncClient(timeout=httpx.Timeout(60, connect=5)) as http:
         await asyncio.gather(*(searcher(http) for _ in range(clients)))

@@ -85,6 +85,7 @@ def faults(reports: Sequence[FaultReport]) -> tuple[str, list[str]]:
         "uncoded",
         "bare HTTP 5xx",
         "lost",
+        "search failed",
         "committed but error",
         "duplicates",
         "committed, no answer",
@@ -103,6 +104,7 @@ def faults(reports: Sequence[FaultReport]) -> tuple[str, list[str]]:
             r.uncoded_errors,
             r.bare_http_errors,
             r.lost,
+            r.unsearchable,
             r.committed_but_error,
             r.duplicates,
             r.committed_unanswered,
@@ -147,6 +149,7 @@ def faults(reports: Sequence[FaultReport]) -> tuple[str, list[str]]:
     for r in reports:
         for label, n in (
             ("lost writes", r.lost),
+            ("writes whose search failed", r.unsearchable),
             ("error answers for committed writes", r.committed_but_error),
             ("duplicated writes", r.duplicates),
             ("follow-ups not done", r.follow_ups_pending),
@@ -201,6 +204,7 @@ def contention(r: ContentionReport) -> tuple[str, list[str]]:
                 "open candidates",
                 "replaced by key",
                 "lost",
+                "search failed",
                 "follow-ups pending",
             ],
             [
@@ -217,6 +221,7 @@ def contention(r: ContentionReport) -> tuple[str, list[str]]:
                     r.open_candidates,
                     r.replaced_by_key,
                     r.lost,
+                    r.unsearchable,
                     r.follow_ups_pending,
                 ]
             ],
