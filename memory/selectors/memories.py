@@ -6,19 +6,27 @@ import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Min, Q
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
 from memory import scoring, validation
 from memory.embeddings import embed_query_later
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
-from memory.models import Collection, ConflictCandidate, Kind, Maturity, Memory, Validity, retrievable_q
+from memory.models import (
+    Collection,
+    ConflictCandidate,
+    Kind,
+    Maturity,
+    Memory,
+    MemoryQuerySet,
+    Validity,
+    retrievable_q,
+)
 from memory.read_model import Rankable, effective_confidence_of
 from memory.retrieval import RetrievalFilter, channel_search
 from memory.scoring import ChannelHit, RetrievalParams
@@ -155,17 +163,49 @@ def memory_rows_by_id(caller: Caller, decision: BoundaryDecision, ids: Sequence[
     return {memory.pk: memory for memory in rows}
 
 
-@functools.cache
-def _always_injected_sql() -> str:
-    table = connection.ops.quote_name(Memory._meta.db_table)
-    # The clauses and order of the queryset in memory_bank_always_injected, the
-    # visible classes as one array; the model's own names, every value a parameter.
+def _always_injected_queryset(now: datetime) -> MemoryQuerySet:
+    """roampal's memory_bank facts marked ``always_inject`` that retrieval may
+    return, most important and newest first: the rule and order of
+    ``memory_bank_always_injected``, but for the tenant and the visible classes
+    (each read's parameters)."""
     return (
-        f'{_row_statement().select} WHERE {table}."tenant_id" = %s AND {table}."boundary_class" = ANY(%s) '
-        f'AND {table}."validity" = %s AND ({table}."expires_at" IS NULL OR {table}."expires_at" > %s) '
-        f'AND {table}."collection" = %s AND {table}."metadata" @> %s '
-        f'ORDER BY {table}."importance" DESC, {table}."created_at" DESC LIMIT %s'
+        Memory.objects.retrievable(now)
+        .filter(collection=Collection.MEMORY_BANK, metadata__contains={"always_inject": True})
+        .order_by("-importance", "-created_at")
     )
+
+
+# The read's time while the statement is compiled: where it lands among the
+# compiled parameters is where each read's ``now`` goes.
+_NOW_SLOT = datetime(1970, 1, 1, 0, 0, 0, 123457, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class _Statement:
+    sql: str
+    # The compiled parameters, each _NOW_SLOT standing for the read's time.
+    params: tuple[Any, ...]
+
+
+@functools.cache
+def _always_injected_statement() -> _Statement:
+    """``_always_injected_queryset``'s WHERE and ORDER BY as the ORM compiles
+    them (so the retrievable rule is the model's, never restated here), after
+    the tenant and the visible classes as one array and before the limit."""
+    query = _always_injected_queryset(_NOW_SLOT).query
+    compiler = query.get_compiler(connection=connection)
+    compiler.setup_query()
+    where, params = compiler.compile(query.where)
+    order = [compiled for _, compiled in compiler.get_order_by()]
+    if any(order_params for _, order_params, _ in order):
+        raise ValueError("the always-injected order must compile without parameters")
+    table = connection.ops.quote_name(Memory._meta.db_table)
+    # The model's own names and the ORM's compiled clauses; every value a parameter.
+    sql = (
+        f'{_row_statement().select} WHERE {table}."tenant_id" = %s AND {table}."boundary_class" = ANY(%s) '
+        f"AND {where} ORDER BY {', '.join(sql for sql, _, _ in order)} LIMIT %s"
+    )
+    return _Statement(sql=sql, params=tuple(params))
 
 
 def memory_bank_always_injected(caller: Caller, decision: BoundaryDecision, now: datetime, limit: int) -> list[Memory]:
@@ -174,10 +214,11 @@ def memory_bank_always_injected(caller: Caller, decision: BoundaryDecision, now:
     .visible_in(decision.visible).retrievable(now).filter(collection="memory_bank",
     metadata__contains={"always_inject": True}).without_vectors()
     .order_by("-importance", "-created_at")[:limit]``, with a statement compiled
-    once per process (every KNOWN CONTEXT block reads them; building and
-    compiling that queryset cost more than running it). Not redacted."""
-    params = [caller.tenant_id, sorted(decision.visible), Validity.ACTIVE.value, now, Collection.MEMORY_BANK.value]
-    return memory_rows(_always_injected_sql(), [*params, Jsonb({"always_inject": True}), limit])
+    from that queryset once per process (every KNOWN CONTEXT block reads them;
+    building and compiling that queryset cost more than running it). Not redacted."""
+    statement = _always_injected_statement()
+    rule = [now if isinstance(p, datetime) and p == _NOW_SLOT else p for p in statement.params]
+    return memory_rows(statement.sql, [caller.tenant_id, sorted(decision.visible), *rule, limit])
 
 
 class RankRow(NamedTuple):
