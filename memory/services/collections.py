@@ -33,6 +33,7 @@ from memory.services.memories import (
     CONTINUED_IN,
     CONTINUES,
     episode_store,
+    exchange_parts,
     fact_store,
     memories_insert,
     memories_new,
@@ -374,9 +375,11 @@ def _exchange_continuation(
 
 def exchange_part_ids(memory: Memory) -> list[str]:
     """The ids of the memories that continue an exchange's memory (none unless
-    the exchange was longer than one memory holds)."""
-    ids = (memory.metadata or {}).get(CONTINUED_IN)
-    return [str(value) for value in ids] if isinstance(ids, list) else []
+    the exchange was longer than one memory holds), in their order: its parts
+    as forgetting finds them (``exchange_parts``), so that an id its metadata
+    lists gets the exchange's outcome only if it is a part of that exchange."""
+    parts = exchange_parts(memory.tenant_id, memory.pk).order_by(f"metadata__{EXCHANGE_PART}", "pk")
+    return [str(pk) for pk in parts.values_list("pk", flat=True)]
 
 
 def exchange_complete(

@@ -20,7 +20,16 @@ from django.utils import timezone
 from memory import embedtext, scoring, validation
 from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
-from memory.models import EMBEDDING_DIM, Collection, EmbeddingStatus, Kind, Maturity, Memory, Validity
+from memory.models import (
+    EMBEDDING_DIM,
+    Collection,
+    EmbeddingStatus,
+    Kind,
+    Maturity,
+    Memory,
+    MemoryQuerySet,
+    Validity,
+)
 from memory.selectors.aliases import memory_pk
 from memory.selectors.memories import boundary_view, read_boundary
 from memory.services.events import EventType, NewEvent, caller_event, event_append, events_append
@@ -35,6 +44,33 @@ from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 CONTINUED_IN = "exchange_continued_in"
 # ... and each of those names the one it continues under this key.
 CONTINUES = "exchange_of"
+
+
+def exchange_parts(tenant_id: uuid.UUID, head_id: uuid.UUID) -> MemoryQuerySet:
+    """The parts exchange ``head_id`` was stored in after its head (none unless
+    it was longer than one memory holds): the memories of its tenant that name
+    it as the exchange they continue (``CONTINUES``). The head's own list
+    (``CONTINUED_IN``) only says which rows to look at, by primary key rather
+    than by scanning the tenant's metadata; it is metadata a store or an import
+    keeps as it comes, so it can name any memory, and what it names is a part
+    only if it names the head back. Every part an exchange is stored in is
+    both listed and linked back (``exchange_complete`` writes the two
+    together). Forgetting an exchange and scoring it both take its parts from
+    here. Without vectors."""
+    listed = (
+        Memory.objects.filter(tenant_id=tenant_id, pk=head_id)
+        .values_list(f"metadata__{CONTINUED_IN}", flat=True)
+        .first()
+    )
+    ids: list[uuid.UUID] = []
+    for value in listed if isinstance(listed, list) else []:
+        try:
+            ids.append(uuid.UUID(str(value)))
+        except ValueError:
+            continue
+    return Memory.objects.filter(
+        tenant_id=tenant_id, pk__in=ids, **{f"metadata__{CONTINUES}": str(head_id)}
+    ).without_vectors()
 
 
 def require_write(caller: Caller) -> None:
@@ -692,22 +728,20 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     require_write(caller)
     kind = validation.kind(kind)
     with transaction.atomic():
-        parts = _continuations(caller, memory_id) if kind == Kind.EPISODE else []
-        if parts:
+        parts = exchange_parts(caller.tenant_id, memory_pk(caller, memory_id)) if kind == Kind.EPISODE else None
+        part_ids = list(parts.values_list("pk", flat=True)) if parts is not None else []
+        if part_ids:
             # Every row it changes locked in primary-key order, as a vector write locks them.
             tenant_write_lock(caller.tenant_id)
-            memory_rows_lock([memory_pk(caller, memory_id), *parts])
+            memory_rows_lock([memory_pk(caller, memory_id), *part_ids])
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
-        # Only the parts an exchange was stored as, each naming the memory it
-        # continues: a list in imported metadata can name nothing else.
-        continuing = Memory.objects.for_caller(caller).filter(
-            pk__in=parts,
-            validity=Validity.ACTIVE,
-            kind=Kind.EPISODE,
-            collection=Collection.WORKING,
-            **{f"metadata__{CONTINUES}": str(memory.pk)},
+        # The parts it locked, read again under the locks: those still active working episodes.
+        continuing = (
+            parts.filter(pk__in=part_ids, validity=Validity.ACTIVE, kind=Kind.EPISODE, collection=Collection.WORKING)
+            if parts is not None and part_ids
+            else []
         )
-        for each in [memory, *continuing.without_vectors()]:
+        for each in [memory, *continuing]:
             _retract(caller, each)
     return memory
 
@@ -724,23 +758,6 @@ def _retract(caller: Caller, memory: Memory, **payload: str) -> None:
         event_type=EventType.RETRACTED,
         payload={"previous_validity": previous, **payload},
     )
-
-
-def _continuations(caller: Caller, memory_id: object) -> list[uuid.UUID]:
-    """The ids of the memories that continue ``memory_id`` (``CONTINUED_IN``)."""
-    named = (
-        Memory.objects.for_caller(caller)
-        .filter(pk=memory_pk(caller, memory_id))
-        .values_list(f"metadata__{CONTINUED_IN}", flat=True)
-        .first()
-    )
-    ids: list[uuid.UUID] = []
-    for value in named if isinstance(named, list) else []:
-        try:
-            ids.append(uuid.UUID(str(value)))
-        except ValueError:
-            continue
-    return ids
 
 
 def memory_references_bump(*, caller: Caller, memory_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[int, datetime]]:

@@ -132,3 +132,35 @@ def test_forgetting_forgets_only_the_parts_that_name_their_exchange(member):
     memory_forget(caller=member.caller, kind="episode", memory_id=head.pk)
     states = dict(Memory.objects.values_list("id", "validity"))
     assert states == {head.pk: "retracted", fact.pk: "active"}
+
+
+async def test_an_id_forged_into_a_heads_list_of_parts_gets_no_outcome(member, mcp_client_for):
+    """A head's list of parts is metadata (an import keeps it as it comes): an
+    id in it that does not name the head back, here another exchange's memory,
+    is no part of the exchange. Scoring the exchange applies its outcome to its
+    own parts alone, the ones forgetting it would retract."""
+    from memory.services.collections import exchange_part_ids
+    from memory.services.memories import CONTINUED_IN
+
+    short = {"conversation_id": "other", "user_message": "hi?", "assistant_response": "Hi."}
+    assert (await sync_to_async(post)(member, "/api/hooks/stop", short)).status_code == 200
+    stopped, _ = await sync_to_async(stop_long)(member, "long-4")
+    other_pk = (await Exchange.objects.aget(conversation_id="other")).memory_id
+    head_pk = (await Exchange.objects.aget(conversation_id="long-4")).memory_id
+    assert other_pk is not None and head_pk is not None
+    head = await Memory.objects.aget(pk=head_pk)
+    parts = list(head.metadata[CONTINUED_IN])
+    assert await sync_to_async(exchange_part_ids)(head) == parts
+    await Memory.objects.filter(pk=head_pk).aupdate(metadata={**head.metadata, CONTINUED_IN: [*parts, str(other_pk)]})
+    head = await Memory.objects.aget(pk=head_pk)
+    assert await sync_to_async(exchange_part_ids)(head) == parts
+
+    nxt = await sync_to_async(post)(member, "/api/hooks/get-context", {"query": "thanks", "conversation_id": "long-4"})
+    assert nxt.json()["scoring_required"] is True
+    async with mcp_client_for(member, "roampal") as client:
+        scored = await call(client, "score_response", outcome="worked")
+    assert scored["exchange_id"] == stopped["doc_id"] and scored["updated"] == len(stopped["doc_ids"])
+    forged = await Memory.objects.aget(pk=other_pk)
+    assert (forged.applied_count, forged.outcome_score) == (0, 0.5)
+    scored_rows = [m async for m in Memory.objects.filter(pk__in=[head_pk, *parts])]
+    assert {(m.applied_count, round(m.outcome_score, 4)) for m in scored_rows} == {(1, 0.7)}
