@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import sys
 import time
 import uuid
 from collections import Counter
@@ -15,7 +16,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+import psycopg
+from django.conf import settings
 from django.db import connection, transaction
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+from psycopg.sql import Literal
 
 from memory import temporal
 from memory.models import (
@@ -173,30 +178,45 @@ def iterative_scan_supported() -> bool:
 # memories in a tenant that bitmap (300k facts) overflows the default 4MB work_mem
 # and turns lossy, so the heap scan rechecks every row of the lossy pages (issue 13:
 # 200-300 ms of a memento read). 16MB keeps it exact; a server configured higher
-# keeps its own value. Transaction-local, like the hnsw settings.
+# keeps its own value. For the session, set when a connection opens
+# (``use_channel_session``): the keyword statement goes prepared, alone, and so
+# cannot carry a SET of its own.
 _WORK_MEM_SQL = (
-    "SELECT set_config('work_mem', '16MB', true)"
+    "SELECT set_config('work_mem', '16MB', false)"
     " WHERE pg_size_bytes(current_setting('work_mem')) < pg_size_bytes('16MB')"
 )
 
 
+def use_channel_session(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """``connection_created``: the session settings the channel statements
+    need, and prepared statements allowed where they are asked for. Django
+    turns psycopg's off (``prepare_threshold`` None, for connection poolers);
+    a threshold no count reaches prepares only what is sent with ``prepare=True``
+    (``_PreparedCursor``): Django's own cursors bind on the client and never prepare."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_WORK_MEM_SQL)
+    if connection.connection.prepare_threshold is None:
+        connection.connection.prepare_threshold = sys.maxsize
+
+
 def statement_settings_sql(run_vec: bool) -> str:
-    """The settings a channel statement runs with, as one string of statements.
-    pgvector >= 0.8 keeps scanning the HNSW graph until enough rows pass the
-    tenant filter; older servers (a user's PostgreSQL) simply skip this."""
-    settings = []
-    if run_vec:
-        settings.append("SET LOCAL hnsw.ef_search = 100")
-        if iterative_scan_supported():
-            settings.append("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
-    # Last: bench/perf.py's EXPLAIN replays the statements that start with SET.
-    settings.append(_WORK_MEM_SQL)
-    return "; ".join(settings)
+    """The settings a channel statement runs with, as one string of statements
+    ("" for none). pgvector >= 0.8 keeps scanning the HNSW graph until enough
+    rows pass the tenant filter; older servers (a user's PostgreSQL) simply skip this."""
+    if not run_vec:
+        return ""
+    statements = ["SET LOCAL hnsw.ef_search = 100"]
+    if iterative_scan_supported():
+        statements.append("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+    return "; ".join(statements)
 
 
 def _statement_settings(cursor, run_vec: bool) -> None:  # type: ignore[no-untyped-def]
     """The settings alone, in the caller's transaction (the bench scripts)."""
-    cursor.execute(statement_settings_sql(run_vec))
+    if prefix := statement_settings_sql(run_vec):
+        cursor.execute(prefix)
 
 
 # Between the settings and the channel statement in the one query string a
@@ -206,7 +226,8 @@ _SETTINGS_END = ";\n-- channel statement\n"
 
 def with_settings(sql: str, run_vec: bool) -> str:
     """The channel statement preceded by its settings, to be sent as one query."""
-    return statement_settings_sql(run_vec) + _SETTINGS_END + sql
+    prefix = statement_settings_sql(run_vec)
+    return prefix + _SETTINGS_END + sql if prefix else sql
 
 
 def split_settings(sql: str) -> tuple[str, str]:
@@ -215,8 +236,8 @@ def split_settings(sql: str) -> tuple[str, str]:
     as no settings ("") and itself."""
     if _SETTINGS_END not in sql:
         return "", sql
-    settings, statement = sql.split(_SETTINGS_END, 1)
-    return settings, statement
+    prefix, statement = sql.split(_SETTINGS_END, 1)
+    return prefix, statement
 
 
 def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
@@ -397,7 +418,7 @@ def channel_search(
         sql, params_sql, _ = channel_statement(  # type: ignore[misc]
             caller=caller, flt=flt, query_text=query_text, query_vector=None, params=params, columns=columns
         )
-        return _channel_rows(sql, params_sql, run_vec=False)
+        return _keyword_rows(sql, params_sql)
 
     def vector_rows() -> list[tuple]:
         vector = query_vector() if callable(query_vector) else query_vector
@@ -508,6 +529,61 @@ def _channel_rows(sql: str, params_sql: dict, *, run_vec: bool) -> list[tuple]:
     scopes the SET LOCALs as an explicit one would, without a BEGIN and a COMMIT
     of their own."""
     return _read_rows(with_settings(sql, run_vec), params_sql)
+
+
+class _PreparedCursor(psycopg.Cursor):
+    """Server-side binding, every statement prepared: psycopg names it on first
+    use and keeps the connection's most recent ones (``prepared_max``)."""
+
+    def execute(  # type: ignore[override]
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
+    ) -> _PreparedCursor:
+        return super().execute(query, params, prepare=True, binary=binary)
+
+
+# What a keyword statement's plan depends on, written into its text rather than
+# bound: a prepared statement's generic plan knows only its text, and the plans
+# differ by the kinds read (the knowledge kinds' partial GIN index, which a bound
+# array cannot be proved to match) and by the tenant's size. So each tenant and
+# set of kinds gets a statement of its own on each connection.
+_PLAN_KEYS = ("tenant", "kinds")
+
+
+def _keyword_rows(sql: str, params_sql: dict) -> list[tuple]:
+    """The keyword channel's rows. Its statement is the longest the service
+    sends, and parsing and planning it cost as much as running it at 10k memories
+    a tenant: prepared, a connection plans it once per tenant (PostgreSQL keeps
+    a generic plan after five custom ones when it costs no more)."""
+    if not settings.MEMPROJ["DB_PREPARED"]:
+        return _read_rows(sql, params_sql)
+    connection.ensure_connection()
+    bound = dict(params_sql)
+    for name in _PLAN_KEYS:
+        if name in bound:
+            sql = sql.replace(f"%({name})s", Literal(bound.pop(name)).as_string(connection.connection))
+    if connection.in_atomic_block:
+        with transaction.atomic():
+            return _prepared_rows(sql, bound)
+    return _prepared_rows(sql, bound)
+
+
+class _PreparedDebugCursor(CursorDebugWrapper):
+    """Django's query log for a prepared statement: the statement as sent, with
+    its parameters (Django reads the query back from a client-binding cursor)."""
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        with self.debug_sql(sql, params):
+            return CursorWrapper.execute(self, sql, params)
+
+
+def _prepared_rows(sql: str, params_sql: dict) -> list[tuple]:
+    # Django's cursor wrapper around it: its error translation and execute wrappers.
+    with connection.wrap_database_errors:
+        raw: Any = _PreparedCursor(connection.connection)
+    wrapper = _PreparedDebugCursor if connection.queries_logged else CursorWrapper
+    with wrapper(raw, connection) as cursor:
+        cursor.execute(sql, params_sql)
+        return cursor.fetchall()
 
 
 def _read_rows(query: str, params_sql: dict) -> list[tuple]:

@@ -246,6 +246,8 @@ MEMPROJ = {
     # Threads (each with its own database connection) that run a request's
     # independent reads side by side (memproj/dbthreads.py); 0 runs them in turn.
     "SIDE_READ_THREADS": read("MEMPROJ_SIDE_READ_THREADS"),
+    # The keyword channel's statement prepared per connection (memory/retrieval.py).
+    "DB_PREPARED": read("MEMPROJ_DB_PREPARED"),
 }
 
 # Embedder runtime (memory/embeddings.py): speed, and bounded waits on a failing embedder.

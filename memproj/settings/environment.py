@@ -235,6 +235,15 @@ SETTINGS: tuple[Setting, ...] = (
         "Database",
     ),
     _S(
+        "MEMPROJ_DB_PREPARED",
+        "bool",
+        True,
+        "Send the keyword channel's statement prepared, once per connection and tenant, so PostgreSQL parses and "
+        "plans it once instead of on every search. Set false behind a proxy that pools connections per "
+        "transaction (PgBouncer in transaction mode), where a prepared statement does not outlive its transaction.",
+        "Database",
+    ),
+    _S(
         "MEMPROJ_SIDE_READ_THREADS",
         "int",
         4,

@@ -9,6 +9,8 @@ import math
 import re
 import threading
 import uuid
+from collections.abc import Sequence
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -613,13 +615,18 @@ def test_outside_a_transaction_the_channels_run_side_by_side_with_the_same_hits(
     (memproj.dbthreads.side_by_side); the hits are those of one statement."""
     flt, params, query, vector, expected = channels_in_one_statement(caller)
     threads: dict[bool, str] = {}
-    settings_of = retrieval.statement_settings_sql
+    vector_rows, keyword_rows = retrieval._channel_rows, retrieval._keyword_rows
 
-    def record(run_vec: bool) -> str:
-        threads[run_vec] = threading.current_thread().name
-        return settings_of(run_vec)
+    def record_vector(sql: str, params_sql: dict, *, run_vec: bool) -> list[tuple]:
+        threads[True] = threading.current_thread().name
+        return vector_rows(sql, params_sql, run_vec=run_vec)
 
-    monkeypatch.setattr(retrieval, "statement_settings_sql", record)
+    def record_keyword(sql: str, params_sql: dict) -> list[tuple]:
+        threads[False] = threading.current_thread().name
+        return keyword_rows(sql, params_sql)
+
+    monkeypatch.setattr(retrieval, "_channel_rows", record_vector)
+    monkeypatch.setattr(retrieval, "_keyword_rows", record_keyword)
     hits, _ = retrieval.channel_search(
         caller=caller, flt=flt, query_text=query, query_vector=lambda: vector, params=params
     )
@@ -639,20 +646,66 @@ def _session_settings() -> tuple:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_channel_sends_its_settings_and_statement_as_one_query_and_they_end_with_it(caller):
-    """Outside a transaction the settings and the statement go as one query
-    string, one implicit transaction: the statement runs with them, and the
-    connection's next statement no longer does."""
+    """Outside a transaction the vector channel's settings and statement go as
+    one query string, one implicit transaction: the statement runs with them,
+    and the connection's next statement no longer does. The keyword channel's
+    statement goes alone (it is sent prepared)."""
     before = _session_settings()
     retrieval.iterative_scan_supported()  # asked once per process
     with CaptureQueriesContext(connection) as queries:
-        [(ef_search, work_mem)] = retrieval._channel_rows(_SETTINGS_PROBE, {}, run_vec=True)
+        [(ef_search, _)] = retrieval._channel_rows(_SETTINGS_PROBE, {}, run_vec=True)
     assert len(queries) == 1
     assert ef_search == "100"
-    assert before[1] == "4MB" and work_mem == "16MB"  # the test server keeps PostgreSQL's default
     after = _session_settings()
-    assert after[0] != "100" and after[1] == "4MB"
-    keyword_only = retrieval.split_settings(retrieval.with_settings(_SETTINGS_PROBE, run_vec=False))
-    assert keyword_only == (retrieval._WORK_MEM_SQL, _SETTINGS_PROBE)
+    assert before[0] != "100" and after[0] != "100"
+    assert retrieval.with_settings(_SETTINGS_PROBE, run_vec=False) == _SETTINGS_PROBE
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_connection_keeps_the_keyword_channels_work_mem():
+    """The test server keeps PostgreSQL's default 4MB; a connection of the
+    service's raises it to 16MB for its session when it opens."""
+    connection.close()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('work_mem'), reset_val FROM pg_settings WHERE name = 'work_mem'")
+        assert cursor.fetchone() == ("16MB", "4096")
+
+
+def _prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE NOT from_sql")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_keyword_statement_is_prepared_once_per_connection_and_tenant_with_the_same_hits(caller, settings):
+    """Prepared, with the tenant and the kinds written into its text (a generic
+    plan knows only its text): the same hits as the statement sent unprepared,
+    one prepared statement however often it runs, another for another kind set."""
+    flt, params, query, _vector, _expected = channels_in_one_statement(caller)
+
+    def keyword_hits(kinds: Sequence[str]) -> dict:
+        return retrieval.channel_hits(
+            caller=caller, flt=replace(flt, kinds=kinds), query_text=query, query_vector=None, params=params
+        )
+
+    settings.MEMPROJ = {**settings.MEMPROJ, "DB_PREPARED": False}
+    unprepared = keyword_hits(["episode", "fact"])
+    assert unprepared and _prepared_statements() == []
+    settings.MEMPROJ = {**settings.MEMPROJ, "DB_PREPARED": True}
+    for _ in range(3):
+        assert keyword_hits(["episode", "fact"]) == unprepared
+    [statement] = _prepared_statements()
+    assert f"'{caller.tenant_id.hex}'::uuid" in statement and "'{episode,fact}'" in statement
+    assert "%(tenant)s" not in statement and "%(kinds)s" not in statement
+    assert keyword_hits(["episode"]) == unprepared
+    assert len(_prepared_statements()) == 2
+
+
+def test_inside_a_transaction_a_prepared_keyword_statement_that_fails_leaves_it_usable(caller):
+    with pytest.raises(DatabaseError):
+        retrieval._keyword_rows("SELECT 1 / %(zero)s", {"zero": 0})
+    assert retrieval._keyword_rows("SELECT %(one)s::int", {"one": 1}) == [(1,)]
 
 
 def test_inside_a_transaction_a_channel_keeps_a_savepoint_so_a_failed_read_leaves_it_usable(caller):
