@@ -60,6 +60,7 @@ EXCHANGE_PART_OVERLAP = 200
 # count; the first (the memory the Exchange row names and scoring applies to)
 # lists the ids of the others, each of which names the first.
 EXCHANGE_PART, EXCHANGE_PARTS = "exchange_part", "exchange_parts"
+NO_ACTIVE_MEMORY = "no active memory with that id; use search_memory to find it."
 _SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
 
 
@@ -142,30 +143,37 @@ def memory_bank_update(
     require_write(caller)
     old = Memory.objects.for_caller(caller).without_vectors().filter(pk=memory_id).first()
     if old is None or old.validity != Validity.ACTIVE:
-        raise NotFound("no active memory with that id; use search_memory to find it.")
+        raise NotFound(NO_ACTIVE_MEMORY)
     if collection_of(old) != Collection.MEMORY_BANK:
         raise InvalidArgument(
             f"update_memory changes memory_bank entries; {collection_of(old)} memories are "
             "shaped by scoring instead (score it 'failed' if it is wrong)."
         )
-    new = fact_store(
-        caller=caller,
-        subject=old.subject,
-        predicate=old.predicate,
-        namespace=old.namespace,
-        content=content,
-        importance=old.importance
-        if importance is None
-        else validation.number(importance, field="importance", low=0, high=1) * 10,
-        confidence=old.confidence if confidence is None else confidence,
-        permanence=old.permanence or "permanent",
-        scope=old.scope,
-        tags=old.tags if tags is None else tags,
-        source=old.source,
-        metadata=old.metadata,
-        collection=old.collection,
-        boundary_class=old.boundary_class,
-    ).memory
+    # The check above takes no lock: fact_store checks again, under the fact
+    # key's lock, that the entry is still the key's active holder (a delete or
+    # another update may commit while the new text is embedded).
+    try:
+        new = fact_store(
+            caller=caller,
+            replaces=old.pk,
+            subject=old.subject,
+            predicate=old.predicate,
+            namespace=old.namespace,
+            content=content,
+            importance=old.importance
+            if importance is None
+            else validation.number(importance, field="importance", low=0, high=1) * 10,
+            confidence=old.confidence if confidence is None else confidence,
+            permanence=old.permanence or "permanent",
+            scope=old.scope,
+            tags=old.tags if tags is None else tags,
+            source=old.source,
+            metadata=old.metadata,
+            collection=old.collection,
+            boundary_class=old.boundary_class,
+        ).memory
+    except NotFound as gone:
+        raise NotFound(NO_ACTIVE_MEMORY) from gone
     old.refresh_from_db(fields=["validity", "superseded_by"])
     return old, new
 

@@ -566,7 +566,14 @@ def fact_store(
     metadata: dict[str, Any] | None = None,
     collection: str = "",
     boundary_class: str = DEFAULT_BOUNDARY_CLASS,
+    replaces: uuid.UUID | None = None,
 ) -> FactStoreResult:
+    """Store a fact; a keyed one supersedes the active fact of its subject and
+    predicate. ``replaces`` makes it an update of that memory: it must still be
+    the key's active holder when the key is locked (the embedding is computed
+    before, so a forget or another update can commit in between), else
+    NotFound and nothing is stored. Without it a text whose key had just been
+    forgotten would come back as a fresh active fact."""
     require_write(caller)
     boundary_class = validation.choice(boundary_class, field="boundary_class", allowed=BOUNDARY_CLASSES)
     subject, predicate = _fact_key(subject, predicate)
@@ -599,6 +606,11 @@ def fact_store(
                 )
                 .without_vectors()
                 .select_for_update()
+            )
+        if replaces is not None and replaces not in {p.pk for p in previous}:
+            raise NotFound(
+                f"memory {replaces} is no longer the active fact of its subject and predicate "
+                "(forgotten or replaced meanwhile); search to find the current one."
             )
         # Retire the old row before inserting, so the partial unique index only
         # ever sees one active fact; it already points at the id the new row gets.

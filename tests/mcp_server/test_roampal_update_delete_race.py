@@ -1,0 +1,91 @@
+"""roampal's update_memory and delete_memory on one memory_bank entry at once.
+The update looks the entry up before it takes any lock, and embeds its new
+text before its transaction; the delete may commit in between. The update
+must then answer not-found, and neither text may stay active.
+
+The interleaving is made deterministic by running the delete from inside the
+window: the update's embedding of its new text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client as DjangoClient
+
+from memory import api
+from memory.errors import NotFound
+from memory.models import Memory
+from tests.conftest import call, call_error
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OLD = "The deploy key lives in vault slot four"
+NEW = "The deploy key lives in vault slot seven"
+
+
+def search_count(identity, query: str) -> int:
+    response = DjangoClient().post(
+        "/api/search",
+        data=json.dumps({"query": query}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {identity.token}",
+    )
+    assert response.status_code == 200, response.content
+    return response.json()["count"]
+
+
+def active_texts() -> set[str]:
+    return set(Memory.objects.filter(validity="active").values_list("content", flat=True))
+
+
+def forget_while_embedding(monkeypatch: pytest.MonkeyPatch, identity, entry: Memory) -> None:
+    """The entry is forgotten (committed) while fact_store embeds the new text."""
+    from memory.services import memories
+
+    real = memories._embed_for_store
+
+    def embed(content: str, **kwargs: Any) -> Any:
+        if content == NEW:
+            api.memory_forget(caller=identity.caller, kind=entry.kind, memory_id=entry.pk)
+        return real(content, **kwargs)
+
+    monkeypatch.setattr(memories, "_embed_for_store", embed)
+
+
+def test_an_update_whose_entry_is_forgotten_meanwhile_stores_nothing(member, monkeypatch):
+    entry = api.memory_bank_store(caller=member.caller, content=OLD)
+    forget_while_embedding(monkeypatch, member, entry)
+    with pytest.raises(NotFound):
+        api.memory_bank_update(caller=member.caller, memory_id=entry.pk, content=NEW)
+    assert active_texts() == set()
+    assert Memory.objects.get(pk=entry.pk).validity == "retracted"
+    assert not Memory.objects.filter(content=NEW).exists()
+
+
+async def test_update_memory_racing_delete_answers_not_found_and_nothing_comes_back(
+    member, mcp_client_for, monkeypatch
+):
+    from asgiref.sync import sync_to_async
+
+    async with mcp_client_for(member, "roampal") as client:
+        added = await call(client, "add_to_memory_bank", content=OLD)
+        entry = await Memory.objects.aget(content=OLD)
+        forget_while_embedding(monkeypatch, member, entry)
+        error = await call_error(client, "update_memory", id=added["id"], new_content=NEW)
+    assert "no active memory with that id" in error
+    assert await sync_to_async(active_texts)() == set()
+    for text in (OLD, NEW):
+        assert await sync_to_async(search_count)(member, text) == 0, text
+
+
+def test_a_fact_store_replacing_a_superseded_fact_is_refused(member):
+    """``replaces`` names the key's active holder, not any version of it."""
+    first = api.fact_store(caller=member.caller, subject="user", predicate="editor", content="Uses vim").memory
+    api.fact_store(caller=member.caller, subject="user", predicate="editor", content="Uses helix")
+    with pytest.raises(NotFound):
+        api.fact_store(
+            caller=member.caller, subject="user", predicate="editor", content="Uses emacs", replaces=first.pk
+        )
+    assert active_texts() == {"Uses helix"}
