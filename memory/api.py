@@ -13,7 +13,7 @@ Reads: ``memory_search`` (what to find: a ``SearchQuery``), ``memory_recall``, `
 ``fact_get_by_key``, ``namespaces_list``; ``memory_search_accessed`` and
 ``memory_list_recent_accessed`` also move ``accessed_at`` of what they return.
 roampal v0.3.5's collections: ``working_store``, ``memory_bank_store``,
-``memory_bank_update``, ``book_ingest`` / ``book_progress``, the hooked
+``memory_bank_update``, ``collection_forget``, ``book_ingest`` / ``book_progress``, the hooked
 conversation's ``exchange_*``; reads ``collection_search``, ``collection_get``,
 ``collection_ids``, ``known_context`` and ``display_id``.
 Ids: ``memory_pk`` resolves an id a client holds (a memory's UUID or an imported
@@ -67,6 +67,7 @@ from memory.services.collections import (
     ExchangeCompleted,
     book_ingest,
     book_progress,
+    collection_forget,
     exchange_complete,
     exchange_mark_scored,
     exchange_open,
@@ -113,6 +114,7 @@ __all__ = [
     "KnownContext",
     "book_ingest",
     "book_progress",
+    "collection_forget",
     "collection_get",
     "collection_ids",
     "collection_lookup",

@@ -26,9 +26,10 @@ from memory import scoring, validation
 from memory.errors import InvalidArgument, NotFound
 from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, Validity, collection_of
 from memory.outcomes import collection_apply
+from memory.selectors.collections import collection_get
 from memory.services.events import EventType, event_append
 from memory.services.feedback import collection_event
-from memory.services.locks import memories_tenant_write_lock
+from memory.services.locks import memories_tenant_write_lock, tenant_write_lock
 from memory.services.memories import (
     CONTINUED_IN,
     CONTINUES,
@@ -37,6 +38,7 @@ from memory.services.memories import (
     fact_store,
     memories_insert,
     memories_new,
+    memory_forget,
     memory_pending_row,
     require_write,
 )
@@ -176,6 +178,20 @@ def memory_bank_update(
         raise NotFound(NO_ACTIVE_MEMORY) from gone
     old.refresh_from_db(fields=["validity", "superseded_by"])
     return old, new
+
+
+def collection_forget(*, caller: Caller, memory_id: str) -> Memory:
+    """Forget the current version of the memory an id names (roampal's
+    delete_memory). The id is resolved again after the tenant's write lock,
+    which every write that supersedes takes first, so the version forgotten is
+    still the current one: an update committing after the caller looked the
+    memory up would otherwise leave its new version active while the delete
+    retracted the version it had replaced."""
+    require_write(caller)
+    with transaction.atomic():
+        tenant_write_lock(caller.tenant_id)
+        target = collection_get(caller, memory_id)
+        return memory_forget(caller=caller, kind=target.kind, memory_id=target.pk)
 
 
 # --- Books ---------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """roampal's update_memory and delete_memory on one memory_bank entry at once.
-The update looks the entry up before it takes any lock, and embeds its new
-text before its transaction; the delete may commit in between. The update
-must then answer not-found, and neither text may stay active.
+Each looks the entry up before it takes any lock; the other may commit in
+between. Whichever order they land in, the entry's text (old or new) must not
+stay active once both answered: an update that lands after the delete answers
+not-found, and a delete that lands after an update forgets the new version.
 
-The interleaving is made deterministic by running the delete from inside the
-window: the update's embedding of its new text."""
+The interleaving is made deterministic by running the other write from inside
+the window: the update's embedding of its new text (computed before its
+transaction), the delete's lookup of the id it was given."""
 
 from __future__ import annotations
 
@@ -89,3 +91,29 @@ def test_a_fact_store_replacing_a_superseded_fact_is_refused(member):
             caller=member.caller, subject="user", predicate="editor", content="Uses emacs", replaces=first.pk
         )
     assert active_texts() == {"Uses helix"}
+
+
+async def test_delete_memory_racing_update_forgets_the_new_version(member, mcp_client_for, monkeypatch):
+    """The update commits after delete_memory looked the entry up: the delete
+    forgets the version that is current when it runs, so neither text stays."""
+    from asgiref.sync import sync_to_async
+
+    real = api.collection_get
+    raced: list[Memory] = []
+
+    def lookup_then_update(caller: Any, memory_id: str, **kwargs: Any) -> Memory:
+        found = real(caller, memory_id, **kwargs)
+        if not raced:
+            raced.append(api.memory_bank_update(caller=caller, memory_id=found.pk, content=NEW)[1])
+        return found
+
+    async with mcp_client_for(member, "roampal") as client:
+        added = await call(client, "add_to_memory_bank", content=OLD)
+        monkeypatch.setattr(api, "collection_get", lookup_then_update)
+        deleted = await call(client, "delete_memory", id=added["id"])
+        monkeypatch.setattr(api, "collection_get", real)
+    assert raced and deleted["deleted"] is True and deleted["id"] == added["id"]
+    assert await sync_to_async(active_texts)() == set()
+    assert (await Memory.objects.aget(pk=raced[0].pk)).validity == "retracted"
+    for text in (OLD, NEW):
+        assert await sync_to_async(search_count)(member, text) == 0, text

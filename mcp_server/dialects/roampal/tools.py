@@ -435,6 +435,8 @@ def delete_memory(
         target = _by_content(content)
     else:
         raise dialect.failure("INVALID_ARGUMENT", "Provide id or content to name the memory to delete.")
-    api.memory_forget(caller=caller, kind=target.kind, memory_id=target.id)
-    ident = api.display_id(target)
+    # Forgotten by its current version, looked up again under the write lock:
+    # an update committing since the lookup above has replaced target.
+    forgotten = api.collection_forget(caller=caller, memory_id=str(target.id))
+    ident = api.display_id(forgotten)
     return _result(f"Deleted memory (ID: {ident})", DeletedResult(id=ident, deleted=True))
