@@ -22,7 +22,6 @@ from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import (
     EMBEDDING_DIM,
-    Collection,
     EmbeddingStatus,
     Kind,
     Maturity,
@@ -736,23 +735,22 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     """Soft delete: the row stays for audit and the dashboard, retrieval skips it.
     Facts, rules and episodes all use the canonical validity ``retracted``. A
     memory stored in parts (an exchange longer than one memory holds) is
-    forgotten with the parts that continue it: none of its text stays findable."""
+    forgotten with the parts that continue it: none of its text stays findable.
+    The parts are the memories that name it back (``exchange_parts``), wherever
+    roampal's lifecycle has moved them or it since (history episodes, patterns
+    rules): promotion changes a memory's collection and kind, not its text."""
     require_write(caller)
     kind = validation.kind(kind)
     with transaction.atomic():
-        parts = exchange_parts(caller.tenant_id, memory_pk(caller, memory_id)) if kind == Kind.EPISODE else None
-        part_ids = list(parts.values_list("pk", flat=True)) if parts is not None else []
+        parts = exchange_parts(caller.tenant_id, memory_pk(caller, memory_id))
+        part_ids = list(parts.values_list("pk", flat=True))
         if part_ids:
             # Every row it changes locked in primary-key order, as a vector write locks them.
             tenant_write_lock(caller.tenant_id)
             memory_rows_lock([memory_pk(caller, memory_id), *part_ids])
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
-        # The parts it locked, read again under the locks: those still active working episodes.
-        continuing = (
-            parts.filter(pk__in=part_ids, validity=Validity.ACTIVE, kind=Kind.EPISODE, collection=Collection.WORKING)
-            if parts is not None and part_ids
-            else []
-        )
+        # The parts it locked, read again under the locks: those not yet retracted or replaced.
+        continuing = parts.filter(pk__in=part_ids, validity=Validity.ACTIVE) if part_ids else []
         for each in [memory, *continuing]:
             _retract(caller, each)
     return memory

@@ -164,3 +164,79 @@ async def test_an_id_forged_into_a_heads_list_of_parts_gets_no_outcome(member, m
     assert (forged.applied_count, forged.outcome_score) == (0, 0.5)
     scored_rows = [m async for m in Memory.objects.filter(pk__in=[head_pk, *parts])]
     assert {(m.applied_count, round(m.outcome_score, 4)) for m in scored_rows} == {(1, 0.7)}
+
+
+def promote(pk, *, to: str) -> Memory:
+    """Move one memory up roampal's lifecycle as the promotion sweep does: its
+    scores made due, then the sweep (working -> history -> patterns)."""
+    from memory import scoring
+    from memory.services.collections import collections_lifecycle
+
+    due = {
+        "history": {"outcome_score": scoring.HISTORY_MIN_SCORE, "applied_count": scoring.HISTORY_MIN_USES},
+        "patterns": {
+            "outcome_score": scoring.PATTERNS_MIN_SCORE,
+            "applied_count": scoring.PATTERNS_MIN_USES,
+            "success_count": scoring.PATTERNS_MIN_SUCCESS,
+        },
+    }
+    for step in ("history", "patterns")[: 1 + (to == "patterns")]:
+        Memory.objects.filter(pk=pk).update(**due[step])
+        assert pk in collections_lifecycle().ids
+    memory = Memory.objects.get(pk=pk)
+    assert memory.collection == to and memory.validity == "active"
+    return memory
+
+
+@pytest.mark.parametrize("to", ["history", "patterns"])
+async def test_forgetting_an_exchange_forgets_a_part_that_moved_on(member, mcp_client_for, to):
+    """The part holding the response's end earned its way out of working
+    memory; deleting its exchange still forgets it."""
+    from memory.services.memories import CONTINUES
+
+    stopped, _ = await sync_to_async(stop_long)(member, f"long-moved-{to}")
+    head_pk = (await Exchange.objects.aget(conversation_id=f"long-moved-{to}")).memory_id
+    ending = await Memory.objects.aget(content__contains=ENDING)
+    assert ending.pk != head_pk and ending.metadata[CONTINUES] == str(head_pk)
+    moved = await sync_to_async(promote)(ending.pk, to=to)
+    assert moved.kind == ("rule" if to == "patterns" else "episode")
+    phrase = {"query": "rotate the zebrafish credentials on the bastion host"}
+    assert (await sync_to_async(post)(member, "/api/search", phrase)).json()["count"] >= 1
+
+    async with mcp_client_for(member, "roampal") as client:
+        deleted = await call(client, "delete_memory", id=stopped["doc_id"])
+    assert deleted["deleted"] is True
+    assert (await sync_to_async(post)(member, "/api/search", phrase)).json()["count"] == 0
+    assert {m.validity async for m in Memory.objects.all()} == {"retracted"}
+
+
+async def test_forgetting_an_exchange_whose_head_became_a_pattern_forgets_its_parts(member, mcp_client_for):
+    stopped, _ = await sync_to_async(stop_long)(member, "long-head-pattern")
+    head_pk = (await Exchange.objects.aget(conversation_id="long-head-pattern")).memory_id
+    head = await sync_to_async(promote)(head_pk, to="patterns")
+    assert head.kind == "rule"
+    phrase = {"query": "rotate the zebrafish credentials on the bastion host"}
+    assert (await sync_to_async(post)(member, "/api/search", phrase)).json()["count"] >= 1
+
+    async with mcp_client_for(member, "roampal") as client:
+        deleted = await call(client, "delete_memory", id=stopped["doc_id"])
+    assert deleted["deleted"] is True
+    for query in (phrase, {"query": "run the migration for shard 500"}):
+        assert (await sync_to_async(post)(member, "/api/search", query)).json()["count"] == 0, query
+    assert {m.validity async for m in Memory.objects.all()} == {"retracted"}
+
+
+def test_forgetting_a_moved_exchange_leaves_other_tenants_and_unlinked_memories(member, outsider):
+    """Only memories of the tenant that name the exchange back are its parts,
+    whatever their collection: a pattern its list names without the back-link,
+    and another tenant's memory that claims to continue it, stay."""
+    from memory.services.collections import working_store
+    from memory.services.memories import CONTINUED_IN, CONTINUES, memory_forget
+
+    unlinked = promote(working_store(caller=member.caller, content="Prefer small PRs").pk, to="patterns")
+    head = working_store(caller=member.caller, content="User: hi\n\nAssistant: hello")
+    foreign = working_store(caller=outsider.caller, content="Elsewhere", metadata={CONTINUES: str(head.pk)})
+    Memory.objects.filter(pk=head.pk).update(metadata={CONTINUED_IN: [str(unlinked.pk), str(foreign.pk)]})
+    memory_forget(caller=member.caller, kind="episode", memory_id=head.pk)
+    states = dict(Memory.objects.values_list("id", "validity"))
+    assert states == {head.pk: "retracted", unlinked.pk: "active", foreign.pk: "active"}
