@@ -13,6 +13,7 @@ from typing import Any
 from tests.harness.generators.workloads import contention_write
 from tests.harness.load.writes import pending_follow_ups, texts_not_found
 from tests.harness.stack import Stack
+from tests.harness.surfaces.answers import answer_text
 from tests.harness.surfaces.mcp_http import mcp_call
 
 
@@ -84,6 +85,20 @@ class ContentionReport:
             or self.unsearchable
             or self.follow_ups_pending
         )
+
+
+async def _found_by_mode(stack: Stack, token: str, text: str) -> dict[str, bool | str]:
+    """Whether each mode of memory_search finds ``text`` now (limit 10)."""
+    import httpx
+
+    found: dict[str, bool | str] = {}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60, connect=5)) as http:
+        for mode in ("hybrid", "keyword", "semantic"):
+            answer = await mcp_call(
+                http, f"{stack.url}/mcp/memory", token, "memory_search", {"query": text, "limit": 10, "mode": mode}
+            )
+            found[mode] = text in answer_text(answer) if answer.outcome == "ok" else answer.outcome
+    return found
 
 
 def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: float, drain: float) -> ContentionReport:
@@ -189,15 +204,26 @@ def contention_scenario(stack: Stack, token: str, *, writers: int, seconds: floa
     lost = {text: answer for text, answer in missing.items() if text not in replaced and text not in unanswered}
     report.lost = len(lost)
     for text, answer in list(lost.items())[:4]:
-        # Which side lost it: the rows (merged, superseded, unembedded) or the search.
+        # Which side lost it: the rows (merged, superseded, unembedded, filtered) or the search.
         rows = stack.sql(
-            "SELECT m.validity, m.embedding_status, m.expires_at, (SELECT e.payload->>'reason' "
-            "FROM memory_memoryevent e WHERE e.memory_id = m.id AND e.event_type = 'superseded' "
+            "SELECT m.kind, m.validity, m.embedding_status, m.expires_at, m.boundary_class, m.scope, m.namespace, "
+            "m.tenant_id = (SELECT tenant_id FROM memory_memory WHERE content LIKE %s LIMIT 1), (SELECT "
+            "e.payload->>'reason' FROM memory_memoryevent e WHERE e.memory_id = m.id AND e.event_type = 'superseded' "
             "ORDER BY e.id DESC LIMIT 1) FROM memory_memory m WHERE m.content = %s",
-            [text],
+            [f"%{run_id}x%", text],
         )
+        # Each term of the text: the tenant's document frequency against the rows that hold it.
+        terms = stack.sql(
+            "SELECT t, s.df, (SELECT count(*) FROM memory_memory m WHERE m.tenant_id = s.tenant_id "
+            "AND m.search_vector @@ memproj_any_query(ARRAY[t])) FROM unnest(memproj_query_terms(%s)) t "
+            "LEFT JOIN memory_termstat s ON s.term = t AND s.tenant_id = "
+            "(SELECT tenant_id FROM memory_memory WHERE content = %s LIMIT 1)",
+            [text, text],
+        )
+        modes = asyncio.run(_found_by_mode(stack, token, text))
         report.samples.append(
-            f"not found: {text}; rows (validity, embedding, expires_at, superseded): {rows}; "
+            f"not found: {text}; rows (kind, validity, embedding, expires_at, class, scope, namespace, same tenant, "
+            f"superseded): {rows}; terms (term, df, rows): {terms}; found by mode: {modes}; "
             f"the search returned: {answer.text[:600]}"
         )
     return report
