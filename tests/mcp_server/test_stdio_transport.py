@@ -27,10 +27,13 @@ ANSWER_TIMEOUT = 120.0
 class StdioPeer:
     """A stdio server subprocess and a client that writes raw lines."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, *, database_host: str | None = None) -> None:
+        env = _env_for_test_database(MEMPROJ_TOKEN=token)
+        if database_host is not None:  # the database through another socket directory (a relay)
+            env["DATABASE_URL"] = env["DATABASE_URL"].rsplit("?host=", 1)[0] + f"?host={database_host}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mcp_server", "--toolset", "memory"],
-            env=_env_for_test_database(MEMPROJ_TOKEN=token),
+            env=env,
             cwd=str(ROOT),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -1,0 +1,152 @@
+"""The stdio server when PostgreSQL goes away and comes back: a real
+``python -m mcp_server`` subprocess whose database connections pass through a
+Unix-socket relay this test cuts (every open connection dropped, new ones
+refused) and restores, so the outage is the subprocess's alone."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from mcp_server.http import STORAGE_MESSAGE
+from memory.models import Memory
+from policy import tokencache
+from tests.mcp_server.test_stdio_transport import StdioPeer, call, coded
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class PostgresRelay:
+    """A Unix socket that forwards to the test database's socket until cut."""
+
+    def __init__(self, directory: Path) -> None:
+        db = connection.settings_dict
+        port = db["PORT"] or "5432"
+        self.upstream = os.path.join(db["HOST"], f".s.PGSQL.{port}")
+        self.directory = directory
+        self.path = str(directory / f".s.PGSQL.{port}")
+        self.lock = threading.Lock()
+        self.open: list[socket.socket] = []
+        self.listener: socket.socket | None = None
+        self.up()
+
+    def up(self) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
+        listener.listen(64)
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        """Refuse new connections and drop every open one, as a stopped server does."""
+        assert self.listener is not None
+        self.listener.close()
+        self.listener = None
+        os.unlink(self.path)
+        with self.lock:
+            for sock in self.open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            self.open.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.connect(self.upstream)
+            with self.lock:
+                self.open.extend((client, server))
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def relay() -> Iterator[PostgresRelay]:
+    # A short path: a Unix socket's path is at most 107 bytes.
+    directory = Path(os.path.join("/tmp", f"pgrelay-{os.getpid()}-{time.monotonic_ns()}"))
+    directory.mkdir()
+    relay = PostgresRelay(directory)
+    try:
+        yield relay
+    finally:
+        if relay.listener is not None:
+            relay.down()
+        directory.rmdir()
+
+
+def outage_answer(answer: dict) -> None:
+    """The dialect's coded storage error, as a client reads it, with no library text."""
+    if "error" in answer:
+        assert coded(answer) == "STORAGE_ERROR", answer
+    else:  # a tool's error: the memory dialect's "[CODE] message" text
+        assert answer["result"]["isError"] is True, answer
+        assert answer["result"]["content"][0]["text"].startswith("[STORAGE_ERROR] "), answer
+    text = str(answer)
+    for leak in ("Traceback", "psycopg", "socket", "OperationalError", "connection to server"):
+        assert leak not in text, answer
+
+
+def test_stdio_answers_the_storage_error_while_postgres_is_down_and_serves_again_after(member, relay):
+    peer = StdioPeer(member.token, database_host=str(relay.directory))
+    try:
+        peer.handshake()
+        peer.send(call(1, "memory_store_fact", subject="user", predicate="editor", content="Uses Helix"))
+        assert not peer.answer()["result"].get("isError")
+
+        relay.down()
+        # A tool call while the token is still in the process's cache: the tool's own storage error.
+        peer.send(call(2, "memory_search", query="editor"))
+        answer = peer.answer()
+        assert answer["id"] == 2
+        outage_answer(answer)
+        # Once the cached token is stale, the token check itself meets the outage.
+        time.sleep(tokencache.TOKEN_CACHE_SECONDS + 0.5)
+        for request_id in (3, 4):
+            peer.send(call(request_id, "memory_store_fact", subject="user", predicate="os", content="Linux"))
+            answer = peer.answer()
+            assert answer["id"] == request_id
+            outage_answer(answer)
+            assert STORAGE_MESSAGE in answer["error"]["message"]
+        # Every request is answered (each checks the token), and the process lives on.
+        peer.send({"jsonrpc": "2.0", "id": 5, "method": "ping"})
+        answer = peer.answer()
+        assert answer["id"] == 5
+        outage_answer(answer)
+        assert peer.proc.poll() is None
+
+        relay.up()
+        peer.send(call(6, "memory_store_fact", subject="user", predicate="shell", content="Uses fish"))
+        answer = peer.answer()
+        assert answer["id"] == 6 and "error" not in answer and not answer["result"].get("isError"), answer
+        peer.send(call(7, "memory_search", query="fish shell"))
+        answer = peer.answer()
+        assert answer["id"] == 7 and not answer["result"].get("isError"), answer
+    finally:
+        peer.close()
+    contents = set(Memory.objects.filter(tenant_id=member.caller.tenant_id).values_list("content", flat=True))
+    assert "Linux" not in " ".join(contents)
+    assert any("fish" in c for c in contents)
