@@ -32,6 +32,9 @@ TOKEN_CACHE_SECONDS = policycache.POLICY_CACHE_SECONDS  # one window for both ca
 _TOKEN_CACHE_MAX = 10_000
 _token_cache: dict[str, tuple[float, Caller]] = {}
 _token_cache_lock = threading.Lock()
+# Bumped by every clear: a lookup that began before a clear (it may have read a
+# token's row before its revocation committed) must not fill the cache after it.
+_token_cache_clears = [0]
 
 
 def token_cached_caller(token: str) -> Caller | None:
@@ -43,10 +46,20 @@ def token_cached_caller(token: str) -> Caller | None:
     return replace(entry[1])
 
 
-def token_cache_put(token: str, caller: Caller, lifetime: float) -> None:
-    """Remember ``caller`` for ``token`` for ``lifetime`` seconds (at most TOKEN_CACHE_SECONDS)."""
+def token_cache_epoch() -> int:
+    """Take this before reading a token's row; pass it to ``token_cache_put``."""
+    return _token_cache_clears[0]
+
+
+def token_cache_put(token: str, caller: Caller, lifetime: float, *, epoch: int | None = None) -> None:
+    """Remember ``caller`` for ``token`` for ``lifetime`` seconds (at most
+    TOKEN_CACHE_SECONDS), unless the cache was cleared since ``epoch``
+    (``token_cache_epoch`` before the lookup): the row read may predate a
+    revocation that cleared it."""
     lifetime = min(lifetime, TOKEN_CACHE_SECONDS)
     with _token_cache_lock:
+        if epoch is not None and epoch != _token_cache_clears[0]:
+            return
         if len(_token_cache) >= _TOKEN_CACHE_MAX:
             _token_cache.clear()
         _token_cache[token] = (time.monotonic() + lifetime, replace(caller))
@@ -55,5 +68,6 @@ def token_cache_put(token: str, caller: Caller, lifetime: float) -> None:
 def token_cache_clear() -> None:
     """Forget everything this process cached: verified tokens and policy versions."""
     with _token_cache_lock:
+        _token_cache_clears[0] += 1
         _token_cache.clear()
     policycache.policy_heads_clear()

@@ -18,7 +18,13 @@ from policy.errors import PermissionDenied
 from policy.models import ApiToken, Principal, Tenant
 from policy.ratelimit import policy_generation_bump
 from policy.services.tenants import tenant_get_or_create
-from policy.tokencache import TOKEN_CACHE_SECONDS, token_cache_clear, token_cache_put, token_cached_caller
+from policy.tokencache import (
+    TOKEN_CACHE_SECONDS,
+    token_cache_clear,
+    token_cache_epoch,
+    token_cache_put,
+    token_cached_caller,
+)
 
 TOKEN_PREFIX = "mp_"  # noqa: S105 - a public prefix, not a secret
 MAX_TOKEN_CHARS = 200
@@ -104,6 +110,7 @@ def token_authenticate_cached(token: str) -> Caller | None:
     cached = token_cached_caller(token)
     if cached is not None:
         return cached
+    epoch = token_cache_epoch()
     found = _authenticate(token)
     if found is None:
         return None
@@ -111,7 +118,7 @@ def token_authenticate_cached(token: str) -> Caller | None:
     lifetime = TOKEN_CACHE_SECONDS
     if expires_at is not None:
         lifetime = min(lifetime, (expires_at - timezone.now()).total_seconds())
-    token_cache_put(token, caller, lifetime)
+    token_cache_put(token, caller, lifetime, epoch=epoch)
     return caller
 
 

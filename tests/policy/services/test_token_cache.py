@@ -61,3 +61,25 @@ def test_each_hit_is_a_fresh_caller_without_a_resolved_policy():
     second = tokens.token_cached_caller(issued.token)
     assert second is not None and second is not first and "policy" not in second.__dict__
     assert (second.tenant_id, second.principal_id, second.scopes) == (first.tenant_id, first.principal_id, first.scopes)
+
+
+def test_a_lookup_that_read_the_token_before_a_revocation_does_not_cache_it_after(monkeypatch):
+    """A request's lookup read the token's row just before a revocation
+    committed elsewhere; while it ran, the next request saw the new generation
+    and cleared the cache. The slow lookup must not put the revoked token back,
+    or requests after the revocation would be served from the cache."""
+    issued = tokens.token_issue(tenant_slug="acme", principal_name="bot")
+    read_before = tokens._authenticate
+
+    def slow_lookup(token: str):
+        found = read_before(token)
+        # Meanwhile: the revocation commits, and another request's generation check clears the cache.
+        ApiToken.objects.filter(pk=issued.api_token.pk).update(revoked_at=timezone.now())
+        tokencache.token_cache_clear()
+        return found
+
+    monkeypatch.setattr(tokens, "_authenticate", slow_lookup)
+    assert tokens.token_authenticate_cached(issued.token) is not None  # it was valid when read
+    monkeypatch.setattr(tokens, "_authenticate", read_before)
+    assert tokens.token_cached_caller(issued.token) is None
+    assert tokens.token_authenticate_cached(issued.token) is None
