@@ -424,6 +424,8 @@ def memory_search_ranking(*, caller: Caller, query: SearchQuery) -> SearchRankin
 
 
 MAX_OFFSET = 10_000
+# A LangGraph client lists namespaces 100 at a time by default; a page of them is small.
+MAX_NAMESPACES_LIMIT = 1000
 
 
 def _offset(value: object) -> int:
@@ -592,6 +594,9 @@ def namespaces_list(
     """Distinct namespaces holding retrievable facts (a LangGraph store's
     list_namespaces): filtered by prefix / suffix, truncated to max_depth."""
     require_read(caller)
+    # Checked, not left to slicing: a negative offset or limit would page from the end.
+    limit = validation.limit(limit, maximum=MAX_NAMESPACES_LIMIT)
+    offset = _offset(offset)
     prefix = validation.namespace(prefix, field="prefix") if prefix is not None else None
     suffix = validation.namespace(suffix, field="suffix") if suffix is not None else None
     rows = (

@@ -4,7 +4,7 @@ body ``{"ops": [...]}``, one result per op, in order:
 
 - ``{"op": "get", "namespace": [...], "key": "..."}`` -> item or null
 - ``{"op": "put", "namespace": [...], "key": "...", "value": {...} | null}`` -> null
-  (a null value deletes)
+  (a null value deletes; a ``ttl`` other than null is refused: items do not expire)
 - ``{"op": "search", "namespace_prefix": [...], "query": "..." | null, "filter": {...} | null,
   "limit": 10, "offset": 0}`` -> [item with score]
 - ``{"op": "list_namespaces", "prefix": [...] | null, "suffix": [...] | null,
@@ -102,6 +102,9 @@ def _prepare(op: dict[str, Any]) -> Run:
         return get
     if kind == "put":
         namespace, key = _strings(op.get("namespace"), "namespace"), _key(op)
+        if op.get("ttl") is not None:
+            # Ignoring it would keep for ever an item its writer meant to expire.
+            raise api.InvalidArgument("ttl is not supported: items are kept until deleted; send ttl null or omit it.")
         if op.get("value") is None:
 
             def delete(caller: Caller) -> None:
