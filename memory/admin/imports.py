@@ -21,6 +21,7 @@ also gets the ``admin_review`` event naming them, as their reviews do."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
 import shutil
@@ -41,6 +42,7 @@ from django.utils.text import get_valid_filename
 
 from memory.api import DomainError
 from memory.importers import systems
+from memory.importers.base import parse_position
 from memory.services.imports import ImportReport, memories_import
 from memory.services.review import admin_review_record
 from policy.admin_access import admin_access, require_tenant, review_caller
@@ -225,13 +227,18 @@ def _run(request: HttpRequest, plan: dict[str, Any], *, dry_run: bool) -> Import
 
 def _unreadable(plan: dict[str, Any], exc: Exception) -> str:
     if isinstance(exc, DomainError):
-        return str(exc)
+        # Our words; an upload is named as uploaded, never by where it is staged.
+        message = str(exc)
+        if plan["staged"]:
+            message = message.replace(str(Path(plan["location"]).parent) + os.sep, "")
+        return message
     # An uploaded file is someone else's: a reader meeting a broken one must
     # answer on the form, never with a server error.
     logger.warning("admin import of %s as %s failed", plan["source_name"], plan["system"], exc_info=True)
-    # A parser's complaint is about the file and helps its owner; anything else
-    # (a database's or a library's text) is the server's and stays in its log.
-    reason = f": {str(exc)[:300]}" if isinstance(exc, ValueError) else "; the server's log has the details"
+    # A library's text (a parser's, a database's) is the server's and stays in its
+    # log; where a parser stopped is restated in our words.
+    where = parse_position(exc)
+    reason = where if where else "; the server's log has the details"
     return f"{plan['source_name']} could not be read as a {plan['system']} store{reason}."
 
 

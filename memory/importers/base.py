@@ -121,7 +121,24 @@ class Source(Protocol):
 
 
 class ImportSourceError(Exception):
-    """The location is not a store this reader can read (with what to do instead)."""
+    """The location is not a store this reader can read (with what to do instead).
+
+    Its message is shown to whoever gave the store (an admin upload's owner),
+    so it is in our words only: the library's exception that caused it (its
+    ``__cause__``, with its text, paths and versions) is logged by the import
+    service, never put into the message."""
+
+
+def parse_position(exc: BaseException) -> str:
+    """Where a file failed to parse, in our words, for an ImportSourceError's
+    message ("" when the parser says nothing we can restate)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f" (line {exc.lineno}, column {exc.colno})"
+    if isinstance(exc, UnicodeDecodeError):
+        return " (it is not UTF-8 text)"
+    if isinstance(exc, RecursionError):
+        return " (it is nested too deeply)"
+    return ""
 
 
 class BadRecord(ValueError):

@@ -80,7 +80,9 @@ class ButlersTables:
                 self.rules = rows(connection, "rules", ORDER)
                 self.links = rows(connection, "memory_links", "created_at")
         except psycopg.Error as exc:
-            raise ImportSourceError(f"cannot read the butler's memory tables: {exc}".strip()) from exc
+            raise ImportSourceError(
+                "cannot read the butler's memory tables (the server's log has the database's answer)."
+            ) from exc
         if not (self.episodes or self.facts or self.rules):
             raise ImportSourceError(f"no episodes, facts or rules in schema {schema!r}.")
 

@@ -43,6 +43,7 @@ from memory.importers.base import (
     Record,
     Skipped,
     number,
+    parse_position,
     parse_time,
     string_list,
 )
@@ -101,11 +102,11 @@ def _unpack(path: Path, into: Path) -> Path:
                 archive.extract(member, into, filter="data")
     except tarfile.FilterError as exc:
         raise ImportSourceError(
-            f"{path.name} holds a member an import does not unpack ({exc}): links out of the archive, "
+            f"{path.name} holds a member an import does not unpack: links out of the archive, "
             "absolute paths and devices are refused."
         ) from exc
     except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-        raise ImportSourceError(f"{path.name} is not a .cogx.tar.gz an import can unpack ({exc}).") from exc
+        raise ImportSourceError(f"{path.name} is not a .cogx.tar.gz an import can unpack.") from exc
     manifests = sorted(into.rglob(MANIFEST_FILE))
     if not manifests:
         raise ImportSourceError(f"{path.name} holds no {MANIFEST_FILE}: not a COGX archive.")
@@ -139,7 +140,7 @@ class CogxArchive:
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         except (ValueError, RecursionError) as exc:
-            raise ImportSourceError(f"{MANIFEST_FILE} is not JSON ({exc}).") from exc
+            raise ImportSourceError(f"{MANIFEST_FILE} is not JSON{parse_position(exc)}.") from exc
         if not isinstance(manifest, dict):
             raise ImportSourceError(f"{MANIFEST_FILE} is not a JSON object: not a COGX manifest.")
         version = str(manifest.get("cogx_version", ""))
@@ -185,7 +186,7 @@ class CogxArchive:
                     try:
                         yield json.loads(line)
                     except (ValueError, RecursionError) as exc:
-                        raise ImportSourceError(f"{name}:{number_}: not JSON ({exc})") from exc
+                        raise ImportSourceError(f"{name}:{number_}: not JSON{parse_position(exc)}.") from exc
 
     def records(self) -> Iterator[Record]:
         entity_ids: set[str] = set()

@@ -56,7 +56,9 @@ class PostgresStoreSource:
                     ).format(sql.Identifier(table))
                 ).fetchall()
         except psycopg.Error as exc:
-            raise ImportSourceError(f"cannot read the store table {table!r}: {exc}".strip()) from exc
+            raise ImportSourceError(
+                f"cannot read the store table {table!r} (the server's log has the database's answer)."
+            ) from exc
 
     def estimate(self) -> int | None:
         return len(self.rows)

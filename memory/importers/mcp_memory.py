@@ -26,6 +26,7 @@ from memory.importers.base import (
     ImportSourceError,
     Record,
     Skipped,
+    parse_position,
 )
 
 SYSTEM = "mcp-memory"
@@ -52,7 +53,7 @@ class MemoryJsonl:
             try:
                 self.lines.append((number, json.loads(line)))
             except ValueError as exc:
-                raise ImportSourceError(f"{path}:{number}: not JSON ({exc}).") from exc
+                raise ImportSourceError(f"{path.name}:{number}: not JSON{parse_position(exc)}.") from exc
 
     def estimate(self) -> int | None:
         return sum(len(_observations(line)) + 1 for _, line in self.lines)

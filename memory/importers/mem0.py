@@ -34,6 +34,7 @@ from memory.importers.base import (
     Record,
     Skipped,
     mapping,
+    parse_position,
     parse_time,
     text_field,
 )
@@ -62,7 +63,7 @@ def _history(path: Path | None) -> dict[str, list[dict[str, Any]]]:
     try:
         rows = connection.execute("SELECT * FROM history ORDER BY created_at, rowid").fetchall()
     except sqlite3.DatabaseError as exc:
-        raise ImportSourceError(f"{path} is not a mem0 history database ({exc}).") from exc
+        raise ImportSourceError(f"{path.name} is not a mem0 history database.") from exc
     finally:
         connection.close()
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -90,7 +91,7 @@ class Mem0Source:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except ValueError as exc:
-            raise ImportSourceError(f"{path} is not JSON ({exc}).") from exc
+            raise ImportSourceError(f"{path.name} is not JSON{parse_position(exc)}.") from exc
         items = data.get("results", data.get("memories")) if isinstance(data, dict) else data
         if not isinstance(items, list):
             raise ImportSourceError(f"{path} holds no list of memories (get_all() answers {{'results': [...]}}).")
@@ -108,7 +109,9 @@ class Mem0Source:
                     )
                 ).fetchall()
         except psycopg.Error as exc:
-            raise ImportSourceError(f"cannot read mem0's table {self.table!r}: {exc}".strip()) from exc
+            raise ImportSourceError(
+                f"cannot read mem0's table {self.table!r} (the server's log has the database's answer)."
+            ) from exc
         for memory_id, vector, payload in rows:
             payload = payload if isinstance(payload, dict) else json.loads(payload or "{}")
             item = {key: payload.get(key) for key in PAYLOAD_KEYS if key in payload}

@@ -30,6 +30,7 @@ from memory.importers.base import (
     Record,
     Skipped,
     number,
+    parse_position,
     parse_time,
     text_field,
 )
@@ -90,7 +91,7 @@ class MementoExport:
             try:
                 data = [json.loads(line) for line in text.splitlines() if line.strip()]  # APOC JSON lines
             except ValueError as exc:
-                raise ImportSourceError(f"{path} is neither JSON nor JSON lines ({exc}).") from exc
+                raise ImportSourceError(f"{path.name} is neither JSON nor JSON lines{parse_position(exc)}.") from exc
         self.nodes = list(_nodes(data))
 
     def estimate(self) -> int | None:

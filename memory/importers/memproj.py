@@ -23,6 +23,7 @@ from memory.importers.base import (
     Skipped,
     mapping,
     number,
+    parse_position,
     parse_time,
     text_field,
     text_list,
@@ -63,7 +64,7 @@ class MemprojExport:
                 try:
                     yield number_, json.loads(line)
                 except ValueError as exc:
-                    raise ImportSourceError(f"{self.path}:{number_}: not JSON ({exc})") from exc
+                    raise ImportSourceError(f"{self.path.name}:{number_}: not JSON{parse_position(exc)}.") from exc
 
     def estimate(self) -> int | None:
         with self.path.open(encoding="utf-8") as handle:

@@ -42,6 +42,7 @@ from memory.importers.base import (
     Record,
     json_value,
     number,
+    parse_position,
     parse_time,
 )
 
@@ -153,7 +154,7 @@ class DuckDbStore:
             # nothing else of the server's (an admin upload is someone else's file).
             connection = duckdb.connect(str(path), read_only=True, config=DUCKDB_CONFIG)
         except duckdb.Error as exc:
-            raise ImportSourceError(f"{path.name} is not a DuckDB file pce-memory wrote ({exc}).") from exc
+            raise ImportSourceError(f"{path.name} is not a DuckDB file pce-memory wrote.") from exc
         watchdog = _Watchdog(connection, READ_SECONDS)
         try:
             with watchdog:
@@ -177,7 +178,7 @@ class DuckDbStore:
                     f"{path.name} took longer than {READ_SECONDS:g} s to read, longer than an import reads: "
                     "not a DuckDB file pce-memory wrote."
                 ) from exc
-            raise ImportSourceError(f"{path.name} is not a pce-memory store an import can read ({exc}).") from exc
+            raise ImportSourceError(f"{path.name} is not a pce-memory store an import can read.") from exc
         finally:
             connection.close()
 
@@ -285,7 +286,7 @@ class SharedDirectory:
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
         except ValueError as exc:
-            raise ImportSourceError(f"{file} is not JSON ({exc}).") from exc
+            raise ImportSourceError(f"{file.name} is not JSON{parse_position(exc)}.") from exc
         return data if isinstance(data, dict) else {}
 
     def records(self) -> Iterator[Record]:

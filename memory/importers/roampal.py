@@ -121,7 +121,7 @@ def _unzip(location: Path, into: Path) -> Path:
                 )
             return Path(archive.extract(store, into))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, OSError, NotImplementedError) as exc:
-        raise ImportSourceError(f"{location.name} is not a zip an import can unpack ({exc}).") from exc
+        raise ImportSourceError(f"{location.name} is not a zip an import can unpack.") from exc
 
 
 class _Deadline:
@@ -220,7 +220,7 @@ class RoampalStore:
                 raise ImportSourceError(
                     f"{path.name} holds a value over {VALUE_MAX_BYTES} bytes: not a ChromaDB store roampal wrote."
                 ) from exc
-            raise ImportSourceError(f"{path.name} is not a ChromaDB store roampal wrote ({exc}).") from exc
+            raise ImportSourceError(f"{path.name} is not a ChromaDB store roampal wrote.") from exc
 
     def estimate(self) -> int | None:
         return len(self.rows)

@@ -782,6 +782,7 @@ def memories_import(
     try:
         source = open_source(system, location, **(options or {}))
     except ImportSourceError as exc:
+        _log_refusal(system, exc)
         raise InvalidArgument(str(exc)) from exc
     report = ImportReport(system=system, location=location, dry_run=dry_run)
     job = _Importer(
@@ -834,6 +835,13 @@ def memories_import(
     return report
 
 
+def _log_refusal(system: str, exc: ImportSourceError) -> None:
+    """A reader's refusal names the problem in our words; the library's own
+    exception behind it (its text may hold server paths or versions) is logged."""
+    if exc.__cause__ is not None:
+        logger.warning("the %s reader refused its store: %s (%r)", system, exc, exc.__cause__)
+
+
 def _records(source: Any, system: str, failed: list[InvalidArgument]) -> Iterable[Any]:
     """The reader's records. A reader skips a row it cannot read with its
     reason; should one still fail on a row, the records end there and
@@ -843,6 +851,7 @@ def _records(source: Any, system: str, failed: list[InvalidArgument]) -> Iterabl
     try:
         yield from source.records()
     except ImportSourceError as exc:
+        _log_refusal(system, exc)
         failed.append(InvalidArgument(str(exc)))
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError):
         logger.warning("the %s reader failed on a record", system, exc_info=True)

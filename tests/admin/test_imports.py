@@ -334,3 +334,54 @@ def test_a_readers_internal_failure_stays_in_the_log(client, admin_a, scratch, m
     monkeypatch.undo()
     [error] = form_errors(dry_run(client, admin_a.tenant, file=upload("{not json\n")))
     assert "line 1" in error, error
+
+
+def _zip_with_store(store: bytes) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("backup/data/chromadb/chroma.sqlite3", store)
+    return buffer.getvalue()
+
+
+def _tar_with_link() -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        link = tarfile.TarInfo("store/escape")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(link)
+    return buffer.getvalue()
+
+
+# A library's own words for each of these files: never on the form, always in the log.
+LIBRARY_TEXT = [
+    ("mcp-memory", "memory.jsonl", b"{not json\n", "Expecting property name"),
+    ("memento", "memento.json", b"[1, 2", "delimiter"),
+    ("mem0", "mem0.json", b'{"results": ', "Expecting value"),
+    ("memproj", "export.jsonl", b"\x00\xff binary", "codec can't decode"),
+    ("cogx", "store.cogx.tar.gz", b"not a tarball", "not a gzip file"),
+    ("cogx", "store.cogx.tar.gz", _tar_with_link(), "link to an absolute path"),
+    ("roampal", "backup.zip", b"not a zip", "File is not a zip file"),
+    ("roampal", "backup.zip", _zip_with_store(b"SQLite format 3\x00" + b"\x01" * 4000), "database"),
+    ("pce", "pce.duckdb", b"not duckdb", "IO Error"),
+]
+
+
+@pytest.mark.parametrize(
+    ("system", "name", "content", "library_text"), LIBRARY_TEXT, ids=[f"{s}-{t}" for s, _, _, t in LIBRARY_TEXT]
+)
+def test_a_librarys_own_text_stays_in_the_log(client, admin_a, scratch, caplog, system, name, content, library_text):
+    """The form says in our words what is wrong with the file, naming it as
+    uploaded; the library's exception text and the server's staging path go to
+    the log only."""
+    client.force_login(admin_a.user)
+    with caplog.at_level("INFO"):
+        [error] = form_errors(dry_run(client, admin_a.tenant, system=system, file=upload(content, name)))
+    assert name in error or "chroma.sqlite3" in error, error  # the upload, or the store inside it
+    assert library_text not in error, error
+    assert str(scratch) not in error and "/tmp" not in error, error
+    assert library_text in caplog.text, caplog.text[-2000:]
