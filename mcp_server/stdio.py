@@ -16,11 +16,16 @@ request, so a client that stops reading grows the server without bound. Here:
   that does not read its answers stops the server reading, not its memory;
 - the token is verified again before each request, through the HTTP tier's
   token cache, so a token revoked (or expired) while the server runs is
-  refused within ``TOKEN_CACHE_SECONDS``, as on HTTP without Redis.
+  refused within ``TOKEN_CACHE_SECONDS``, as on HTTP without Redis;
+- a token check waits at most ``TOKEN_CHECK_SECONDS`` for the database: a
+  database that stops answering without closing its connections (frozen, or
+  the network partitioned) gets each request the storage error, not a reader
+  stuck on it for ever, and requests meanwhile share the one check under way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -38,12 +43,16 @@ from mcp_server.auth import verified_caller
 from mcp_server.dialect import DialectServer
 from mcp_server.http import NOT_JSON, NOT_JSONRPC, STORAGE_MESSAGE
 from memory.errors import InvalidArgument, StorageUnavailable
+from policy.caller import Caller
 from policy.middleware import JSONRPC_INVALID_REQUEST, jsonrpc_error
 
 # Requests read and not yet answered: enough for a client's parallel calls,
 # few enough that one that stops reading holds little.
 MAX_IN_FLIGHT = 16
 JSONRPC_PARSE_ERROR = -32700
+# The token check is one indexed query: a database that has not answered it by
+# then is, for the client waiting, unavailable (libpq has no read timeout).
+TOKEN_CHECK_SECONDS = 10.0
 _DRAIN_CHUNK = 64 * 1024
 STDIO_CREDENTIALS_REFUSED = (
     "MEMPROJ_TOKEN was refused: it is unknown, revoked or expired. Issue a new one with "
@@ -116,6 +125,8 @@ class _Lines:
         self.server = server
         self.token = token
         self.limit = max_line_bytes()
+        # The token check under way: one at a time, however long the database takes.
+        self._check: asyncio.Future[Caller | None] | None = None
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._messages()
@@ -167,9 +178,13 @@ class _Lines:
 
     async def _token_refusal(self) -> tuple[str, str] | None:
         """None if the token still holds; else the code and message to answer with."""
+        if self._check is None or self._check.done():
+            self._check = asyncio.ensure_future(verified_caller(self.token))
+            # Its failure is read here, or by no one if it ends after its bound.
+            self._check.add_done_callback(lambda check: check.cancelled() or check.exception())
         try:
-            caller = await verified_caller(self.token)
-        except DatabaseError:
+            caller = await asyncio.wait_for(asyncio.shield(self._check), TOKEN_CHECK_SECONDS)
+        except (DatabaseError, TimeoutError):
             # The store is down: this request is refused as retryable; the server goes on.
             return StorageUnavailable.code, STORAGE_MESSAGE
         if caller is None:

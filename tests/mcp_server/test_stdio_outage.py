@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from mcp_server import stdio
 from mcp_server.http import STORAGE_MESSAGE
 from memory.models import Memory
 from policy import tokencache
@@ -36,6 +37,8 @@ class PostgresRelay:
         self.lock = threading.Lock()
         self.open: list[socket.socket] = []
         self.listener: socket.socket | None = None
+        self.flowing = threading.Event()
+        self.flowing.set()
         self.up()
 
     def up(self) -> None:
@@ -58,6 +61,14 @@ class PostgresRelay:
                 sock.close()
             self.open.clear()
 
+    def stall(self) -> None:
+        """Keep every connection open but pass nothing on, as a frozen server or a
+        partitioned network does: a query waits for an answer that never comes."""
+        self.flowing.clear()
+
+    def flow(self) -> None:
+        self.flowing.set()
+
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
@@ -71,10 +82,10 @@ class PostgresRelay:
             threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self.flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass
@@ -93,6 +104,7 @@ def relay() -> Iterator[PostgresRelay]:
     try:
         yield relay
     finally:
+        relay.flow()
         if relay.listener is not None:
             relay.down()
         directory.rmdir()
@@ -150,3 +162,39 @@ def test_stdio_answers_the_storage_error_while_postgres_is_down_and_serves_again
     contents = set(Memory.objects.filter(tenant_id=member.caller.tenant_id).values_list("content", flat=True))
     assert "Linux" not in " ".join(contents)
     assert any("fish" in c for c in contents)
+
+
+def test_stdio_answers_the_storage_error_in_bounded_time_while_postgres_hangs(member, relay):
+    """PostgreSQL stops answering without closing anything (frozen, or the
+    network partitioned): each request still gets the storage error within the
+    token check's bound, a ping too, and the first request after PostgreSQL
+    answers again is served."""
+    peer = StdioPeer(member.token, database_host=str(relay.directory))
+    try:
+        peer.handshake()
+        peer.send(call(1, "memory_store_fact", subject="user", predicate="editor", content="Uses Helix"))
+        assert not peer.answer()["result"].get("isError")
+        relay.stall()
+        time.sleep(tokencache.TOKEN_CACHE_SECONDS + 0.5)  # the token is checked against the database again
+        for request_id in (2, 3):
+            started = time.monotonic()
+            peer.send({"jsonrpc": "2.0", "id": request_id, "method": "ping"})
+            answer = peer.answers.get(timeout=stdio.TOKEN_CHECK_SECONDS + 20)
+            assert answer["id"] == request_id
+            outage_answer(answer)
+            assert time.monotonic() - started < stdio.TOKEN_CHECK_SECONDS + 10
+        relay.flow()
+        deadline = time.monotonic() + 60
+        request_id = 10
+        while True:
+            peer.send(call(request_id, "memory_search", query="editor"))
+            answer = peer.answer()
+            assert answer["id"] == request_id
+            if "error" not in answer and not answer["result"].get("isError"):
+                break
+            assert time.monotonic() < deadline, answer
+            request_id += 1
+            time.sleep(0.5)
+        assert peer.proc.poll() is None
+    finally:
+        peer.close()
