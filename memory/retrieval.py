@@ -420,10 +420,13 @@ def channel_search(
         )
         return _keyword_rows(sql, params_sql)
 
+    vectors: list[Sequence[float]] = []  # the query's, once the vector channel has it
+
     def vector_rows() -> list[tuple]:
         vector = query_vector() if callable(query_vector) else query_vector
         if vector is None or params.k_vec <= 0:
             return []
+        vectors.append(vector)
         sql, params_sql, _ = channel_statement(  # type: ignore[misc]
             caller=caller, flt=flt, query_text=None, query_vector=vector, params=params, columns=columns
         )
@@ -432,6 +435,8 @@ def channel_search(
     # Both always run: the vector channel's wait settles the embedder's breaker
     # even when the keyword channel fails.
     rows, rows_vec = side_by_side(keyword_rows, vector_rows) if run_txt else ([], vector_rows())
+    if rows and rows_vec:
+        rows_vec += vector_rows_missed(caller, rows, rows_vec, vectors[0])
     rows += rows_vec
     hits, columns_by_id = _hits_from_rows(rows)
     # Every reader (each dialect's search, recall, context, activation, the
@@ -444,6 +449,43 @@ def channel_search(
         sessions = {row[1]: row[4] for row in rows if row[4] is not None}
         hits = with_neighbours(caller=caller, flt=flt, hits=hits, params=params, sessions=sessions)
     return hits, columns_by_id
+
+
+# The vector channel walks an HNSW graph, which is approximate: among many
+# near-identical memories ("Deploy key K was rotated on <date>" for dozens of
+# keys and dates) the walk can miss one, even the query's own text. The fusion
+# would then score that memory as a keyword match alone and rank it below its
+# near-duplicates, although an exact search would have put it first in both
+# channels. So a keyword hit the walk missed gets its exact similarity, by
+# primary key, when that is at least the walk's last one: exactly the keyword
+# hits an exact vector search would have returned. An exact walk leaves
+# nothing to add, and the ranking is what it was.
+_VECTOR_MISSED_SQL = f"""
+    SELECT m.id, 1 - ({GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM}))
+    FROM memory_memory m
+    WHERE m.id = ANY(%(ids)s::uuid[]) AND m.tenant_id = %(tenant)s AND m.embedding IS NOT NULL
+"""
+
+
+def vector_rows_missed(
+    caller: Caller, rows_txt: Sequence[tuple], rows_vec: Sequence[tuple], vector: Sequence[float]
+) -> list[tuple]:
+    """Vector channel rows for the keyword hits the HNSW walk missed (``_VECTOR_MISSED_SQL``),
+    in the channel rows' shape: (channel, id, score, idf_total, session, *columns)."""
+    walked = {row[1] for row in rows_vec}
+    keyword_only = {row[1]: row for row in rows_txt if row[1] not in walked}
+    if not keyword_only:
+        return []
+    lowest = min(float(row[2]) for row in rows_vec)
+    found = _read_rows(
+        _VECTOR_MISSED_SQL,
+        {
+            "ids": "{" + ",".join(str(pk) for pk in keyword_only) + "}",
+            "tenant": caller.tenant_id,
+            "qvec": vector_literal(vector),
+        },
+    )
+    return [("v", pk, similarity, None, *keyword_only[pk][4:]) for pk, similarity in found if similarity >= lowest]
 
 
 # The previous and next episode of the same session of each given episode, by

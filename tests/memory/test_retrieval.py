@@ -1040,3 +1040,49 @@ def test_a_neighbouring_turn_keeps_its_own_score_when_that_is_higher():
         RetrievalParams(context_top=-1)
     with pytest.raises(ValueError):
         RetrievalParams(context_decay=1.5)
+
+
+DEPLOY_KEYS = [f"Deploy key k{key} was rotated on 2026-11-{day:02d}" for key in range(6) for day in (2, 9, 16, 23)]
+
+
+def test_a_keyword_hit_the_vector_walk_missed_gets_its_similarity_and_is_found(caller, monkeypatch):
+    """An HNSW walk among near-identical memories can miss one, even the query's
+    own text (seen under 32 concurrent writers). The missed walk is simulated by
+    dropping that row from the vector channel's rows: the keyword channel still
+    ranks it first, and its exact similarity, looked up by id, puts it first in
+    hybrid too, as an exact vector search would have."""
+    store(caller, *DEPLOY_KEYS)
+    query = DEPLOY_KEYS[9]  # "Deploy key k2 was rotated on 2026-11-09"
+    [target] = Memory.objects.filter(tenant_id=caller.tenant_id, content=query).values_list("pk", flat=True)
+    channel_rows = retrieval._channel_rows
+
+    def walk_missing_target(sql: str, params_sql: dict, *, run_vec: bool) -> list[tuple]:
+        return [row for row in channel_rows(sql, params_sql, run_vec=run_vec) if row[1] != target]
+
+    monkeypatch.setattr(retrieval, "_channel_rows", walk_missing_target)
+    found = memory_search(caller=caller, query=SearchQuery(query, limit=3))
+    assert found[0].memory.content == query
+    assert found[0].hit.vector_similarity == pytest.approx(1.0, abs=1e-3) and found[0].hit.text_rank == 1
+    # Without the look-up, a keyword match alone: its near-duplicates in both channels come first.
+    monkeypatch.setattr(retrieval, "vector_rows_missed", lambda *args: [])
+    without = memory_search(caller=caller, query=SearchQuery(query, limit=3))
+    assert query not in [h.memory.content for h in without]
+
+
+def test_an_exact_walk_leaves_the_vector_look_up_nothing_to_add(caller, monkeypatch):
+    """The look-up adds only keyword hits at least as similar as the walk's
+    last one: when the walk missed nothing, none qualifies, and every hit is
+    what it was."""
+    store(caller, *DEPLOY_KEYS, *CHANNEL_TEXTS)
+    added = []
+    missed = retrieval.vector_rows_missed
+
+    def record(*args) -> list[tuple]:
+        rows = missed(*args)
+        added.extend(rows)
+        return rows
+
+    monkeypatch.setattr(retrieval, "vector_rows_missed", record)
+    for query in (DEPLOY_KEYS[0], DEPLOY_KEYS[17], "zeppelin hangar roof", "rotated keys"):
+        memory_search(caller=caller, query=SearchQuery(query, limit=10))
+    assert added == []
