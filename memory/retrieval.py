@@ -457,9 +457,15 @@ def channel_search(
 # would then score that memory as a keyword match alone and rank it below its
 # near-duplicates, although an exact search would have put it first in both
 # channels. So a keyword hit the walk missed gets its exact similarity, by
-# primary key, when that is at least the walk's last one: exactly the keyword
-# hits an exact vector search would have returned. An exact walk leaves
-# nothing to add, and the ranking is what it was.
+# primary key, when that is above the walk's last one: keyword hits an exact
+# vector search would have had to return (one tied with the last may have been
+# cut by the LIMIT alone). An exact walk leaves nothing to add, and the
+# ranking is what it was.
+# Only the keyword channel's first hits are looked up: the look-up is a
+# statement of its own on every hybrid search, and lower keyword hits rarely
+# reach a result page whatever their similarity.
+MISSED_LOOKUP_TOP = 10
+
 _VECTOR_MISSED_SQL = f"""
     SELECT m.id, 1 - ({GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM}))
     FROM memory_memory m
@@ -473,7 +479,8 @@ def vector_rows_missed(
     """Vector channel rows for the keyword hits the HNSW walk missed (``_VECTOR_MISSED_SQL``),
     in the channel rows' shape: (channel, id, score, idf_total, session, *columns)."""
     walked = {row[1] for row in rows_vec}
-    keyword_only = {row[1]: row for row in rows_txt if row[1] not in walked}
+    best_first = sorted(rows_txt, key=lambda row: (-float(row[2]), row[1]))[:MISSED_LOOKUP_TOP]
+    keyword_only = {row[1]: row for row in best_first if row[1] not in walked}
     if not keyword_only:
         return []
     lowest = min(float(row[2]) for row in rows_vec)
@@ -485,7 +492,7 @@ def vector_rows_missed(
             "qvec": vector_literal(vector),
         },
     )
-    return [("v", pk, similarity, None, *keyword_only[pk][4:]) for pk, similarity in found if similarity >= lowest]
+    return [("v", pk, similarity, None, *keyword_only[pk][4:]) for pk, similarity in found if similarity > lowest]
 
 
 # The previous and next episode of the same session of each given episode, by
