@@ -272,8 +272,12 @@ SESSION_SQL = "CASE WHEN m.kind = 'episode' AND m.session_id <> '' THEN m.sessio
 # the smaller (``walks_group_graph``). A read that includes episodes, the bulk
 # kind, walks the graph of every memory of its tenant's graph group once (a
 # probe per kind there was slower, at every tenant size measured).
+# A memory's cosine distance to the query, as every read of the channel computes
+# it: the walk orders by it, and a missed hit's look-up compares with the walk's.
+_QUERY_DISTANCE_SQL = f"{GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM})"
+
 _VECTOR_PROBE_SQL = f"""
-        (SELECT m.id, {GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM}) AS distance, {SESSION_SQL} AS session
+        (SELECT m.id, {_QUERY_DISTANCE_SQL} AS distance, {SESSION_SQL} AS session
          FROM memory_memory m
          WHERE {{where}}{{kind}} AND m.embedding IS NOT NULL
          ORDER BY distance
@@ -467,7 +471,7 @@ def channel_search(
 MISSED_LOOKUP_TOP = 10
 
 _VECTOR_MISSED_SQL = f"""
-    SELECT m.id, 1 - ({GRAPH_VECTOR_SQL} <=> %(qvec)s::halfvec({EMBEDDING_DIM}))
+    SELECT m.id, 1 - ({_QUERY_DISTANCE_SQL})
     FROM memory_memory m
     WHERE m.id = ANY(%(ids)s::uuid[]) AND m.tenant_id = %(tenant)s AND m.embedding IS NOT NULL
 """
