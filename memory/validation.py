@@ -69,13 +69,19 @@ def identifier(value: object, *, field: str, max_chars: int = MAX_KEY_CHARS) -> 
 
 def namespace(value: object, *, field: str = "namespace") -> list[str]:
     """A namespace path (LangGraph style): at most ``MAX_NAMESPACE_SEGMENTS``
-    non-empty segments of at most ``MAX_NAMESPACE_SEGMENT_CHARS`` characters,
-    ``MAX_NAMESPACE_BYTES`` in all. Empty is the root."""
+    segments of at most ``MAX_NAMESPACE_SEGMENT_CHARS`` characters,
+    ``MAX_NAMESPACE_BYTES`` in all. Empty is the root.
+
+    Segments are kept and compared exactly as given, surrounding spaces
+    included: LangGraph's stores compare namespace tuples exactly, so
+    ``(" a",)`` and ``("a",)`` are two namespaces there and must be here. A
+    blank segment is refused (LangGraph refuses an empty label; a label of
+    spaces alone is refused like a blank key)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise InvalidArgument(f"{field} must be a list of strings.")
     if len(value) > MAX_NAMESPACE_SEGMENTS:
         raise InvalidArgument(f"{field} has {len(value)} segments; the limit is {MAX_NAMESPACE_SEGMENTS}.")
-    parts = [text(part, field=f"{field} segment", max_chars=MAX_NAMESPACE_SEGMENT_CHARS) for part in value]
+    parts = [identifier(part, field=f"{field} segment", max_chars=MAX_NAMESPACE_SEGMENT_CHARS) for part in value]
     size = sum(len(part.encode("utf-8")) for part in parts)
     if size > MAX_NAMESPACE_BYTES:
         raise InvalidArgument(f"{field} is {size} bytes of UTF-8; the limit is {MAX_NAMESPACE_BYTES}.")

@@ -152,6 +152,9 @@ def _tags(text: str) -> list[str]:
 
 
 def _namespace(text: str) -> list[str]:
+    # A path typed into a form: spaces around a '/' are layout. The service
+    # keeps segments exactly as given, so a segment with surrounding spaces
+    # (written through the API) is not one this form can name.
     return [segment.strip() for segment in text.split("/") if segment.strip()]
 
 

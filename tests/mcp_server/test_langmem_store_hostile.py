@@ -29,6 +29,7 @@ BAD_OPS: dict[str, dict[str, Any]] = {
     "very long namespace label": put(["n" * 100_000], "k", value()),
     "very deep namespace": put(["n"] * 5000, "k", value()),
     "empty namespace label": put(["memories", ""], "k", value()),
+    "blank namespace label": put(["memories", "  "], "k", value()),
     "empty namespace": put([], "k", value()),
     "empty key": put(NS, "", value()),
     "NUL in key": put(NS, "a\x00b", value()),
@@ -158,3 +159,50 @@ async def test_odd_keys_and_namespaces_round_trip_and_stay_the_tenants_own(membe
     for ns, key in pairs:
         got = (await send(member, [{"op": "get", "namespace": ns, "key": key}])).json()["results"][0]
         assert got is not None, (ns, key)
+
+
+async def test_namespace_labels_are_kept_and_compared_exactly(member):
+    """As in LangGraph's stores, ``(" a",)`` and ``("a",)`` are two namespaces:
+    an item put under one is neither found, listed nor deleted through the
+    other, and reads back under the namespace it was written to."""
+    spaced, plain, trailing = [" a"], ["a"], ["a ", "b"]
+    stored = await send(
+        member,
+        [put(spaced, "k", value("User prefers tea")), put(trailing, "k", value("User prefers coffee"))],
+    )
+    assert stored.status_code == 200, stored.text
+
+    answer = await send(
+        member,
+        [
+            {"op": "get", "namespace": plain, "key": "k"},
+            {"op": "search", "namespace_prefix": plain},
+            {"op": "search", "namespace_prefix": plain, "query": "tea"},
+            {"op": "list_namespaces", "prefix": plain},
+            {"op": "get", "namespace": ["a", "b"], "key": "k"},
+            {"op": "search", "namespace_prefix": ["a", "b"], "query": "coffee"},
+        ],
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["results"] == [None, [], [], [], None, []]
+
+    answer = await send(
+        member,
+        [
+            {"op": "get", "namespace": spaced, "key": "k"},
+            {"op": "search", "namespace_prefix": spaced, "query": "tea"},
+            {"op": "get", "namespace": trailing, "key": "k"},
+            {"op": "list_namespaces"},
+        ],
+    )
+    got, found, got_trailing, listed = answer.json()["results"]
+    assert got["namespace"] == spaced and got["value"] == value("User prefers tea")
+    assert [item["namespace"] for item in found] == [spaced]
+    assert got_trailing["namespace"] == trailing and got_trailing["value"] == value("User prefers coffee")
+    assert sorted(listed) == sorted([spaced, trailing])
+
+    # Writing and deleting under the plain namespace leaves the spaced item alone.
+    assert (await send(member, [put(plain, "k", value("User prefers water"))])).status_code == 200
+    assert (await send(member, [put(plain, "k", None)])).status_code == 200
+    answer = await send(member, [{"op": "get", "namespace": spaced, "key": "k"}])
+    assert answer.json()["results"][0]["value"] == value("User prefers tea")

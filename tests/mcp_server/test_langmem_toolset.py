@@ -225,6 +225,25 @@ async def test_namespaces_partition_memory_inside_a_tenant(member, langmem_clien
     assert [f["value"]["content"] for f in found] == ["Alice is vegetarian"]
 
 
+async def test_runtime_namespace_values_are_kept_exactly(member, langmem_client):
+    """A configurable value is a namespace label as given: ``" alice"`` is not
+    ``"alice"`` (LangGraph compares namespaces exactly); only the template
+    option, typed as a comma-separated list, is trimmed around its commas."""
+    async with langmem_client(
+        member, namespace=" memories , {user_id} ", **{"configurable.user_id": " alice"}
+    ) as spaced:
+        key = created_id(await manage(spaced, content="Alice is vegetarian"))
+        found = await search(spaced, query="vegetarian")
+    assert [(f["namespace"], f["key"]) for f in found] == [(["memories", " alice"], key)]
+    assert (await Memory.objects.aget(subject=key)).namespace == ["memories", " alice"]
+    async with langmem_client(member, namespace="memories,{user_id}", **{"configurable.user_id": "alice"}) as plain:
+        assert await search(plain, query="vegetarian") == []
+        # Deleting the id under the plain namespace leaves the spaced one's memory.
+        assert await manage(plain, action="delete", id=key) == f"Deleted memory {key}"
+    async with langmem_client(member, namespace="memories,{user_id}", **{"configurable.user_id": " alice"}) as spaced:
+        assert [f["key"] for f in await search(spaced, query="vegetarian")] == [key]
+
+
 async def test_bad_connection_options_are_refused(member, langmem_client):
     async with langmem_client(member, response_format="xml", **USER) as client:
         error = await call_error(client, "search_memory", query="x")

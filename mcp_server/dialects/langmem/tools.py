@@ -89,6 +89,9 @@ def connection_config(options: Mapping[str, str]) -> ConnectionConfig:
             )
     template = None
     if options.get("namespace"):
+        # Typed as one comma-separated option (a query parameter, a flag), so
+        # spaces around a comma are layout; the labels a template resolves to
+        # (configurable values included) are then kept exactly.
         template = tuple(part.strip() for part in options["namespace"].split(","))
         if any(not part for part in template):
             raise api.InvalidArgument("namespace elements must not be empty (e.g. namespace=memories,{user_id}).")
