@@ -6,17 +6,37 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
 import memproj
-from mcp_server.http import coded_error
+from mcp_server.http import coded_error, retry_later
 from mcp_server.registry import TOOLSETS, dialect_urlpatterns
 from mcp_server.rest import tool_call
 from memory.admin.dashboard import dashboard, dashboard_index
+from memproj.readiness import DATABASE_BOUND_SECONDS, readiness_checks, unready_because
 from policy.models import ApiToken
 
 
 @csrf_exempt  # no session, no state: a write is answered 405, not a CSRF page
 @require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness: the process answers. It touches no dependency, so a database
+    outage does not get the process restarted; ``readyz`` takes it out of rotation."""
     return JsonResponse({"status": "ok"})
+
+
+@csrf_exempt  # no session, no state: a write is answered 405, not a CSRF page
+@require_safe
+async def readyz(request: HttpRequest) -> HttpResponse:
+    """Readiness, for a load balancer's health check: 200 while the database
+    answers, else a retryable 503 naming the dependency that failed
+    (``memproj.readiness``). Async, so a probe holds no request thread."""
+    checks = await readiness_checks()
+    failed = unready_because(checks)
+    if not failed:
+        return JsonResponse({"status": "ready", "checks": checks})
+    message = (
+        f"not ready: {', '.join(failed)} did not answer within {DATABASE_BOUND_SECONDS:g} s; "
+        "this process is out of rotation until it does."
+    )
+    return retry_later(coded_error(request, "STORAGE_ERROR", message, 503, {"failed": failed, "checks": checks}))
 
 
 @csrf_exempt  # no session, no state: a write is answered 405, not a CSRF page
@@ -33,6 +53,7 @@ def service_index(request: HttpRequest) -> JsonResponse:
             "http_tools": f"{public_url}/api/<toolset>/<tool>",
             "admin": f"{public_url}/admin/",
             "health": f"{public_url}/healthz",
+            "readiness": f"{public_url}/readyz",
             "authorization": "Bearer token from `manage.py issue_token` or the admin's API tokens",
         }
     )
@@ -72,6 +93,7 @@ urlpatterns = [
     path("admin/dashboard/<slug:slug>/", admin.site.admin_view(dashboard), name="memproj_dashboard"),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    path("readyz", readyz),
     # The dialects' own routes (roampal's hook server, langmem's LangGraph store),
     # before the generic tool route, which would otherwise take /api/hooks/<name>.
     *dialect_urlpatterns(),
