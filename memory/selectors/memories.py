@@ -36,6 +36,39 @@ from policy.caller import Caller
 
 SEARCH_MODES = ("hybrid", "semantic", "keyword")
 
+# A memory stored in parts (a roampal exchange longer than one memory holds)
+# lists, under this metadata key, the ids of the memories that continue it.
+CONTINUED_IN = "exchange_continued_in"
+# ... and each of those names the one it continues under this key.
+CONTINUES = "exchange_of"
+
+
+def exchange_parts(tenant_id: uuid.UUID, head_id: uuid.UUID) -> MemoryQuerySet:
+    """The parts exchange ``head_id`` was stored in after its head (none unless
+    it was longer than one memory holds): the memories of its tenant that name
+    it as the exchange they continue (``CONTINUES``). The head's own list
+    (``CONTINUED_IN``) only says which rows to look at, by primary key rather
+    than by scanning the tenant's metadata; it is metadata a store or an import
+    keeps as it comes, so it can name any memory, and what it names is a part
+    only if it names the head back. Every part an exchange is stored in is
+    both listed and linked back (``memory.services.collections.exchange_complete``
+    writes the two together). Forgetting an exchange and scoring it both take
+    its parts from here. Without vectors."""
+    listed = (
+        Memory.objects.filter(tenant_id=tenant_id, pk=head_id)
+        .values_list(f"metadata__{CONTINUED_IN}", flat=True)
+        .first()
+    )
+    ids: list[uuid.UUID] = []
+    for value in listed if isinstance(listed, list) else []:
+        try:
+            ids.append(uuid.UUID(str(value)))
+        except ValueError:
+            continue
+    return Memory.objects.filter(
+        tenant_id=tenant_id, pk__in=ids, **{f"metadata__{CONTINUES}": str(head_id)}
+    ).without_vectors()
+
 
 def require_read(caller: Caller) -> None:
     if not caller.has_scope("read"):

@@ -27,14 +27,12 @@ from memory.errors import InvalidArgument, NotFound
 from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, Validity, collection_of
 from memory.outcomes import collection_apply
 from memory.selectors.collections import collection_get
+from memory.selectors.memories import CONTINUED_IN, CONTINUES, exchange_parts
 from memory.services.events import EventType, event_append
 from memory.services.feedback import collection_event
 from memory.services.locks import memories_tenant_write_lock, tenant_write_lock
 from memory.services.memories import (
-    CONTINUED_IN,
-    CONTINUES,
     episode_store,
-    exchange_parts,
     fact_store,
     memories_insert,
     memories_new,

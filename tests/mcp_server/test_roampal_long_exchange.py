@@ -122,8 +122,9 @@ async def test_deleting_a_long_exchange_deletes_every_part_of_it(member, mcp_cli
 def test_forgetting_forgets_only_the_parts_that_name_their_exchange(member):
     """A head's list of parts (in metadata an import keeps as it comes) names a
     fact of the tenant: forgetting the head retracts the head alone."""
+    from memory.selectors.memories import CONTINUED_IN
     from memory.services.collections import working_store
-    from memory.services.memories import CONTINUED_IN, fact_store, memory_forget
+    from memory.services.memories import fact_store, memory_forget
 
     fact = fact_store(caller=member.caller, subject="user", predicate="editor", content="Uses Helix").memory
     head = working_store(
@@ -139,8 +140,8 @@ async def test_an_id_forged_into_a_heads_list_of_parts_gets_no_outcome(member, m
     id in it that does not name the head back, here another exchange's memory,
     is no part of the exchange. Scoring the exchange applies its outcome to its
     own parts alone, the ones forgetting it would retract."""
+    from memory.selectors.memories import CONTINUED_IN
     from memory.services.collections import exchange_part_ids
-    from memory.services.memories import CONTINUED_IN
 
     short = {"conversation_id": "other", "user_message": "hi?", "assistant_response": "Hi."}
     assert (await sync_to_async(post)(member, "/api/hooks/stop", short)).status_code == 200
@@ -192,7 +193,7 @@ def promote(pk, *, to: str) -> Memory:
 async def test_forgetting_an_exchange_forgets_a_part_that_moved_on(member, mcp_client_for, to):
     """The part holding the response's end earned its way out of working
     memory; deleting its exchange still forgets it."""
-    from memory.services.memories import CONTINUES
+    from memory.selectors.memories import CONTINUES
 
     stopped, _ = await sync_to_async(stop_long)(member, f"long-moved-{to}")
     head_pk = (await Exchange.objects.aget(conversation_id=f"long-moved-{to}")).memory_id
@@ -230,8 +231,9 @@ def test_forgetting_a_moved_exchange_leaves_other_tenants_and_unlinked_memories(
     """Only memories of the tenant that name the exchange back are its parts,
     whatever their collection: a pattern its list names without the back-link,
     and another tenant's memory that claims to continue it, stay."""
+    from memory.selectors.memories import CONTINUED_IN, CONTINUES
     from memory.services.collections import working_store
-    from memory.services.memories import CONTINUED_IN, CONTINUES, memory_forget
+    from memory.services.memories import memory_forget
 
     unlinked = promote(working_store(caller=member.caller, content="Prefer small PRs").pk, to="patterns")
     head = working_store(caller=member.caller, content="User: hi\n\nAssistant: hello")
