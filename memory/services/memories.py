@@ -507,7 +507,11 @@ def _supersede(*, caller: Caller, old: Sequence[Memory], new_id: uuid.UUID, reas
 def _fact_key(subject: str | None, predicate: str | None) -> tuple[str, str]:
     """A fact's supersession key: subject + predicate (the butlers memory module), a subject
     alone (a LangGraph store key) or nothing (a memento memory, never
-    superseded automatically). A given part must not be blank."""
+    superseded automatically). A given part must not be blank. A store key is
+    kept exactly as given (LangGraph compares keys exactly, and a get looks it up
+    as sent); a subject and predicate, free text an agent wrote, are trimmed."""
+    if subject is not None and predicate is None:
+        return validation.identifier(subject, field="subject", max_chars=200), ""
     subject_value = validation.text(subject, field="subject", max_chars=200) if subject is not None else ""
     predicate_value = validation.text(predicate, field="predicate", max_chars=200) if predicate is not None else ""
     if predicate_value and not subject_value:

@@ -206,3 +206,23 @@ async def test_namespace_labels_are_kept_and_compared_exactly(member):
     assert (await send(member, [put(plain, "k", None)])).status_code == 200
     answer = await send(member, [{"op": "get", "namespace": spaced, "key": "k"}])
     assert answer.json()["results"][0]["value"] == value("User prefers tea")
+
+
+async def test_keys_are_kept_and_compared_exactly(member):
+    """A key with spaces around it is its own key, as in LangGraph's stores: it
+    reads back and deletes as sent, and the trimmed key is another item."""
+    assert (await send(member, [put(NS, " k ", value("User prefers tea"))])).status_code == 200
+    answer = await send(
+        member, [{"op": "get", "namespace": NS, "key": " k "}, {"op": "get", "namespace": NS, "key": "k"}]
+    )
+    spaced, trimmed = answer.json()["results"]
+    assert spaced["key"] == " k " and spaced["value"] == value("User prefers tea")
+    assert trimmed is None
+
+    assert (await send(member, [put(NS, "k", value("User prefers coffee"))])).status_code == 200
+    assert (await send(member, [put(NS, " k ", None)])).status_code == 200
+    answer = await send(
+        member, [{"op": "get", "namespace": NS, "key": " k "}, {"op": "get", "namespace": NS, "key": "k"}]
+    )
+    deleted, kept = answer.json()["results"]
+    assert deleted is None and kept["value"] == value("User prefers coffee")
