@@ -33,7 +33,7 @@ from tests.harness.generators import synthetic  # noqa: E402
 from tests.harness.generators.dataset import ensure_tenants  # noqa: E402
 from tests.harness.load.percall import CALL_KINDS, Server, percall_step, py_spy_record  # noqa: E402
 from tests.harness.measure import pyspy  # noqa: E402
-from tests.harness.measure.statements import profile_call  # noqa: E402
+from tests.harness.measure.statements import plan_lines, profile_call  # noqa: E402
 from tests.harness.paths import VAR_BENCH  # noqa: E402
 from tests.harness.reports.tables import markdown_table  # noqa: E402
 from tests.harness.stack import BENCH_DB_NAME, setup_bench_django, start_web  # noqa: E402
@@ -61,6 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-spy", action="store_true", help="CPU per call only, no sampling")
     p.add_argument("--no-statements", action="store_true", help="skip the statements and their plans")
     p.add_argument("--top", type=int, default=12, help="memproj functions listed per kind")
+    p.add_argument(
+        "--database", default=BENCH_DB_NAME, help="bench database (bench/perf.py's --database, e.g. memproj_bench_1m)"
+    )
+    p.add_argument("--plans", type=float, metavar="MS", help="print the plan of each statement executing >= MS")
     p.add_argument("--tiny", action="store_true", help="smoke test: a few hundred memories, seconds of load")
     args = p.parse_args(argv)
     if args.tiny:
@@ -124,7 +128,7 @@ def statement_profiles(caller: Any, kinds: list[str]) -> dict[str, dict[str, Any
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    db_url = setup_bench_django()
+    db_url = setup_bench_django(db_name=args.database)
     from memory.embeddings import embed_one
 
     embed_one("warm up")
@@ -137,13 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     server = Server("web", proc.pid, url.removesuffix("/mcp/memory"))
     steps, spies = [], {}
     try:
-        percall_step(server, token, "memory_search", 2, 3.0, BENCH_DB_NAME, seed=1)  # the model loads
+        percall_step(server, token, "memory_search", 2, 3.0, args.database, seed=1)  # the model loads
         for name in args.kind_list:
             print(f"  {name}: {args.clients} clients for {args.seconds:g} s ...", file=sys.stderr, flush=True)
             out = PROFILES / f"{name}-{args.size}.txt"
             spy = None if args.no_spy else py_spy_record(proc.pid, args.seconds, out, rate=args.rate)
             time.sleep(0 if spy is None else 0.5)  # py-spy attaches
-            steps.append(percall_step(server, token, name, args.clients, args.seconds, BENCH_DB_NAME, seed=20))
+            steps.append(percall_step(server, token, name, args.clients, args.seconds, args.database, seed=20))
             if spy is not None:
                 spy.wait(timeout=args.seconds + 60)
                 if out.exists():
@@ -219,6 +223,10 @@ def report(args: argparse.Namespace, steps: list[dict], spies: dict, statements:
                 ],
             ),
         ]
+        if args.plans is not None:
+            for i, r in enumerate(prof["rows"]):
+                if r["plan"] is not None and (r["exec_ms"] or 0.0) >= args.plans:
+                    lines += ["", f"Statement {i + 1} ({r['label']}):", "", "```", *plan_lines(r["plan"]), "```"]
     return "\n".join(lines)
 
 

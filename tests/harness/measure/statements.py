@@ -88,7 +88,15 @@ def explain_all(captured: list[tuple[str, Any, float]]) -> list[dict[str, Any]]:
     out = []
     for i, (sql, params, ms) in enumerate(captured):
         verb = _verb(sql)
-        row: dict[str, Any] = {"label": _label(sql), "ms": ms, "exec_ms": None, "plan_ms": None, "hit": 0, "read": 0}
+        row: dict[str, Any] = {
+            "label": _label(sql),
+            "ms": ms,
+            "exec_ms": None,
+            "plan_ms": None,
+            "hit": 0,
+            "read": 0,
+            "plan": None,
+        }
         if verb in {"SET", "SAVEPOINT", "RELEASE", "ROLLBACK", "BEGIN", "COMMIT"} or sql.strip() == "SELECT 1":
             out.append(row)
             continue
@@ -107,6 +115,7 @@ def explain_all(captured: list[tuple[str, Any, float]]) -> list[dict[str, Any]]:
                 transaction.set_rollback(True)
             top = plan["Plan"]
             row.update(
+                plan=top,
                 exec_ms=plan.get("Execution Time"),
                 plan_ms=plan.get("Planning Time"),
                 hit=top.get("Shared Hit Blocks", 0),
@@ -115,6 +124,22 @@ def explain_all(captured: list[tuple[str, Any, float]]) -> list[dict[str, Any]]:
         except Exception as exc:  # noqa: BLE001 - a statement that cannot be replayed alone is reported so
             row["label"] += f" (not explained: {type(exc).__name__})"
         out.append(row)
+    return out
+
+
+def plan_lines(node: dict[str, Any], depth: int = 0) -> list[str]:
+    """An explained plan as indented lines: each node's type, relation or index,
+    actual rows and loops, time, buffers, and the rows its filter removed."""
+    what = " ".join(str(node[key]) for key in ("Node Type", "Relation Name", "Index Name", "CTE Name") if node.get(key))
+    removed = node.get("Rows Removed by Filter") or node.get("Rows Removed by Index Recheck")
+    line = (
+        f"{'  ' * depth}{what}: rows {node.get('Actual Rows')} x{node.get('Actual Loops')}, "
+        f"{node.get('Actual Total Time')} ms, buffers {node.get('Shared Hit Blocks', 0)}"
+        + (f", removed {removed}" if removed else "")
+    )
+    out = [line]
+    for child in node.get("Plans", []):
+        out += plan_lines(child, depth + 1)
     return out
 
 
