@@ -26,6 +26,7 @@ import contextvars
 import functools
 import json
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
@@ -398,8 +399,13 @@ def _describe(error: SchemaError, schema: Mapping[str, Any]) -> str:
 
 
 def _text_problem(value: Any, where: str = "") -> str | None:
-    """NUL and lone surrogates pass JSON Schema but not PostgreSQL or UTF-8."""
+    """NUL and lone surrogates pass JSON Schema but not PostgreSQL or UTF-8;
+    NaN and the infinities, which Python's JSON readers take and JSON has not,
+    pass its bounds (``NaN < 0`` and ``NaN > 1`` are both false) and then fail
+    the tool's own parsing outside the error guard."""
     name = where or "arguments"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{name} must be a finite number."
     if isinstance(value, str):
         if "\x00" in value:
             return f"{name} must not contain NUL characters."
