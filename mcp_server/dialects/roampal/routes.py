@@ -22,7 +22,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from mcp_server.dialect import (
     CREDENTIALS_REFUSED,
@@ -160,6 +161,18 @@ def _json(request: HttpRequest, model: type[BaseModel], limit: int = HOOK_BODY_L
     return model.model_validate(data)
 
 
+def _json_integer(value: object) -> object:
+    """An integer as the tools' schemas read one (mcp_server.dialect): ``true``
+    is no number and ``"5"`` no integer, where pydantic's lax mode would take
+    them as 1 and 5. An integral float (``5.0``) is still an integer, as there."""
+    if isinstance(value, (bool, str)):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", str_max_length=HOOK_BODY_LIMIT)
 
@@ -181,13 +194,13 @@ class SearchRequest(_Strict):
     """roampal v0.3.5's SearchRequest with its Field constraints."""
 
     query: Annotated[str | None, Field(max_length=2000)] = ""
-    days_back: Annotated[int | None, Field(ge=1, le=365)] = None
+    days_back: Annotated[JsonInt | None, Field(ge=1, le=365)] = None
     id: Annotated[str | None, Field(max_length=200)] = None
     conversation_id: Annotated[str | None, Field(max_length=200)] = None
     collections: Annotated[
         list[Literal["books", "working", "history", "patterns", "memory_bank"]] | None, Field(max_length=5)
     ] = None
-    limit: Annotated[int, Field(ge=1, le=100)] = 10
+    limit: Annotated[JsonInt, Field(ge=1, le=100)] = 10
     metadata_filters: dict[str, Any] | None = None
     sort_by: Annotated[str | None, Field(pattern=r"^(relevance|recency|score)$")] = None
 
@@ -201,8 +214,8 @@ class IngestRequest(_Strict):
     title: Annotated[str, Field(min_length=1, max_length=200)] = "Untitled"
     content: Annotated[str, Field(max_length=INGEST_BODY_LIMIT)]
     source: Annotated[str, Field(max_length=1000)] = ""
-    chunk_size: int | None = None  # bounds: memory.api.book_ingest's
-    chunk_overlap: int | None = None
+    chunk_size: JsonInt | None = None  # bounds: memory.api.book_ingest's
+    chunk_overlap: JsonInt | None = None
     tags: Annotated[list[Annotated[str, Field(max_length=64)]] | None, Field(max_length=20)] = None
 
 
