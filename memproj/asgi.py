@@ -34,13 +34,14 @@ from django.db import InterfaceError, OperationalError  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
 from mcp_server.auth import MemprojTokenVerifier  # noqa: E402
-from mcp_server.dialect import Dialect, connection_options  # noqa: E402
+from mcp_server.dialect import connection_options  # noqa: E402
 from mcp_server.http import (  # noqa: E402
     CREDENTIALS_REFUSED,
     NOT_JSON,
     NOT_JSONRPC,
     REFUSED_CHALLENGE,
     RETRY_AFTER_SECONDS,
+    STORAGE_MESSAGE,
 )
 from mcp_server.registry import TOOLSETS, dialect_body_limits  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
@@ -49,8 +50,8 @@ from memory.embeddings import warm_up  # noqa: E402
 from memory.errors import InvalidArgument, StorageUnavailable  # noqa: E402
 from memproj.edge import BodyLimit, Refusal, host_refusal, refuse  # noqa: E402
 from policy.middleware import (  # noqa: E402
+    JSONRPC_SERVER_ERROR,
     RateLimitMiddleware,
-    jsonrpc_error,
     read_body_for_id,
     register_dialect_rate_limit,
     surface_error,
@@ -58,9 +59,6 @@ from policy.middleware import (  # noqa: E402
 
 Scope = dict[str, Any]
 logger = logging.getLogger(__name__)
-# Seconds a client should wait before retrying while the database is down: the
-# same on /mcp/* as on every /api/* route.
-STORAGE_RETRY_AFTER = RETRY_AFTER_SECONDS
 
 
 class _HoldServerError:
@@ -98,11 +96,12 @@ _ENVELOPE_ERRORS = {"Parse error:": NOT_JSON, "Validation error:": NOT_JSONRPC}
 class _EnvelopeErrors:
     """Passes a response through, except the transport's 400 for a body that
     is no JSON-RPC message (``_ENVELOPE_ERRORS``): held until complete, then
-    sent with the dialect's coded message, the same JSON-RPC code and status."""
+    sent with the surface's coded error (``surface_error``), the same JSON-RPC
+    code and status."""
 
-    def __init__(self, send: Any, dialect: Dialect) -> None:
+    def __init__(self, send: Any, path: str) -> None:
         self.send = send
-        self.dialect = dialect
+        self.path = path
         self.start: dict[str, Any] | None = None
         self.chunks: list[bytes] = []
 
@@ -116,41 +115,37 @@ class _EnvelopeErrors:
         self.chunks.append(message.get("body", b""))
         if message.get("more_body"):
             return
-        body = self._coded(b"".join(self.chunks))
+        body = b"".join(self.chunks)
         headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"]
+        coded = self._coded(body)
+        if coded is not None:
+            body, content_type = coded
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]
+            headers.append((b"content-type", content_type.encode()))
         await self.send({**self.start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
         await self.send({"type": "http.response.body", "body": body})
         self.start, self.chunks = None, []
 
-    def _coded(self, body: bytes) -> bytes:
+    def _coded(self, body: bytes) -> tuple[bytes, str] | None:
+        """The surface's error for the transport's report, or None for another answer."""
         try:
             error = json.loads(body)["error"]
             text = str(error["message"])
         except (ValueError, KeyError, TypeError):
-            return body
+            return None
         for prefix, message in _ENVELOPE_ERRORS.items():
             if text.startswith(prefix):
-                return jsonrpc_error(
-                    InvalidArgument.code, message, {}, render=self.dialect.render_error, jsonrpc_code=error.get("code")
-                )
-        return body
+                return surface_error(self.path, InvalidArgument.code, message, {}, jsonrpc_code=error.get("code"))
+        return None
 
 
-async def storage_unavailable(toolset: str, send: Any) -> None:
-    """503 with Retry-After and a JSON-RPC error carrying the dialect's storage code."""
-    code = StorageUnavailable.code
-    message = TOOLSETS[toolset].render_error(
-        code, f"the memory store is unavailable right now; retry in {STORAGE_RETRY_AFTER} seconds.", {}
+def storage_unavailable(path: str) -> Refusal:
+    """503 with Retry-After and the surface's storage error. The transport has
+    read the request's body by then, so the error answers no id."""
+    body, content_type = surface_error(
+        path, StorageUnavailable.code, STORAGE_MESSAGE, {}, jsonrpc_code=JSONRPC_SERVER_ERROR
     )
-    error = {"code": -32000, "message": message, "data": {"code": code}}
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"retry-after", str(STORAGE_RETRY_AFTER).encode()),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    return 503, body, content_type, [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())]
 
 
 def presented_token(scope: Scope) -> str | None:
@@ -163,7 +158,7 @@ def presented_token(scope: Scope) -> str | None:
     return None
 
 
-async def token_refusal(dialect: Dialect, receive: Any) -> Refusal:
+async def token_refusal(path: str, receive: Any) -> Refusal:
     """A token that was sent but refused (unknown, revoked or expired): 401 with
     RFC 6750's ``invalid_token`` challenge and no ``resource_metadata``, and, in
     the body, a JSON-RPC error in the dialect's vocabulary that says so,
@@ -177,10 +172,10 @@ async def token_refusal(dialect: Dialect, receive: Any) -> Refusal:
     tokens come from ``issue_token`` or the admin, so a client is told to get a
     new one rather than pointed at an authorization server."""
     body = await read_body_for_id(receive)
-    payload = jsonrpc_error(
-        "PERMISSION_DENIED", CREDENTIALS_REFUSED, {"error": "invalid_token"}, body, render=dialect.render_error
+    payload, content_type = surface_error(
+        path, "PERMISSION_DENIED", CREDENTIALS_REFUSED, {"error": "invalid_token"}, body
     )
-    return 401, payload, "application/json", [(b"www-authenticate", REFUSED_CHALLENGE.encode())]
+    return 401, payload, content_type, [(b"www-authenticate", REFUSED_CHALLENGE.encode())]
 
 
 def stateless_get(path: str) -> Refusal:
@@ -263,7 +258,7 @@ class Router:
         if token is None:
             return None
         if await self.verifier.verify_token(token) is None:
-            return await token_refusal(TOOLSETS[name], receive)
+            return await token_refusal(f"/mcp/{name}", receive)
         if scope.get("method") == "GET":
             return stateless_get(scope.get("path", ""))
         return None
@@ -271,7 +266,7 @@ class Router:
     async def _mcp(self, name: str, app: Any, scope: Scope, receive: Any, send: Any) -> None:
         # Token verification reads the database before any tool runs: an outage
         # there must not surface as a bare 500.
-        guarded = _HoldServerError(_EnvelopeErrors(send, TOOLSETS[name]))
+        guarded = _HoldServerError(_EnvelopeErrors(send, f"/mcp/{name}"))
         try:
             refusal = await self._before_the_sdk(name, scope, receive)
             if refusal is not None:
@@ -282,7 +277,7 @@ class Router:
             if guarded.started:
                 raise
             logger.warning("mcp %s: database unavailable: %s", name, exc)
-            await storage_unavailable(name, send)
+            await refuse(send, storage_unavailable(f"/mcp/{name}"))
             return
         except BaseException:
             await guarded.release()

@@ -79,8 +79,9 @@ def plain_error(code: str, message: str, details: dict[str, Any]) -> bytes:
 
 
 # JSON-RPC reserves -32000..-32099 for implementation-defined server errors;
-# -32029 echoes HTTP 429.
+# -32029 echoes HTTP 429; -32000 is the store being unavailable.
 JSONRPC_RATE_LIMIT = -32029
+JSONRPC_SERVER_ERROR = -32000
 # JSON-RPC's own "the request is not acceptable" (a body over the limit, a refused Host).
 JSONRPC_INVALID_REQUEST = -32600
 
@@ -201,8 +202,9 @@ def surface_error(
     plain_code: str = "",
     jsonrpc_code: int = JSONRPC_INVALID_REQUEST,
 ) -> tuple[bytes, str]:
-    """An error answered before any app runs, in the vocabulary of the surface
-    ``path`` belongs to (``surface_of``): a JSON-RPC error over MCP (answering
+    """An error answered before any app runs (and the MCP router's own: a
+    refused token, the store unavailable, a body that is no JSON-RPC message),
+    in the vocabulary of the surface ``path`` belongs to (``surface_of``): a JSON-RPC error over MCP (answering
     the id in ``body``, with ``jsonrpc_code``), the dialect's error body on its
     REST route, the body a dialect's own route registered
     (``register_route_error_body``), the plain coded body elsewhere. ``code_name`` is a core code

@@ -24,6 +24,7 @@ from policy.middleware import (
     RateLimitMiddleware,
     register_dialect_rate_limit,
     register_route_error_body,
+    surface_error,
     surface_of,
 )
 from tests.harness.surfaces.asgi import asgi_transport
@@ -111,3 +112,95 @@ async def test_other_paths_answer_both_in_the_plain_body(registered):
     too_large, limited = await _too_large_then_limited("/healthz")
     assert set(too_large.json()) == set(limited.json()) == {"error", "request_id"}
     assert (too_large.json()["error"]["code"], limited.json()["error"]["code"]) == ("PAYLOAD_TOO_LARGE", "RATE_LIMIT")
+
+
+# The MCP endpoint's own refusals (memproj/asgi.py) take the same one
+# mechanism: a refused token's 401, the storage outage's 503 and the JSON-RPC
+# envelope's 400 are surface_error's body for the path, so a renderer registered
+# for the toolset shapes them as it shapes the 413 and the 429 above.
+MCP_TOOLSET = "memory"
+MCP_PATH = f"/mcp/{MCP_TOOLSET}"
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def _marked(code: str, message: str, details: dict[str, Any]) -> str:
+    return json.dumps({"marked": True, "code": code, "message": message})
+
+
+@pytest.fixture
+def marked_renderer(monkeypatch):
+    """The surface registry's renderer for the real toolset, replaced by one whose text no dialect writes."""
+    import memproj.asgi  # noqa: F401 - registers the dialects' renderers first
+
+    monkeypatch.setitem(DIALECT_RENDERERS, MCP_TOOLSET, _marked)
+
+
+async def _post_mcp(content: bytes, token: str) -> httpx.Response:
+    from memproj.asgi import Router
+
+    router = Router()
+    async with (
+        router.servers[MCP_TOOLSET].session_manager.run(),
+        httpx.AsyncClient(transport=asgi_transport(router), base_url="http://testserver") as client,
+    ):
+        return await client.post(MCP_PATH, content=content, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"})
+
+
+def _is_surface_error(answer: httpx.Response, expected: tuple[bytes, str]) -> None:
+    body, content_type = expected
+    assert answer.content == body, (answer.content, body)
+    assert answer.headers["content-type"] == content_type
+    assert json.loads(answer.json()["error"]["message"])["marked"] is True
+
+
+@pytest.mark.django_db
+async def test_a_refused_tokens_401_is_the_surfaces_error(marked_renderer):
+    from mcp_server.http import CREDENTIALS_REFUSED, REFUSED_CHALLENGE
+
+    request = json.dumps({"jsonrpc": "2.0", "id": "r-401", "method": "tools/list"}).encode()
+    answer = await _post_mcp(request, "mp_no-such-token")
+    assert answer.status_code == 401 and answer.headers["www-authenticate"] == REFUSED_CHALLENGE
+    details = {"error": "invalid_token"}
+    _is_surface_error(answer, surface_error(MCP_PATH, "PERMISSION_DENIED", CREDENTIALS_REFUSED, details, request))
+    assert answer.json()["id"] == "r-401"
+
+
+@pytest.mark.django_db(transaction=True)  # the app's threads read the token on their own connections
+@pytest.mark.parametrize(
+    ("content", "message_name"),
+    [(b"{not json", "NOT_JSON"), (json.dumps({"jsonrpc": "2.0", "id": 1, "nomethod": 1}).encode(), "NOT_JSONRPC")],
+)
+async def test_the_envelopes_400_is_the_surfaces_error(member, marked_renderer, content, message_name):
+    import mcp_server.http
+
+    answer = await _post_mcp(content, member.token)
+    assert answer.status_code == 400
+    # The transport's own JSON-RPC code (parse error, invalid request) is kept.
+    jsonrpc_code = answer.json()["error"]["code"]
+    message = getattr(mcp_server.http, message_name)
+    _is_surface_error(answer, surface_error(MCP_PATH, "INVALID_ARGUMENT", message, {}, jsonrpc_code=jsonrpc_code))
+
+
+@pytest.fixture
+def database_down(tmp_path):
+    """New connections go to a socket directory where no server listens."""
+    from django.db import connections
+
+    settings_dict = connections["default"].settings_dict
+    saved = settings_dict["HOST"]
+    connections.close_all()
+    settings_dict["HOST"] = str(tmp_path)
+    yield
+    connections.close_all()
+    settings_dict["HOST"] = saved
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_storage_outages_503_is_the_surfaces_error(member, marked_renderer, database_down):
+    from mcp_server.http import RETRY_AFTER_SECONDS, STORAGE_MESSAGE
+
+    request = json.dumps({"jsonrpc": "2.0", "id": "r-503", "method": "tools/list"}).encode()
+    answer = await _post_mcp(request, member.token)  # verifying the token meets the outage
+    assert answer.status_code == 503 and answer.headers["retry-after"] == str(RETRY_AFTER_SECONDS)
+    # The body was read by the transport: the answer names no id, as before.
+    _is_surface_error(answer, surface_error(MCP_PATH, "STORAGE_ERROR", STORAGE_MESSAGE, {}, jsonrpc_code=-32000))
