@@ -214,7 +214,9 @@ def _parse_cursor(cursor: str, kind: str) -> tuple[str, int]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         found_kind, handle, offset = raw.split(":", 2)
-        if found_kind != kind:
+        # Only an offset as _cursor writes it: int() would also take "-4"
+        # (a slice from the tail), " 1" or "1_0".
+        if found_kind != kind or not (offset.isascii() and offset.isdigit()) or int(offset) > MAX_RANKED:
             raise ValueError(kind)
         return handle, int(offset)
     except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
