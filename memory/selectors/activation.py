@@ -242,18 +242,16 @@ def _parse_context_handle(handle: str) -> tuple[uuid.UUID, datetime | None]:
 
 def _live_context(caller: Caller, handle: str) -> ActiveContext:
     """The context a cursor names, if it has not expired: an expired one's
-    claims are never served, whether or not the sweep has deleted it yet."""
+    claims are never served, whether or not the sweep has deleted it yet. An
+    active context is the prompt context of the principal that activated it:
+    another principal's, even of the same tenant, answers as an unknown one."""
     context_id, cursor_expiry = _parse_context_handle(handle)
     now = timezone.now()
-    context = ActiveContext.objects.filter(pk=context_id, tenant_id=caller.tenant_id, expires_at__gt=now).first()
+    owned = ActiveContext.objects.filter(pk=context_id, tenant_id=caller.tenant_id, principal_id=caller.principal_id)
+    context = owned.filter(expires_at__gt=now).first()
     if context is not None:
         return context
-    expired = (
-        ActiveContext.objects.filter(pk=context_id, tenant_id=caller.tenant_id)
-        .values_list("expires_at", flat=True)
-        .first()
-        or cursor_expiry
-    )
+    expired = owned.values_list("expires_at", flat=True).first() or cursor_expiry
     if expired is not None and expired <= now:
         raise Gone(f"active context ac_{context_id.hex} expired at {expired.isoformat()}; activate again.")
     raise InvalidArgument("cursor is not one this tool returned; start again without a cursor.")

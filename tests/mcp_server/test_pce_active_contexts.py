@@ -6,7 +6,9 @@ is deleted by the beat sweep in bounded batches."""
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from datetime import datetime, timedelta
 
 import httpx
@@ -160,3 +162,36 @@ def test_the_sweep_deletes_expired_contexts_in_bounded_batches_and_is_on_the_bea
     assert list(ActiveContext.objects.values_list("pk", flat=True)) == [live.pk]
     assert sweeps.active_contexts_expire(now=now).processed == 0
     assert "workers.tasks.active_contexts_expire_task" in {entry.task for entry in SCHEDULE}
+
+
+async def test_another_principal_of_the_tenant_cannot_page_an_active_context(member, pce):
+    """An active context is the prompt context of the principal that activated it:
+    another principal's token, of the same tenant, gets what a cursor of no
+    context gets, and none of its claims."""
+    colleague = await sync_to_async(make_identity)("tenant-a", "colleague")
+    async with pce(member) as client:
+        await _store_claims(client)
+        first = await _ok(client, "pce.memory.activate", q="cancel API", top_k=1)
+    kind, handle, offset = _decoded(first["next_cursor"]).split(":")
+    context_id, expiry = handle.split(".")
+    unknown = _encoded(f"{kind}:{uuid.uuid4().hex}.{expiry}:{offset}")
+    async with pce(colleague) as client:
+        taken = await _error(client, "pce.memory.activate", q="cancel API", top_k=1, cursor=first["next_cursor"])
+        nothing = await _error(client, "pce.memory.activate", q="cancel API", top_k=1, cursor=unknown)
+    assert taken == nothing
+    assert (taken["code"], taken["message"]) == (
+        "VALIDATION_ERROR",
+        "cursor is not one this tool returned; start again without a cursor.",
+    )
+    # Its own principal still pages it.
+    async with pce(member) as client:
+        second = await _ok(client, "pce.memory.activate", q="cancel API", top_k=1, cursor=first["next_cursor"])
+    assert second["active_context_id"] == f"ac_{context_id}" and second["claims"]
+
+
+def _encoded(raw: str) -> str:
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decoded(cursor: str) -> str:
+    return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
