@@ -157,16 +157,17 @@ def claims_rank(
     """Every claim (fact or rule of any dialect) the read may see, best first:
     score DESC, created_at DESC, id ASC; claims whose hybrid score is below the
     policy's threshold are dropped (as upstream)."""
-    ranked, decision = _claims_ranked(caller=caller, query=query, scopes=scopes, use_tags=use_tags)
+    ranked, decision = _claims_ranked(caller=caller, query=query, query_field="query", scopes=scopes, use_tags=use_tags)
     return _with_rows(caller, decision, ranked)
 
 
 def _claims_ranked(
-    *, caller: Caller, query: str, scopes: Sequence[str] | None, use_tags: Sequence[str] | None
+    *, caller: Caller, query: str, query_field: str, scopes: Sequence[str] | None, use_tags: Sequence[str] | None
 ) -> tuple[list[_Ranked], BoundaryDecision]:
-    """``claims_rank`` on the ranking columns alone, and the read's boundary decision."""
+    """``claims_rank`` on the ranking columns alone, and the read's boundary
+    decision; ``query_field`` is what the caller calls the query, for its errors."""
     require_read(caller)
-    query = validation.query(query, field="q")
+    query = validation.query(query, field=query_field)
     chosen = claim_scopes(scopes)
     decision = read_boundary(caller, use_tags)
     params = retrieval_params(caller)
@@ -271,14 +272,18 @@ def claims_search(
     scopes: Sequence[str] | None = None,
     use_tags: Sequence[str] | None = None,
     cursor: str | None = None,
+    query_field: str = "query",
 ) -> ActivationPage:
     """Ranked claims without an active context; the cursor is stateless (the
-    ranking is computed again and the page taken from it)."""
+    ranking is computed again and the page taken from it). ``query_field``:
+    the name the caller gave the query (pce's search: query, activate: q)."""
     top_k = validation.limit(top_k or caller.policy.retrieval.k_final, field="top_k", maximum=MAX_TOP_K)
     offset = 0
     if cursor:
         _, offset = _parse_cursor(cursor, "s")
-    ranked, decision = _claims_ranked(caller=caller, query=query, scopes=scopes, use_tags=use_tags)
+    ranked, decision = _claims_ranked(
+        caller=caller, query=query, query_field=query_field, scopes=scopes, use_tags=use_tags
+    )
     page, next_cursor, more = _page(ranked, offset, top_k, "s", "q")
     return ActivationPage(items=_with_rows(caller, decision, page), next_cursor=next_cursor, has_more=more)
 
@@ -291,6 +296,7 @@ def claims_activate(
     scopes: Sequence[str] | None = None,
     use_tags: Sequence[str] | None = None,
     cursor: str | None = None,
+    query_field: str = "query",
 ) -> ActivationPage:
     """Build an active context (or page through one by cursor). A cursor of an
     expired context is Gone (HTTP 410), whether or not the sweep deleted it."""
@@ -321,7 +327,9 @@ def claims_activate(
             "this token is read-only and an active context is stored state: search claims for the same ranking "
             "without one (pce.memory.search), or ask an admin for a token with the 'write' scope."
         )
-    ranked, decision = _claims_ranked(caller=caller, query=query, scopes=scopes, use_tags=use_tags)
+    ranked, decision = _claims_ranked(
+        caller=caller, query=query, query_field=query_field, scopes=scopes, use_tags=use_tags
+    )
     ttl = timedelta(seconds=settings.MEMPROJ["ACTIVE_CONTEXT_TTL_SECONDS"])
     context = ActiveContext.objects.create(
         tenant_id=caller.tenant_id,

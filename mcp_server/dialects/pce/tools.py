@@ -268,7 +268,13 @@ def activate(
     _require_policy()
     caller = dialect.caller()
     page = api.claims_activate(
-        caller=caller, query=q, top_k=top_k, scopes=scope, use_tags=_use_tags(allow), cursor=cursor
+        caller=caller,
+        query=q,
+        query_field="q",
+        top_k=top_k,
+        scopes=scope,
+        use_tags=_use_tags(allow),
+        cursor=cursor,
     )
     context = page.context
     assert context is not None
