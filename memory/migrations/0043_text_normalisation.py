@@ -92,8 +92,10 @@ RESTORE_FUNCTIONS = (
 )
 
 # One batch of ids after %(after)s: the rows whose stored vector differs from
-# what the current analysis makes of their content are rewritten. The last id
-# of the batch is where the next one starts; none means the table is done.
+# what the current analysis makes of their content are rewritten. ASCII text
+# (one byte per character) is analysed alike before and after this migration,
+# so only the other rows are analysed again. The last id of the batch is where
+# the next one starts; none means the table is done.
 RECOMPUTE_BATCH = """
 WITH batch AS (
     SELECT id FROM memory_memory
@@ -103,7 +105,9 @@ WITH batch AS (
 ), rewritten AS (
     UPDATE memory_memory m SET content = m.content
     FROM batch
-    WHERE m.id = batch.id AND m.search_vector IS DISTINCT FROM memproj_search_vector(m.content)
+    WHERE m.id = batch.id
+      AND octet_length(m.content) <> char_length(m.content)
+      AND m.search_vector IS DISTINCT FROM memproj_search_vector(m.content)
 )
 SELECT id FROM batch ORDER BY id DESC LIMIT 1
 """
