@@ -6,18 +6,24 @@ HTTP status the dialect gives that error (pce's spec maps each code to one).
 Every error body is JSON: a dialect whose error text is not (memory's
 ``[CODE] message``, roampal's ``Error: ...``) gets it wrapped as
 ``{"error": {"code", "message"}}``. An error a client may retry (the store
-unreachable, a timeout) is 503 with Retry-After in every dialect."""
+unreachable, a timeout) is 503 with Retry-After in every dialect.
+
+A dialect's per-connection options (langmem's ``namespace`` and
+``configurable.<key>``, ...) are the query parameters, as on the MCP endpoint:
+``/api/langmem/search_memory?configurable.user_id=u-123``."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from mcp_server.auth import verified_caller
-from mcp_server.dialect import ERROR_CODE_META_KEY, REPLAYED_META_KEY
+from mcp_server.dialect import ERROR_CODE_META_KEY, REPLAYED_META_KEY, connection_options
 from mcp_server.http import (
     CREDENTIALS_REFUSED,
     REFUSED_CHALLENGE,
@@ -41,6 +47,25 @@ async def _caller(header: str) -> Caller | None:
     endpoints verify it."""
     token = bearer_token(header)
     return await verified_caller(token) if token else None
+
+
+def query_options(query_string: bytes | str) -> Mapping[str, str]:
+    """A dialect's per-connection options from an endpoint's query string (the
+    last of a repeated parameter wins): the MCP endpoint's and /api's. Raw
+    bytes are read as the ASGI scope carries them (latin-1; the options
+    themselves are percent-encoded UTF-8)."""
+    if isinstance(query_string, bytes):
+        query_string = query_string.decode("latin-1")
+    return dict(parse_qsl(query_string))
+
+
+def _query_string(request: HttpRequest) -> bytes | str:
+    """The request's query string as sent: the ASGI scope's (Django's
+    QUERY_STRING has decoded its bytes as UTF-8)."""
+    scope = getattr(request, "scope", None)
+    if scope is not None:
+        return scope.get("query_string", b"")  # type: ignore[no-any-return]
+    return str(request.META.get("QUERY_STRING", ""))
 
 
 def _server(toolset: str) -> Any:
@@ -118,9 +143,13 @@ async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> 
         return _error(dialect, exc.code, str(exc), 400)
     # A write retried with the same Idempotency-Key replays its first answer (mcp_server.dialect).
     idempotency_key = request.headers.get("Idempotency-Key")
-    result = await _server(toolset).call_as(
-        caller, tool, arguments if isinstance(arguments, dict) else [], idempotency_key=idempotency_key
-    )
+    options = connection_options.set(query_options(_query_string(request)))
+    try:
+        result = await _server(toolset).call_as(
+            caller, tool, arguments if isinstance(arguments, dict) else [], idempotency_key=idempotency_key
+        )
+    finally:
+        connection_options.reset(options)
     if result.is_error:
         text = " ".join(getattr(block, "text", "") for block in result.content)
         code = str((result.meta or {}).get(ERROR_CODE_META_KEY) or "INTERNAL")
