@@ -1,8 +1,9 @@
 """A dialect's tools over plain HTTP: ``POST /api/<toolset>/<tool>`` with the
 tool's arguments as the JSON body and ``Authorization: Bearer <token>``. The
 call goes through the same server, argument contract and error rendering as
-MCP; the answer is the tool's structured result, or its error text with the
-HTTP status the dialect gives that error (pce's spec maps each code to one).
+MCP; the answer is the tool's structured result (``{"result": <its text>}`` for
+a tool that answers text alone), or its error text with the HTTP status the
+dialect gives that error (pce's spec maps each code to one).
 Every error body is JSON: a dialect whose error text is not (memory's
 ``[CODE] message``, roampal's ``Error: ...``) gets it wrapped as
 ``{"error": {"code", "message"}}``. An error a client may retry (the store
@@ -154,7 +155,12 @@ async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> 
         text = " ".join(getattr(block, "text", "") for block in result.content)
         code = str((result.meta or {}).get(ERROR_CODE_META_KEY) or "INTERNAL")
         return _answer(dialect, code, text, dialect.http_status(text))
-    response = JsonResponse(result.structured_content or {}, status=200, json_dumps_params={"ensure_ascii": False})
+    structured = result.structured_content
+    if structured is None:
+        # A tool answering text alone (langmem's search_memory in its default
+        # response_format) is answered as a tool returning text: {"result": text}.
+        structured = {"result": " ".join(getattr(block, "text", "") for block in result.content)}
+    response = JsonResponse(structured, status=200, json_dumps_params={"ensure_ascii": False})
     if (result.meta or {}).get(REPLAYED_META_KEY):
         response["Idempotent-Replayed"] = "true"
     return response

@@ -6,6 +6,8 @@ both surfaces."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import httpx2
 import pytest
@@ -59,3 +61,15 @@ async def test_a_missing_user_id_is_the_same_coded_error_on_both_surfaces(http_s
     for result in mcp:
         assert result.is_error and [block.text for block in result.content] == [MISSING_USER_ID]
     assert not await Memory.objects.aexists()
+
+
+async def test_a_search_answering_text_alone_is_answered_as_that_text(http_server, member):
+    """response_format=content (the default): search_memory answers the serialized
+    list alone, as LangMem's tool does; plain HTTP answers it as any tool's text."""
+    user = "?configurable.user_id=u-rest"
+    created = await _post(http_server, member.token, f"/api/langmem/manage_memory{user}", {"content": "Likes tea"})
+    key = created.json()["result"].removeprefix("created memory ")
+    found = await _post(http_server, member.token, f"/api/langmem/search_memory{user}", {"query": "tea"})
+    assert found.status_code == 200, found.text
+    assert set(found.json()) == {"result"}
+    assert [(i["key"], i["value"]) for i in json.loads(found.json()["result"])] == [(key, {"content": "Likes tea"})]
