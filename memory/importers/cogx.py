@@ -47,6 +47,7 @@ from memory.importers.base import (
     parse_time,
     string_list,
 )
+from memory.importers.bounded_json import RECORD_MAX_CHARS, json_lines
 
 COGX_VERSION = "0.1"
 SYSTEM = "cogx"
@@ -70,7 +71,7 @@ UNPACK_MAX_BYTES = 256 * 1024 * 1024
 # A record is one line: far longer than any record memproj stores (its text is
 # bounded by MEMPROJ_MAX_CONTENT_CHARS, a vector by its dimensions). A longer
 # line is refused as soon as this much of it is read, never held whole.
-LINE_MAX_CHARS = 8 * 1024 * 1024
+LINE_MAX_CHARS = RECORD_MAX_CHARS
 MANIFEST_MAX_BYTES = 1024 * 1024
 
 
@@ -163,30 +164,13 @@ class CogxArchive:
             self._scratch = None
 
     def _lines(self, name: str) -> Iterator[Any]:
-        """Each line's JSON value, a line read no further than ``LINE_MAX_CHARS``."""
+        """Each line's JSON value, a line read no further than ``LINE_MAX_CHARS``
+        (memory.importers.bounded_json)."""
         path = self.directory / name
         if not path.is_file():
             return
-        with path.open(encoding="utf-8") as handle:
-            number_ = 0
-            while True:
-                try:
-                    line = handle.readline(LINE_MAX_CHARS + 1)
-                except UnicodeDecodeError as exc:
-                    raise ImportSourceError(f"{name}:{number_ + 1}: not UTF-8 text ({exc.reason}).") from exc
-                if not line:
-                    return
-                number_ += 1
-                if len(line) > LINE_MAX_CHARS and not line.endswith("\n"):
-                    raise ImportSourceError(
-                        f"{name}:{number_}: a line longer than {LINE_MAX_CHARS} characters; "
-                        "a COGX record is one line, and none is that long."
-                    )
-                if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except (ValueError, RecursionError) as exc:
-                        raise ImportSourceError(f"{name}:{number_}: not JSON{parse_position(exc)}.") from exc
+        for _, value in json_lines(path, name, max_chars=LINE_MAX_CHARS, max_lines=None):
+            yield value
 
     def records(self) -> Iterator[Record]:
         entity_ids: set[str] = set()

@@ -14,7 +14,6 @@ observation comes in as a new fact. The dates are the import's: the file has non
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,8 @@ from memory.importers.base import (
     ImportSourceError,
     Record,
     Skipped,
-    parse_position,
 )
+from memory.importers.bounded_json import json_lines
 
 SYSTEM = "mcp-memory"
 
@@ -46,23 +45,19 @@ class MemoryJsonl:
             path = path / "memory.jsonl"
         if not path.is_file():
             raise ImportSourceError(f"no file {path}; give the server's MEMORY_FILE_PATH (memory.jsonl).")
-        self.lines: list[tuple[int, Any]] = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                self.lines.append((number, json.loads(line)))
-            except ValueError as exc:
-                raise ImportSourceError(f"{path.name}:{number}: not JSON{parse_position(exc)}.") from exc
+        self.path = path
+        # Read through once here, a line at a time: a file an import cannot
+        # read is refused before anything of it is written.
+        self.total = sum(len(_observations(line)) + 1 for _, line in json_lines(path))
 
     def estimate(self) -> int | None:
-        return sum(len(_observations(line)) + 1 for _, line in self.lines)
+        return self.total
 
     def close(self) -> None:
         return None
 
     def records(self) -> Iterator[Record]:
-        for number, line in self.lines:
+        for number, line in json_lines(self.path):
             if not isinstance(line, dict):
                 yield Skipped(f"line {number}", "a line that is not a JSON object")
             elif line.get("type") == "entity":

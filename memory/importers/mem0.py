@@ -34,13 +34,14 @@ from memory.importers.base import (
     Record,
     Skipped,
     mapping,
-    parse_position,
     parse_time,
     text_field,
 )
+from memory.importers.bounded_json import open_json
 
 SYSTEM = "mem0"
 ID_KEYS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
+LIST_KEYS = ("results", "memories")
 PAYLOAD_KEYS = {"data", "hash", "created_at", "updated_at", "user_id", "agent_id", "run_id", "actor_id", "role"}
 
 
@@ -50,6 +51,29 @@ def _namespace(item: dict[str, Any]) -> tuple[str, ...]:
         if item.get(key):
             parts += [label, text_field(item[key], key)]
     return tuple(parts)
+
+
+def _export_items(path: Path) -> Iterator[Any]:
+    """The memories of a get_all() export (``{"results": [...]}`` or a bare
+    list), read one at a time (memory.importers.bounded_json)."""
+    no_list = ImportSourceError(f"{path.name} holds no list of memories (get_all() answers {{'results': [...]}}).")
+    handle, reader = open_json(path)
+    with handle:
+        first = reader.peek()
+        if first == "[":
+            yield from reader.elements()
+        elif first == "{":
+            members = reader.members()
+            items = next((value for key, value in members if key in LIST_KEYS), None)
+            if not isinstance(items, Iterator):
+                raise no_list
+            yield from items
+            for _ in members:  # what follows the list, read past
+                pass
+        else:
+            reader.value()
+            raise no_list
+        reader.finish()
 
 
 def _history(path: Path | None) -> dict[str, list[dict[str, Any]]]:
@@ -80,22 +104,20 @@ class Mem0Source:
         self.table = table
         self.embedding_model = embedding_model
         self.history = _history(Path(history) if history else None)
+        self.items: list[dict[str, Any]] | None = None
         if location.startswith(("postgres://", "postgresql://")):
             self.items = list(self._from_table())
+            self.count = len(self.items)
         else:
-            self.items = list(self._from_export(Path(location)))
+            self.path = Path(location)
+            if not self.path.is_file():
+                raise ImportSourceError(f"no file {self.path}; give get_all()'s JSON or the pgvector database's URL.")
+            # Read through once here, a memory at a time: a file an import
+            # cannot read is refused before anything of it is written.
+            self.count = sum(1 for _ in _export_items(self.path))
 
-    def _from_export(self, path: Path) -> Iterator[dict[str, Any]]:
-        if not path.is_file():
-            raise ImportSourceError(f"no file {path}; give get_all()'s JSON or the pgvector database's URL.")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise ImportSourceError(f"{path.name} is not JSON{parse_position(exc)}.") from exc
-        items = data.get("results", data.get("memories")) if isinstance(data, dict) else data
-        if not isinstance(items, list):
-            raise ImportSourceError(f"{path} holds no list of memories (get_all() answers {{'results': [...]}}).")
-        yield from items
+    def _items(self) -> Iterator[Any]:
+        return iter(self.items) if self.items is not None else _export_items(self.path)
 
     def _from_table(self) -> Iterator[dict[str, Any]]:
         import psycopg
@@ -123,14 +145,14 @@ class Mem0Source:
             yield item
 
     def estimate(self) -> int | None:
-        return len(self.items) + sum(len(v) for v in self.history.values())
+        return self.count + sum(len(v) for v in self.history.values())
 
     def close(self) -> None:
         return None
 
     def records(self) -> Iterator[Record]:
         present = set()
-        for index, item in enumerate(self.items):
+        for index, item in enumerate(self._items()):
             if not isinstance(item, dict):
                 yield Skipped(f"item {index}", "a mem0 memory that is not a JSON object")
                 continue

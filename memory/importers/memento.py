@@ -17,7 +17,6 @@ kept when it has memproj's dimension (the same model), else recomputed."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,10 +29,10 @@ from memory.importers.base import (
     Record,
     Skipped,
     number,
-    parse_position,
     parse_time,
     text_field,
 )
+from memory.importers.bounded_json import JsonReader, RecordTooLarge, open_json
 
 SYSTEM = "memento"
 MODEL = "all-MiniLM-L6-v2"
@@ -57,25 +56,66 @@ def _time(value: Any) -> datetime | None:
     return parse_time(value)
 
 
-def _nodes(data: Any) -> Iterator[dict[str, Any]]:
+def _node(item: Any) -> dict[str, Any] | None:
+    """A Memory node's property map, from one item of the export (None: not a Memory node)."""
+    if not isinstance(item, dict):
+        return None
+    if len(item) == 1 and isinstance(next(iter(item.values())), dict):
+        item = next(iter(item.values()))  # a RETURN m row: {"m": {...}}
+    if item.get("type") == "node" or "labels" in item:
+        labels = item.get("labels")
+        if not isinstance(labels, list) or "Memory" not in labels:
+            return None
+        item = item.get("properties") or {}
+    elif isinstance(item.get("properties"), dict) and "content" not in item:
+        item = item["properties"]
+    return item
+
+
+def _items(path: Path) -> Iterator[Any]:
+    """The export's items, whatever its shape, read one at a time
+    (memory.importers.bounded_json): a list's elements, the nodes of one
+    ``{"memories": [...]}`` object, or one object a line (APOC)."""
+    handle, reader = open_json(path)
+    with handle:
+        first = reader.peek()
+        if first == "[":
+            yield from reader.elements()
+            reader.finish()
+            return
+        if first != "{":
+            for value in reader.values():
+                if isinstance(value, list):
+                    yield from value
+            return
+        try:
+            reader.check()
+        except RecordTooLarge as too_large:
+            # One object larger than a record: {"memories": [...]}, its list read an item at a time.
+            handle.seek(0)
+            reader = JsonReader(handle, path.name)
+            members = reader.members()
+            nodes = next((value for key, value in members if key == "memories"), None)
+            if not isinstance(nodes, Iterator):
+                raise too_large from None
+            yield from nodes
+            for _ in members:  # what follows the list, read past
+                pass
+            reader.finish()
+            return
+        for value in reader.values():  # one object, or one a line
+            if isinstance(value, dict) and isinstance(value.get("memories"), list):
+                yield from value["memories"]
+            else:
+                yield value
+
+
+def _nodes(path: Path) -> Iterator[dict[str, Any]]:
     """Property maps of Memory nodes, whatever the export's shape."""
-    if isinstance(data, dict) and isinstance(data.get("memories"), list):
-        data = data["memories"]
-    if isinstance(data, dict):
-        data = [data]
-    for item in data if isinstance(data, list) else []:
-        if not isinstance(item, dict):
-            continue
-        if len(item) == 1 and isinstance(next(iter(item.values())), dict):
-            item = next(iter(item.values()))  # a RETURN m row: {"m": {...}}
-        if item.get("type") == "node" or "labels" in item:
-            labels = item.get("labels")
-            if not isinstance(labels, list) or "Memory" not in labels:
-                continue
-            item = item.get("properties") or {}
-        elif isinstance(item.get("properties"), dict) and "content" not in item:
-            item = item["properties"]
-        yield item
+    for item in _items(path):
+        node = _node(item)
+        if node is not None:
+            yield node
 
 
 class MementoExport:
@@ -84,24 +124,19 @@ class MementoExport:
     def __init__(self, path: Path) -> None:
         if not path.is_file():
             raise ImportSourceError(f"no file {path}; give a JSON export of Memento's Memory nodes.")
-        text = path.read_text(encoding="utf-8")
-        try:
-            data: Any = json.loads(text)
-        except ValueError:
-            try:
-                data = [json.loads(line) for line in text.splitlines() if line.strip()]  # APOC JSON lines
-            except ValueError as exc:
-                raise ImportSourceError(f"{path.name} is neither JSON nor JSON lines{parse_position(exc)}.") from exc
-        self.nodes = list(_nodes(data))
+        self.path = path
+        # Read through once here, a node at a time: a file an import cannot
+        # read is refused before anything of it is written.
+        self.count = sum(1 for _ in _nodes(path))
 
     def estimate(self) -> int | None:
-        return len(self.nodes)
+        return self.count
 
     def close(self) -> None:
         return None
 
     def records(self) -> Iterator[Record]:
-        for node in self.nodes:
+        for node in _nodes(self.path):
             if not isinstance(node, dict):
                 yield Skipped("", "a Memory node whose properties are not an object")
                 continue

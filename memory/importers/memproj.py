@@ -8,7 +8,6 @@ audit log are not memories: ``manage.py import`` restores a whole tenant."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime
@@ -23,11 +22,11 @@ from memory.importers.base import (
     Skipped,
     mapping,
     number,
-    parse_position,
     parse_time,
     text_field,
     text_list,
 )
+from memory.importers.bounded_json import json_lines
 
 EXPORT_FORMAT = "memproj-export/1"
 SYSTEM = "memproj"
@@ -45,26 +44,19 @@ class MemprojExport:
         if not path.is_file():
             raise ImportSourceError(f"no file {path}; give the file `manage.py export` wrote.")
         self.path = path
-        with path.open(encoding="utf-8") as handle:
-            first = handle.readline()
+        refusal = ImportSourceError(f"{path} is not a {EXPORT_FORMAT} file (its first line must be the header).")
         try:
-            header = json.loads(first)
-        except ValueError:
-            header = {}
-        if header.get("type") != "header" or header.get("format") != EXPORT_FORMAT:
-            raise ImportSourceError(f"{path} is not a {EXPORT_FORMAT} file (its first line must be the header).")
+            header: Any = next((value for _, value in json_lines(path, max_lines=None)), {})
+        except ImportSourceError as exc:
+            raise refusal from exc.__cause__ or exc
+        if not isinstance(header, dict) or header.get("type") != "header" or header.get("format") != EXPORT_FORMAT:
+            raise refusal
 
     def _rows(self) -> Iterator[tuple[int, Any]]:
         """(line number, the line's JSON value), for every line after the header."""
-        with self.path.open(encoding="utf-8") as handle:
-            next(handle)
-            for number_, line in enumerate(handle, start=2):
-                if not line.strip():
-                    continue
-                try:
-                    yield number_, json.loads(line)
-                except ValueError as exc:
-                    raise ImportSourceError(f"{self.path.name}:{number_}: not JSON{parse_position(exc)}.") from exc
+        for number_, value in json_lines(self.path, max_lines=None):
+            if number_ > 1:
+                yield number_, value
 
     def estimate(self) -> int | None:
         with self.path.open(encoding="utf-8") as handle:
