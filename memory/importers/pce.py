@@ -25,7 +25,6 @@ MiniLM of its own)."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -42,9 +41,9 @@ from memory.importers.base import (
     Record,
     json_value,
     number,
-    parse_position,
     parse_time,
 )
+from memory.importers.bounded_json import RECORDS_MAX, open_json
 
 SYSTEM = "pce"
 CLAIM_SUBJECT = "claim"  # memory.claims.CLAIM_SUBJECT: a claim is a fact keyed by its text
@@ -56,6 +55,10 @@ RETRACTED_STATUSES = {"rolled_back", "retracted", "deleted", "tombstoned"}
 # bounded part of the server's memory and cores.
 READ_SECONDS = 60.0
 ROWS_MAX = 200_000
+# Text packs tightly in a DuckDB file (a small one can hold the same long
+# value in every row), and what is read is held in the server's memory: the
+# tables read hold at most this much text between them.
+TEXT_MAX_BYTES = 128 * 1024 * 1024
 DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "enable_external_access": False,
     "memory_limit": "1GB",
@@ -161,6 +164,7 @@ class DuckDbStore:
                 tables = self._tables(connection, path)
                 if "claims" not in tables:
                     raise ImportSourceError(f"{path.name} has no pce-memory claims table.")
+                self._check_text(connection, path, tables)
                 self.claims = self._rows(connection, path, "claims", "ORDER BY created_at, id")
                 self.feedback = (
                     self._rows(connection, path, "feedback", "ORDER BY ts, id") if "feedback" in tables else []
@@ -207,6 +211,22 @@ class DuckDbStore:
                 "not a DuckDB file pce-memory wrote."
             )
         return found
+
+    @staticmethod
+    def _check_text(connection: Any, path: Path, tables: set[str]) -> None:
+        """Refuse tables holding more text than an import reads, before any of it is read."""
+        total = 0
+        for table in sorted(tables):
+            # table is one of this module's own (TABLES), never the file's.
+            sizes = connection.execute(
+                f'SELECT sum(strlen(CAST(COLUMNS(*) AS VARCHAR))) FROM "{table}"'  # noqa: S608
+            ).fetchone()
+            total += sum(int(size or 0) for size in sizes)
+            if total > TEXT_MAX_BYTES:
+                raise ImportSourceError(
+                    f"{path.name} holds more than {TEXT_MAX_BYTES // (1024 * 1024)} MB of text, "
+                    "more than an import reads."
+                )
 
     @staticmethod
     def _rows(connection: Any, path: Path, table: str, order: str) -> list[dict[str, Any]]:
@@ -272,21 +292,37 @@ class SharedDirectory:
         if not (path / "manifest.json").is_file() and not (path / "claims").is_dir():
             raise ImportSourceError(f"{path} is not a .pce-shared directory (no manifest.json, no claims/).")
         self.path = path
+        self.total = self._check()
 
     def _files(self, folder: str) -> list[Path]:
         return sorted((self.path / folder).rglob("*.json")) if (self.path / folder).is_dir() else []
 
+    def _check(self) -> int:
+        """Every file read through once, one at a time: a directory an import
+        cannot read is refused before anything of it is written. The count of files."""
+        files = 0
+        for folder in ("claims", "entities", "relations"):
+            for file in self._files(folder):
+                files += 1
+                if files > RECORDS_MAX:
+                    raise ImportSourceError(
+                        f"{self.path.name} holds more than {RECORDS_MAX} files, more than an import reads."
+                    )
+                self._load(file)
+        return files
+
     def estimate(self) -> int | None:
-        return sum(len(self._files(f)) for f in ("claims", "entities", "relations"))
+        return self.total
 
     def close(self) -> None:
         return None
 
     def _load(self, file: Path) -> dict[str, Any]:
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise ImportSourceError(f"{file.name} is not JSON{parse_position(exc)}.") from exc
+        """One file's record (memory.importers.bounded_json: refused past a record's bounds)."""
+        handle, reader = open_json(file)
+        with handle:
+            data = reader.value()
+            reader.finish()
         return data if isinstance(data, dict) else {}
 
     def records(self) -> Iterator[Record]:
