@@ -839,7 +839,8 @@ def _log_refusal(system: str, exc: ImportSourceError) -> None:
     """A reader's refusal names the problem in our words; the library's own
     exception behind it (its text may hold server paths or versions) is logged."""
     if exc.__cause__ is not None:
-        logger.warning("the %s reader refused its store: %s (%r)", system, exc, exc.__cause__)
+        cause = exc.__cause__
+        logger.warning("the %s reader refused its store: %s (%s: %s)", system, exc, type(cause).__name__, cause)
 
 
 def _records(source: Any, system: str, failed: list[InvalidArgument]) -> Iterable[Any]:
