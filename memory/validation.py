@@ -88,6 +88,14 @@ def namespace(value: object, *, field: str = "namespace") -> list[str]:
     return parts
 
 
+def typed_namespace(text: str) -> list[str]:
+    """A namespace typed as a path (a form field, a command option): segments
+    separated by '/', the spaces around them layout. The service keeps segments
+    exactly as given, so a segment with surrounding spaces (written through the
+    API) is not one a typed path can name."""
+    return [segment.strip() for segment in text.split("/") if segment.strip()]
+
+
 def nesting(value: object, *, field: str = "the body", max_depth: int = MAX_JSON_DEPTH) -> None:
     """Refuse JSON nested deeper than ``max_depth`` before anything walks it
     recursively (iterative, so a hostile depth costs no stack)."""

@@ -23,6 +23,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from memory import validation
 from memory.admin.common import count_of, run_review
 from memory.api import DomainError, episode_store, fact_store, rule_store
 from memory.models import EmbeddingStatus, Kind, Memory
@@ -151,13 +152,6 @@ def _tags(text: str) -> list[str]:
     return [tag.strip() for tag in text.split(",") if tag.strip()]
 
 
-def _namespace(text: str) -> list[str]:
-    # A path typed into a form: spaces around a '/' are layout. The service
-    # keeps segments exactly as given, so a segment with surrounding spaces
-    # (written through the API) is not one this form can name.
-    return [segment.strip() for segment in text.split("/") if segment.strip()]
-
-
 def _store_call(data: dict[str, Any]) -> Callable[[Caller], Stored]:
     """The service call the form asks for, with the arguments of its kind."""
     kind, content, scope, tags = data["kind"], data["content"], data["scope"], _tags(data["tags"])
@@ -173,7 +167,7 @@ def _store_call(data: dict[str, Any]) -> Callable[[Caller], Stored]:
                 permanence=data["permanence"],
                 scope=scope,
                 tags=tags,
-                namespace=_namespace(data["namespace"]),
+                namespace=validation.typed_namespace(data["namespace"]),
                 boundary_class=data["boundary_class"],
             )
             return Stored(result.memory, list(result.superseded_all_ids))

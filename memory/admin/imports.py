@@ -40,6 +40,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.text import get_valid_filename
 
+from memory import validation
 from memory.api import DomainError
 from memory.importers import systems
 from memory.importers.base import parse_position
@@ -169,10 +170,6 @@ class ImportForm(forms.Form):
         if upload and data.get("system") and data["system"] not in UPLOADS:
             self.add_error("system", f"{data['system']} reads a database: name its postgresql:// URL.")
         return data
-
-
-def _namespace(text: str) -> list[str]:
-    return [segment.strip() for segment in text.split("/") if segment.strip()]
 
 
 def _stage(upload: Any) -> tuple[str, str]:
@@ -328,7 +325,7 @@ def memory_import_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> H
             "staged": upload is not None,
             "tenant_id": str(tenant.pk),
             "tenant_slug": tenant.slug,
-            "namespace": _namespace(data.get("namespace") or ""),
+            "namespace": validation.typed_namespace(data.get("namespace") or ""),
             "options": data.get("options") or {},
         }
         try:

@@ -325,3 +325,27 @@ def test_aliases_travel_with_a_memproj_export(tmp_path):
     b = make_identity("tenant-b", "owner", role="admin").caller
     memories_import(caller=b, system="memproj", location=str(path))
     assert api.memory_fetch(caller=b, kind="fact", memory_id="m-7").content == "Owns a kayak"
+
+
+def test_the_command_namespace_is_a_typed_path(tmp_path):
+    """--namespace " team / x " is the path team/x, as the admin's import form
+    reads it: the spaces around a '/' are layout, not part of a segment."""
+    populate(make_identity("tenant-a", "owner", role="admin").caller)
+    b = make_identity("tenant-b", "owner", role="admin").caller
+    path = export_file(tmp_path, "tenant-a")
+    call_command(
+        "import_memories",
+        "--from",
+        "memproj",
+        str(path),
+        "--tenant",
+        "tenant-b",
+        "--namespace",
+        " team / x ",
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+    )
+    namespaces = {
+        tuple(ns[:2]) for ns in Memory.objects.filter(tenant_id=b.tenant_id).values_list("namespace", flat=True)
+    }
+    assert namespaces == {("team", "x")}

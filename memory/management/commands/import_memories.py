@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from memory import validation
 from memory.errors import DomainError
 from memory.importers import READERS
 from memory.management.commands._pipeline import tenant_by_slug
@@ -83,7 +84,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         tenant = tenant_by_slug(options["tenant"])
-        namespace = [part for part in options["namespace"].split("/") if part]
+        namespace = validation.typed_namespace(options["namespace"])
         reader_options: dict[str, Any] = {}
         for item in options["option"]:
             key, sep, value = item.partition("=")
