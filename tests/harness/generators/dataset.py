@@ -31,6 +31,9 @@ BENCH_SOURCE = "bench-v2"
 # Calls a minute the measured tenants may make: the concurrency steps send more
 # than the default policy's 1,000, and an answer of 429 is no measurement.
 BENCH_RATE_LIMIT = 1_000_000
+# The 1M tenant stores more during a run: the default quota (1,000,000 memories)
+# would refuse its first store: the largest a policy may set.
+BENCH_MAX_MEMORIES = 10_000_000  # policy.document.QUOTA_BOUNDS["max_memories"]
 LANGMEM_NAMESPACE = ("user", "bench")  # /mcp/langmem/?configurable.user_id=bench
 
 
@@ -288,11 +291,13 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
         if (
             not policy_is_applied(tenant_id=caller.tenant_id)
             or policy_current(tenant_id=caller.tenant_id).rate_limit.limit < BENCH_RATE_LIMIT
+            or policy_current(tenant_id=caller.tenant_id).quotas.max_memories < BENCH_MAX_MEMORIES
         ):
             # pce's tools need an applied policy; the seed example has the default's values,
-            # and a rate limit the concurrency steps cannot reach.
+            # a rate limit the concurrency steps cannot reach and room to store.
             rate_limit = f"rate_limit:\n  limit: {BENCH_RATE_LIMIT}\n  window_seconds: 60\n"
-            policy_apply(caller=caller, yaml=SEED_EXAMPLE_YAML + rate_limit)
+            quotas = f"quotas:\n  max_memories: {BENCH_MAX_MEMORIES}\n"
+            policy_apply(caller=caller, yaml=SEED_EXAMPLE_YAML + rate_limit + quotas)
             caller = token_authenticate(issued.token)
             assert caller is not None
         have = Memory.objects.filter(tenant_id=caller.tenant_id, source=BENCH_SOURCE).count()
