@@ -297,7 +297,9 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
             # a rate limit the concurrency steps cannot reach and room to store.
             rate_limit = f"rate_limit:\n  limit: {BENCH_RATE_LIMIT}\n  window_seconds: 60\n"
             quotas = f"quotas:\n  max_memories: {BENCH_MAX_MEMORIES}\n"
-            policy_apply(caller=caller, yaml=SEED_EXAMPLE_YAML + rate_limit + quotas)
+            # 0.2.0: newer than the 0.1.0 a database loaded before the quota holds.
+            document = SEED_EXAMPLE_YAML.replace("version: 0.1\n", "version: 0.2.0\n", 1)
+            policy_apply(caller=caller, yaml=document + rate_limit + quotas)
             caller = token_authenticate(issued.token)
             assert caller is not None
         have = Memory.objects.filter(tenant_id=caller.tenant_id, source=BENCH_SOURCE).count()
