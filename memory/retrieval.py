@@ -45,6 +45,10 @@ from policy.caller import Caller
 EFFECTIVE_CONFIDENCE_SQL = effective_confidence_sql("m", "%(now)s")
 
 
+# The attribute that names a memory's text rather than a metadata key.
+CONTENT_ATTRIBUTE = "content"
+
+
 @dataclass(frozen=True)
 class RetrievalFilter:
     kinds: Sequence[str]
@@ -63,8 +67,9 @@ class RetrievalFilter:
     use_tags: Sequence[str] = DEFAULT_USE_TAGS
     # LangGraph store semantics: namespaces starting with this tuple.
     namespace_prefix: Sequence[str] | None = None
-    # Equality on stored attributes: ``source`` is the column, any other key a
-    # top-level key of ``metadata`` (langmem's ``filter={"category": ...}``).
+    # Equality on a stored value's attributes, as LangGraph's store filter
+    # (``filter={"category": ...}``): ``content`` is the memory's text, any other
+    # key a top-level key of ``metadata``, compared as JSON (a list equals a list).
     attributes: Mapping[str, Any] | None = None
 
 
@@ -128,14 +133,15 @@ def _where(caller: Caller, flt: RetrievalFilter, *, kinds: bool = True) -> tuple
     if flt.namespace_prefix:
         clauses.append(_NS_PREFIX_ESTIMABLE if iterative_scan_supported() else _NS_PREFIX_SLICE)
         params["ns_depth"], params["ns_prefix"] = len(flt.namespace_prefix), list(flt.namespace_prefix)
-    if flt.attributes:
-        attributes = dict(flt.attributes)
-        if "source" in attributes:
-            clauses.append("m.source = %(attr_source)s")
-            params["attr_source"] = str(attributes.pop("source"))
-        if attributes:
-            clauses.append("m.metadata @> %(attr_metadata)s::jsonb")
-            params["attr_metadata"] = json.dumps(attributes)
+    for index, (key, value) in enumerate((flt.attributes or {}).items()):
+        # memory_list_recent's ORM filter is the twin of these clauses.
+        if key == CONTENT_ATTRIBUTE:
+            clauses.append(f"m.content = %(attr_{index})s" if isinstance(value, str) else "false")
+        else:
+            clauses.append(f"m.metadata -> %(attr_key_{index})s = %(attr_{index})s::jsonb")
+            params[f"attr_key_{index}"] = key
+            value = json.dumps(value)
+        params[f"attr_{index}"] = value
     if flt.exclude_maturity:
         clauses.append("NOT (m.maturity = ANY(%(excl_maturity)s))")
         params["excl_maturity"] = list(flt.exclude_maturity)

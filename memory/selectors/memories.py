@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Min, Q
+from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from memory import scoring, validation
@@ -28,7 +29,7 @@ from memory.models import (
     retrievable_q,
 )
 from memory.read_model import Rankable, effective_confidence_of
-from memory.retrieval import RetrievalFilter, channel_search
+from memory.retrieval import CONTENT_ATTRIBUTE, RetrievalFilter, channel_search
 from memory.scoring import ChannelHit, RetrievalParams
 from memory.selectors.aliases import memory_pk
 from policy.boundary import BoundaryDecision, boundary_for, redact_content
@@ -371,7 +372,7 @@ class SearchQuery:
     tags: Sequence[str] | None = None  # every one of them
     collections: Sequence[str] | None = None  # roampal v0.3.5 collections
     created_after: datetime | None = None
-    attributes: Mapping[str, Any] | None = None  # equality on ``source`` or a metadata key
+    attributes: Mapping[str, Any] | None = None  # equality on ``content`` or a metadata key
     use_tags: Sequence[str] | None = None  # the read's boundary use tags; None: answer:task
     params: RetrievalParams | None = None  # None: the tenant policy's retrieval parameters
 
@@ -468,8 +469,8 @@ def _offset(value: object) -> int:
 
 
 def _attributes(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Attribute filters: equality on ``source`` or on a top-level metadata key,
-    with JSON scalar values (LangGraph's ``filter`` without operators)."""
+    """Attribute filters (LangGraph's ``filter`` without operators): equality
+    on ``content``, the text, or on a top-level metadata key, compared as JSON."""
     if not value:
         return None
     if not isinstance(value, Mapping) or len(value) > 20:
@@ -479,12 +480,10 @@ def _attributes(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
         if not isinstance(key, str) or not key or len(key) > 100:
             raise InvalidArgument("filter keys must be attribute names of 1-100 characters.")
         validation.encodable(key, field="a filter key")
-        if isinstance(item, dict) or (isinstance(item, list) and key == "source"):
+        if isinstance(item, dict):
             raise InvalidArgument(
                 f"filter {key!r}: only equality with a value is supported (no operators such as $gt)."
             )
-        if key == "source" and not isinstance(item, str):
-            raise InvalidArgument("filter 'source' must be a string.")
         out[key] = validation.json_value(item, field=f"filter {key!r}")
     return out
 
@@ -517,12 +516,13 @@ def memory_list_recent(
     if namespace_prefix:
         prefix = validation.namespace(namespace_prefix, field="namespace_prefix")
         rows = rows.filter(**{f"namespace__0_{len(prefix)}": prefix})
-    if attributes:
-        attributes = dict(attributes)
-        if "source" in attributes:
-            rows = rows.filter(source=attributes.pop("source"))
-        if attributes:
-            rows = rows.filter(metadata__contains=attributes)
+    for index, (key, value) in enumerate((attributes or {}).items()):
+        # The twin of retrieval's attribute clauses (a search with a query).
+        if key == CONTENT_ATTRIBUTE:
+            rows = rows.filter(content=value) if isinstance(value, str) else rows.none()
+        else:
+            name = f"attribute_{index}"
+            rows = rows.alias(**{name: KeyTransform(key, "metadata")}).filter(**{name: value})
     found = list(rows.order_by("-created_at", "id")[offset : offset + limit])
     boundary_apply(decision, found)
     return found

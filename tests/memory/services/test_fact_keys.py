@@ -80,7 +80,7 @@ def test_attribute_filters_prefix_and_namespaces(caller):
     found = api.memory_search(
         caller=caller,
         query=api.SearchQuery(
-            "note", types=["fact"], namespace_prefix=["docs", "u1"], attributes={"source": "extracted"}
+            "note", types=["fact"], namespace_prefix=["docs", "u1"], attributes={"category": "travel"}
         ),
     )
     assert [f.memory.subject for f in found] == ["b"]
@@ -89,6 +89,33 @@ def test_attribute_filters_prefix_and_namespaces(caller):
     assert api.namespaces_list(caller=caller, max_depth=1) == [("docs",)]
     with pytest.raises(InvalidArgument):
         api.memory_search(caller=caller, query=api.SearchQuery("note", attributes={"category": {"$gt": 1}}))
+
+
+@pytest.mark.parametrize("query", [None, "note"])
+def test_attribute_filters_are_equality_on_the_text_or_a_metadata_key(caller, query):
+    """LangGraph's store filter: ``content`` is the text, any other key a
+    metadata key compared as JSON (a list equals only that list), with a query
+    (the channels' SQL) and without one (the newest first), alike."""
+    for key, content, metadata in (
+        ("a", "a note", {"source": "web", "tags": ["x"]}),
+        ("b", "b note", {"source": "chat", "tags": ["x", "y"]}),
+    ):
+        api.fact_store(caller=caller, subject=key, predicate=None, content=content, metadata=metadata, source="import")
+
+    def keys(attributes: dict) -> list[str]:
+        if query is None:
+            return sorted(m.subject for m in api.memory_list_recent(caller=caller, attributes=attributes))
+        found = api.memory_search(caller=caller, query=api.SearchQuery(query, types=["fact"], attributes=attributes))
+        return sorted(f.memory.subject for f in found)
+
+    assert keys({"content": "a note"}) == ["a"]
+    assert keys({"content": "a"}) == []
+    assert keys({"source": "chat"}) == ["b"]  # the value's key, not the column every item shares
+    assert keys({"source": "import"}) == []
+    assert keys({"tags": ["x"]}) == ["a"]
+    assert keys({"tags": ["y", "x"]}) == []
+    assert keys({"tags": ["x", "y"], "content": "b note"}) == ["b"]
+    assert keys({"content": 1}) == []
 
 
 def test_accessed_at_moves_only_when_a_reader_returns_the_memory(caller):
