@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
+from urllib.parse import parse_qsl
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -161,6 +162,16 @@ def _preload_policy(caller: Caller) -> None:
 connection_options: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
     "dialect_connection_options", default=None
 )
+
+
+def query_options(query_string: bytes | str) -> Mapping[str, str]:
+    """A dialect's per-connection options from an endpoint's query string (the
+    last of a repeated parameter wins): the MCP endpoint's and /api's. Raw
+    bytes are read as the ASGI scope carries them (latin-1; the options
+    themselves are percent-encoded UTF-8)."""
+    if isinstance(query_string, bytes):
+        query_string = query_string.decode("latin-1")
+    return dict(parse_qsl(query_string))
 
 
 class DialectFailure(ToolError):

@@ -16,15 +16,13 @@ A dialect's per-connection options (langmem's ``namespace`` and
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from mcp_server.auth import verified_caller
-from mcp_server.dialect import ERROR_CODE_META_KEY, REPLAYED_META_KEY, connection_options
+from mcp_server.dialect import ERROR_CODE_META_KEY, REPLAYED_META_KEY, connection_options, query_options
 from mcp_server.http import (
     CREDENTIALS_REFUSED,
     REFUSED_CHALLENGE,
@@ -48,16 +46,6 @@ async def _caller(header: str) -> Caller | None:
     endpoints verify it."""
     token = bearer_token(header)
     return await verified_caller(token) if token else None
-
-
-def query_options(query_string: bytes | str) -> Mapping[str, str]:
-    """A dialect's per-connection options from an endpoint's query string (the
-    last of a repeated parameter wins): the MCP endpoint's and /api's. Raw
-    bytes are read as the ASGI scope carries them (latin-1; the options
-    themselves are percent-encoded UTF-8)."""
-    if isinstance(query_string, bytes):
-        query_string = query_string.decode("latin-1")
-    return dict(parse_qsl(query_string))
 
 
 def _query_string(request: HttpRequest) -> bytes | str:

@@ -9,7 +9,6 @@ import logging
 import os
 from contextlib import AsyncExitStack
 from typing import Any
-from urllib.parse import parse_qsl
 
 import django
 
@@ -34,7 +33,7 @@ from django.db import InterfaceError, OperationalError  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
 from mcp_server.auth import MemprojTokenVerifier  # noqa: E402
-from mcp_server.dialect import connection_options  # noqa: E402
+from mcp_server.dialect import connection_options, query_options  # noqa: E402
 from mcp_server.http import (  # noqa: E402
     CREDENTIALS_REFUSED,
     NOT_JSON,
@@ -240,8 +239,7 @@ class Router:
                 await refuse(send, refusal)
                 return
             # Per-connection dialect options travel as the endpoint's query parameters.
-            options = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-            token = connection_options.set(options)
+            token = connection_options.set(query_options(scope.get("query_string", b"")))
             try:
                 await self._mcp(name, app, scope, receive, send)
             finally:
