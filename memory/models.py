@@ -343,7 +343,8 @@ class Memory(models.Model):
     embedding_attempts = models.IntegerField(default=0)
     embedding_error = models.TextField(blank=True)
     # Populated by PostgreSQL itself, so no write path can forget it; the SQL
-    # function (migration 0010) is ``english`` plus character bigrams for CJK runs.
+    # function (migrations 0010, 0043) folds Unicode variants, then is ``english``
+    # plus character bigrams for CJK runs.
     search_vector = models.GeneratedField(
         expression=models.Func(models.F("content"), function="memproj_search_vector"),
         output_field=SearchVectorField(),

@@ -299,7 +299,7 @@ _VECTOR_SQL = """
 
 
 # Keyword channel, common part: the query's terms analysed as documents are
-# (memproj_query_terms, migration 0010), their document frequencies in this
+# (memproj_query_terms, migrations 0010 and 0043), their document frequencies in this
 # tenant (memory_termstat, migration 0011), and the candidates: every memory
 # with one of the rarest terms, as long as their document frequencies fit the
 # candidate budget (the rarest term always counts). A frequent term alone
