@@ -12,7 +12,7 @@ from django.db import connection
 
 from memory.embeddings import set_embedder
 from memory.models import Memory, graph_group_name, graph_group_of
-from memory.services.memories import episode_store, episodes_store_bulk
+from memory.services.memories import episode_store, episodes_store_bulk, memory_references_bump
 from tests.conftest import make_identity
 from tests.memory.test_graph_group_statistics import graphs_walked
 from tests.memory.test_retrieval import WordHashEmbedder
@@ -82,3 +82,28 @@ def test_a_memorys_vector_stays_in_its_row_whatever_its_length(toast_inspection,
     stored = Memory.objects.get(pk=memory.id)
     assert stored.content == content
     assert len(stored.embedding) == WordHashEmbedder.dimensions
+
+
+def _pages(ids) -> dict:  # type: ignore[no-untyped-def]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, (ctid::text::point)[0]::int FROM memory_memory WHERE id = ANY(%s)", [list(ids)])
+        return dict(cursor.fetchall())
+
+
+def test_a_reads_bookkeeping_write_keeps_the_row_on_its_page():
+    """A reference bump on rows of typical size, one per page, on pages filled
+    by inserts: each new version fits on its row's page (a HOT update, no new
+    entry in any index, the HNSW graphs included). With room for less than a
+    row, each version went to another page and into every index."""
+    caller = make_identity("bookkeeping", "member").caller
+    rng = random.Random(11)
+    stored = episodes_store_bulk(
+        caller=caller, episodes=[{"content": _turn(rng, 40), "butler": "general"} for _ in range(40)]
+    )
+    ids = [memory.id for memory in stored]
+    pages = _pages(ids)
+    last = max(pages.values())
+    one_per_page = {page: memory_id for memory_id, page in pages.items() if page != last}
+    assert len(one_per_page) >= 5  # the rows filled several pages
+    memory_references_bump(caller=caller, memory_ids=list(one_per_page.values()))
+    assert _pages(one_per_page.values()) == {memory_id: page for page, memory_id in one_per_page.items()}
