@@ -15,6 +15,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from memory.models import Memory
+from tests.conftest import block_text
 from tests.mcp_server import test_transports
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,7 +60,7 @@ async def test_a_missing_user_id_is_the_same_coded_error_on_both_surfaces(http_s
         assert answer.status_code == 400
         assert answer.json() == {"error": {"code": "CONFIGURATION_ERROR", "message": MISSING_USER_ID}}
     for result in mcp:
-        assert result.is_error and [block.text for block in result.content] == [MISSING_USER_ID]
+        assert result.is_error and len(result.content) == 1 and block_text(result) == MISSING_USER_ID
     assert not await Memory.objects.aexists()
 
 
