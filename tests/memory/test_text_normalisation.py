@@ -18,6 +18,7 @@ from memory.selectors.memories import SearchQuery, memory_search
 from memory.services.memories import episode_store, fact_store
 from memproj.dbroles import as_owner
 from tests.conftest import Identity, call
+from tests.memory.test_retrieval import term_stats
 
 NORMALISATION = "memory.migrations.0043_text_normalisation"
 
@@ -83,15 +84,6 @@ async def test_the_memory_tools_find_a_full_width_word_by_its_ascii_form(member,
 # --- the migration path -----------------------------------------------------------------------
 
 
-def stored_statistics(tenant_id: uuid.UUID) -> tuple[dict[str, int], tuple[int, int] | None]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT term, df FROM memory_termstat WHERE tenant_id = %s", [tenant_id])
-        dfs = dict(cursor.fetchall())
-        cursor.execute("SELECT docs, lexemes FROM memory_tenantstat WHERE tenant_id = %s", [tenant_id])
-        totals = cursor.fetchone()
-    return dfs, totals
-
-
 def recomputed_statistics(tenant_id: uuid.UUID) -> tuple[dict[str, int], tuple[int, int] | None]:
     """The statistics as migration 0011 computes them from the rows."""
     with connection.cursor() as cursor:
@@ -138,7 +130,7 @@ def test_the_migration_refolds_stored_memories_and_their_term_statistics(member,
     try:
         assert stale_rows() == 0
         for tenant in (member, outsider):
-            assert stored_statistics(tenant.caller.tenant_id) == recomputed_statistics(tenant.caller.tenant_id)
+            assert term_stats(tenant.caller.tenant_id) == recomputed_statistics(tenant.caller.tenant_id)
         store_each_form(member, "second")
         store_each_form(outsider, "second")
     finally:
@@ -147,7 +139,7 @@ def test_the_migration_refolds_stored_memories_and_their_term_statistics(member,
 
     assert stale_rows() == 0
     for tenant in (member, outsider):
-        dfs, totals = stored_statistics(tenant.caller.tenant_id)
+        dfs, totals = term_stats(tenant.caller.tenant_id)
         assert (dfs, totals) == recomputed_statistics(tenant.caller.tenant_id)
         assert "ａｐｉ" not in dfs and "ｐｉｎ" not in dfs
         assert dfs["pin"] == (2 if tenant is member else 1)
