@@ -4,9 +4,9 @@ never the other tool's."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
+
+from tests.mcp_server.test_pce_active_contexts import _error
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -14,12 +14,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def pce(mcp_client_for):
     return lambda identity: mcp_client_for(identity, "pce")
-
-
-async def _error(client, name: str, **arguments) -> dict:
-    result = await client.call_tool(name, arguments)
-    assert result.is_error, f"{name} unexpectedly succeeded: {result.structured_content}"
-    return json.loads(result.content[0].text)["error"]
 
 
 @pytest.mark.parametrize(("tool", "argument"), [("pce.memory.search", "query"), ("pce.memory.activate", "q")])

@@ -6,13 +6,13 @@ did not return is (VALIDATION_ERROR), never read as Python's int() reads it
 from __future__ import annotations
 
 import base64
-import json
 
 import pytest
 
+from tests.mcp_server.test_pce_active_contexts import AT, _error, _ok
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
-AT = "2025-06-01T12:00:00Z"
 CLAIMS = [
     "Cancel API endpoints are named POST /subscriptions/{id}/cancel",
     "Cancel requests are processed asynchronously by a worker queue",
@@ -34,18 +34,6 @@ def _encoded(raw: str) -> str:
 
 def _decoded(cursor: str) -> str:
     return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-
-
-async def _ok(client, name: str, **arguments) -> dict:
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, f"{name}: {result.content}"
-    return result.structured_content["data"]
-
-
-async def _error(client, name: str, **arguments) -> dict:
-    result = await client.call_tool(name, arguments)
-    assert result.is_error, f"{name} unexpectedly succeeded: {result.structured_content}"
-    return json.loads(result.content[0].text)["error"]
 
 
 async def _store_claims(client) -> None:
