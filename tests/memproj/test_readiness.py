@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,8 +23,8 @@ import pytest
 from django.db import connections
 
 from memproj.readiness import DeadlinePassed, select_one_within
+from tests.harness.pgrelay import PostgresRelay, postgres_relay
 from tests.harness.surfaces.asgi import asgi_transport
-from tests.mcp_server.test_stdio_outage import PostgresRelay
 
 pytestmark = pytest.mark.django_db
 
@@ -39,21 +37,14 @@ LEAKS = ("Traceback", "psycopg", "OperationalError", "socket", "connection to se
 def relay() -> Iterator[PostgresRelay]:
     """The test database behind a relay that the test stalls or cuts; the
     service's new connections go through it."""
-    # A short path: a Unix socket's path is at most 107 bytes.
-    directory = Path(os.path.join("/tmp", f"pgrelay-{os.getpid()}-{time.monotonic_ns()}"))
-    directory.mkdir()
-    relay = PostgresRelay(directory)
-    settings_dict = connections["default"].settings_dict
-    saved = settings_dict["HOST"]
-    settings_dict["HOST"] = str(directory)
-    try:
-        yield relay
-    finally:
-        settings_dict["HOST"] = saved
-        relay.flow()
-        if relay.listener is not None:
-            relay.down()
-        directory.rmdir()
+    with postgres_relay() as relay:
+        settings_dict = connections["default"].settings_dict
+        saved = settings_dict["HOST"]
+        settings_dict["HOST"] = str(relay.directory)
+        try:
+            yield relay
+        finally:
+            settings_dict["HOST"] = saved
 
 
 async def _get(path: str) -> httpx.Response:
