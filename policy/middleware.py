@@ -1,7 +1,8 @@
 """ASGI middleware: per-token rate limits on every HTTP request (the pce-memory spec's rate limit, for every dialect).
 
 Every HTTP response carries ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and
-``X-RateLimit-Reset`` (seconds until the window frees capacity). Over the limit
+``X-RateLimit-Reset`` (seconds until the window frees capacity), except the
+health checks' (``UNMETERED_PATHS``), which are neither counted nor limited. Over the limit
 the request never reaches the app: the answer is 429 with ``Retry-After``
 (seconds) and the rate-limit error of the dialect the path belongs to: over
 MCP (``/mcp/<toolset>``) a JSON-RPC error whose message is in the dialect's
@@ -55,6 +56,13 @@ Resolver = Callable[[Scope], Awaitable[tuple[str, RateLimitPolicy]]]
 
 RULE_CACHE_SECONDS = 10.0
 MAX_BODY_FOR_ID = 64 * 1024
+
+# Liveness and readiness (memproj/urls.py): a load balancer polls them from one
+# address without a token. Counted, its probes would be refused 429 once the
+# address's anonymous bucket is spent (taking a healthy process out of rotation)
+# and would spend the budget of the real clients behind that address; and each
+# probe would be a write to Redis. Exact paths: anything else is counted.
+UNMETERED_PATHS = frozenset({"/healthz", "/readyz"})
 
 
 def _message(decision: RateDecision) -> str:
@@ -335,8 +343,8 @@ class RateLimitMiddleware:
             # passes the generation check below first, so tenants' policy
             # versions may be kept between requests (policy/policycache.py).
             policy_caching_enable()
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)  # lifespan, websockets
+        if scope["type"] != "http" or scope.get("path") in UNMETERED_PATHS:
+            await self.app(scope, receive, send)  # lifespan, websockets, health checks
             return
         try:
             decision = await self._check(scope)

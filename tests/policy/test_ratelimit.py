@@ -208,8 +208,8 @@ async def test_concurrent_clients_see_headers_and_the_limit_holds():
 async def test_other_paths_get_a_plain_json_error():
     app = RateLimitMiddleware(_ok_app, resolver=_static(1))
     async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
-        assert (await client.get("/healthz")).status_code == 200
-        refused = await client.get("/healthz")
+        assert (await client.get("/")).status_code == 200
+        refused = await client.get("/")
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "RATE_LIMIT"
 
 
@@ -218,7 +218,7 @@ async def test_redis_down_fails_open_without_headers():
 
     app = RateLimitMiddleware(_ok_app, resolver=_static(1), limiter=AsyncRateLimiter("redis://127.0.0.1:1/0"))
     async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
-        response = await client.get("/healthz")
+        response = await client.get("/")
     assert response.status_code == 200 and "x-ratelimit-limit" not in response.headers
 
 
@@ -238,13 +238,13 @@ async def test_limits_are_per_token_and_come_from_the_tenant_policy(owner, membe
 
         async def calls(token: str, n: int) -> list[int]:
             headers = {"Authorization": f"Bearer {token}"}
-            return [(await client.get("/healthz", headers=headers)).status_code for _ in range(n)]
+            return [(await client.get("/", headers=headers)).status_code for _ in range(n)]
 
         assert await calls(member.token, 5) == [200, 200, 200, 429, 429]
         # Another token of the same tenant has its own bucket.
         assert await calls(owner.token, 3) == [200, 200, 200]
         # Tenant B keeps the default (1,000 per 10 s).
-        response = await client.get("/healthz", headers={"Authorization": f"Bearer {outsider.token}"})
+        response = await client.get("/", headers={"Authorization": f"Bearer {outsider.token}"})
         assert response.headers["x-ratelimit-limit"] == "1000"
 
 
@@ -263,7 +263,7 @@ async def test_the_served_app_wrapped_answers_the_memory_dialect_with_jsonrpc(ow
     app = RateLimitMiddleware(Router())
     headers = {"Authorization": f"Bearer {owner.token}"}
     async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
-        health = await client.get("/healthz", headers=headers)
+        health = await client.get("/", headers=headers)
         assert health.status_code == 200 and health.headers["x-ratelimit-remaining"] == "0"
         refused = await client.post(
             "/mcp/memory",
@@ -375,13 +375,13 @@ async def test_a_new_policy_applies_on_the_next_request_although_the_rule_is_cac
     app = RateLimitMiddleware(_ok_app)
     headers = {"Authorization": f"Bearer {member.token}"}
     async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
-        first = await client.get("/healthz", headers=headers)
+        first = await client.get("/", headers=headers)
         assert first.headers["x-ratelimit-limit"] == "1000"  # the default, now cached for this token
         await sync_to_async(policy_apply)(
             caller=owner.caller, yaml="version: '0.5.0'\nrate_limit: { limit: 2, window_seconds: 601 }\n"
         )
         _inside_one_fixed_window(601, margin_seconds=30)
-        answers = [await client.get("/healthz", headers=headers) for _ in range(3)]
+        answers = [await client.get("/", headers=headers) for _ in range(3)]
     assert [a.headers["x-ratelimit-limit"] for a in answers] == ["2", "2", "2"]
     assert [a.status_code for a in answers] == [200, 200, 429]
 
@@ -403,7 +403,7 @@ async def test_the_rest_route_answers_a_rate_limit_in_the_dialects_own_error_bod
     app = RateLimitMiddleware(Router())
     headers = {"Authorization": f"Bearer {owner.token}"}
     async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
-        await client.get("/healthz", headers=headers)
+        await client.get("/", headers=headers)
         refused = await client.post("/api/pce/pce.memory.search", headers=headers, json={"query": "x"})
         hooks = await client.post("/api/hooks/get-context", headers=headers, json={})
     assert refused.status_code == 429 and refused.headers["retry-after"]

@@ -109,7 +109,7 @@ async def test_a_dialects_own_route_answers_both_in_its_registered_body(register
 
 
 async def test_other_paths_answer_both_in_the_plain_body(registered):
-    too_large, limited = await _too_large_then_limited("/healthz")
+    too_large, limited = await _too_large_then_limited("/")
     assert set(too_large.json()) == set(limited.json()) == {"error", "request_id"}
     assert (too_large.json()["error"]["code"], limited.json()["error"]["code"]) == ("PAYLOAD_TOO_LARGE", "RATE_LIMIT")
 
