@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -230,13 +231,23 @@ def _context_handle(context: ActiveContext) -> str:
     return f"{context.id.hex}.{int(context.expires_at.timestamp())}"
 
 
+# A handle exactly as _context_handle writes it (the expiry optional: cursors
+# issued before it was part of the handle carry none). uuid.UUID() and int()
+# alone would also read an upper-case, hyphenated or braced id and an expiry
+# with a sign, spaces, underscores or non-ASCII digits; [0-9] is ASCII only,
+# and twelve digits reach the year 9999.
+_CONTEXT_HANDLE = re.compile(r"([0-9a-f]{32})(?:\.(0|[1-9][0-9]{0,11}))?")
+
+
 def _parse_context_handle(handle: str) -> tuple[uuid.UUID, datetime | None]:
-    """(context id, expiry the cursor carries); cursors issued before the
-    expiry was part of the handle carry none."""
-    context_id, _, expiry = handle.partition(".")
+    """(context id, expiry the cursor carries, if it carries one)."""
     try:
-        expires_at = datetime.fromtimestamp(int(expiry), tz=UTC) if expiry else None
-        return uuid.UUID(context_id), expires_at
+        match = _CONTEXT_HANDLE.fullmatch(handle)
+        if match is None:
+            raise ValueError(handle)
+        context_id, expiry = match.groups()
+        expires_at = datetime.fromtimestamp(int(expiry), tz=UTC) if expiry is not None else None
+        return uuid.UUID(hex=context_id), expires_at
     except (ValueError, OverflowError, OSError) as exc:
         raise InvalidArgument("cursor is not one this tool returned; start again without a cursor.") from exc
 
