@@ -22,7 +22,7 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -346,31 +346,81 @@ def rank_score(memory: Memory | RankRow, similarity: float) -> float:
     )
 
 
+# roampal's date fields that a memory has (upstream's DATE_FIELDS, which it
+# keeps out of ChromaDB's `where` and compares itself), and the column each
+# filters: created_at (timestamp where history and patterns were stored
+# directly) is when the memory happened, which an import keeps; last_used is
+# when an outcome was last applied (unset until one is: no date filter on it
+# finds a memory never used).
+DATE_FIELDS = {"created_at": "occurred_at", "timestamp": "occurred_at", "last_used": "last_applied_at"}
+_RANGE_LOOKUPS = {"$gte": "gte", "$gt": "gt", "$lte": "lte", "$lt": "lt"}
+# ASCII digits only: a date's \d would take other scripts' digits too.
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_DATE_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ].+", re.DOTALL)
+
+
+def _date_filter(key: str, value: object) -> tuple[Q, datetime | None]:
+    """One date field's filter as roampal v0.3.5 reads it: a day (YYYY-MM-DD)
+    is every instant of that day, another date-time that instant, and
+    $gte/$gt/$lte/$lt bound it. Any other value would compare the stored text
+    with something no date equals, so it is refused. Also the earliest instant
+    the filter admits (None: unbounded below)."""
+    column = DATE_FIELDS[key]
+    refused = InvalidArgument(
+        f"metadata.{key} takes a day (YYYY-MM-DD), an ISO date-time, or $gte/$gt/$lte/$lt with ISO dates or date-times."
+    )
+    if isinstance(value, str) and _DAY.fullmatch(value):
+        start = _iso(f"{value}T00:00:00")
+        if start is None:  # no such day: 2025-02-30
+            raise refused
+        condition = Q(**{f"{column}__gte": start})
+        if value != date.max.isoformat():
+            end = _iso(f"{date.fromisoformat(value) + timedelta(days=1)}T00:00:00")
+            condition &= Q(**{f"{column}__lt": end})
+        return condition, start
+    if isinstance(value, str) and _DATE_TIME.fullmatch(value):
+        when = _iso(value)
+        if when is None:
+            raise refused
+        return Q(**{column: when}), when
+    if not isinstance(value, Mapping):
+        raise refused
+    condition, after = Q(), None
+    for op, raw in value.items():
+        lookup = _RANGE_LOOKUPS.get(op)
+        when = _iso(raw)
+        if lookup is None or when is None:
+            raise refused
+        condition &= Q(**{f"{column}__{lookup}": when})
+        if lookup in ("gte", "gt"):
+            after = when if after is None else max(after, when)
+    return condition, after
+
+
 def _metadata_filter(metadata: Mapping[str, Any] | None) -> tuple[Q, datetime | None]:
-    """roampal's ``metadata`` filter: ``created_at`` comparisons ($gte, $gt, $lte,
-    $lt with ISO dates; on when the memory happened, which an import keeps) and
-    equality on other metadata keys."""
+    """roampal's ``metadata`` filter: the date fields' days, instants and
+    ranges (``_date_filter``), tags, and equality on other metadata keys. Also
+    the earliest instant the memory happened that it admits, which the search
+    applies before it ranks."""
     if not metadata:
         return Q(), None
     validation.json_value(metadata, field="metadata")
     condition, after = Q(), None
     for key, value in metadata.items():
-        if key in ("created_at", "timestamp") and isinstance(value, Mapping):
-            for op, raw in value.items():
-                lookup = {"$gte": "gte", "$gt": "gt", "$lte": "lte", "$lt": "lt"}.get(op)
-                when = _iso(raw)
-                if lookup is None or when is None:
-                    raise InvalidArgument(f"metadata.{key} takes $gte/$gt/$lte/$lt with ISO dates.")
-                condition &= Q(**{f"occurred_at__{lookup}": when})
-                if lookup in ("gte", "gt"):
-                    after = when if after is None else max(after, when)
+        if key in DATE_FIELDS:
+            date_condition, date_after = _date_filter(key, value)
+            condition &= date_condition
+            if date_after is not None and DATE_FIELDS[key] == "occurred_at":
+                after = date_after if after is None else max(after, date_after)
         elif key == "tags":
             tags = [value] if isinstance(value, str) else value
             condition &= Q(tags__contains=validation.tags(tags))
         elif isinstance(value, (str, int, float, bool)):
             condition &= Q(metadata__contains={key: value})
         else:
-            raise InvalidArgument(f"metadata.{key} must be a string, number or boolean (or a created_at range).")
+            raise InvalidArgument(
+                f"metadata.{key} takes a string, number or boolean to equal; only {', '.join(DATE_FIELDS)} take ranges."
+            )
     return condition, after
 
 

@@ -218,7 +218,9 @@ def search_memory(
     metadata: Annotated[
         dict[str, Any] | None,
         Field(
-            description='Optional filters, e.g. {"created_at": {"$gte": "2025-02-01T00:00:00"}} or {"title": "..."}.'
+            description='Optional filters. created_at and last_used take a day ("2025-11-12"), an ISO '
+            'date-time, or a range ({"$gte": "2025-02-01T00:00:00"}; also $gt, $lte, $lt); other keys equal a '
+            'stored metadata value, e.g. {"title": "..."}.'
         ),
     ] = None,
     sort_by: Annotated[
