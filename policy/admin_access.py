@@ -20,15 +20,24 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Model, QuerySet
-from django.http import Http404, HttpRequest
+from django.db.models.constants import LOOKUP_SEP
+from django.http import Http404, HttpRequest, HttpResponse
 
 from policy.caller import Caller
 from policy.models import Principal, Tenant
 
 ADMIN_SCOPES = frozenset({"read", "write", "admin"})
 READ_SCOPES = frozenset({"read"})
+
+
+def holds_nul(value: str) -> bool:
+    """PostgreSQL's text cannot hold a NUL character: a query that sends one
+    fails, so a value with one is refused before it reaches the database."""
+    return "\x00" in value
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,11 @@ class TenantScopedAdminMixin:
     detail pages, actions, autocomplete and exports all start from
     ``get_queryset``, so filtering there scopes every one of them; ``get_object``
     turns a row outside the user's reach into a 404 instead of the admin's usual
-    redirect, so a URL guessed across tenants reveals nothing."""
+    redirect, so a URL guessed across tenants reveals nothing.
+
+    What a request may ask of a list is bounded here too: the query string
+    filters only by the list's own filters, and neither it, an autocomplete
+    term nor an action's selection reaches a query the database refuses."""
 
     tenant_field: str = "tenant_id"
     # Rows of this model may be added / deleted by tenant admins (superusers always may).
@@ -179,6 +192,57 @@ class TenantScopedAdminMixin:
         if access is None or not access.can_write or not self._in_reach(access, obj):
             return False
         return access.is_superuser or self.tenant_admin_may_delete
+
+    # --- what a request may ask of a list ---------------------------------------
+    def _offered_filters(self, request: HttpRequest | None) -> set[str]:
+        names: set[str] = set()
+        list_filter = self.get_list_filter(request) if request is not None else self.list_filter  # type: ignore[attr-defined]
+        for item in list_filter:
+            if isinstance(item, type) and issubclass(item, admin.SimpleListFilter):
+                names.add(str(item.parameter_name))
+            elif isinstance(item, list | tuple):
+                names.add(str(item[0]))
+            else:
+                names.add(str(item))
+        return names
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        """A list is filtered only through the filters it offers (their own
+        lookups, e.g. ``kind__exact``) and by values the database can take.
+        Django would take any lookup on the model's own fields: a scan of the
+        table (``?content__regex=``), or a query that fails while it is built
+        (``?created_at__year=0``). A refused lookup is Django's 400."""
+        if holds_nul(lookup) or holds_nul(value):
+            return False
+        offered = self._offered_filters(request)
+        if not any(lookup == name or lookup.startswith(name + LOOKUP_SEP) for name in offered):
+            return False
+        return bool(super().lookup_allowed(lookup, value, request))  # type: ignore[misc]
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        # The list's search box refuses a NUL itself (Django's search form); an
+        # autocomplete term arrives as sent.
+        if holds_nul(search_term):
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)  # type: ignore[misc, no-any-return]
+
+    def response_action(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        """An action runs on a selection of ids of this model only: a value
+        that is not one (a malformed UUID, a NUL) would fail the action's
+        query. The whole action is refused, as Django refuses an empty
+        selection, and the list is shown again with the message."""
+        pk = self.model._meta.pk  # type: ignore[attr-defined]
+        try:
+            for value in request.POST.getlist(ACTION_CHECKBOX_NAME):
+                pk.to_python(value)
+        except ValidationError:
+            self.message_user(  # type: ignore[attr-defined]
+                request,
+                "The selection holds something that is not an id of this list: nothing was changed.",
+                messages.WARNING,
+            )
+            return None
+        return super().response_action(request, queryset)  # type: ignore[misc, no-any-return]
 
     # --- choices in forms are limited to the user's tenant ----------------------
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:

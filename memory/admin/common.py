@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ALL_VAR, ChangeList
 from django.core.paginator import Paginator
 from django.db import transaction
@@ -33,6 +34,8 @@ from policy.admin_actors import missing_principal_label, principal_labels
 from policy.caller import Caller
 
 ACTION_ROW_CAP = 200
+# PostgreSQL's OFFSET is a bigint: a page starting past it is on no list.
+MAX_OFFSET = 2**63 - 1
 
 
 # --- lists without COUNT(*) -------------------------------------------------------------
@@ -89,6 +92,9 @@ class NoCountListMixin:
             page = int(request.GET.get("p", 1))
         except ValueError:
             page = 1
+        if (page - 1) * per_page > MAX_OFFSET:
+            # As Django answers a page past the last: the list again, without its parameters.
+            raise IncorrectLookupParameters(f"no page {page}")
         return NoCountPaginator(
             queryset, per_page, page_number=page, orphans=0, allow_empty_first_page=allow_empty_first_page
         )

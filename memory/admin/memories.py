@@ -47,7 +47,7 @@ from memory.selectors.memories import SearchQuery, memory_search
 from memory.services.conflicts import conflict_accept, conflict_dismiss
 from memory.services.memories import memory_confirm, memory_forget, memory_restore, memory_supersede
 from memory.services.review import memory_reembed, rule_set_maturity
-from policy.admin_access import TenantScopedAdminMixin, admin_access, read_caller, require_tenant
+from policy.admin_access import TenantScopedAdminMixin, admin_access, holds_nul, read_caller, require_tenant
 from policy.caller import Caller
 
 SEARCH_TENANT_CAP = 25
@@ -379,6 +379,10 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
             raise PermissionDenied("Read-only review access.")
         action = request.POST.get("action", "")
         back = reverse("admin:memory_memory_change", args=[obj.pk])
+        if any(holds_nul(value) for _, values in request.POST.lists() for value in values):
+            # An id with one would reach the alias lookup of memory_pk and fail its query.
+            messages.error(request, "A review cannot carry a NUL character: nothing was changed.")
+            return HttpResponseRedirect(back)
         try:
             message = self._review(request, obj, action)
         except MemoryError_ as exc:
