@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from memory.models import Memory, MemoryEvent, Validity
+from memory.models import ConflictCandidate, Memory, MemoryEvent, Validity
 from memory.services.memories import fact_store, rule_store
 
 pytestmark = pytest.mark.django_db
@@ -179,3 +179,55 @@ def test_tenants_and_principals_are_not_deleted_from_the_admin(client, superuser
     client.force_login(superuser.user)
     assert client.post(reverse("admin:policy_tenant_delete", args=[admin_a.tenant.pk])).status_code == 403
     assert client.post(reverse("admin:policy_principal_delete", args=[admin_a.principal.pk])).status_code == 403
+
+
+@pytest.mark.parametrize(
+    "url_name",
+    [
+        "admin:memory_memory_changelist",
+        "admin:memory_memoryevent_changelist",
+        "admin:memory_conflictcandidate_changelist",
+    ],
+)
+@pytest.mark.parametrize("parameter", ["tenant", "tenant__id__exact", "tenant_id"])
+def test_query_string_naming_another_tenant_shows_nothing_of_it(
+    client, admin_a, admin_b, fact_a, fact_b, url_name, parameter
+):
+    """The tenant filter, Django's own lookup on the tenant's id, and a search
+    narrowed to the other tenant: each starts from the user's rows, so naming
+    tenant B in the query string lists nothing of B (or is refused outright)."""
+    rule_b = rule_store(caller=admin_b.caller, content="Bravo rule about mergers")
+    ConflictCandidate.objects.create(tenant=admin_b.tenant, memory=rule_b, other=fact_b, kind="duplicate")
+    client.force_login(admin_a.user)
+    tenant_b = str(admin_b.tenant.pk)
+    for query in ({parameter: tenant_b}, {parameter: tenant_b, "q": "mergers"}):
+        response = client.get(reverse(url_name), query)
+        assert response.status_code in (200, 302, 400), query
+        page = response.content.decode()
+        assert "Bravo plans" not in page and "Bravo rule" not in page, query
+        assert str(fact_b.pk)[:8] not in page and str(rule_b.pk)[:8] not in page and "tenant-b" not in page, query
+
+
+def test_actions_across_a_selection_naming_another_tenant_change_nothing_of_it(
+    client, admin_a, fact_a, admin_b, fact_b
+):
+    """Select all with tenant B in the query string and B's ids in the
+    selection: the action's rows come from the user's list, so B's memory
+    stays as it was and B's rows are not exported."""
+    client.force_login(admin_a.user)
+    url = f"{reverse('admin:memory_memory_changelist')}?tenant={admin_b.tenant.pk}"
+    selection = {"select_across": "1", "index": "0", "_selected_action": [str(fact_b.pk)]}
+    client.post(url, {"action": "action_retract", **selection})
+    fact_b.refresh_from_db()
+    assert fact_b.validity == Validity.ACTIVE
+    assert not MemoryEvent.objects.filter(memory_id=fact_b.pk, event_type="retracted").exists()
+
+    exported = client.post(url, {"action": "export_csv", **selection})
+    assert "Bravo" not in b"".join(exported.streaming_content).decode()
+
+    event_b = MemoryEvent.objects.filter(memory_id=fact_b.pk).first()
+    assert event_b is not None
+    events = client.post(
+        reverse("admin:memory_memoryevent_changelist"), {"action": "export_csv", "_selected_action": [str(event_b.pk)]}
+    )
+    assert str(fact_b.pk) not in b"".join(events.streaming_content).decode()
