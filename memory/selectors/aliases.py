@@ -48,7 +48,7 @@ def alias_targets(*, tenant_id: uuid.UUID, aliases: Iterable[str], system: str |
 
 def memory_alias_target(caller: Caller, value: object, *, system: str | None = None) -> uuid.UUID | None:
     """The memory an alias names in the caller's tenant, or None."""
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:  # no stored text holds NUL
         return None
     found = alias_targets(tenant_id=caller.tenant_id, aliases=[value.strip()], system=system)
     return next(iter(found.values()), None)
