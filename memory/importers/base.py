@@ -73,6 +73,13 @@ class ImportedMemory:
     own_id: str = ""
 
 
+# The import service holds a store's entities and relations until its memories
+# are written (an entity links to its claims, a relation to its ends), all of
+# them at once: a reader refuses a store holding more of them than this before
+# it yields any record.
+GRAPH_RECORDS_MAX = 200_000
+
+
 @dataclass
 class ImportedEntity:
     """A knowledge-graph node (pce-memory entities, the MCP memory server's entities)."""

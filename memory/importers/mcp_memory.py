@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.importers.base import (
+    GRAPH_RECORDS_MAX,
     ImportedEntity,
     ImportedMemory,
     ImportedRelation,
@@ -26,7 +27,7 @@ from memory.importers.base import (
     Record,
     Skipped,
 )
-from memory.importers.bounded_json import json_lines
+from memory.importers.bounded_json import RECORDS_MAX, json_lines
 
 SYSTEM = "mcp-memory"
 
@@ -47,8 +48,24 @@ class MemoryJsonl:
             raise ImportSourceError(f"no file {path}; give the server's MEMORY_FILE_PATH (memory.jsonl).")
         self.path = path
         # Read through once here, a line at a time: a file an import cannot
-        # read is refused before anything of it is written.
-        self.total = sum(len(_observations(line)) + 1 for _, line in json_lines(path))
+        # read is refused before anything of it is written. An observation
+        # becomes a memory and its id stays in its entity's claims until the
+        # end, so the records are counted (an entity line may hold thousands of
+        # observations), and the entities and relations the import holds too.
+        self.total = graph = 0
+        for _, line in json_lines(path):
+            self.total += len(_observations(line)) + 1
+            if self.total > RECORDS_MAX:
+                raise ImportSourceError(
+                    f"{path.name} holds more than {RECORDS_MAX} records, more than an import reads."
+                )
+            if isinstance(line, dict) and line.get("type") in ("entity", "relation"):
+                graph += 1
+                if graph > GRAPH_RECORDS_MAX:
+                    raise ImportSourceError(
+                        f"{path.name} holds more than {GRAPH_RECORDS_MAX} entities and relations, "
+                        "more than an import reads."
+                    )
 
     def estimate(self) -> int | None:
         return self.total

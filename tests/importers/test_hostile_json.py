@@ -17,7 +17,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from memory.errors import InvalidArgument
-from memory.models import Memory, MemoryAlias
+from memory.importers.base import GRAPH_RECORDS_MAX
+from memory.models import Entity, Memory, MemoryAlias
 from memory.services.imports import memories_import
 from tests.conftest import make_identity
 
@@ -112,6 +113,47 @@ def test_memory_jsonl_is_read_a_line_at_a_time(tmp_path):
     assert not isinstance(report, Exception), report
     assert report.read == 500_002 and report.created_total == 1, report.lines()
     assert peak < PEAK_MAX, f"{peak / MB:.0f} MB"
+
+
+def _graph_past_the_bound(path: Path) -> None:
+    """An entity, then as many relations again as the entities and relations
+    an import holds (12 MB): their ends are not both entities, so an import
+    that held them all would write none of them."""
+    entity = {"type": "entity", "name": "Ada", "entityType": "person", "observations": ["Ada likes tea"]}
+    relation = '{"type":"relation","from":"Ada","to":"Bob","relationType":"r%06d"}\n'
+    with path.open("w") as out:
+        out.write(json.dumps(entity) + "\n")
+        out.writelines(relation % i for i in range(GRAPH_RECORDS_MAX))
+
+
+def _observations_past_the_bound(path: Path) -> None:
+    """Eleven entities of 99,000 observations each (5 MB): each observation
+    a memory, and its id held in its entity's claims until the end."""
+    with path.open("w") as out:
+        for i in range(11):
+            out.write(json.dumps({"type": "entity", "name": f"e{i}", "observations": ["x"] * 99_000}) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("write", "refusal"),
+    [
+        (_graph_past_the_bound, "holds more than 200000 entities and relations"),
+        (_observations_past_the_bound, "holds more than 1000000 records"),
+    ],
+)
+def test_a_memory_jsonl_of_more_than_an_import_holds_is_refused_before_anything_is_written(tmp_path, write, refusal):
+    owner = make_identity("hostile-json", "owner", role="admin")
+    path = tmp_path / "memory.jsonl"
+    write(path)
+
+    refused, peak = _peak(lambda: memories_import(caller=owner.caller, system="mcp-memory", location=str(path)))
+
+    assert isinstance(refused, InvalidArgument), refused
+    assert refused.code == "INVALID_ARGUMENT"
+    assert f"memory.jsonl {refusal}, more than an import reads" in str(refused), str(refused)
+    assert peak < PEAK_MAX, f"{peak / MB:.0f} MB"
+    assert not Memory.objects.filter(tenant_id=owner.caller.tenant_id).exists()
+    assert not Entity.objects.filter(tenant_id=owner.caller.tenant_id).exists()
 
 
 def test_a_mem0_export_is_read_a_memory_at_a_time(tmp_path):
