@@ -192,6 +192,17 @@ def _kind_hnsw(kind: str) -> HnswIndex:
     return _hnsw_graph(kind_graph_name(kind), Q(kind=kind, validity="active"))
 
 
+def _kind_search_gin(kind: str) -> GinIndex:
+    """The keyword channel's twin of ``_kind_hnsw``: the words of one kind's
+    active memories. A read of facts scans the facts' entries alone; in one
+    index of every knowledge kind, a query whose words are common among a large
+    tenant's rules but absent from its facts gave every such rule to the heap to
+    be filtered out (memory.retrieval.keyword_kinds_sql reads several kinds)."""
+    return GinIndex(
+        fields=["search_vector"], name=f"memory_{kind}_search_gin", condition=Q(kind=kind, validity="active")
+    )
+
+
 class MemoryQuerySet(models.QuerySet["Memory"]):
     def for_caller(self, caller: Caller) -> MemoryQuerySet:
         """The one place where the tenant boundary is applied to memories."""
@@ -376,15 +387,11 @@ class Memory(models.Model):
             # inserts into two graphs, an episode into one.
             *(_kind_hnsw(kind) for kind in KINDS_WITH_OWN_GRAPH),
             GinIndex(fields=["search_vector"], name="memory_search_vector_gin"),
-            # The keyword channel's twin of the graphs above: the active facts, rules
-            # and documents alone. A facts read's keyword candidates came from the GIN
-            # index of every memory ANDed with a bitmap of the tenant's facts, built
-            # anew for every read; here they come from one scan.
-            GinIndex(
-                fields=["search_vector"],
-                name="memory_knowledge_search_gin",
-                condition=Q(kind__in=KINDS_WITH_OWN_GRAPH, validity="active"),
-            ),
+            # The keyword channel's twin of the graphs above, one per kind. A facts
+            # read's keyword candidates came from the GIN index of every memory ANDed
+            # with a bitmap of the tenant's facts, built anew for every read; here
+            # they come from one scan.
+            *(_kind_search_gin(kind) for kind in KINDS_WITH_OWN_GRAPH),
             models.Index(fields=["tenant", "kind", "validity", "-created_at"], name="memory_tenant_kind_idx"),
             models.Index(fields=["tenant", "content_hash"], name="memory_tenant_hash_idx"),
             models.Index(

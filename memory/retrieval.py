@@ -96,15 +96,31 @@ _NS_PREFIX_SLICE = "m.namespace[1:%(ns_depth)s] = %(ns_prefix)s::varchar[]"
 _NS_PREFIX_ESTIMABLE = f"(m.namespace = %(ns_prefix)s::varchar[] OR {_NS_PREFIX_SLICE})"
 
 
-def _where(caller: Caller, flt: RetrievalFilter, *, kinds: bool = True) -> tuple[str, dict]:
-    """The read's filter; without ``kinds`` for a probe of one kind's graph,
-    which names its kind itself: the planner multiplies the selectivities of
-    two predicates on the kind as if they were independent (a facts read of a
-    100k tenant was estimated at 589 rows for 14,901, and sorted every fact by
-    distance instead of walking the facts' graph: 74 ms instead of ~3)."""
+_KINDS_SQL = "m.kind = ANY(%(kinds)s)"
+
+
+def keyword_kinds_sql(kinds: Sequence[str]) -> str:
+    """The keyword statement's condition on the kinds. Several knowledge kinds
+    as one equality each, ORed: the planner then takes the union of those kinds'
+    own GIN indexes (memory.models._kind_search_gin), a condition on each arm
+    proving each partial index; as one ``= ANY`` of them no partial index is
+    proved, and the GIN index of every memory, episodes included, is scanned."""
+    wanted = sorted(set(kinds))
+    if len(wanted) > 1 and set(wanted) <= set(KINDS_WITH_OWN_GRAPH):
+        return "(" + " OR ".join(f"m.kind = '{kind}'" for kind in wanted) + ")"
+    return _KINDS_SQL
+
+
+def _where(caller: Caller, flt: RetrievalFilter, *, kinds_sql: str | None = _KINDS_SQL) -> tuple[str, dict]:
+    """The read's filter; without a condition on the kinds (``kinds_sql``
+    None) for a probe of one kind's graph, which names its kind itself: the
+    planner multiplies the selectivities of two predicates on the kind as if
+    they were independent (a facts read of a 100k tenant was estimated at 589
+    rows for 14,901, and sorted every fact by distance instead of walking the
+    facts' graph: 74 ms instead of ~3)."""
     clauses = [
         "m.tenant_id = %(tenant)s",
-        *(["m.kind = ANY(%(kinds)s)"] if kinds else []),
+        *([kinds_sql] if kinds_sql else []),
         "m.validity = 'active'",
         "(m.expires_at IS NULL OR m.expires_at > %(now)s)",
     ]
@@ -602,7 +618,7 @@ class _PreparedCursor(psycopg.Cursor):
 
 # What a keyword statement's plan depends on, written into its text rather than
 # bound: a prepared statement's generic plan knows only its text, and the plans
-# differ by the kinds read (the knowledge kinds' partial GIN index, which a bound
+# differ by the kinds read (the kinds' partial GIN indexes, which a bound
 # array cannot be proved to match) and by the tenant's size. So each tenant and
 # set of kinds gets a statement of its own on each connection.
 _PLAN_KEYS = ("tenant", "kinds")
@@ -730,7 +746,7 @@ def channel_statement(
         assert query_vector is not None
         kinds = sorted(set(flt.kinds))
         if not walks_group_graph(caller.tenant_id, kinds):
-            probe_where = _where(caller, flt, kinds=False)[0]
+            probe_where = _where(caller, flt, kinds_sql=None)[0]
             probes = "\n        UNION ALL".join(
                 _VECTOR_PROBE_SQL.format(where=probe_where, kind=f" AND m.kind = %(vec_kind_{i})s")
                 for i in range(len(kinds))
@@ -744,7 +760,8 @@ def channel_statement(
         selects.append("SELECT 'v' AS channel, id, score, NULL::float8 AS idf_total, session FROM vec")
         params_sql.update(qvec=vector_literal(query_vector), k_vec=params.k_vec)
     if run_txt:
-        ctes.append(_TERMS_SQL.format(where=where, session=SESSION_SQL))
+        txt_where = _where(caller, flt, kinds_sql=keyword_kinds_sql(flt.kinds))[0]
+        ctes.append(_TERMS_SQL.format(where=txt_where, session=SESSION_SQL))
         scorer = _BM25_SQL if params.keyword_scorer == "bm25" else _COVER_DENSITY_SQL
         ctes.append(scorer.format())
         selects.append("SELECT 't' AS channel, id, score, idf_total, session FROM txt")
