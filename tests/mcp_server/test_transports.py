@@ -72,22 +72,33 @@ def test_stdio_refuses_to_start_without_a_valid_token(member):
     assert b"MEMPROJ_TOKEN" in proc.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
-def http_server(transactional_db):
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "memproj.asgi:application", "--host", "127.0.0.1", "--port", str(port)],
-        env=_env_for_test_database(MEMPROJ_PUBLIC_URL=f"http://127.0.0.1:{port}"),
-        cwd=str(ROOT),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+def http_server(transactional_db, tmp_path):
+    # The port stays bound from here until uvicorn serves on it (--fd): a port
+    # found free and released again could be taken by another process before
+    # uvicorn binds it, the longer the slower uvicorn starts. Not yet listening,
+    # so a connection is refused until uvicorn is ready, as before.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    # Its output goes to a file: a pipe that is only read on failure would stop
+    # the server once it filled.
+    log_path = tmp_path / "uvicorn.log"
+    with sock, open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "memproj.asgi:application", "--fd", str(sock.fileno())],
+            env=_env_for_test_database(MEMPROJ_PUBLIC_URL=f"http://127.0.0.1:{port}"),
+            cwd=str(ROOT),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(sock.fileno(),),
+        )
+
+    def stopped(reason: str) -> str:
+        proc.kill()
+        proc.wait()
+        return f"uvicorn {reason}:\n{log_path.read_text(errors='replace')}"
+
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
@@ -97,13 +108,14 @@ def http_server(transactional_db):
         except httpx.HTTPError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            output = proc.stdout.read().decode() if proc.stdout else ""
-            proc.kill()
-            pytest.fail(f"uvicorn did not start:\n{output}")
+            pytest.fail(stopped("did not start"))
         time.sleep(0.2)
     yield base
     proc.terminate()
-    proc.wait(timeout=20)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail(stopped("did not stop within 20 s of SIGTERM"))
 
 
 async def test_http_endpoint_with_bearer_token(http_server, member, outsider):
