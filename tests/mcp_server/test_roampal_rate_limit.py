@@ -53,7 +53,7 @@ async def test_a_rate_limited_roampal_route_answers_in_its_own_error_body(member
 async def test_the_other_surfaces_keep_their_own_rate_limit_answers(member):
     headers = {"Authorization": f"Bearer {member.token}"}
     async with httpx.AsyncClient(transport=asgi_transport(limited_app()), base_url="http://testserver") as client:
-        assert (await client.get("/healthz", headers=headers)).status_code == 200
+        assert (await client.get("/", headers=headers)).status_code == 200
         mcp = await client.post(
             "/mcp/roampal/",
             headers={**headers, "Accept": "application/json, text/event-stream"},
@@ -61,8 +61,8 @@ async def test_the_other_surfaces_keep_their_own_rate_limit_answers(member):
         )
         rest = await client.post("/api/roampal/search_memory", headers=headers, json={"query": "x"})
         store = await client.post("/api/langmem/store/", headers=headers, json={})
-        health = await client.get("/healthz", headers=headers)
-    assert {r.status_code for r in (mcp, rest, store, health)} == {429}
+        index = await client.get("/", headers=headers)
+    assert {r.status_code for r in (mcp, rest, store, index)} == {429}
     # MCP: a JSON-RPC error answering the call's id, its message in roampal's tool error format.
     body = mcp.json()
     assert body["jsonrpc"] == "2.0" and body["id"] == "call-9" and body["error"]["code"] == JSONRPC_RATE_LIMIT
@@ -70,6 +70,6 @@ async def test_the_other_surfaces_keep_their_own_rate_limit_answers(member):
     # The generic REST route: roampal's error line inside the route's coded object.
     assert set(rest.json()) == {"error"} and rest.json()["error"]["code"] == "RATE_LIMIT"
     assert rest.json()["error"]["message"].startswith("Error: rate limit")
-    # Paths of no dialect's own error body (the LangGraph store, /healthz) keep the plain body.
-    for plain in (store, health):
+    # Paths of no dialect's own error body (the LangGraph store, the index) keep the plain body.
+    for plain in (store, index):
         assert set(plain.json()) == {"error", "request_id"} and plain.json()["error"]["code"] == "RATE_LIMIT"
