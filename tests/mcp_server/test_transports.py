@@ -4,7 +4,6 @@ ASGI app under uvicorn, each authenticated with a real token."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memory.models import Memory
 from tests.conftest import call
+from tests.harness.ports import HeldPort
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,24 +74,19 @@ def test_stdio_refuses_to_start_without_a_valid_token(member):
 
 @pytest.fixture
 def http_server(transactional_db, tmp_path):
-    # The port stays bound from here until uvicorn serves on it (--fd): a port
-    # found free and released again could be taken by another process before
-    # uvicorn binds it, the longer the slower uvicorn starts. Not yet listening,
-    # so a connection is refused until uvicorn is ready, as before.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     # Its output goes to a file: a pipe that is only read on failure would stop
     # the server once it filled.
     log_path = tmp_path / "uvicorn.log"
-    with sock, open(log_path, "wb") as log:
+    # The port stays bound until uvicorn serves on it (see tests.harness.ports).
+    with HeldPort() as held, open(log_path, "wb") as log:
+        port = held.port
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "memproj.asgi:application", "--fd", str(sock.fileno())],
+            [sys.executable, "-m", "uvicorn", "memproj.asgi:application", "--fd", str(held.fd)],
             env=_env_for_test_database(MEMPROJ_PUBLIC_URL=f"http://127.0.0.1:{port}"),
             cwd=str(ROOT),
             stdout=log,
             stderr=subprocess.STDOUT,
-            pass_fds=(sock.fileno(),),
+            pass_fds=(held.fd,),
         )
 
     def stopped(reason: str) -> str:

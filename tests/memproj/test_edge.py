@@ -26,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memproj.serve import PROCESSES
 from tests.conftest import call
+from tests.harness.ports import HeldPort, on_held_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 64 * 1024
@@ -40,12 +41,6 @@ pytestmark = pytest.mark.xdist_group("edge_server")
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _database_url(db: dict) -> str:
     """The test database as the web process reaches it (with the role's password, if it has one)."""
     user = quote(db["USER"], safe="")
@@ -55,13 +50,15 @@ def _database_url(db: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker) -> Iterator[tuple[str, int]]:
+def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[tuple[str, int]]:
     from django.conf import settings
     from django.db import connection
 
     with django_db_blocker.unblock():
         db = connection.settings_dict
-    port = _free_port()
+    # The port stays bound until the web process serves on it (see tests.harness.ports).
+    held = HeldPort()
+    port = held.port
     env = dict(
         os.environ,
         DJANGO_SETTINGS_MODULE="memproj.settings.base",
@@ -80,7 +77,24 @@ def server(django_db_setup, django_db_blocker) -> Iterator[tuple[str, int]]:
         MEMPROJ_ANONYMOUS_RATE_LIMIT="1000000",
         MEMPROJ_ANONYMOUS_RATE_WINDOW=str(random.randint(100_000, 900_000)),
     )
-    proc = subprocess.Popen(PROCESSES["web"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # Its output goes to a file: a pipe that is only read on failure would stop
+    # the server once it filled (it logs every request).
+    log_path = tmp_path_factory.mktemp("edge") / "web.log"
+    with held, open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            on_held_port(PROCESSES["web"], held),
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(held.fd,),
+        )
+
+    def stopped(reason: str) -> str:
+        proc.kill()
+        proc.wait()
+        return f"the web process {reason}:\n{log_path.read_text(errors='replace')}"
+
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
     while True:
@@ -90,13 +104,14 @@ def server(django_db_setup, django_db_blocker) -> Iterator[tuple[str, int]]:
         except httpx.HTTPError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            output = proc.stdout.read().decode() if proc.stdout else ""
-            pytest.fail(f"the web process did not start:\n{output}")
+            pytest.fail(stopped("did not start"))
         time.sleep(0.3)
     yield "127.0.0.1", port
     proc.terminate()
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(stopped("did not stop within 30 s of SIGTERM"))
 
 
 def _connect(server: tuple[str, int]) -> socket.socket:

@@ -15,6 +15,7 @@ from redis.exceptions import NoScriptError
 from policy.document import RateLimitPolicy
 from policy.middleware import JSONRPC_RATE_LIMIT, RateLimitMiddleware
 from policy.ratelimit import RateLimiter, redis_url
+from tests.harness.ports import HeldPort
 from tests.harness.surfaces.asgi import asgi_transport
 
 # Fixed windows start on multiples of their length on Redis's clock. A burst
@@ -296,14 +297,6 @@ async def test_a_dialect_registers_its_own_error_format():
     assert other.status_code == 429 and other.json()["id"] == 3 and other.json()["jsonrpc"] == "2.0"
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def test_the_limit_holds_across_two_web_processes():
     """Two uvicorn processes share one Redis count: 90 concurrent requests split
     across them at a limit of 30 get exactly 30 answers, from both processes."""
@@ -312,7 +305,6 @@ async def test_the_limit_holds_across_two_web_processes():
     import sys
     import time
 
-    ports = [_free_port(), _free_port()]
     # The readiness probes and the burst must fall in one window (see
     # _inside_one_fixed_window); starting the servers and probing them can take
     # a minute on a loaded machine, hence the day-long window and wide margin.
@@ -320,22 +312,26 @@ async def test_the_limit_holds_across_two_web_processes():
     _inside_one_fixed_window(window, margin_seconds=300)
     bucket = f"test-{uuid.uuid4()}"
     env = dict(os.environ, RL_REDIS_URL=redis_url(), RL_BUCKET=bucket, RL_LIMIT="30", RL_WINDOW=str(window))
-    servers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "tests.policy.ratelimit_app:app",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-        )
-        for port in ports
-    ]
+    # Each port stays bound until its uvicorn serves on it (see tests.harness.ports).
+    with HeldPort() as first, HeldPort() as second:
+        ports = [first.port, second.port]
+        servers = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "tests.policy.ratelimit_app:app",
+                    "--fd",
+                    str(held.fd),
+                    "--log-level",
+                    "warning",
+                ],
+                env=env,
+                pass_fds=(held.fd,),
+            )
+            for held in (first, second)
+        ]
     try:
         async with httpx.AsyncClient(timeout=10) as client:
             deadline = time.monotonic() + 60
