@@ -175,9 +175,15 @@ def query(value: object, *, field: str = "query") -> str:
     return text(value, field=field, max_chars=limits()["MAX_QUERY_CHARS"])
 
 
+def is_label(value: object) -> bool:
+    # fullmatch: a pattern's ``$`` also matches before a final newline, so
+    # ``match`` took "global\n" as a label, stored as a scope of its own.
+    return isinstance(value, str) and _LABEL.fullmatch(value) is not None
+
+
 def label(value: object, *, field: str) -> str:
     """Scopes, butlers, session ids: short identifiers."""
-    if not isinstance(value, str) or not _LABEL.match(value):
+    if not is_label(value):
         raise InvalidArgument(f"{field} must be 1-100 characters of letters, digits and _.:@/- (got {value!r}).")
     return value
 

@@ -61,13 +61,12 @@ EXCHANGE_PART_OVERLAP = 200
 # lists the ids of the others, each of which names the first.
 EXCHANGE_PART, EXCHANGE_PARTS = "exchange_part", "exchange_parts"
 NO_ACTIVE_MEMORY = "no active memory with that id; use search_memory to find it."
-_SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
 
 
 def _working_session(conversation_id: str | None, metadata: dict[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
     """A conversation id as a working memory carries it: its session when it is
     a label, else in the metadata."""
-    session = conversation_id if conversation_id and _SESSION.match(conversation_id) else None
+    session = conversation_id if conversation_id and validation.is_label(conversation_id) else None
     meta = dict(metadata or {})
     if conversation_id and session is None:
         meta["conversation_id"] = conversation_id[:200]
