@@ -27,6 +27,11 @@ MAX_NAMESPACE_BYTES = 1024
 MAX_JSON_DEPTH = 32
 MAX_JSON_BYTES = 64 * 1024
 MAX_KEY_CHARS = 200
+# Characters that show nothing: controls, format characters (zero-width
+# spaces and joiners, direction marks, the byte order mark) and separators.
+# str.strip() removes only the separators, so a text of these alone is empty
+# to a reader and to both search channels, yet passed as text.
+_INVISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
 
 
 def limits() -> dict:
@@ -39,6 +44,8 @@ def text(value: object, *, field: str, max_chars: int | None = None) -> str:
     stripped = value.strip()
     if not stripped:
         raise InvalidArgument(f"{field} must not be empty.")
+    if all(unicodedata.category(char) in _INVISIBLE for char in stripped):
+        raise InvalidArgument(f"{field} must not be empty (it holds only invisible characters).")
     max_chars = max_chars or limits()["MAX_CONTENT_CHARS"]
     if len(stripped) > max_chars:
         raise InvalidArgument(f"{field} is {len(stripped)} characters; the limit is {max_chars}. Split it up.")

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from memory.models import Entity, Exchange, Memory, MemoryEvent, OutcomeReport, Relation
+from tests.conftest import call
 from tests.harness.surfaces.asgi import asgi_transport
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -96,3 +97,25 @@ async def test_a_conversation_id_with_a_newline_is_kept_but_is_no_session(member
     stored = await Memory.objects.aget(tenant_id=member.caller.tenant_id, collection="working")
     assert stored.session_id == ""
     assert stored.metadata["conversation_id"] == "c-1\n"
+
+
+# --- invisible text -------------------------------------------------------------------------------
+# Text of invisible characters alone (zero-width, direction and format marks) is empty.
+
+INVISIBLE = ["\u200b", "\u200b\u200f\u2060", " \u202e \ufeff "]
+
+
+@pytest.mark.parametrize("content", INVISIBLE)
+async def test_text_of_invisible_characters_alone_is_empty(member, mcp_client_for, content):
+    async with mcp_client_for(member) as client:
+        text = await refused(client, "memory_store_rule", {"content": content}, "INVALID_ARGUMENT")
+        assert text == "[INVALID_ARGUMENT] content must not be empty (it holds only invisible characters)."
+        await refused(
+            client, "memory_store_fact", {"subject": content, "predicate": "p", "content": "c"}, "INVALID_ARGUMENT"
+        )
+    async with mcp_client_for(member, "memento") as client:
+        text = await refused(client, "store_memory", {"content": content}, "INVALID_ARGUMENT")
+    assert json.loads(text)["error"]["code"] == "INVALID_PARAMETER"
+    # Text with something to read between the marks is text.
+    async with mcp_client_for(member) as client:
+        await call(client, "memory_store_rule", content=f"\u200bcall me Ishmael{content}")
