@@ -9,7 +9,8 @@ a partitioned network accepts the connection and then answers nothing, so a
 server-side ``statement_timeout`` would never fire. Its own connection, because
 the request threads' may be the ones stuck, and its own thread, because the
 event loop's executor may be full of calls waiting on such a database.
-Concurrent probes share the check under way, so a burst of probes opens one
+Concurrent probes share the check under way, and a probe soon after a completed
+check is answered by it (``FRESH_SECONDS``), so a burst of probes opens one
 connection.
 
 Redis is reported but never makes the process unready: the service is built to
@@ -139,10 +140,29 @@ async def redis_check(url: str, bound: float = REDIS_BOUND_SECONDS) -> Outcome:
     return "ok"
 
 
+# A probe within this long of the last completed check is answered by it: probes
+# are not rate limited (a balancer's must never be refused), so a flood of them
+# opens at most one database and one Redis connection a second, while a balancer
+# probing every few seconds still sees a change at its next probe.
+FRESH_SECONDS = 1.0
+_last_checks: tuple[float, dict[str, Outcome]] | None = None
+
+
 async def readiness_checks() -> dict[str, Outcome]:
     """Each dependency's state: ``database`` (PostgreSQL) decides readiness;
     ``redis`` (the rate limiter's, by default the broker) is informative. Both
-    are checked at once, so the answer comes within the database's bound."""
+    are checked at once, so the answer comes within the database's bound; the
+    answer of a check completed less than ``FRESH_SECONDS`` ago is reused."""
+    global _last_checks
+    last = _last_checks
+    if last is not None and time.monotonic() - last[0] < FRESH_SECONDS:
+        return dict(last[1])
+    checks = await _check_dependencies()
+    _last_checks = (time.monotonic(), checks)
+    return dict(checks)
+
+
+async def _check_dependencies() -> dict[str, Outcome]:
     redis_state = asyncio.ensure_future(redis_check(redis_url()))
     database = asyncio.wrap_future(_shared_database_check())
     try:

@@ -5,7 +5,9 @@ connection open and passes nothing on) or gone; ready whatever Redis does,
 since the service serves without it. /healthz, liveness, stays 200 meanwhile.
 
 A probe that hangs fails here through the client's bound, which is far above
-the check's own: the tests assert answers, not times."""
+the check's own: the tests assert answers, not times. A probe soon after a check
+is answered by it (``FRESH_SECONDS``), so after each change of a dependency the
+tests wait that long before the probe that must see it."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import psycopg
 import pytest
 from django.db import connections
 
+from memproj import readiness
 from memproj.readiness import DeadlinePassed, select_one_within
 from tests.harness.pgrelay import PostgresRelay, postgres_relay
 from tests.harness.surfaces.asgi import asgi_transport
@@ -31,6 +34,15 @@ pytestmark = pytest.mark.django_db
 # Generous: only a hang reaches it.
 CLIENT_BOUND_SECONDS = 15.0
 LEAKS = ("Traceback", "psycopg", "OperationalError", "socket", "connection to server", "pgrelay", "password")
+
+
+@pytest.fixture(autouse=True)
+def _no_check_from_another_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readiness, "_last_checks", None)
+
+
+async def _past_the_last_check() -> None:
+    await asyncio.sleep(readiness.FRESH_SECONDS)
 
 
 @pytest.fixture
@@ -77,12 +89,14 @@ async def test_ready_while_the_database_and_redis_answer():
 async def test_a_frozen_database_is_a_503_within_the_bound_and_liveness_stays(relay):
     assert (await _get("/readyz")).status_code == 200  # through the relay, flowing
     relay.stall()
+    await _past_the_last_check()
     details = _unready(await _get("/readyz"))
     assert details["checks"]["database"] == "timeout"
     # Liveness touches no dependency: the process is not restarted for an outage.
     health = await _get("/healthz")
     assert health.status_code == 200 and health.json() == {"status": "ok"}
     relay.flow()
+    await _past_the_last_check()
     answer = await _get("/readyz")
     assert answer.status_code == 200 and answer.json()["status"] == "ready", answer.text
 
@@ -150,3 +164,28 @@ async def test_redis_frozen_leaves_the_process_ready(settings):
         answer = await _get("/readyz")
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"status": "ready", "checks": {"database": "ok", "redis": "timeout"}}
+
+
+async def test_a_flood_of_probes_is_answered_by_one_check_until_it_is_a_second_old(monkeypatch):
+    """Probes are not rate limited, so each must not open connections of its
+    own: probes within FRESH_SECONDS of a check reuse its answer, and the next
+    probe after that checks again."""
+    checks: list[str] = []
+
+    def counted_database_check(bound: float = readiness.DATABASE_BOUND_SECONDS) -> readiness.Outcome:
+        checks.append("database")
+        return "ok"
+
+    async def counted_redis_check(url: str, bound: float = readiness.REDIS_BOUND_SECONDS) -> readiness.Outcome:
+        checks.append("redis")
+        return "ok"
+
+    monkeypatch.setattr(readiness, "database_check", counted_database_check)
+    monkeypatch.setattr(readiness, "redis_check", counted_redis_check)
+    monkeypatch.setattr(readiness, "FRESH_SECONDS", 3600.0)
+    answers = [await _get("/readyz") for _ in range(10)]
+    assert [a.status_code for a in answers] == [200] * 10
+    assert sorted(checks) == ["database", "redis"]
+    monkeypatch.setattr(readiness, "FRESH_SECONDS", 0.0)
+    assert (await _get("/readyz")).status_code == 200
+    assert sorted(checks) == ["database", "database", "redis", "redis"]
