@@ -200,7 +200,8 @@ def number(value: object, *, field: str, low: float, high: float) -> float:
         raise InvalidArgument(f"{field} must be a number between {low} and {high}.")
     if not (low <= float(value) <= high):
         raise InvalidArgument(f"{field} must be between {low} and {high} (got {value}).")
-    return float(value)
+    # + 0.0 turns -0.0 (within every bound) into 0.0, so it is not stored and answered as "-0.0".
+    return float(value) + 0.0
 
 
 def limit(value: object, *, field: str = "limit", maximum: int | None = None) -> int:

@@ -119,3 +119,16 @@ async def test_text_of_invisible_characters_alone_is_empty(member, mcp_client_fo
     # Text with something to read between the marks is text.
     async with mcp_client_for(member) as client:
         await call(client, "memory_store_rule", content=f"\u200bcall me Ishmael{content}")
+
+
+# --- numbers --------------------------------------------------------------------------------------
+# -0.0 is within every bound; it is stored and answered as 0.
+
+
+async def test_negative_zero_is_stored_and_answered_as_zero(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        stored = await call(client, "memory_store_episode", content="a quiet day", butler="general", importance=-0.0)
+    assert json.dumps(stored["importance"]) == "0.0"
+    async with mcp_client_for(member, "memento") as client:
+        created = (await call(client, "store_memory", content="the user is neutral", confidence=-0.0))["created"]
+    assert json.dumps(created["confidence"]) == "0.0"
