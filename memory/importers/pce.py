@@ -26,14 +26,17 @@ MiniLM of its own)."""
 from __future__ import annotations
 
 import threading
-from collections import Counter, defaultdict
+import time
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from memory import validation
 from memory.importers.base import (
+    GRAPH_RECORDS_MAX,
     ImportedEntity,
     ImportedMemory,
     ImportedRelation,
@@ -50,14 +53,18 @@ CLAIM_SUBJECT = "claim"  # memory.claims.CLAIM_SUBJECT: a claim is a fact keyed 
 RETRACTED_STATUSES = {"rolled_back", "retracted", "deleted", "tombstoned"}
 # A DuckDB file is someone else's (an admin upload among them): its "tables"
 # may be views over an endless range, or carry generated columns that compute
-# a huge value per row as they are read. Those are refused; any read stops
-# after this long, holds at most this many rows per table, and runs in a
-# bounded part of the server's memory and cores.
+# a huge value per row as they are read. Those are refused; reading it takes
+# at most this long in all, a table of more than this many rows is refused
+# before any row is read, and DuckDB runs in a bounded part of the server's
+# memory and cores.
 READ_SECONDS = 60.0
 ROWS_MAX = 200_000
+# Rows are read this many at a time as the import goes, none held after it.
+BATCH_ROWS = 500
 # Text packs tightly in a DuckDB file (a small one can hold the same long
-# value in every row), and what is read is held in the server's memory: the
-# tables read hold at most this much text between them.
+# value in every row), and what is read is held in the server's memory (DuckDB
+# sorts a table's rows before the first is read): the tables read hold at most
+# this much text between them.
 TEXT_MAX_BYTES = 128 * 1024 * 1024
 DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "enable_external_access": False,
@@ -65,6 +72,10 @@ DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "threads": 2,
 }
 TABLES = ("claims", "feedback", "entities", "claim_entities", "relations")
+# A claim's feedback and an entity's claims are gathered onto its row by
+# DuckDB, under names of the reader's own.
+FEEDBACK = "_memproj_feedback"
+CLAIM_IDS = "_memproj_claims"
 
 
 def _claim(row: dict[str, Any], feedback: list[tuple[str, datetime | None]]) -> ImportedMemory:
@@ -142,6 +153,10 @@ class _Watchdog:
 
 
 class DuckDbStore:
+    """Checked whole when opened, before any row is read: its tables, their
+    text and their rows are counted. Its rows are read as the import goes,
+    a batch at a time, on the connection kept open until ``close``."""
+
     system = SYSTEM
 
     def __init__(self, path: Path) -> None:
@@ -155,107 +170,161 @@ class DuckDbStore:
             # A DuckDB file can hold views over read_text('/any/path') or other
             # databases: with external access off, reading the store reads
             # nothing else of the server's (an admin upload is someone else's file).
-            connection = duckdb.connect(str(path), read_only=True, config=DUCKDB_CONFIG)
+            self.connection: Any = duckdb.connect(str(path), read_only=True, config=DUCKDB_CONFIG)
         except duckdb.Error as exc:
             raise ImportSourceError(f"{path.name} is not a DuckDB file pce-memory wrote.") from exc
-        watchdog = _Watchdog(connection, READ_SECONDS)
+        self.path = path
+        self.seconds_left = READ_SECONDS
+        try:
+            with self._reading():
+                self.tables = self._tables()
+                if "claims" not in self.tables:
+                    raise ImportSourceError(f"{path.name} has no pce-memory claims table.")
+                self._check_text()
+                self.counts = self._count_rows()
+                # Each query the import runs, bound now: a file whose tables
+                # lack what they are read by is refused before anything is written.
+                for query in self._queries():
+                    if query is not None:
+                        self.connection.execute(f"SELECT * FROM ({query}) LIMIT 0")  # noqa: S608
+        except BaseException:
+            self.connection.close()
+            raise
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A read of the file, in what is left of READ_SECONDS (the time spent
+        in DuckDB, not the import's own between two batches); DuckDB's error
+        becomes a refusal in our words."""
+        import duckdb
+
+        started = time.monotonic()
+        watchdog = _Watchdog(self.connection, max(self.seconds_left, 0.0))
         try:
             with watchdog:
-                tables = self._tables(connection, path)
-                if "claims" not in tables:
-                    raise ImportSourceError(f"{path.name} has no pce-memory claims table.")
-                self._check_text(connection, path, tables)
-                self.claims = self._rows(connection, path, "claims", "ORDER BY created_at, id")
-                self.feedback = (
-                    self._rows(connection, path, "feedback", "ORDER BY ts, id") if "feedback" in tables else []
-                )
-                self.entities = self._rows(connection, path, "entities", "ORDER BY id") if "entities" in tables else []
-                self.claim_entities = (
-                    self._rows(connection, path, "claim_entities", "") if "claim_entities" in tables else []
-                )
-                self.relations = (
-                    self._rows(connection, path, "relations", "ORDER BY id") if "relations" in tables else []
-                )
+                yield
         except duckdb.Error as exc:
             if watchdog.passed:
                 raise ImportSourceError(
-                    f"{path.name} took longer than {READ_SECONDS:g} s to read, longer than an import reads: "
+                    f"{self.path.name} took longer than {READ_SECONDS:g} s to read, longer than an import reads: "
                     "not a DuckDB file pce-memory wrote."
                 ) from exc
-            raise ImportSourceError(f"{path.name} is not a pce-memory store an import can read.") from exc
+            raise ImportSourceError(f"{self.path.name} is not a pce-memory store an import can read.") from exc
         finally:
-            connection.close()
+            self.seconds_left -= time.monotonic() - started
 
-    @staticmethod
-    def _tables(connection: Any, path: Path) -> set[str]:
+    def _tables(self) -> set[str]:
         """The tables read that the file has, each refused unless a stored table
         without generated columns (a view or a generated column computes as it is read)."""
         found: set[str] = set()
-        for name, kind in connection.execute(
+        for name, kind in self.connection.execute(
             "SELECT table_name, table_type FROM information_schema.tables WHERE list_contains(?, table_name)",
             [list(TABLES)],
         ).fetchall():
             if kind != "BASE TABLE":
                 shown = "a view" if kind == "VIEW" else f"a {str(kind).lower()}"
                 raise ImportSourceError(
-                    f"{path.name}: {name} is {shown}, not a table: not a DuckDB file pce-memory wrote."
+                    f"{self.path.name}: {name} is {shown}, not a table: not a DuckDB file pce-memory wrote."
                 )
             found.add(name)
-        for name, column in connection.execute(
+        for name, column in self.connection.execute(
             "SELECT table_name, column_name FROM information_schema.columns "
             "WHERE list_contains(?, table_name) AND is_generated <> 'NEVER' ORDER BY table_name, column_name",
             [list(TABLES)],
         ).fetchall():
             raise ImportSourceError(
-                f"{path.name}: {name} computes {column} as it is read (a generated column): "
+                f"{self.path.name}: {name} computes {column} as it is read (a generated column): "
                 "not a DuckDB file pce-memory wrote."
             )
         return found
 
-    @staticmethod
-    def _check_text(connection: Any, path: Path, tables: set[str]) -> None:
+    def _check_text(self) -> None:
         """Refuse tables holding more text than an import reads, before any of it is read."""
         total = 0
-        for table in sorted(tables):
+        for table in sorted(self.tables):
             # table is one of this module's own (TABLES), never the file's.
-            sizes = connection.execute(
+            sizes = self.connection.execute(
                 f'SELECT sum(strlen(CAST(COLUMNS(*) AS VARCHAR))) FROM "{table}"'  # noqa: S608
             ).fetchone()
             total += sum(int(size or 0) for size in sizes)
             if total > TEXT_MAX_BYTES:
                 raise ImportSourceError(
-                    f"{path.name} holds more than {TEXT_MAX_BYTES // (1024 * 1024)} MB of text, "
+                    f"{self.path.name} holds more than {TEXT_MAX_BYTES // (1024 * 1024)} MB of text, "
                     "more than an import reads."
                 )
 
-    @staticmethod
-    def _rows(connection: Any, path: Path, table: str, order: str) -> list[dict[str, Any]]:
-        # table and order are this module's own (TABLES), never the file's.
-        cursor = connection.execute(f'SELECT * FROM "{table}" {order} LIMIT {ROWS_MAX + 1}')  # noqa: S608
-        names = [d[0] for d in cursor.description]
-        rows = cursor.fetchall()
-        if len(rows) > ROWS_MAX:
-            raise ImportSourceError(f"{path.name}: {table} holds more than {ROWS_MAX} rows, more than an import reads.")
-        return [dict(zip(names, row, strict=True)) for row in rows]
+    def _count_rows(self) -> dict[str, int]:
+        """Each table's rows, refused past ROWS_MAX; the entities and relations
+        (the import holds them all) past GRAPH_RECORDS_MAX."""
+        counts: dict[str, int] = {}
+        for table in sorted(self.tables):
+            (count,) = self.connection.execute(f'SELECT count(*) FROM "{table}"').fetchone()  # noqa: S608
+            if count > ROWS_MAX:
+                raise ImportSourceError(
+                    f"{self.path.name}: {table} holds more than {ROWS_MAX} rows, more than an import reads."
+                )
+            counts[table] = count
+        if counts.get("entities", 0) + counts.get("relations", 0) > GRAPH_RECORDS_MAX:
+            raise ImportSourceError(
+                f"{self.path.name} holds more than {GRAPH_RECORDS_MAX} entities and relations, "
+                "more than an import reads."
+            )
+        return counts
+
+    def _queries(self) -> tuple[str, str | None, str | None]:
+        """What ``records`` reads (None: a table the file has not): the claims
+        oldest first, each with its feedback, oldest first; the entities, each
+        with its claims' ids; the relations. (FEEDBACK and CLAIM_IDS are this
+        module's own names, never the file's.)"""
+        claims = "SELECT c.* FROM claims c"
+        if "feedback" in self.tables:
+            claims = (
+                f'SELECT c.*, f."{FEEDBACK}" FROM claims c LEFT JOIN ('  # noqa: S608
+                "SELECT CAST(claim_id AS VARCHAR) AS claim, "
+                f"list({{'signal': signal, 'ts': ts}} ORDER BY ts, id) AS \"{FEEDBACK}\" "
+                "FROM feedback GROUP BY 1) f ON f.claim = CAST(c.id AS VARCHAR)"
+            )
+        entities = "SELECT e.* FROM entities e"
+        if "claim_entities" in self.tables:
+            entities = (
+                f'SELECT e.*, l."{CLAIM_IDS}" FROM entities e LEFT JOIN ('  # noqa: S608
+                "SELECT CAST(entity_id AS VARCHAR) AS entity, "
+                f'list(CAST(claim_id AS VARCHAR) ORDER BY claim_id) AS "{CLAIM_IDS}" '
+                "FROM claim_entities GROUP BY 1) l ON l.entity = CAST(e.id AS VARCHAR)"
+            )
+        return (
+            f"{claims} ORDER BY c.created_at, c.id",
+            f"{entities} ORDER BY e.id" if "entities" in self.tables else None,
+            "SELECT * FROM relations ORDER BY id" if "relations" in self.tables else None,
+        )
+
+    def _rows(self, query: str) -> Iterator[dict[str, Any]]:
+        """The query's rows, fetched ``BATCH_ROWS`` at a time."""
+        with self._reading():
+            cursor = self.connection.execute(query)
+            names = [d[0] for d in cursor.description]
+        while True:
+            with self._reading():
+                rows = cursor.fetchmany(BATCH_ROWS)
+            if not rows:
+                return
+            for row in rows:
+                yield dict(zip(names, row, strict=True))
 
     def estimate(self) -> int | None:
-        return len(self.claims) + len(self.entities) + len(self.relations)
+        return sum(self.counts.get(table, 0) for table in ("claims", "entities", "relations"))
 
     def close(self) -> None:
-        return None
+        self.connection.close()
 
     def records(self) -> Iterator[Record]:
-        feedback: dict[str, list[tuple[str, datetime | None]]] = defaultdict(list)
-        for row in self.feedback:
-            feedback[str(row["claim_id"])].append((str(row["signal"]), parse_time(row.get("ts"))))
-        for row in self.claims:
-            yield _claim(row, feedback.get(str(row["id"]), []))
-        claims_of: dict[str, list[str]] = defaultdict(list)
-        for row in self.claim_entities:
-            claims_of[str(row["entity_id"])].append(str(row["claim_id"]))
-        for row in self.entities:
-            yield _entity(row, claims_of.get(str(row["id"]), []))
-        for row in self.relations:
+        claims, entities, relations = self._queries()
+        for row in self._rows(claims):
+            feedback = [(str(f["signal"]), parse_time(f["ts"])) for f in row.pop(FEEDBACK, None) or []]
+            yield _claim(row, feedback)
+        for row in self._rows(entities) if entities else ():
+            yield _entity(row, list(row.pop(CLAIM_IDS, None) or []))
+        for row in self._rows(relations) if relations else ():
             yield _relation(row)
 
 

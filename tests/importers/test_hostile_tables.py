@@ -1,0 +1,124 @@
+"""A table an importer reads is someone else's too: pce-memory's DuckDB file
+(an admin upload).
+Each is checked whole before any record is written (the rows counted, a
+value's length measured where it lies) and then read a batch at a time as the
+import goes, never fetched whole: a table past the bounds is refused with a
+coded error and nothing written, and a large one is read within a bounded
+tracemalloc peak, whatever its number of rows."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from memory.importers import pce
+from memory.importers.base import GRAPH_RECORDS_MAX, ImportedEntity, ImportedMemory, ImportSourceError
+from tests.importers.test_hostile_json import MB, PEAK_MAX, _peak
+from tests.importers.test_hostile_stores import _duckdb
+
+pytestmark = pytest.mark.timeout(300)
+
+# --- pce-memory's DuckDB file -------------------------------------------------------------------
+
+CLAIMS_SQL = "CREATE TABLE claims (id VARCHAR, text VARCHAR, kind VARCHAR, scope VARCHAR, created_at TIMESTAMP)"
+
+
+def _drain(source: pce.DuckDbStore, shown: set[str]) -> tuple[int, dict[str, tuple[float, int]]]:
+    """How many records were read (each let go), and of those in ``shown``
+    their helpful feedback and their claims."""
+    read, seen = 0, {}
+    for record in source.records():
+        read += 1
+        if record.source_id in shown:  # type: ignore[union-attr]
+            if isinstance(record, ImportedMemory):
+                seen[record.source_id] = (record.success_count, 0)
+            elif isinstance(record, ImportedEntity):
+                seen[record.source_id] = (0.0, len(record.claims))
+    return read, seen
+
+
+def test_a_pce_store_is_read_a_batch_at_a_time(tmp_path):
+    """100,000 claims, each with its feedback and an entity: each row is
+    let go with its record (the claims' feedback and the entities' claims
+    are gathered by DuckDB, not held by the reader)."""
+    db = _duckdb(
+        tmp_path / "pce.duckdb",
+        CLAIMS_SQL,
+        "INSERT INTO claims SELECT 'clm_' || i, 'The billing service uses pattern number ' || i, 'fact', 'project', "
+        "TIMESTAMP '2025-01-01' + to_seconds(i) FROM range(100000) t(i)",
+        "CREATE TABLE feedback (id VARCHAR, claim_id VARCHAR, signal VARCHAR, ts TIMESTAMP)",
+        "INSERT INTO feedback SELECT 'fb_' || i, 'clm_' || (i % 100000), 'helpful', TIMESTAMP '2025-02-01' "
+        "FROM range(150000) t(i)",
+        "CREATE TABLE entities (id VARCHAR, type VARCHAR, name VARCHAR)",
+        "INSERT INTO entities SELECT 'ent_' || i, 'Concept', 'entity ' || i FROM range(1000) t(i)",
+        "CREATE TABLE claim_entities (claim_id VARCHAR, entity_id VARCHAR)",
+        "INSERT INTO claim_entities SELECT 'clm_' || i, 'ent_' || (i % 1000) FROM range(100000) t(i)",
+    )
+
+    def read() -> tuple[int, dict[str, tuple[float, int]]]:
+        source = pce.open_source(str(db))
+        try:
+            assert isinstance(source, pce.DuckDbStore)
+            return _drain(source, {"clm_0", "clm_99999", "ent_0"})
+        finally:
+            source.close()
+
+    drained, peak = _peak(read)
+
+    assert not isinstance(drained, Exception), drained
+    assert drained == (101_000, {"clm_0": (2.0, 0), "clm_99999": (1.0, 0), "ent_0": (0.0, 100)})
+    assert peak < PEAK_MAX, f"{peak / MB:.0f} MB"
+
+
+def test_a_pce_table_past_its_rows_is_refused_before_any_row_is_read(tmp_path):
+    db = _duckdb(
+        tmp_path / "pce.duckdb",
+        CLAIMS_SQL,
+        "INSERT INTO claims SELECT 'clm_' || i, 'claim ' || i, 'fact', 'project', NULL "
+        f"FROM range({pce.ROWS_MAX + 1}) t(i)",
+    )
+
+    refused, peak = _peak(lambda: pce.open_source(str(db)))
+
+    assert isinstance(refused, ImportSourceError), refused
+    assert f"pce.duckdb: claims holds more than {pce.ROWS_MAX} rows" in str(refused)
+    assert peak < PEAK_MAX, f"{peak / MB:.0f} MB"
+
+
+def test_a_pce_store_of_more_entities_and_relations_than_an_import_holds_is_refused(tmp_path):
+    """Each table within its rows, the two together past what the import holds until its end."""
+    half = GRAPH_RECORDS_MAX // 2
+    db = _duckdb(
+        tmp_path / "pce.duckdb",
+        CLAIMS_SQL,
+        "CREATE TABLE entities (id VARCHAR, type VARCHAR, name VARCHAR)",
+        f"INSERT INTO entities SELECT 'ent_' || i, 'Concept', 'entity ' || i FROM range({half + 1}) t(i)",
+        "CREATE TABLE relations (id VARCHAR, src_id VARCHAR, dst_id VARCHAR, type VARCHAR)",
+        f"INSERT INTO relations SELECT 'rel_' || i, 'ent_' || i, 'ent_' || (i + 1), 'uses' FROM range({half}) t(i)",
+    )
+
+    with pytest.raises(ImportSourceError, match=f"holds more than {GRAPH_RECORDS_MAX} entities and relations"):
+        pce.open_source(str(db))
+
+
+def test_a_pce_import_s_own_time_between_batches_is_not_the_file_s_read_time(tmp_path, monkeypatch):
+    """The read limit bounds the time spent in DuckDB: a slow import (embedding,
+    writing) between two batches still reads the whole file."""
+    db = _duckdb(
+        tmp_path / "pce.duckdb",
+        CLAIMS_SQL,
+        "INSERT INTO claims SELECT 'clm_' || i, 'claim ' || i, 'fact', 'project', NULL FROM range(5) t(i)",
+    )
+    monkeypatch.setattr(pce, "READ_SECONDS", 1.0)
+    monkeypatch.setattr(pce, "BATCH_ROWS", 1, raising=False)
+    source = pce.open_source(str(db))
+    read = []
+    try:
+        for record in source.records():
+            read.append(record.source_id)  # type: ignore[union-attr]
+            time.sleep(0.3)
+    finally:
+        source.close()
+
+    assert read == [f"clm_{i}" for i in range(5)]
