@@ -20,7 +20,6 @@ retracted (kept for the record, never retrieved)."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterator
@@ -37,12 +36,15 @@ from memory.importers.base import (
     parse_time,
     text_field,
 )
-from memory.importers.bounded_json import open_json
+from memory.importers.bounded_json import RECORD_MAX_CHARS, RECORDS_MAX, line_value, open_json
 
 SYSTEM = "mem0"
 ID_KEYS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
 LIST_KEYS = ("results", "memories")
 PAYLOAD_KEYS = {"data", "hash", "created_at", "updated_at", "user_id", "agent_id", "run_id", "actor_id", "role"}
+# The pgvector table's rows are read this many at a time as the import goes,
+# none held after it (a row's vector alone is thousands of floats).
+BATCH_ROWS = 500
 
 
 def _namespace(item: dict[str, Any]) -> tuple[str, ...]:
@@ -104,45 +106,62 @@ class Mem0Source:
         self.table = table
         self.embedding_model = embedding_model
         self.history = _history(Path(history) if history else None)
-        self.items: list[dict[str, Any]] | None = None
-        if location.startswith(("postgres://", "postgresql://")):
-            self.items = list(self._from_table())
-            self.count = len(self.items)
-        else:
+        self.from_table = location.startswith(("postgres://", "postgresql://"))
+        if not self.from_table:
             self.path = Path(location)
             if not self.path.is_file():
                 raise ImportSourceError(f"no file {self.path}; give get_all()'s JSON or the pgvector database's URL.")
-            # Read through once here, a memory at a time: a file an import
-            # cannot read is refused before anything of it is written.
-            self.count = sum(1 for _ in _export_items(self.path))
+        # Read through once here, a memory at a time (without the vectors):
+        # a store an import cannot read is refused before anything of it is written.
+        self.count = sum(1 for _ in self._items(vectors=False))
 
-    def _items(self) -> Iterator[Any]:
-        return iter(self.items) if self.items is not None else _export_items(self.path)
+    def _items(self, *, vectors: bool = True) -> Iterator[Any]:
+        return self._from_table(vectors=vectors) if self.from_table else _export_items(self.path)
 
-    def _from_table(self) -> Iterator[dict[str, Any]]:
+    def _from_table(self, *, vectors: bool) -> Iterator[Any]:
+        """The table's memories in id order, ``BATCH_ROWS`` at a time through a
+        server-side cursor. A payload is refused past a record's bounds
+        (memory.importers.bounded_json), its length measured by the database
+        before it is sent; the vector is read only when it may be kept."""
         import psycopg
         from psycopg import sql
 
+        name = f"mem0's table {self.table!r}"
+        longest = sql.Literal(RECORD_MAX_CHARS)
+        vector = (
+            sql.SQL("CASE WHEN char_length(t.vector::text) <= {} THEN t.vector::text END").format(longest)
+            if vectors and self.embedding_model
+            else sql.SQL("NULL")
+        )
+        query = sql.SQL(
+            "SELECT t.id::text, char_length(p.text), CASE WHEN char_length(p.text) <= {longest} THEN p.text END, "
+            "{vector} FROM {table} t CROSS JOIN LATERAL (SELECT t.payload::text AS text) p "
+            "ORDER BY t.id LIMIT {rows}"
+        ).format(longest=longest, vector=vector, table=sql.Identifier(self.table), rows=sql.Literal(RECORDS_MAX + 1))
+        read = 0
         try:
-            with psycopg.connect(self.location, autocommit=True) as connection:
-                rows = connection.execute(
-                    sql.SQL("SELECT id::text, vector::text, payload FROM {} ORDER BY id").format(
-                        sql.Identifier(self.table)
-                    )
-                ).fetchall()
+            with psycopg.connect(self.location) as connection:
+                connection.read_only = True
+                with connection.cursor(name="memproj_mem0_import") as cursor:
+                    cursor.execute(query)
+                    while rows := cursor.fetchmany(BATCH_ROWS):
+                        for memory_id, length, payload, vector_text in rows:
+                            read += 1
+                            if read > RECORDS_MAX:
+                                raise ImportSourceError(
+                                    f"{name} holds more than {RECORDS_MAX} records, more than an import reads."
+                                )
+                            if payload is None and length is not None:
+                                raise ImportSourceError(
+                                    f"{name}: the memory {memory_id} is longer than {RECORD_MAX_CHARS} characters, "
+                                    "more than any memory an import stores holds."
+                                )
+                            decoded = line_value(payload or "{}", f"{name}, memory {memory_id}")
+                            yield _table_item(memory_id, decoded, vector_text) if isinstance(decoded, dict) else decoded
         except psycopg.Error as exc:
             raise ImportSourceError(
                 f"cannot read mem0's table {self.table!r} (the server's log has the database's answer)."
             ) from exc
-        for memory_id, vector, payload in rows:
-            payload = payload if isinstance(payload, dict) else json.loads(payload or "{}")
-            item = {key: payload.get(key) for key in PAYLOAD_KEYS if key in payload}
-            item["id"] = memory_id
-            item["memory"] = payload.get("data", "")
-            item["metadata"] = {k: v for k, v in payload.items() if k not in PAYLOAD_KEYS}
-            if vector and self.embedding_model:
-                item["_vector"] = [float(x) for x in vector.strip("[]").split(",")]
-            yield item
 
     def estimate(self) -> int | None:
         return self.count + sum(len(v) for v in self.history.values())
@@ -151,7 +170,7 @@ class Mem0Source:
         return None
 
     def records(self) -> Iterator[Record]:
-        present = set()
+        present = set()  # of the memories the history names
         for index, item in enumerate(self._items()):
             if not isinstance(item, dict):
                 yield Skipped(f"item {index}", "a mem0 memory that is not a JSON object")
@@ -163,7 +182,8 @@ class Mem0Source:
             if not memory_id:
                 yield Skipped(f"item {index}", "a mem0 memory without an id")
                 continue
-            present.add(memory_id)
+            if memory_id in self.history:
+                present.add(memory_id)
             try:
                 record = self._record(memory_id, item, text_field(item.get("memory"), "memory"))
             except BadRecord as exc:
@@ -246,6 +266,21 @@ class Mem0Source:
                 keep_id=False,
             )
             since = replaced_at
+
+
+def _table_item(memory_id: str, payload: dict[str, Any], vector: str | None) -> dict[str, Any]:
+    """A table row as get_all() answers it (the vector, if read, as ``_vector``)."""
+    item = {key: payload.get(key) for key in PAYLOAD_KEYS if key in payload}
+    item["id"] = memory_id
+    item["memory"] = payload.get("data", "")
+    item["metadata"] = {k: v for k, v in payload.items() if k not in PAYLOAD_KEYS}
+    if vector:
+        parts = vector.strip("[]").split(",")
+        try:
+            item["_vector"] = [float(x) for x in parts]
+        except ValueError:
+            item["_vector"] = parts  # the import skips it (not numbers) and embeds the text itself
+    return item
 
 
 def open_source(location: str, **options: Any) -> Mem0Source:

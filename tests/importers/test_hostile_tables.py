@@ -1,5 +1,5 @@
-"""A table an importer reads is someone else's too: pce-memory's DuckDB file
-(an admin upload).
+"""A table an importer reads is someone else's too: mem0's pgvector table (a
+database a superuser names) and pce-memory's DuckDB file (an admin upload).
 Each is checked whole before any record is written (the rows counted, a
 value's length measured where it lies) and then read a batch at a time as the
 import goes, never fetched whole: a table past the bounds is refused with a
@@ -9,15 +9,137 @@ tracemalloc peak, whatever its number of rows."""
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Iterator
 
 import pytest
 
-from memory.importers import pce
+from memory.embeddings import get_embedder
+from memory.errors import InvalidArgument
+from memory.importers import mem0, pce
 from memory.importers.base import GRAPH_RECORDS_MAX, ImportedEntity, ImportedMemory, ImportSourceError
+from memory.models import Memory
+from memory.services.imports import memories_import
+from tests.conftest import make_identity
+from tests.importers.conftest import owner_url
 from tests.importers.test_hostile_json import MB, PEAK_MAX, _peak
 from tests.importers.test_hostile_stores import _duckdb
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.django_db, pytest.mark.timeout(300)]
+
+# --- mem0's pgvector table ----------------------------------------------------------------------
+
+GOOD_ID = "00000000-0000-4000-8000-000000000001"  # first in id order: read before the row refused
+
+
+@pytest.fixture
+def mem0_table() -> Iterator[str]:
+    """A table of mem0's shape (id, vector, payload) of its own, dropped after
+    the test (the test database outlives a test's flush)."""
+    import psycopg
+
+    table = f"mem0_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(owner_url(), autocommit=True) as db:
+        db.execute(f'CREATE TABLE "{table}" (id uuid PRIMARY KEY, vector vector(384), payload jsonb)')
+    yield table
+    with psycopg.connect(owner_url(), autocommit=True) as db:
+        db.execute(f'DROP TABLE "{table}"')
+
+
+def _fill(table: str, *rows_sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(owner_url(), autocommit=True) as db:
+        for sql in rows_sql:
+            db.execute(sql.replace("{table}", f'"{table}"'))
+
+
+def _good_row(table: str) -> str:
+    return f"INSERT INTO {{table}} VALUES ('{GOOD_ID}', NULL, '{{\"data\": \"The user drinks oat milk\"}}')"
+
+
+def test_a_mem0_table_is_read_a_batch_at_a_time(mem0_table):
+    """5,000 memories, each with a 384-dimension vector of memproj's model
+    (kept, so read): none of them is held after its batch."""
+    owner = make_identity("hostile-tables", "owner", role="admin")
+    _fill(
+        mem0_table,
+        "INSERT INTO {table} SELECT md5(i::text)::uuid, "
+        "(SELECT array_agg(((i * 7 + d) % 97 + 1)::real / 97) FROM generate_series(1, 384) d)::vector, "
+        "jsonb_build_object('data', 'The user keeps walrus number ' || i, 'user_id', 'alice', 'topic', 'animals') "
+        "FROM generate_series(1, 5000) i",
+    )
+    options = {"table": mem0_table, "embedding_model": get_embedder().model_name}
+
+    report, peak = _peak(
+        lambda: memories_import(caller=owner.caller, system="mem0", location=owner_url(), dry_run=True, options=options)
+    )
+
+    assert not isinstance(report, Exception), report
+    assert report.read == 5000 and report.created_total == 5000, report.lines()
+    assert peak < PEAK_MAX, f"{peak / MB:.0f} MB"
+
+
+def _too_many(table: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(mem0, "RECORDS_MAX", 2, raising=False)
+    _fill(
+        table, _good_row(table), "INSERT INTO {table} SELECT gen_random_uuid(), NULL, '{}' FROM generate_series(1, 2)"
+    )
+    return f"mem0's table '{table}' holds more than 2 records, more than an import reads."
+
+
+def _too_long(table: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(mem0, "RECORD_MAX_CHARS", 1000, raising=False)
+    _fill(
+        table,
+        _good_row(table),
+        "INSERT INTO {table} VALUES ('ffffffff-0000-4000-8000-000000000000', NULL, "
+        "jsonb_build_object('data', repeat('x', 2000)))",
+    )
+    return (
+        f"mem0's table '{table}': the memory ffffffff-0000-4000-8000-000000000000 is longer than 1000 characters, "
+        "more than any memory an import stores holds."
+    )
+
+
+def _too_many_values(table: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Metadata of 150,000 empty objects (600 kB of text, many MB decoded)."""
+    _fill(
+        table,
+        _good_row(table),
+        "INSERT INTO {table} SELECT 'ffffffff-0000-4000-8000-000000000000', NULL, "
+        "jsonb_build_object('data', 'x', 'bloat', jsonb_agg('{}'::jsonb)) FROM generate_series(1, 150000)",
+    )
+    return "memory ffffffff-0000-4000-8000-000000000000: the record at line 1, column 1 holds more than 100000 values"
+
+
+@pytest.mark.parametrize("write", [_too_many, _too_long, _too_many_values])
+def test_a_mem0_table_past_the_bounds_is_refused_before_anything_is_written(mem0_table, monkeypatch, write):
+    owner = make_identity("hostile-tables", "owner", role="admin")
+    refusal = write(mem0_table, monkeypatch)
+
+    with pytest.raises(InvalidArgument) as refused:
+        memories_import(caller=owner.caller, system="mem0", location=owner_url(), options={"table": mem0_table})
+
+    assert refused.value.code == "INVALID_ARGUMENT"
+    assert refusal in str(refused.value), str(refused.value)
+    assert not Memory.objects.filter(tenant_id=owner.caller.tenant_id).exists()
+
+
+def test_a_mem0_row_whose_payload_is_not_an_object_is_skipped_alone(mem0_table):
+    owner = make_identity("hostile-tables", "owner", role="admin")
+    _fill(
+        mem0_table,
+        _good_row(mem0_table),
+        "INSERT INTO {table} VALUES ('ffffffff-0000-4000-8000-000000000000', NULL, '[\"a list\"]')",
+    )
+
+    report = memories_import(caller=owner.caller, system="mem0", location=owner_url(), options={"table": mem0_table})
+
+    assert report.created_total == 1, report.lines()
+    assert report.skipped == {"a mem0 memory that is not a JSON object": 1}, report.lines()
+    assert Memory.objects.get(tenant_id=owner.caller.tenant_id).content == "The user drinks oat milk"
+
 
 # --- pce-memory's DuckDB file -------------------------------------------------------------------
 
