@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from memory import validation
+from memory.errors import NotFound
 from memory.models import Kind, Memory, OutcomeReport, Validity
 from memory.outcomes import Signal, collection_apply, signal_apply
 from memory.selectors.memories import boundary_view
@@ -46,6 +47,11 @@ def memory_feedback(
         idempotency_key = validation.text(idempotency_key, field="idempotency_key", max_chars=200)
     with transaction.atomic():
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=kinds)
+        if memory.validity != Validity.ACTIVE:
+            # Checked under the row lock: a forget that commits first wins, and
+            # no counter, maturity or collection of a memory no read returns
+            # moves again (pce-memory's feedback knows only live claims).
+            raise NotFound(_not_active(memory), memory_id=memory.pk)
         if idempotency_key:
             _, created = OutcomeReport.objects.get_or_create(
                 memory=memory,
@@ -86,6 +92,15 @@ def memory_feedback(
             collection_event(caller=caller, memory=memory, before=collection_before, reason=f"scored {chosen}")
     # The answer shows content: boundary rules apply (issue 11).
     return FeedbackResult(memory=boundary_view(caller, memory), applied=True)
+
+
+def _not_active(memory: Memory) -> str:
+    if memory.validity == Validity.RETRACTED:
+        return f"{memory.kind} {memory.pk} was forgotten (retracted): outcomes apply to active memories only."
+    if memory.superseded_by_id is not None:
+        successor = memory.superseded_by_id
+        return f"{memory.kind} {memory.pk} was superseded by {successor}: send the outcome to {successor}."
+    return f"{memory.kind} {memory.pk} is {memory.validity}: outcomes apply to active memories only."
 
 
 def collection_event(*, caller: Caller, memory: Memory, before: str, reason: str) -> None:

@@ -8,12 +8,16 @@ again. One section per rule; each says why."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from typing import Any
 
 import httpx
 import pytest
+from asgiref.sync import sync_to_async
 
+from memory import api
 from memory.models import Entity, Exchange, Memory, MemoryEvent, OutcomeReport, Relation
 from tests.conftest import call
 from tests.harness.surfaces.asgi import asgi_transport
@@ -132,3 +136,108 @@ async def test_negative_zero_is_stored_and_answered_as_zero(member, mcp_client_f
     async with mcp_client_for(member, "memento") as client:
         created = (await call(client, "store_memory", content="the user is neutral", confidence=-0.0))["created"]
     assert json.dumps(created["confidence"]) == "0.0"
+
+
+# --- outcomes on memories that are gone -----------------------------------------------------------
+# An outcome applies only to an active memory: a forgotten or superseded one is not
+# found, as no read finds it (pce: UNKNOWN_CLAIM, its only feedback error).
+
+
+async def test_an_outcome_on_a_forgotten_rule_is_not_found_and_changes_nothing(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        rule = (await call(client, "memory_store_rule", content="always test the migrations"))["id"]
+        await call(client, "memory_mark_helpful", rule_id=rule)
+        await call(client, "memory_forget", type="rule", id=rule)
+        counters = await Memory.objects.filter(pk=rule).values("success_count", "harmful_count", "applied_count").aget()
+        for tool, arguments in [
+            ("memory_mark_helpful", {"rule_id": rule}),
+            ("memory_mark_harmful", {"rule_id": rule, "reason": "it was wrong"}),
+        ]:
+            text = await refused(client, tool, arguments, "NOT_FOUND")
+            assert text == f"[NOT_FOUND] rule {rule} was forgotten (retracted): outcomes apply to active memories only."
+        after = await Memory.objects.filter(pk=rule).values("success_count", "harmful_count", "applied_count").aget()
+    assert after == counters
+    before = await snapshot()
+    response = await post(member, "/api/memory/memory_mark_helpful", json.dumps({"rule_id": rule}))
+    assert response.status_code == 404, response.text
+    assert await snapshot() == before
+
+
+async def test_an_outcome_on_a_superseded_rule_names_its_successor(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        old = (await call(client, "memory_store_rule", content="reply in English"))["id"]
+        new = (await call(client, "memory_store_rule", content="reply in the user's language"))["id"]
+    # A rule is superseded by a merge of the conflict check or by a reviewer (memento supersedes facts only).
+    await sync_to_async(api.memory_supersede)(caller=member.caller, old_id=old, new_id=new)
+    async with mcp_client_for(member) as client:
+        text = await refused(client, "memory_mark_helpful", {"rule_id": old}, "NOT_FOUND")
+        assert text == f"[NOT_FOUND] rule {old} was superseded by {new}: send the outcome to {new}."
+        await call(client, "memory_mark_helpful", rule_id=new)
+
+
+async def test_pce_feedback_on_a_deleted_or_replaced_claim_is_an_unknown_claim(member, mcp_client_for):
+    async with mcp_client_for(member, "pce") as client:
+        deleted = (await call(client, "pce.memory.upsert", text="the API is frozen", provenance={"at": AT}))["data"][
+            "id"
+        ]
+        replaced = (await call(client, "pce.memory.upsert", text="use v1", provenance={"at": AT}))["data"]["id"]
+        current = (await call(client, "pce.memory.upsert", text="use v2", provenance={"at": AT}))["data"]["id"]
+    as_uuid = {claim: str(uuid.UUID(claim.removeprefix("clm_"))) for claim in (deleted, replaced, current)}
+    async with mcp_client_for(member) as client:
+        await call(client, "memory_forget", type="fact", id=as_uuid[deleted])
+    async with mcp_client_for(member, "memento") as client:
+        await call(client, "supersede_memory", old_memory_id=as_uuid[replaced], new_memory_id=as_uuid[current])
+    async with mcp_client_for(member, "pce") as client:
+        for claim in (deleted, replaced):
+            text = await refused(
+                client, "pce.memory.feedback", {"claim_id": claim, "signal": "outdated"}, "UNKNOWN_CLAIM"
+            )
+            assert pce_code(text) == "UNKNOWN_CLAIM"
+            assert json.loads(text)["error"]["details"] == {"claim_id": claim}
+        await call(client, "pce.memory.feedback", claim_id=current, signal="helpful")
+    before = await snapshot()
+    response = await post(
+        member, "/api/pce/pce.memory.feedback", json.dumps({"claim_id": deleted, "signal": "harmful"})
+    )
+    assert response.status_code == 404 and response.json()["error"]["code"] == "UNKNOWN_CLAIM", response.text
+    assert await snapshot() == before
+
+
+async def test_an_outcome_racing_a_forget_is_never_recorded_after_it(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        for attempt in range(4):
+            rule = (await call(client, "memory_store_rule", content=f"race rule {attempt}"))["id"]
+            helpful, forgotten = await asyncio.gather(
+                client.call_tool("memory_mark_helpful", {"rule_id": rule}),
+                client.call_tool("memory_forget", {"type": "rule", "id": rule}),
+            )
+            assert not forgotten.is_error
+            assert not helpful.is_error or "[NOT_FOUND]" in helpful.content[0].text
+            kinds = [
+                e
+                async for e in MemoryEvent.objects.filter(memory_id=rule)
+                .order_by("id")
+                .values_list("event_type", flat=True)
+            ]
+            assert kinds[-1] == "retracted", kinds
+
+
+async def test_a_scored_memory_forgotten_before_its_outcome_lands_is_skipped(member, mcp_client_for, monkeypatch):
+    """score_response looks the ids up, then applies each outcome in its own
+    transaction: a memory forgotten in between is skipped like an unknown id."""
+    real = api.collection_ids
+
+    def lookup_then_forget(caller: Any, ids: Any) -> Any:
+        found = real(caller, ids)
+        for memory in found.values():
+            api.memory_forget(caller=caller, kind=memory.kind, memory_id=memory.pk)
+        return found
+
+    async with mcp_client_for(member, "roampal") as client:
+        added = await call(client, "add_to_memory_bank", content="the user prefers tea")
+        monkeypatch.setattr(api, "collection_ids", lookup_then_forget)
+        scored = await call(client, "score_response", outcome="worked", memory_scores={added["id"]: "worked"})
+        monkeypatch.setattr(api, "collection_ids", real)
+    assert scored["scored"] == {} and scored["skipped"] == [added["id"]] and scored["updated"] == 0
+    row = await Memory.objects.aget(tenant_id=member.caller.tenant_id, collection="memory_bank")
+    assert (row.validity, row.applied_count, row.success_count) == ("retracted", 0, 0)

@@ -258,7 +258,11 @@ def _apply_scores(memory_scores: Mapping[str, str] | None) -> tuple[dict[str, st
         if memory is None or api.collection_of(memory) == "books":  # books are reference material, never scored
             skipped.append(given)
             continue
-        api.memory_feedback(caller=caller, memory_id=memory.id, signal=outcome)
+        try:
+            api.memory_feedback(caller=caller, memory_id=memory.id, signal=outcome)
+        except api.NotFound:  # forgotten or replaced since the look-up: skipped like an unknown id
+            skipped.append(given)
+            continue
         scored[given] = outcome
     return scored, skipped
 
@@ -282,7 +286,10 @@ def _score_exchange(outcome: str | None, already: Iterable[str]) -> tuple[str | 
     for each in [memory, *parts.values()]:
         if api.display_id(each) in named or str(each.id) in named:
             continue
-        api.memory_feedback(caller=caller, memory_id=each.id, signal=outcome)
+        try:
+            api.memory_feedback(caller=caller, memory_id=each.id, signal=outcome)
+        except api.NotFound:  # forgotten or replaced since the look-up
+            continue
         updated += 1
     return api.display_id(memory), updated
 
