@@ -721,7 +721,10 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
         # The parts it locked, read again under the locks: those not yet retracted or replaced.
         continuing = parts.filter(pk__in=part_ids, validity=Validity.ACTIVE) if part_ids else []
-        for each in [memory, *continuing]:
+        # Forgetting a forgotten memory (a retry, a second delete) answers the
+        # same and records no second retraction.
+        head = [] if memory.validity == Validity.RETRACTED else [memory]
+        for each in [*head, *continuing]:
             _retract(caller, each)
     return memory
 

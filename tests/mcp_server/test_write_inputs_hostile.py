@@ -241,3 +241,22 @@ async def test_a_scored_memory_forgotten_before_its_outcome_lands_is_skipped(mem
     assert scored["scored"] == {} and scored["skipped"] == [added["id"]] and scored["updated"] == 0
     row = await Memory.objects.aget(tenant_id=member.caller.tenant_id, collection="memory_bank")
     assert (row.validity, row.applied_count, row.success_count) == ("retracted", 0, 0)
+
+
+# --- deleting twice -------------------------------------------------------------------------------
+# Forgetting a forgotten memory answers as the first forget did and records nothing.
+
+
+async def test_forgetting_a_forgotten_memory_records_nothing_new(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        fact = (await call(client, "memory_store_fact", subject="user", predicate="city", content="Austin"))["id"]
+        first = await call(client, "memory_forget", type="fact", id=fact)
+        updated_at = (await Memory.objects.aget(pk=fact)).updated_at
+        before = await snapshot()
+        again = await call(client, "memory_forget", type="fact", id=fact)
+        assert again == first == {"id": fact, "type": "fact", "validity": "retracted"}
+        assert await snapshot() == before
+        assert (await Memory.objects.aget(pk=fact)).updated_at == updated_at
+    response = await post(member, "/api/memory/memory_forget", json.dumps({"type": "fact", "id": fact.upper()}))
+    assert response.status_code == 200 and response.json()["validity"] == "retracted"
+    assert await snapshot() == before
