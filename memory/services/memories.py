@@ -817,9 +817,18 @@ def fact_retract_by_key(
     return memory
 
 
-def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: str = "explicit") -> Memory:
+def memory_supersede(
+    *,
+    caller: Caller,
+    old_id: object,
+    new_id: object,
+    reason: str = "explicit",
+    kinds: Iterable[str] | None = None,
+) -> Memory:
     """Mark ``old`` as replaced by ``new`` (the one supersession mechanism, used by
-    fact_store's automatic path, memento's supersede_memory and admin review)."""
+    fact_store's automatic path, memento's supersede_memory and admin review).
+    ``kinds``: the kinds the caller's tool knows (memento's are facts); a
+    memory of another kind is not found, as its reads would not find it."""
     require_write(caller)
     old_pk, new_pk = memory_pk(caller, old_id), memory_pk(caller, new_id)
     if old_pk == new_pk:
@@ -827,14 +836,10 @@ def memory_supersede(*, caller: Caller, old_id: object, new_id: object, reason: 
     with transaction.atomic():
         tenant_write_lock(caller.tenant_id)
         # Lock both rows in a stable order so two opposite supersessions cannot deadlock.
-        rows = {
-            m.pk: m
-            for m in Memory.objects.for_caller(caller)
-            .filter(pk__in=[old_pk, new_pk])
-            .without_vectors()
-            .order_by("pk")
-            .select_for_update()
-        }
+        candidates = Memory.objects.for_caller(caller).filter(pk__in=[old_pk, new_pk])
+        if kinds is not None:
+            candidates = candidates.filter(kind__in=list(kinds))
+        rows = {m.pk: m for m in candidates.without_vectors().order_by("pk").select_for_update()}
         if old_pk not in rows or new_pk not in rows:
             missing = old_pk if old_pk not in rows else new_pk
             raise NotFound(f"no memory with id {missing} in this tenant; use search to find ids.", memory_id=missing)

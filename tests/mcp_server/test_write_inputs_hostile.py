@@ -260,3 +260,21 @@ async def test_forgetting_a_forgotten_memory_records_nothing_new(member, mcp_cli
     response = await post(member, "/api/memory/memory_forget", json.dumps({"type": "fact", "id": fact.upper()}))
     assert response.status_code == 200 and response.json()["validity"] == "retracted"
     assert await snapshot() == before
+
+
+# --- memento supersedes facts ---------------------------------------------------------------------
+# memento's tools show facts only: an episode or a rule is not found there.
+
+
+async def test_memento_supersedes_only_facts(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        episode = (await call(client, "memory_store_episode", content="the user moved", butler="general"))["id"]
+        rule = (await call(client, "memory_store_rule", content="greet the user by name"))["id"]
+    async with mcp_client_for(member, "memento") as client:
+        fact = (await call(client, "store_memory", content="the user lives in Boston"))["created"]["id"]
+        for old, new, missing in [(episode, fact, episode), (fact, rule, rule), (rule, fact, rule)]:
+            text = await refused(client, "supersede_memory", {"old_memory_id": old, "new_memory_id": new}, "NOT_FOUND")
+            assert json.loads(text) == {
+                "error": {"code": "MEMORY_NOT_FOUND", "message": f"Memory with ID {missing} not found"}
+            }
+    assert await Memory.objects.filter(validity="active").acount() == 3

@@ -181,7 +181,9 @@ def supersede_memory(
         except ValueError:
             raise dialect.failure("NOT_FOUND", f"Memory with ID {value} not found") from None
     try:
-        api.memory_supersede(caller=dialect.caller(), old_id=old_memory_id, new_id=new_memory_id)
+        # A memento memory is a fact: an episode or a rule (stored through another
+        # dialect) is not one its reads show, nor one it replaces or is replaced by.
+        api.memory_supersede(caller=dialect.caller(), old_id=old_memory_id, new_id=new_memory_id, kinds=["fact"])
     except api.NotFound as exc:
         raise dialect.failure("NOT_FOUND", f"Memory with ID {exc.memory_id} not found") from exc
     return SupersedeResult(success=True, message=f"Memory {old_memory_id} marked as superseded by {new_memory_id}")
