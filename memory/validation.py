@@ -9,6 +9,7 @@ import re
 import unicodedata
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +18,11 @@ from memory.errors import InvalidArgument
 from memory.models import Kind, Validity
 
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,99}$")
+# RFC 3339's date-time (section 5.6; "T" and "Z" may be lower case): ASCII
+# digits only, seconds and an offset required.
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:[Zz]|[+-](\d{2}):(\d{2}))", re.ASCII
+)
 _WHITESPACE = re.compile(r"[ \t\f\v]+")
 # A namespace is part of the one-active-fact-per-key index: its segments, the
 # subject and the predicate together must fit a B-tree index row (2,704 bytes).
@@ -202,6 +208,23 @@ def number(value: object, *, field: str, low: float, high: float) -> float:
         raise InvalidArgument(f"{field} must be between {low} and {high} (got {value}).")
     # + 0.0 turns -0.0 (within every bound) into 0.0, so it is not stored and answered as "-0.0".
     return float(value) + 0.0
+
+
+def rfc3339(value: object, *, field: str) -> str:
+    """An RFC 3339 date-time (JSON Schema's ``format: date-time``), returned as
+    written. datetime.fromisoformat also reads a date alone, a time without an
+    offset, ISO 8601's basic and week forms: none of them is one."""
+    match = _RFC3339.fullmatch(value) if isinstance(value, str) else None
+    try:
+        if match is None:
+            raise ValueError(value)
+        year, month, day, hour, minute, second, offset_hours, offset_minutes = match.groups()
+        datetime(int(year), int(month), int(day), int(hour), int(minute), int(second))
+        if offset_hours is not None and (int(offset_hours) > 23 or int(offset_minutes) > 59):
+            raise ValueError(value)
+    except ValueError:
+        raise InvalidArgument(f"{field} must be an RFC 3339 date-time, e.g. 2025-01-31T12:00:00Z.") from None
+    return str(value)
 
 
 def limit(value: object, *, field: str = "limit", maximum: int | None = None) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -43,6 +44,7 @@ def claim_upsert(
     content_hash: str | None = None,
 ) -> ClaimUpsertResult:
     require_write(caller)
+    provenance = _provenance(provenance)
     text = validation.text(text, field="text")
     kind = validation.choice(kind, field="kind", allowed=CLAIM_KINDS)
     scope = validation.choice(scope, field="scope", allowed=CLAIM_SCOPES)
@@ -77,7 +79,7 @@ def claim_upsert(
                     details={"existing_id": str(existing.id)},
                 )
             return ClaimUpsertResult(memory=existing, created=False)
-        metadata = {"claim_kind": kind, "provenance": dict(provenance)}
+        metadata = {"claim_kind": kind, "provenance": provenance}
         if kind == "policy_hint":
             memory = rule_store(
                 caller=caller, content=text, scope=scope, metadata=metadata, source="pce", boundary_class=boundary_class
@@ -97,3 +99,23 @@ def claim_upsert(
         if entities or relations:
             graph_merge(caller=caller, claim=memory, entities=entities, relations=relations)
     return ClaimUpsertResult(memory=memory, created=True)
+
+
+def _provenance(value: object) -> dict[str, Any]:
+    """pce-memory's provenance, checked where the spec's schema says more than
+    JSON Schema checks: ``at`` is an RFC 3339 date-time and the URLs absolute
+    URIs (its ``format``s). The rest of its shape, ``at`` being required
+    included, is the schema's (the pce dialect enforces it); its size is
+    metadata's."""
+    if not isinstance(value, Mapping):
+        raise InvalidArgument('provenance must be an object, e.g. {"at": "2025-01-31T12:00:00Z"}.')
+    if "at" in value:
+        validation.rfc3339(value["at"], field="provenance.at")
+    git = value.get("git")
+    git_url = git.get("url") if isinstance(git, Mapping) else None
+    for path, url in (("provenance.url", value.get("url")), ("provenance.git.url", git_url)):
+        if url is not None:
+            parsed = urlparse(url) if isinstance(url, str) else None
+            if parsed is None or not parsed.scheme or not (parsed.netloc or parsed.path):
+                raise InvalidArgument(f"{path} must be an absolute URI.")
+    return dict(value)

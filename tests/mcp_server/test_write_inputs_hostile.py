@@ -278,3 +278,50 @@ async def test_memento_supersedes_only_facts(member, mcp_client_for):
                 "error": {"code": "MEMORY_NOT_FOUND", "message": f"Memory with ID {missing} not found"}
             }
     assert await Memory.objects.filter(validity="active").acount() == 3
+
+
+# --- pce: provenance ------------------------------------------------------------------------------
+# provenance.at is an RFC 3339 date-time (the spec's `format`), kept as written.
+
+NOT_RFC3339 = [
+    "2025-06-01",
+    "2025-06-01T12:00:00",
+    "2025-06-01T12:00Z",
+    "20250601T120000Z",
+    "2025-W22-1T12:00:00Z",
+    "2025-06-01 12:00:00Z",
+    "2025-06-01T12:00:00+0200",
+    "2025-06-01T12:00:00+24:00",
+    "2025-02-30T12:00:00Z",
+    "0000-01-01T00:00:00Z",
+    "10000-01-01T00:00:00Z",
+    "２０２５-06-01T12:00:00Z",
+    " 2025-06-01T12:00:00Z",
+    "2025-06-01T12:00:00Z\n",
+]
+
+
+@pytest.mark.parametrize("at", NOT_RFC3339)
+async def test_provenance_at_must_be_an_rfc3339_date_time(member, mcp_client_for, at):
+    async with mcp_client_for(member, "pce") as client:
+        text = await refused(
+            client, "pce.memory.upsert", {"text": "a claim", "provenance": {"at": at}}, "INVALID_ARGUMENT"
+        )
+    assert pce_code(text) == "VALIDATION_ERROR"
+    assert json.loads(text)["error"]["message"].startswith("provenance.at must be an RFC 3339 date-time")
+
+
+@pytest.mark.parametrize(
+    "at",
+    [
+        "2025-06-01T12:00:00Z",
+        "2025-06-01t12:00:00z",
+        "2025-06-01T12:00:00.123456789+05:30",
+        "9999-12-31T23:59:59-23:59",
+    ],
+)
+async def test_rfc3339_date_times_are_taken_as_written(member, mcp_client_for, at):
+    async with mcp_client_for(member, "pce") as client:
+        claim = (await call(client, "pce.memory.upsert", text=f"written at {at}", provenance={"at": at}))["data"]["id"]
+    stored = await Memory.objects.aget(pk=uuid.UUID(claim.removeprefix("clm_")))
+    assert stored.metadata["provenance"]["at"] == at

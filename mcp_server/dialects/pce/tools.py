@@ -18,7 +18,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 from mcp_server.dialect import Dialect, DialectFailure, authenticated_caller
 from mcp_server.dialects.pce import schemas
@@ -224,22 +223,6 @@ def _scored_page(items: Sequence[Any], include_meta: bool) -> list[dict[str, Any
     return [_scored(item, include_meta, ids) for item in items]
 
 
-def _check_provenance(provenance: Mapping[str, Any]) -> None:
-    """The parts of the provenance schema that JSON Schema's `format` leaves unchecked."""
-    try:
-        datetime.fromisoformat(str(provenance["at"]).replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise api.InvalidArgument("provenance.at must be an RFC 3339 date-time, e.g. 2025-01-31T12:00:00Z.") from exc
-    for path, url in (
-        ("provenance.url", provenance.get("url")),
-        ("provenance.git.url", (provenance.get("git") or {}).get("url")),
-    ):
-        if url is not None:
-            parsed = urlparse(url)
-            if not parsed.scheme or not (parsed.netloc or parsed.path):
-                raise api.InvalidArgument(f"{path} must be an absolute URI.")
-
-
 def _use_tags(allow: list[str] | None) -> list[str] | None:
     tags = allow or None
     if tags is not None and not api.boundary_for(dialect.caller().policy, tags).visible:
@@ -347,7 +330,6 @@ def upsert(
     (provenance.at required). Idempotent by content_hash: the same normalized text returns the same
     clm_ id and changes nothing. Entities with the same canonical_key are merged."""
     caller = dialect.caller()
-    _check_provenance(provenance)
     result = api.claim_upsert(
         caller=caller,
         text=text,
