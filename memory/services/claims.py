@@ -17,7 +17,7 @@ from memory import validation
 from memory.claims import CLAIM_KINDS, CLAIM_SCOPES, CLAIM_SUBJECT, claim_kind_of
 from memory.errors import Duplicate, InvalidArgument
 from memory.models import Kind, Memory
-from memory.services.graph import EntityInput, RelationInput, graph_merge
+from memory.services.graph import EntityInput, RelationInput, graph_check, graph_merge
 from memory.services.locks import tenant_write_lock
 from memory.services.memories import fact_store, require_write, rule_store
 from policy.boundary import boundary_for
@@ -45,6 +45,7 @@ def claim_upsert(
 ) -> ClaimUpsertResult:
     require_write(caller)
     provenance = _provenance(provenance)
+    graph_check(entities, relations)
     text = validation.text(text, field="text")
     kind = validation.choice(kind, field="kind", allowed=CLAIM_KINDS)
     scope = validation.choice(scope, field="scope", allowed=CLAIM_SCOPES)

@@ -325,3 +325,80 @@ async def test_rfc3339_date_times_are_taken_as_written(member, mcp_client_for, a
         claim = (await call(client, "pce.memory.upsert", text=f"written at {at}", provenance={"at": at}))["data"]["id"]
     stored = await Memory.objects.aget(pk=uuid.UUID(claim.removeprefix("clm_")))
     assert stored.metadata["provenance"]["at"] == at
+
+
+# --- pce: the knowledge graph ---------------------------------------------------------------------
+# An entity's canonical key fits its column instead of being cut (which merged distinct
+# entities); the attributes an entity and a relation accumulate stay within the JSON limit.
+
+
+def entity(**fields: Any) -> dict[str, Any]:
+    return {"id": "e1", "type": "Artifact", "name": "Stripe", **fields}
+
+
+async def test_a_canonical_key_longer_than_its_column_is_refused_not_cut(member, mcp_client_for):
+    async with mcp_client_for(member, "pce") as client:
+        await call(
+            client, "pce.memory.upsert", text="first", provenance={"at": AT}, entities=[entity(canonical_key="k" * 500)]
+        )
+        text = await refused(
+            client,
+            "pce.memory.upsert",
+            {"text": "second", "provenance": {"at": AT}, "entities": [entity(canonical_key="k" * 500 + "x")]},
+            "INVALID_ARGUMENT",
+        )
+        assert "canonical_key" in text and "500" in text
+        # A name whose derived key (type + the NFKC-folded name) would be cut: U+FDFA folds to 18 characters.
+        text = await refused(
+            client,
+            "pce.memory.upsert",
+            {"text": "third", "provenance": {"at": AT}, "entities": [entity(name="\ufdfa" * 30)]},
+            "INVALID_ARGUMENT",
+        )
+        assert "canonical_key" in text
+    assert await Entity.objects.acount() == 1
+
+
+async def test_entity_attributes_and_relation_props_stay_within_the_json_limit(member, mcp_client_for):
+    chunk = {f"k{i}": "v" * 1000 for i in range(50)}  # about 51 KB
+    async with mcp_client_for(member, "pce") as client:
+        await call(client, "pce.memory.upsert", text="one", provenance={"at": AT}, entities=[entity(attrs=chunk)])
+        more = {f"j{i}": "v" * 1000 for i in range(20)}
+        text = await refused(
+            client,
+            "pce.memory.upsert",
+            {"text": "two", "provenance": {"at": AT}, "entities": [entity(attrs=more)]},
+            "INVALID_ARGUMENT",
+        )
+        assert "attrs" in text and "65536" in text
+        for attrs in ({"n": 10**300}, {"k" * 201: 1}):
+            await refused(
+                client,
+                "pce.memory.upsert",
+                {"text": "three", "provenance": {"at": AT}, "entities": [entity(id="e2", name="Adyen", attrs=attrs)]},
+                "INVALID_ARGUMENT",
+            )
+        two = [entity(), entity(id="e2", name="Adyen")]
+        relation = {"id": "r", "src_id": "e1", "dst_id": "e2", "type": "competes_with"}
+        await call(
+            client,
+            "pce.memory.upsert",
+            text="four",
+            provenance={"at": AT},
+            entities=two,
+            relations=[{**relation, "props": {"a": "v" * 40000}}],
+        )
+        text = await refused(
+            client,
+            "pce.memory.upsert",
+            {
+                "text": "five",
+                "provenance": {"at": AT},
+                "entities": two,
+                "relations": [{**relation, "props": {"b": "v" * 40000}}],
+            },
+            "INVALID_ARGUMENT",
+        )
+        assert "props" in text
+    stored = await Entity.objects.aget(name="Stripe")
+    assert set(stored.attrs) == set(chunk)
