@@ -168,10 +168,12 @@ def query_options(query_string: bytes | str) -> Mapping[str, str]:
     """A dialect's per-connection options from an endpoint's query string (the
     last of a repeated parameter wins): the MCP endpoint's and /api's. Raw
     bytes are read as the ASGI scope carries them (latin-1; the options
-    themselves are percent-encoded UTF-8)."""
+    themselves are percent-encoded UTF-8). A percent-encoded byte that is not
+    UTF-8 stays a lone surrogate (surrogateescape) for the dialect to refuse:
+    decoded with replacement, %FF and %FE were both U+FFFD, one value."""
     if isinstance(query_string, bytes):
         query_string = query_string.decode("latin-1")
-    return dict(parse_qsl(query_string))
+    return dict(parse_qsl(query_string, errors="surrogateescape"))
 
 
 class DialectFailure(ToolError):

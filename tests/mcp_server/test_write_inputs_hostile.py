@@ -402,3 +402,60 @@ async def test_entity_attributes_and_relation_props_stay_within_the_json_limit(m
         assert "props" in text
     stored = await Entity.objects.aget(name="Stripe")
     assert set(stored.attrs) == set(chunk)
+
+
+# --- langmem: connection options ------------------------------------------------------------------
+# An option that is not UTF-8 is refused: decoded with replacement, every such user id
+# resolved to one namespace (U+FFFD).
+
+
+@pytest.mark.parametrize("value", ["%FF", "%FE", "%ED%A0%80", "a%C3"])
+async def test_a_langmem_option_that_is_not_utf8_is_refused(member, value):
+    before = await snapshot()
+    response = await post(
+        member,
+        f"/api/langmem/manage_memory?namespace=memories,{{user_id}}&configurable.user_id={value}",
+        json.dumps({"content": "the user likes tea"}),
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == {
+        "code": "INVALID_ARGUMENT",
+        "message": "ValueError: option configurable.user_id is not UTF-8 text (percent-encode UTF-8).",
+    }
+    assert await snapshot() == before
+
+
+async def test_a_langmem_option_that_is_not_utf8_is_refused_on_the_mcp_endpoint(member):
+    from memproj.asgi import Router
+
+    call = {"jsonrpc": "2.0", "id": "1", "method": "tools/call"}
+    call["params"] = {"name": "manage_memory", "arguments": {"content": "the user likes tea"}}
+    headers = {
+        "Authorization": f"Bearer {member.token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    router = Router()
+    before = await snapshot()
+    async with (
+        router.servers["langmem"].session_manager.run(),
+        httpx.AsyncClient(transport=asgi_transport(router), base_url="http://testserver") as client,
+    ):
+        path = "/mcp/langmem/?namespace=memories,{user_id}&configurable.user_id=%FF"
+        response = await client.post(path, content=json.dumps(call).encode(), headers=headers)
+    result = response.json()["result"]
+    assert result["isError"] and result["_meta"]["io.memproj/error-code"] == "INVALID_ARGUMENT", result
+    assert result["content"][0]["text"] == (
+        "ValueError: option configurable.user_id is not UTF-8 text (percent-encode UTF-8)."
+    )
+    assert await snapshot() == before
+
+
+async def test_a_langmem_option_name_that_is_not_utf8_is_refused(member):
+    response = await post(
+        member,
+        "/api/langmem/manage_memory?namespace=memories&instructions%FF=x",
+        json.dumps({"content": "the user likes tea"}),
+    )
+    assert response.status_code == 400, response.text
+    assert "not UTF-8" in response.json()["error"]["message"]

@@ -78,6 +78,12 @@ def connection_config(options: Mapping[str, str]) -> ConnectionConfig:
     are refused as LangMem refuses them when a tool is created (ValueError)."""
     configurable: dict[str, str] = {}
     for name, value in options.items():
+        # A name or value that is not UTF-8 comes as lone surrogates (query
+        # options, argv); refused, never replaced (two such user ids were one namespace).
+        if not _utf8(name):
+            raise api.InvalidArgument("an option name is not UTF-8 text (percent-encode UTF-8).")
+        if not _utf8(value):
+            raise api.InvalidArgument(f"option {name} is not UTF-8 text (percent-encode UTF-8).")
         if name.startswith("configurable."):
             key = name.removeprefix("configurable.")
             if not key:
@@ -111,6 +117,14 @@ def connection_config(options: Mapping[str, str]) -> ConnectionConfig:
         response_format=response_format,
         configurable=configurable,
     )
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def adapt_tools(tools: list[MCPTool]) -> list[MCPTool]:
