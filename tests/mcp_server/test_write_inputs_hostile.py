@@ -459,3 +459,32 @@ async def test_a_langmem_option_name_that_is_not_utf8_is_refused(member):
     )
     assert response.status_code == 400, response.text
     assert "not UTF-8" in response.json()["error"]["message"]
+
+
+# --- langmem: store ops ---------------------------------------------------------------------------
+# A store op takes only its own (LangGraph's) fields, as every tool refuses unknown arguments.
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        {"op": "put", "namespace": ["a"], "key": "k", "value": {"content": "x"}, "bogus": 1},
+        {"op": "get", "namespace": ["a"], "key": "k", "value": {"content": "x"}},
+        {"op": "search", "namespace_prefix": ["a"], "key": "k"},
+        {"op": "list_namespaces", "prefix": ["a"], "namespace": ["b"]},
+    ],
+)
+async def test_a_store_op_takes_only_its_own_fields(member, op):
+    before = await snapshot()
+    batch = [{"op": "put", "namespace": ["a"], "key": "first", "value": {"content": "kept out"}}, op]
+    response = await post(member, "/api/langmem/store/", json.dumps({"ops": batch}))
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "INVALID_ARGUMENT" and "unknown field" in error["message"], error
+    assert await snapshot() == before
+
+
+async def test_a_store_put_still_takes_langgraphs_index_field(member):
+    op = {"op": "put", "namespace": ["a"], "key": "k", "value": {"content": "x"}, "index": ["content"], "ttl": None}
+    response = await post(member, "/api/langmem/store/", json.dumps({"ops": [op]}))
+    assert response.status_code == 200, response.text

@@ -86,12 +86,35 @@ def _key(op: dict[str, Any]) -> str:
 
 # An op checked and ready to run as a caller.
 Run = Callable[[Caller], Any]
+# The fields of each op (LangGraph's GetOp, PutOp, SearchOp; list_namespaces
+# with its match conditions as prefix/suffix): anything else is refused, as a
+# tool refuses an unknown argument, rather than silently ignored.
+OP_FIELDS = {
+    "get": ("op", "namespace", "key", "refresh_ttl"),
+    "put": ("op", "namespace", "key", "value", "index", "ttl"),
+    "search": ("op", "namespace_prefix", "query", "filter", "limit", "offset", "refresh_ttl"),
+    "list_namespaces": ("op", "prefix", "suffix", "max_depth", "limit", "offset"),
+}
+
+
+def _fields(op: dict[str, Any], kind: str) -> None:
+    unknown = sorted(set(op) - set(OP_FIELDS[kind]))
+    if unknown:
+        named = ", ".join(repr(name[:50]) for name in unknown[:3])
+        raise api.InvalidArgument(f"a {kind} op has unknown field(s) {named}; it takes {', '.join(OP_FIELDS[kind])}.")
+    if op.get("refresh_ttl") is not None and not isinstance(op["refresh_ttl"], bool):
+        raise api.InvalidArgument("refresh_ttl must be true, false or null (items do not expire).")
+    index = op.get("index")
+    if index not in (None, False) and not (isinstance(index, list) and all(isinstance(i, str) for i in index)):
+        raise api.InvalidArgument("index must be null, false or a list of field paths (every item is indexed whole).")
 
 
 def _prepare(op: dict[str, Any]) -> Run:
     """Check an op's shape and return what runs it: every op of a batch is
     checked before any runs, so a malformed op refuses the batch untouched."""
     kind = op.get("op")
+    if kind in OP_FIELDS:
+        _fields(op, kind)
     if kind == "get":
         namespace, key = _strings(op.get("namespace"), "namespace"), _key(op)
 
