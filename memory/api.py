@@ -12,7 +12,7 @@ Reads: ``memory_search`` (what to find: a ``SearchQuery``), ``memory_recall``, `
 ``memory_list_recent``, ``memory_similar``, ``memory_supersedes_map``,
 ``fact_get_by_key``, ``namespaces_list``; ``memory_search_accessed`` and
 ``memory_list_recent_accessed`` also move ``accessed_at`` of what they return.
-roampal v0.3.5's collections: ``working_store``, ``memory_bank_store``,
+roampal v0.3.5's collections: ``working_store``, ``takeaway_store``, ``memory_bank_store``,
 ``memory_bank_update``, ``collection_forget``, ``book_ingest`` / ``book_progress``, the hooked
 conversation's ``exchange_*``; reads ``collection_search``, ``collection_get``,
 ``collection_ids``, ``known_context`` and ``display_id``.
@@ -75,6 +75,7 @@ from memory.services.collections import (
     exchange_pending_scoring,
     memory_bank_store,
     memory_bank_update,
+    takeaway_store,
     working_store,
 )
 from memory.services.events import EventType, event_append
@@ -128,6 +129,7 @@ __all__ = [
     "known_context",
     "memory_bank_store",
     "memory_bank_update",
+    "takeaway_store",
     "working_store",
     "ActivationPage",
     "BoundaryCheck",

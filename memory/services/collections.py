@@ -97,6 +97,19 @@ def working_store(
     )
 
 
+# roampal v0.3.5: a key takeaway starts at 0.7, as after one good scoring from history.
+TAKEAWAY_OUTCOME_SCORE = 0.7
+TAKEAWAY_MAX_CHARS = 2000
+
+
+def takeaway_store(*, caller: Caller, takeaway: str) -> Memory:
+    """roampal's record_response: a key takeaway as a working memory. The
+    takeaway itself is checked as text (stored after a prefix, a blank one
+    would pass the check of the whole)."""
+    takeaway = validation.text(takeaway, field="key_takeaway", max_chars=TAKEAWAY_MAX_CHARS)
+    return working_store(caller=caller, content=f"Key takeaway: {takeaway}", outcome_score=TAKEAWAY_OUTCOME_SCORE)
+
+
 def memory_bank_store(
     *,
     caller: Caller,
@@ -277,6 +290,10 @@ def book_ingest(
     if not isinstance(text, str) or not text.strip():
         raise InvalidArgument("the document is empty; send UTF-8 text or Markdown.")
     validation.encodable(text, field="the document")
+    if not isinstance(source, str):
+        raise InvalidArgument("source must be a string.")
+    # Stored in the chunks' metadata and the event: checked as text is, not left to the database's refusal.
+    source = validation.encodable(source, field="source")
     if len(text.encode("utf-8")) > BOOK_MAX_BYTES:
         raise InvalidArgument(f"the document is over the limit of {BOOK_MAX_BYTES} bytes (10 MB); split it.")
     tag_list = validation.tags(tags)

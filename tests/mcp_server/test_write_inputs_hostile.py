@@ -488,3 +488,25 @@ async def test_a_store_put_still_takes_langgraphs_index_field(member):
     op = {"op": "put", "namespace": ["a"], "key": "k", "value": {"content": "x"}, "index": ["content"], "ttl": None}
     response = await post(member, "/api/langmem/store/", json.dumps({"ops": [op]}))
     assert response.status_code == 200, response.text
+
+
+# --- roampal --------------------------------------------------------------------------------------
+# A blank key takeaway is refused; a document's source is checked like any other text.
+
+
+@pytest.mark.parametrize("takeaway", [" ", "\u200b", "\n\t"])
+async def test_a_blank_key_takeaway_is_refused(member, mcp_client_for, takeaway):
+    async with mcp_client_for(member, "roampal") as client:
+        text = await refused(client, "record_response", {"key_takeaway": takeaway}, "INVALID_ARGUMENT")
+    assert text.startswith("Error: key_takeaway must not be empty")
+
+
+@pytest.mark.parametrize(("source", "says"), [("s\u0000", "NUL"), ("\ud800", "valid")])
+async def test_a_documents_source_is_checked_like_any_text(member, source, says):
+    before = await snapshot()
+    body = json.dumps({"title": "Manual", "content": "Chapter one.", "source": source})
+    response = await post(member, "/api/ingest", body)
+    assert response.status_code == 422, response.text
+    assert response.json()["code"] == "INVALID_ARGUMENT"
+    assert response.json()["error"].startswith("source") and says in response.json()["error"], response.text
+    assert await snapshot() == before

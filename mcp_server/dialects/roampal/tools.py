@@ -356,8 +356,7 @@ def score_memories(
 def record_response(
     key_takeaway: Annotated[str, Field(min_length=1, max_length=2000, description="The learning, self-contained.")],
 ) -> Annotated[CallToolResult, StoredResult]:
-    # upstream: a key takeaway starts at score 0.7 (one good scoring from history).
-    memory = api.working_store(caller=dialect.caller(), content=f"Key takeaway: {key_takeaway}", outcome_score=0.7)
+    memory = api.takeaway_store(caller=dialect.caller(), takeaway=key_takeaway)
     return _result(
         f"Recorded: {key_takeaway}",
         StoredResult(id=api.display_id(memory), collection="working", content=memory.content),
