@@ -378,6 +378,9 @@ def _describe(error: SchemaError, schema: Mapping[str, Any]) -> str:
     """A schema violation as a sentence that names the argument and never echoes
     the (possibly huge or hostile) value."""
     where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+    if "propertyNames" in error.absolute_schema_path:
+        # The violation is a key's, and the path names the object holding it.
+        where = f"a key of {where}"
     rule, expected = error.validator, error.validator_value
     if rule == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))
@@ -397,6 +400,8 @@ def _describe(error: SchemaError, schema: Mapping[str, Any]) -> str:
         "maxLength": lambda: f"{where} is over the limit of {expected} characters.",
         "minItems": lambda: f"{where} must have at least {expected} items.",
         "maxItems": lambda: f"{where} allows at most {expected} items.",
+        "minProperties": lambda: f"{where} must have at least {expected} entries.",
+        "maxProperties": lambda: f"{where} allows at most {expected} entries.",
         "enum": lambda: f"{where} must be one of {', '.join(map(str, expected))}.",
         "const": lambda: f"{where} must be {expected!r}.",
         "pattern": lambda: f"{where} must match {expected}.",

@@ -510,3 +510,18 @@ async def test_a_documents_source_is_checked_like_any_text(member, source, says)
     assert response.json()["code"] == "INVALID_ARGUMENT"
     assert response.json()["error"].startswith("source") and says in response.json()["error"], response.text
     assert await snapshot() == before
+
+
+# --- schema messages ------------------------------------------------------------------------------
+# A schema violation of an object's size or of its keys names it.
+
+
+async def test_too_many_entries_and_a_key_too_long_are_named(member, mcp_client_for):
+    async with mcp_client_for(member, "roampal") as client:
+        many = {f"working_{i:012x}": "worked" for i in range(51)}
+        text = await refused(client, "score_response", {"outcome": "worked", "memory_scores": many}, "INVALID_ARGUMENT")
+        assert text == "Error: memory_scores allows at most 50 entries."
+        text = await refused(
+            client, "score_response", {"outcome": "worked", "memory_scores": {"k" * 201: "worked"}}, "INVALID_ARGUMENT"
+        )
+        assert text == "Error: a key of memory_scores is over the limit of 200 characters."
