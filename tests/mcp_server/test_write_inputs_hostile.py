@@ -484,6 +484,18 @@ async def test_a_store_op_takes_only_its_own_fields(member, op):
     assert await snapshot() == before
 
 
+@pytest.mark.parametrize("kind", [{}, [], 5, None, "delete"])
+async def test_an_op_that_names_no_op_is_refused(member, kind):
+    before = await snapshot()
+    response = await post(member, "/api/langmem/store/", json.dumps({"ops": [{"op": kind, "namespace": ["a"]}]}))
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == {
+        "code": "INVALID_ARGUMENT",
+        "message": "op must be one of get, put, search, list_namespaces.",
+    }
+    assert await snapshot() == before
+
+
 async def test_a_store_put_still_takes_langgraphs_index_field(member):
     op = {"op": "put", "namespace": ["a"], "key": "k", "value": {"content": "x"}, "index": ["content"], "ttl": None}
     response = await post(member, "/api/langmem/store/", json.dumps({"ops": [op]}))

@@ -113,7 +113,7 @@ def _prepare(op: dict[str, Any]) -> Run:
     """Check an op's shape and return what runs it: every op of a batch is
     checked before any runs, so a malformed op refuses the batch untouched."""
     kind = op.get("op")
-    if kind in OP_FIELDS:
+    if isinstance(kind, str) and kind in OP_FIELDS:  # any JSON value may come as "op"
         _fields(op, kind)
     if kind == "get":
         namespace, key = _strings(op.get("namespace"), "namespace"), _key(op)
