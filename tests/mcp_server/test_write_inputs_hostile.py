@@ -524,6 +524,24 @@ async def test_a_documents_source_is_checked_like_any_text(member, source, says)
     assert await snapshot() == before
 
 
+@pytest.mark.parametrize("title", ["%FF", "Manual%FE", "%ED%A0%80"])
+async def test_a_raw_documents_title_that_is_not_utf8_is_refused(member, title):
+    before = await snapshot()
+    response = await post(member, f"/api/ingest?title={title}", "Chapter one.", content_type="text/plain")
+    assert response.status_code == 422, response.text
+    assert response.json() == {
+        "error": "title: ?title= is not UTF-8 text (percent-encode UTF-8).",
+        "code": "INVALID_ARGUMENT",
+    }
+    assert await snapshot() == before
+
+
+async def test_a_raw_documents_utf8_title_is_kept(member):
+    response = await post(member, "/api/ingest?title=caf%C3%A9+%F0%9F%99%82", "Chapter one.", content_type="text/plain")
+    assert response.status_code == 202, response.text
+    assert response.json()["title"] == "café 🙂"
+
+
 # --- schema messages ------------------------------------------------------------------------------
 # A schema violation of an object's size or of its keys names it.
 

@@ -33,6 +33,7 @@ from mcp_server.dialect import (
     bearer_token,
     idempotent_view,
     in_worker_thread,
+    query_options,
     refused_value,
     retry_later,
     retryable,
@@ -358,9 +359,15 @@ def ingest(request: HttpRequest, caller: Caller) -> HttpResponse:
             content = raw.decode("utf-8")
         except UnicodeDecodeError:
             return _error(415, "send UTF-8 text or Markdown.", "UNSUPPORTED_MEDIA_TYPE")
-        title, tags = request.GET.get("title", "").strip(), None
+        # Read as connection options are: request.GET decodes a byte that is
+        # not UTF-8 as U+FFFD, and the title was stored so.
+        title, tags = query_options(request.META.get("QUERY_STRING", "")).get("title", "").strip(), None
         if not title:
             return _error(422, "title: name the document with ?title=...")
+        try:
+            title.encode("utf-8")
+        except UnicodeEncodeError:
+            return _error(422, "title: ?title= is not UTF-8 text (percent-encode UTF-8).")
     result = api.book_ingest(caller=caller, title=title, text=content, tags=tags, source=source, **chunking)
     ids = [f"books_{pk.hex[:12]}" for pk in result.chunk_ids]
     return JsonResponse(
