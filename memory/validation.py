@@ -10,7 +10,7 @@ import unicodedata
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.conf import settings
 
@@ -188,7 +188,7 @@ def query(value: object, *, field: str = "query") -> str:
     return text(value, field=field, max_chars=limits()["MAX_QUERY_CHARS"])
 
 
-def is_label(value: object) -> bool:
+def is_label(value: object) -> TypeGuard[str]:
     # fullmatch: a pattern's ``$`` also matches before a final newline, so
     # ``match`` took "global\n" as a label, stored as a scope of its own.
     return isinstance(value, str) and _LABEL.fullmatch(value) is not None

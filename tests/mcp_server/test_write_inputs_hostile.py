@@ -428,8 +428,13 @@ async def test_a_langmem_option_that_is_not_utf8_is_refused(member, value):
 async def test_a_langmem_option_that_is_not_utf8_is_refused_on_the_mcp_endpoint(member):
     from memproj.asgi import Router
 
-    call = {"jsonrpc": "2.0", "id": "1", "method": "tools/call"}
-    call["params"] = {"name": "manage_memory", "arguments": {"content": "the user likes tea"}}
+    arguments = {"content": "the user likes tea"}
+    request = {
+        "jsonrpc": "2.0",
+        "id": "1",
+        "method": "tools/call",
+        "params": {"name": "manage_memory", "arguments": arguments},
+    }
     headers = {
         "Authorization": f"Bearer {member.token}",
         "Accept": "application/json, text/event-stream",
@@ -442,7 +447,7 @@ async def test_a_langmem_option_that_is_not_utf8_is_refused_on_the_mcp_endpoint(
         httpx.AsyncClient(transport=asgi_transport(router), base_url="http://testserver") as client,
     ):
         path = "/mcp/langmem/?namespace=memories,{user_id}&configurable.user_id=%FF"
-        response = await client.post(path, content=json.dumps(call).encode(), headers=headers)
+        response = await client.post(path, content=json.dumps(request).encode(), headers=headers)
     result = response.json()["result"]
     assert result["isError"] and result["_meta"]["io.memproj/error-code"] == "INVALID_ARGUMENT", result
     assert result["content"][0]["text"] == (
