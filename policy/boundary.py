@@ -46,7 +46,7 @@ def use_tags_validate(tags: Iterable[str] | None) -> tuple[str, ...]:
     for tag in out:
         # A wildcard describes what a policy allows, not what a read does: a read
         # that could claim '*' would see every class the policy opens to anything.
-        if not isinstance(tag, str) or not USE_TAG.match(tag) or "*" in tag:
+        if not isinstance(tag, str) or not USE_TAG.fullmatch(tag) or "*" in tag:
             raise InvalidUseTag(
                 f"use tag {tag!r} is not valid: use concrete tags such as 'answer:task' or 'tool:contact-lookup'."
             )

@@ -383,7 +383,7 @@ def _classes(
             tags = _string_list(entry["allow"], _join(entry_path, "allow"), problems)
             allow = None
             if tags is not None:
-                bad = [t for t in tags if not USE_TAG.match(t)]
+                bad = [t for t in tags if not USE_TAG.fullmatch(t)]
                 if bad:
                     problems.add(
                         _join(entry_path, "allow"),

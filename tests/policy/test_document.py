@@ -110,6 +110,8 @@ def test_a_partial_policy_takes_the_default_for_what_it_leaves_out():
         ("version: 1\nboundary_classes: { pii: { redact: ['ssn'] } }\n", "boundary_classes.pii.redact", "ssn"),
         ("version: 1\nboundary_classes: { pii: { allow: 'x' } }\n", "boundary_classes.pii.allow", "list"),
         ("version: 1\nboundary_classes: { pii: { allow: ['BAD TAG'] } }\n", "boundary_classes.pii.allow", "tag"),
+        # A regular expression's $ also matches before a final newline.
+        ('version: 1\nboundary_classes: { pii: { allow: ["answer:task\\n"] } }\n', "boundary_classes.pii.allow", "tag"),
         (
             "version: 1\nboundary_classes: { pii: { allow: [], escalation: 'shout' } }\n",
             "boundary_classes.pii.escalation",
