@@ -139,7 +139,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-sweep", action="store_true", help="skip the scorer, fusion and depth sweeps")
     p.add_argument(
         "--embed-text",
-        choices=("plain", "ctx1", "speaker"),
+        choices=("plain", "ctx1", "ctx1short", "speaker"),
         default=None,
         help="what is embedded for an episode (memory/embedtext.py; default: the MEMPROJ_EMBED_TEXT setting);"
         " speaker (benchmark only): '<speaker> (<session date>): <turn>'",
@@ -186,7 +186,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="mixed",
         help="--model-cost samples its 64 turns from MemoryBank and LongMemEval (mixed) or LongMemEval only",
     )
-    p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures, and each question's, as JSON here")
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("A.json", "B.json"),
+        default=None,
+        help="only compare two runs' --json files: per set and mode, B - A at R@1/5/10 and nDCG@10 with a 95%%"
+        " paired-bootstrap interval over the questions both scored",
+    )
     p.add_argument("--tiny", action="store_true", help="smoke-test size")
     args = p.parse_args(argv)
     if args.tiny:
@@ -1137,8 +1146,48 @@ def model_table(ds: DataSet, params, names: Sequence[str]) -> list[str]:  # type
 # --------------------------------------------------------------------------- main
 
 
+PER_QUESTION_METRICS = ("R@1", "R@5", "R@10", "nDCG@10")
+
+
+def per_question(ds: DataSet, run: Sequence[Sequence[int]]) -> dict[str, list[float]]:
+    """Each scored question's figures, keyed by its text (for --compare)."""
+    out = {}
+    for q, ranked in zip(ds.queries, run, strict=True):
+        if q.gold:
+            out[q.text] = [recall_at(q.gold, ranked, k) for k in (1, 5, 10)] + [ndcg_at(q.gold, ranked, 10)]
+    return out
+
+
+def compare(a_path: Path, b_path: Path) -> list[str]:
+    """B - A per set, mode and metric over the questions both runs scored."""
+    a, b = json.loads(a_path.read_text()), json.loads(b_path.read_text())
+    rows = []
+    for name in a:
+        for mode, a_questions in a[name].get("per_question", {}).items():
+            b_questions = b.get(name, {}).get("per_question", {}).get(mode)
+            if not b_questions:
+                continue
+            shared = [text for text in a_questions if text in b_questions]
+            cells = []
+            for i, _metric in enumerate(PER_QUESTION_METRICS):
+                mine = [b_questions[text][i] for text in shared]
+                theirs = [a_questions[text][i] for text in shared]
+                low, mean, high = paired_bootstrap(mine, theirs)
+                cells.append(
+                    f"{sum(theirs) / len(shared):.3f} -> {sum(mine) / len(shared):.3f} ({low:+.3f}..{high:+.3f})"
+                )
+            rows.append([name, mode, str(len(shared)), *cells])
+    return [
+        f"B = {b_path}, A = {a_path}: A -> B (95% paired-bootstrap interval of B - A)",
+        _common.table(["set", "mode", "questions", *PER_QUESTION_METRICS], rows),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.compare:
+        print("\n".join(compare(*args.compare)))
+        return 0
     want_madial = args.dataset in ("all", "both", "madial")
     want_lme = args.dataset in ("all", "both", "lme")
     want_mb = args.dataset in ("all", "memorybank")
@@ -1282,7 +1331,10 @@ def main(argv: list[str] | None = None) -> int:
             out += ["", f"{ds.name} per question type", category_table(ds, runs)]
         if "hybrid-no-time" in runs:
             out += time_table(ds, runs)
-        figures[ds.name] = {"main": dict(rows)}
+        figures[ds.name] = {
+            "main": dict(rows),
+            "per_question": {mode: per_question(ds, run) for mode, run in runs.items()},
+        }
         if args.no_sweep:
             continue
         out += sweeps(ds, params, scoring, figures, tiny=args.tiny)
