@@ -38,6 +38,8 @@ MAX_KEY_CHARS = 200
 # str.strip() removes only the separators, so a text of these alone is empty
 # to a reader and to both search channels, yet passed as text.
 _INVISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+# What a name may not hold anywhere (``identifier``): the invisible characters but spaces.
+_UNPRINTABLE = _INVISIBLE - {"Zs"}
 
 
 def limits() -> dict:
@@ -71,13 +73,24 @@ def encodable(value: str, *, field: str) -> str:
 
 
 def identifier(value: object, *, field: str, max_chars: int = MAX_KEY_CHARS) -> str:
-    """A client-chosen name (a conversation id, a key): any printable text of
-    1-``max_chars`` characters, stored and compared as given."""
+    """A client-chosen name (a conversation id, a key, a namespace segment):
+    any printable text of 1-``max_chars`` characters, stored and compared as
+    given. Printable as a label is: no control or format character and no line
+    or paragraph separator (a name is shown back in logs, the admin and
+    answers, where a terminal escape, a direction override or a line break
+    would recolour, reorder or forge what follows it). Spaces are kept."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"{field} must be a non-empty string.")
     if len(value) > max_chars:
         raise InvalidArgument(f"{field} is {len(value)} characters; the limit is {max_chars}.")
-    return encodable(value, field=field)
+    value = encodable(value, field=field)
+    unprintable = next((char for char in value if unicodedata.category(char) in _UNPRINTABLE), None)
+    if unprintable is not None:
+        raise InvalidArgument(
+            f"{field} must not contain control, format or line separator characters "
+            f"(it contains U+{ord(unprintable):04X})."
+        )
+    return value
 
 
 def namespace(value: object, *, field: str = "namespace") -> list[str]:

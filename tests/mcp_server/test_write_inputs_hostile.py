@@ -93,14 +93,8 @@ async def test_a_label_with_a_trailing_newline_is_refused(member, mcp_client_for
     assert await snapshot() == before
 
 
-async def test_a_conversation_id_with_a_newline_is_kept_but_is_no_session(member):
-    response = await post(
-        member, "/api/hooks/stop", json.dumps({"conversation_id": "c-1\n", "assistant_response": "ok"})
-    )
-    assert response.status_code == 200, response.text
-    stored = await Memory.objects.aget(tenant_id=member.caller.tenant_id, collection="working")
-    assert stored.session_id == ""
-    assert stored.metadata["conversation_id"] == "c-1\n"
+# A conversation id with a newline is refused as any unprintable name is
+# (test_inputs_hostile_more.py, identifiers), before it could become a session.
 
 
 # --- invisible text -------------------------------------------------------------------------------
