@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeGuard
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -221,6 +222,26 @@ def number(value: object, *, field: str, low: float, high: float) -> float:
         raise InvalidArgument(f"{field} must be between {low} and {high} (got {value}).")
     # + 0.0 turns -0.0 (within every bound) into 0.0, so it is not stored and answered as "-0.0".
     return float(value) + 0.0
+
+
+def http_url(value: object, *, field: str) -> str:
+    """An absolute http or https URL with a host, returned as written. A URL a
+    client stores is shown back in answers and may be rendered as a link:
+    ``javascript:`` or ``data:`` would run when followed, and another scheme
+    (``file:``, ``vbscript:``) is no source a reader can open. No whitespace or
+    control character anywhere: urlsplit strips leading blanks and drops tabs
+    and newlines, so it would check another URL than the one stored."""
+    refused = InvalidArgument(f"{field} must be an absolute http or https URL.")
+    if not isinstance(value, str) or any(unicodedata.category(char) in _INVISIBLE for char in value):
+        raise refused
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number in range
+    except ValueError:
+        raise refused from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise refused
+    return value
 
 
 def rfc3339(value: object, *, field: str) -> str:

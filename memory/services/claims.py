@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -105,9 +104,10 @@ def claim_upsert(
 def _provenance(value: object) -> dict[str, Any]:
     """pce-memory's provenance, checked where the spec's schema says more than
     JSON Schema checks: ``at`` is an RFC 3339 date-time and the URLs absolute
-    URIs (its ``format``s). The rest of its shape, ``at`` being required
-    included, is the schema's (the pce dialect enforces it); its size is
-    metadata's."""
+    URIs (its ``format``s), of these only http and https ones (answers show
+    them back, a reader may follow them: ``validation.http_url``). The rest of
+    its shape, ``at`` being required included, is the schema's (the pce dialect
+    enforces it); its size is metadata's."""
     if not isinstance(value, Mapping):
         raise InvalidArgument('provenance must be an object, e.g. {"at": "2025-01-31T12:00:00Z"}.')
     if "at" in value:
@@ -116,7 +116,5 @@ def _provenance(value: object) -> dict[str, Any]:
     git_url = git.get("url") if isinstance(git, Mapping) else None
     for path, url in (("provenance.url", value.get("url")), ("provenance.git.url", git_url)):
         if url is not None:
-            parsed = urlparse(url) if isinstance(url, str) else None
-            if parsed is None or not parsed.scheme or not (parsed.netloc or parsed.path):
-                raise InvalidArgument(f"{path} must be an absolute URI.")
+            validation.http_url(url, field=path)
     return dict(value)

@@ -7,11 +7,13 @@ and changes nothing. One section per rule; each says why."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
-from memory.models import Exchange
-from tests.mcp_server.test_write_inputs_hostile import post, snapshot
+from memory.models import Exchange, Memory
+from tests.conftest import call
+from tests.mcp_server.test_write_inputs_hostile import AT, post, refused, snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,3 +82,54 @@ async def test_printable_identifiers_are_kept_as_given(member, name):
     response = await post(member, "/api/hooks/stop", json.dumps({"conversation_id": name, "assistant_response": "ok"}))
     assert response.status_code == 200, response.text
     assert await Exchange.objects.filter(conversation_id=name).aexists()
+
+
+# --- pce: provenance URLs -------------------------------------------------------------------------
+# A provenance URL is shown back in answers (search's provenance, an activation's
+# evidence) and may be rendered as a link: only an absolute http or https URL is
+# taken (a javascript: or data: URL runs when followed).
+
+NOT_HTTP = [
+    "javascript:alert(1)",
+    "JavaScript:alert(document.cookie)",
+    "data:text/html,<script>alert(1)</script>",
+    "vbscript:msgbox(1)",
+    "file:///etc/passwd",
+    "ftp://example.com/file",
+    "mailto:someone@example.com",
+    "//example.com/path",
+    "/relative/path",
+    "https://",
+    "https:///path",
+    "http://exa mple.com/",
+    "https://example.com/\njavascript:alert(1)",
+    " https://example.com/",
+]
+
+
+@pytest.mark.parametrize("url", NOT_HTTP)
+@pytest.mark.parametrize("where", ["provenance.url", "provenance.git.url"])
+async def test_a_provenance_url_must_be_http_or_https(member, mcp_client_for, url, where):
+    provenance = {"at": AT, "url": url} if where == "provenance.url" else {"at": AT, "git": {"url": url}}
+    arguments = {"text": "a claim with a source", "provenance": provenance}
+    async with mcp_client_for(member, "pce") as client:
+        text = await refused(client, "pce.memory.upsert", arguments, "INVALID_ARGUMENT")
+    error = json.loads(text)["error"]
+    assert (error["code"], error["message"]) == ("VALIDATION_ERROR", f"{where} must be an absolute http or https URL.")
+    before = await snapshot()
+    response = await post(member, "/api/pce/pce.memory.upsert", json.dumps(arguments))
+    assert response.status_code == 422, response.text
+    assert {k: response.json()["error"][k] for k in ("code", "message")} == {k: error[k] for k in ("code", "message")}
+    assert await snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "url", ["https://example.com/a?b=c#d", "HTTP://Example.COM", "http://[::1]:8080/x", "https://user@host/p"]
+)
+async def test_http_and_https_urls_are_kept_as_written(member, mcp_client_for, url):
+    async with mcp_client_for(member, "pce") as client:
+        claim = (
+            await call(client, "pce.memory.upsert", text=f"sourced from {url}", provenance={"at": AT, "url": url})
+        )["data"]["id"]
+    stored = await Memory.objects.aget(pk=uuid.UUID(claim.removeprefix("clm_")))
+    assert stored.metadata["provenance"]["url"] == url
