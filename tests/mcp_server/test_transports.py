@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memory.models import Memory
 from tests.conftest import call
-from tests.harness.ports import HeldPort
+from tests.harness.ports import HeldPort, serve_until_ready, stop_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,43 +73,21 @@ def test_stdio_refuses_to_start_without_a_valid_token(member):
 
 @pytest.fixture
 def http_server(transactional_db, tmp_path):
-    # Its output goes to a file: a pipe that is only read on failure would stop
-    # the server once it filled.
     log_path = tmp_path / "uvicorn.log"
     # The port stays bound until uvicorn serves on it (see tests.harness.ports).
-    with HeldPort() as held, open(log_path, "wb") as log:
-        port = held.port
-        proc = subprocess.Popen(
+    with HeldPort() as held:
+        base = f"http://127.0.0.1:{held.port}"
+        proc = serve_until_ready(
             [sys.executable, "-m", "uvicorn", "memproj.asgi:application", "--fd", str(held.fd)],
-            env=_env_for_test_database(MEMPROJ_PUBLIC_URL=f"http://127.0.0.1:{port}"),
-            cwd=str(ROOT),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(held.fd,),
+            held,
+            log_path=log_path,
+            name="uvicorn",
+            timeout=120,
+            env=_env_for_test_database(MEMPROJ_PUBLIC_URL=base),
+            cwd=ROOT,
         )
-
-    def stopped(reason: str) -> str:
-        proc.kill()
-        proc.wait()
-        return f"uvicorn {reason}:\n{log_path.read_text(errors='replace')}"
-
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(stopped("did not start"))
-        time.sleep(0.2)
     yield base
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        pytest.fail(stopped("did not stop within 20 s of SIGTERM"))
+    stop_server(proc, log_path=log_path, name="uvicorn", timeout=20)
 
 
 async def test_http_endpoint_with_bearer_token(http_server, member, outsider):

@@ -11,7 +11,6 @@ import os
 import random
 import select
 import socket
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memproj.serve import PROCESSES
 from tests.conftest import call
-from tests.harness.ports import HeldPort, on_held_port
+from tests.harness.ports import HeldPort, on_held_port, serve_until_ready, stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 64 * 1024
@@ -77,41 +76,19 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[tup
         MEMPROJ_ANONYMOUS_RATE_LIMIT="1000000",
         MEMPROJ_ANONYMOUS_RATE_WINDOW=str(random.randint(100_000, 900_000)),
     )
-    # Its output goes to a file: a pipe that is only read on failure would stop
-    # the server once it filled (it logs every request).
     log_path = tmp_path_factory.mktemp("edge") / "web.log"
-    with held, open(log_path, "wb") as log:
-        proc = subprocess.Popen(
+    with held:
+        proc = serve_until_ready(
             on_held_port(PROCESSES["web"], held),
+            held,
+            log_path=log_path,
+            name="the web process",
+            timeout=180,
             env=env,
             cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(held.fd,),
         )
-
-    def stopped(reason: str) -> str:
-        proc.kill()
-        proc.wait()
-        return f"the web process {reason}:\n{log_path.read_text(errors='replace')}"
-
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(stopped("did not start"))
-        time.sleep(0.3)
     yield "127.0.0.1", port
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pytest.fail(stopped("did not stop within 30 s of SIGTERM"))
+    stop_server(proc, log_path=log_path, name="the web process", timeout=30)
 
 
 def _connect(server: tuple[str, int]) -> socket.socket:
