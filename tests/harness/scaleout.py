@@ -4,6 +4,10 @@ Redis started as ordinary servers on loopback TCP ports, N uvicorn web
 processes and M Celery workers pointed at them, and Debian's haproxy in front
 of the web processes (scripts/install_loadbalancer.sh installs it).
 
+haproxy and the web processes are handed their ports as held sockets
+(tests.harness.ports); PostgreSQL and Redis can only be given a number, so
+each is started again on another port if its port was taken meanwhile.
+
 Everything lives under one temporary directory and is stopped by ``close()``."""
 
 from __future__ import annotations
@@ -22,7 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.harness.paths import BASE_DIR
-from tests.harness.stack import free_port, start_web
+from tests.harness.ports import (
+    HeldPort,
+    ServerDidNotStart,
+    log_size,
+    retry_if_address_in_use,
+    serve_until_ready,
+    wait_until_serving,
+)
+from tests.harness.stack import start_web
 
 PG_SUPERUSER = "postgres"
 
@@ -48,32 +60,28 @@ def _server_user() -> str:
     raise RuntimeError("no system user to run PostgreSQL as")
 
 
-def _wait_port(port: int, timeout: float = 60) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s")
-
-
 @dataclass
 class Deployment:
     """The servers of one scale-out run. ``start_data_tier`` first, then
     ``start_web`` / ``start_workers`` and ``balance`` over some web processes."""
 
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mp-scale-")))
-    pg_port: int = field(default_factory=free_port)
-    redis_port: int = field(default_factory=free_port)
-    lb_port: int = field(default_factory=free_port)
+    # Chosen by start_data_tier, when each server is started.
+    pg_port: int = 0
+    redis_port: int = 0
+    # Held from the start: the web processes are told the public URL before haproxy
+    # starts, and balance() starts haproxy again on the same port.
+    lb: HeldPort = field(default_factory=HeldPort)
     database: str = "memproj_scaleout"
     postgres: subprocess.Popen | None = None
     redis: subprocess.Popen | None = None
     haproxy: subprocess.Popen | None = None
     webs: list[tuple[subprocess.Popen, str]] = field(default_factory=list)
     workers: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def lb_port(self) -> int:
+        return self.lb.port
 
     @property
     def database_url(self) -> str:
@@ -116,48 +124,10 @@ class Deployment:
             check=True,
             capture_output=True,
         )
-        self.postgres = subprocess.Popen(
-            _as_server_user(
-                [
-                    str(_pg_bin() / "postgres"),
-                    "-D",
-                    str(pgdata),
-                    "-p",
-                    str(self.pg_port),
-                    "-c",
-                    "listen_addresses=127.0.0.1",
-                    "-c",
-                    f"unix_socket_directories={pgdata}",
-                    "-c",
-                    f"shared_buffers={shared_buffers}",
-                    "-c",
-                    "max_connections=300",
-                    "-c",
-                    "fsync=on",
-                ]
-            ),
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.root / "postgres.log", "wb"),  # noqa: SIM115 - owned by the process
-        )
-        self.redis = subprocess.Popen(
-            [
-                shutil.which("redis-server") or "redis-server",
-                "--port",
-                str(self.redis_port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.root),
-            ],
-            stdout=open(self.root / "redis.log", "wb"),  # noqa: SIM115 - owned by the process
-            stderr=subprocess.STDOUT,
-        )
-        _wait_port(self.pg_port)
-        _wait_port(self.redis_port)
+        # Neither server can take over an inherited socket: each binds the number it
+        # is given, which another process may have taken since it was found free.
+        self.postgres = retry_if_address_in_use(lambda port: self._start_postgres(port, shared_buffers))
+        self.redis = retry_if_address_in_use(self._start_redis)
         deadline = time.monotonic() + 60
         while True:
             created = subprocess.run(
@@ -182,6 +152,71 @@ class Deployment:
             time.sleep(0.5)
         if created.returncode != 0:
             raise RuntimeError(f"could not create the database: {created.stderr}")
+
+    def _start_postgres(self, port: int, shared_buffers: str) -> subprocess.Popen:
+        pgdata = self.root / "pgdata"
+        log_path = self.root / "postgres.log"
+        since = log_size(log_path)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                _as_server_user(
+                    [
+                        str(_pg_bin() / "postgres"),
+                        "-D",
+                        str(pgdata),
+                        "-p",
+                        str(port),
+                        "-c",
+                        "listen_addresses=127.0.0.1",
+                        "-c",
+                        f"unix_socket_directories={pgdata}",
+                        "-c",
+                        f"shared_buffers={shared_buffers}",
+                        "-c",
+                        "max_connections=300",
+                        "-c",
+                        "fsync=on",
+                    ]
+                ),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        try:
+            wait_until_serving(proc, port, log_path=log_path, name="PostgreSQL", since=since, timeout=60)
+        except ServerDidNotStart:
+            self._stop(proc, signal.SIGINT)
+            raise
+        self.pg_port = port
+        return proc
+
+    def _start_redis(self, port: int) -> subprocess.Popen:
+        log_path = self.root / "redis.log"
+        since = log_size(log_path)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [
+                    shutil.which("redis-server") or "redis-server",
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(self.root),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_until_serving(proc, port, log_path=log_path, name="Redis", since=since, timeout=60)
+        except ServerDidNotStart:
+            self._stop(proc)
+            raise
+        self.redis_port = port
+        return proc
 
     def manage(self, *args: str, stdin: str | None = None) -> str:
         """``manage.py`` against this deployment."""
@@ -252,7 +287,7 @@ defaults
     timeout http-keep-alive 60s
 
 frontend memproj
-    bind 127.0.0.1:{self.lb_port}
+    bind fd@{self.lb.fd}
     default_backend web
 
 backend web
@@ -261,12 +296,16 @@ backend web
 """
         )
         exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
-        self.haproxy = subprocess.Popen(
+        # Between two haproxy processes the held socket, listened on by the first,
+        # queues connections instead of refusing them: ready is when one is answered.
+        self.haproxy = serve_until_ready(
             [exe, "-f", str(config), "-db"],
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.root / "haproxy.log", "ab"),  # noqa: SIM115
+            self.lb,
+            log_path=self.root / "haproxy.log",
+            name="haproxy",
+            timeout=60,
+            probe="/healthz",
         )
-        _wait_port(self.lb_port)
 
     # --- CPU ------------------------------------------------------------------------------
 
@@ -311,6 +350,7 @@ backend web
         if self.postgres is not None and self.postgres.poll() is None:
             # runuser passes the signal on; SIGINT is PostgreSQL's fast shutdown.
             self._stop(self.postgres, signal.SIGINT)
+        self.lb.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -10,7 +10,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,17 +19,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.harness.paths import BASE_DIR
+from tests.harness.ports import (
+    AddressInUse,
+    HeldPort,
+    free_port,
+    log_size,
+    on_held_port,
+    output_tail,
+    retry_if_address_in_use,
+    serve_until_ready,
+    wait_until_serving,
+)
 from tests.harness.surfaces.answers import Answer
 from tests.harness.surfaces.mcp_http import mcp_call
 
 if TYPE_CHECKING:
     from tests.harness.faults import FakeEmbeddingEndpoint
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Stack:
@@ -48,10 +52,15 @@ class Stack:
     ) -> None:
         self.var_dir = var_dir.resolve()
         self.embedder = embedder
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # memproj.serve is given its port by number: its supervisor starts the web
+        # process anew after a crash, each time binding PORT, and cannot be handed
+        # a socket without changing it. A port chosen here may be taken before the
+        # web process binds it, so start() tries another unless one was asked for.
+        self._port_asked_for = port is not None
         self.supervisor: subprocess.Popen[bytes] | None = None
         self.log_path = self.var_dir / "serve.log"
+        # Where the output of the latest start (or web restart) begins in log_path.
+        self._log_mark = 0
         env = {
             k: v
             for k, v in os.environ.items()
@@ -60,8 +69,6 @@ class Stack:
         env.update(
             DJANGO_SETTINGS_MODULE="memproj.settings.base",
             MEMPROJ_VAR_DIR=str(self.var_dir),
-            PORT=str(self.port),
-            MEMPROJ_PUBLIC_URL=self.url,
             MEMPROJ_PG_SHARED_BUFFERS=os.environ.get("MEMPROJ_RELIABILITY_SHARED_BUFFERS", "128MB"),
             MEMPROJ_WORKER_CONCURRENCY=str(worker_concurrency),
             PYTHONPATH=str(BASE_DIR),
@@ -72,9 +79,15 @@ class Stack:
             CELERY_VISIBILITY_TIMEOUT="30",
             CELERY_UNACKED_RESTORE_INTERVAL="5",
         )
-        env.update(env_overrides or {})
         self.env = env
+        self._use_port(port or free_port())
+        env.update(env_overrides or {})
         self.use_embedder(embedder)
+
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.env.update(PORT=str(port), MEMPROJ_PUBLIC_URL=self.url)
 
     def use_embedder(self, embedder: FakeEmbeddingEndpoint | None) -> None:
         """Serve with the fake endpoint (embedder faults) or the packaged model
@@ -130,12 +143,30 @@ class Stack:
         return token
 
     def start(self, *, timeout: float = 300) -> None:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
-        self.supervisor = subprocess.Popen(
-            [sys.executable, "-m", "memproj.serve"], cwd=BASE_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT
-        )
-        self.wait_healthy(timeout)
-        self.wait_for_worker(timeout)
+        def serve_on(port: int) -> int:
+            self._use_port(port)
+            self._log_mark = log_size(self.log_path)
+            ready_before = self.workers_ready()
+            with open(self.log_path, "ab") as log:
+                self.supervisor = subprocess.Popen(
+                    [sys.executable, "-m", "memproj.serve"],
+                    cwd=BASE_DIR,
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            try:
+                self.wait_healthy(timeout)
+            except AddressInUse:
+                self.stop_serving()
+                raise
+            return ready_before
+
+        if self._port_asked_for:
+            ready_before = serve_on(self.port)
+        else:
+            ready_before = retry_if_address_in_use(serve_on, port=self.port)
+        self.wait_for_worker(timeout, ready_before=ready_before)
         self.warm_up(timeout)
 
     def warm_up(self, timeout: float) -> None:
@@ -155,17 +186,19 @@ class Stack:
             raise RuntimeError(f"the stack does not answer MCP calls: {answer.text}\n{self.log_tail()}")
 
     def wait_healthy(self, timeout: float) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            if self.supervisor is not None and self.supervisor.poll() is not None:
-                break
-            time.sleep(0.5)
-        raise RuntimeError(f"the stack did not become healthy; see {self.log_path}:\n{self.log_tail()}")
+        """Until this stack's own web process answers /healthz on ``self.port``
+        (AddressInUse if it found the port taken since the latest start or kill)."""
+        if self.supervisor is None:
+            raise RuntimeError("the stack has not been started")
+        wait_until_serving(
+            self.supervisor,
+            self.port,
+            log_path=self.log_path,
+            name="memproj.serve",
+            since=self._log_mark,
+            timeout=timeout,
+            probe="/healthz",
+        )
 
     def workers_ready(self) -> int:
         """How many times a worker has logged that it is ready (one per start)."""
@@ -183,10 +216,7 @@ class Stack:
         raise RuntimeError(f"the worker did not start; see {self.log_path}:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
+        return output_tail(self.log_path, lines=lines)
 
     def child(self, name: str) -> Any:
         """The supervisor's child process named web, worker or beat (psutil)."""
@@ -229,6 +259,7 @@ class Stack:
     def kill_web(self) -> None:
         web = self.child("web")
         if web is not None:
+            self._log_mark = log_size(self.log_path)
             os.kill(web.pid, signal.SIGKILL)
 
     def wait_for_web(self, timeout: float = 120) -> None:
@@ -321,38 +352,36 @@ def start_web(
     of its memory toolset's MCP endpoint). ``code_dir`` serves another copy of
     the code (an A/B's baseline) with this checkout's var/ (its model files,
     the embedded Redis). Its output goes to var/bench/web-<port>.log: a pipe
-    nobody reads would stall it once full."""
-    port = free_port()
-    # No query cache in the server either: every search pays its embedding.
-    env = dict(
-        os.environ,
-        DATABASE_URL=db_url,
-        MEMPROJ_EMBED_MODE="sync",
-        LOG_LEVEL="WARNING",
-        MEMPROJ_EMBED_QUERY_CACHE="0",
-        MEMPROJ_HOST="127.0.0.1",
-        PORT=str(port),
-        MEMPROJ_WEB_WORKERS=str(max(1, workers)),
-    )
-    env.setdefault("MEMPROJ_VAR_DIR", str(BASE_DIR / "var"))
-    env.update(env_overrides or {})
-    log_path = BASE_DIR / "var" / "bench" / f"web-{port}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memproj.serve", "web"], cwd=str(code_dir), env=env, stdout=log, stderr=log
+    nobody reads would stall it once full. The port is held until the web
+    process serves on it (tests.harness.ports)."""
+    with HeldPort() as held:
+        port = held.port
+        # No query cache in the server either: every search pays its embedding.
+        env = dict(
+            os.environ,
+            DATABASE_URL=db_url,
+            MEMPROJ_EMBED_MODE="sync",
+            LOG_LEVEL="WARNING",
+            MEMPROJ_EMBED_QUERY_CACHE="0",
+            MEMPROJ_HOST="127.0.0.1",
+            PORT=str(port),
+            MEMPROJ_WEB_WORKERS=str(max(1, workers)),
         )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("the web process exited: " + log_path.read_text(errors="replace")[-4000:])
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc, f"http://127.0.0.1:{port}/mcp/memory"
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("the web process did not start within 120 s")
+        env.setdefault("MEMPROJ_VAR_DIR", str(BASE_DIR / "var"))
+        env.update(env_overrides or {})
+        log_path = BASE_DIR / "var" / "bench" / f"web-{port}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        proc = serve_until_ready(
+            on_held_port([sys.executable, "-m", "memproj.serve", "web"], held),
+            held,
+            log_path=log_path,
+            name="the web process",
+            timeout=120,
+            probe=None,
+            env=env,
+            cwd=code_dir,
+        )
+    return proc, f"http://127.0.0.1:{port}/mcp/memory"
 
 
 # --- bench databases ---------------------------------------------------------------------
