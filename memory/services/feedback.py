@@ -12,12 +12,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from memory import validation
-from memory.errors import NotFound
 from memory.models import Kind, Memory, OutcomeReport, Validity
 from memory.outcomes import Signal, collection_apply, signal_apply
 from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, event_append
-from memory.services.memories import memory_lock, require_write
+from memory.services.memories import memory_lock, memory_require_live, require_write
 from policy.caller import Caller
 
 
@@ -47,11 +46,15 @@ def memory_feedback(
         idempotency_key = validation.text(idempotency_key, field="idempotency_key", max_chars=200)
     with transaction.atomic():
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=kinds)
-        if memory.validity != Validity.ACTIVE:
-            # Checked under the row lock: a forget that commits first wins, and
-            # no counter, maturity or collection of a memory no read returns
-            # moves again (pce-memory's feedback knows only live claims).
-            raise NotFound(_not_active(memory), memory_id=memory.pk)
+        now = timezone.now()
+        # No counter, maturity or collection of a memory no read returns (forgotten,
+        # superseded or expired) moves again (pce-memory's feedback knows only live claims).
+        memory_require_live(
+            memory,
+            now,
+            refusal=": outcomes apply to active memories only.",
+            redirect=": send the outcome to {successor}.",
+        )
         if idempotency_key:
             _, created = OutcomeReport.objects.get_or_create(
                 memory=memory,
@@ -60,7 +63,6 @@ def memory_feedback(
             )
             if not created:
                 return FeedbackResult(memory=boundary_view(caller, memory), applied=False)
-        now = timezone.now()
         fields, maturity_before = signal_apply(memory, chosen, now)
         moved, collection_before = collection_apply(memory, now)
         memory.save(update_fields=list(dict.fromkeys([*fields, *moved, "updated_at"])))
@@ -92,15 +94,6 @@ def memory_feedback(
             collection_event(caller=caller, memory=memory, before=collection_before, reason=f"scored {chosen}")
     # The answer shows content: boundary rules apply (issue 11).
     return FeedbackResult(memory=boundary_view(caller, memory), applied=True)
-
-
-def _not_active(memory: Memory) -> str:
-    if memory.validity == Validity.RETRACTED:
-        return f"{memory.kind} {memory.pk} was forgotten (retracted): outcomes apply to active memories only."
-    if memory.superseded_by_id is not None:
-        successor = memory.superseded_by_id
-        return f"{memory.kind} {memory.pk} was superseded by {successor}: send the outcome to {successor}."
-    return f"{memory.kind} {memory.pk} is {memory.validity}: outcomes apply to active memories only."
 
 
 def collection_event(*, caller: Caller, memory: Memory, before: str, reason: str) -> None:

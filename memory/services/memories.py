@@ -54,20 +54,22 @@ class _Embedding:
 def _embed_for_store(content: str, *, kind: str, caller: Caller | None = None, session_id: str = "") -> _Embedding:
     """Embed before the transaction opens. A failure never loses the write: the
     memory is stored keyword-searchable and marked pending for the worker.
-    What is embedded is memory.embedtext's text (an episode with its session's
-    previous turn under EMBED_TEXT=ctx1: one index probe)."""
+    What is embedded is memory.embedtext's text (an episode of a session with
+    its previous turn under a contextual text version: one index probe)."""
     if settings.MEMPROJ["EMBED_MODE"] == "async":
         return _Embedding(None, EmbeddingStatus.PENDING, "")
     embedder = get_embedder()
-    previous = None
     if kind == Kind.EPISODE and caller is not None:
-        previous = embedtext.previous_turn_for_new(tenant_id=caller.tenant_id, session_id=session_id)
-    text = embedtext.embedding_text(content, kind=kind, previous=previous)
+        text = embedtext.texts_for_new_episodes(tenant_id=caller.tenant_id, episodes=[(content, session_id)])[0]
+    else:
+        text = embedtext.embedding_text(content, kind=kind)
     try:
         # Any failure (load error, bad JSON, timeout, open breaker) arrives as
         # EmbeddingUnavailable with a bounded wait: the write is kept pending.
         return _Embedding(
-            embedder.embed_document(text), EmbeddingStatus.READY, embedtext.embedding_identity(embedder.model_name)
+            embedder.embed_document(text),
+            EmbeddingStatus.READY,
+            embedtext.embedding_identity(embedder.model_name, kind),
         )
     except EmbeddingUnavailable as exc:
         return _Embedding(None, EmbeddingStatus.PENDING, "", str(exc)[:2000])
@@ -198,32 +200,26 @@ BULK_EPISODES_MAX = 1000
 BULK_EMBED_CHUNK = 64
 
 
-def _embed_many_for_store(items: Sequence[tuple[str, str, str]]) -> list[_Embedding]:
-    """``_embed_for_store`` for the new memories of a bulk store, given as
-    (kind, content, session_id): their vectors before their transaction opens,
-    so each row is written once, with its vector (a vector added later is an
-    UPDATE: a second version of the row, inserted again into every index of
-    the table). One embedder call per chunk, texts of similar length together
-    (less padding in a forward pass). Touches no database (it may run in
-    another thread). What cannot be embedded now is stored pending for the
-    worker, never lost: after a failure the rest of the batch (with the
-    error, as one store records it), and under EMBED_TEXT=ctx1 the episodes of
-    a session, whose text needs the previous turn the worker reads from the
-    stored rows."""
-    out = [_Embedding(None, EmbeddingStatus.PENDING, "") for _ in items]
-    contextual = embedtext.text_version() != "plain"
-    todo = [
-        i for i, (kind, _, session_id) in enumerate(items) if not (contextual and kind == Kind.EPISODE and session_id)
-    ]
-    todo.sort(key=lambda i: len(items[i][1]))
+def _embed_many_for_store(texts: Sequence[str]) -> list[_Embedding]:
+    """The vectors of the new episodes of a bulk store, given as the texts to
+    embed (``embedtext.texts_for_new_episodes``), before their transaction
+    opens, so each row is written once, with its vector (a vector added later
+    is an UPDATE: a second version of the row, inserted again into every index
+    of the table). One embedder call per chunk, texts of similar length
+    together (less padding in a forward pass). Touches no database (it may run
+    in another thread). What cannot be embedded now is stored pending for the
+    worker, never lost: after a failure the rest of the batch, with the error,
+    as one store records it."""
+    out = [_Embedding(None, EmbeddingStatus.PENDING, "") for _ in texts]
+    todo = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     if not todo:
         return out
     embedder = get_embedder()
-    identity = embedtext.embedding_identity(embedder.model_name)
+    identity = embedtext.embedding_identity(embedder.model_name, Kind.EPISODE)
     for start in range(0, len(todo), BULK_EMBED_CHUNK):
         chunk = todo[start : start + BULK_EMBED_CHUNK]
         try:
-            vectors = embedder.embed([embedtext.embedding_text(items[i][1], kind=items[i][0]) for i in chunk])
+            vectors = embedder.embed([texts[i] for i in chunk])
         except EmbeddingUnavailable as exc:
             failed = _Embedding(None, EmbeddingStatus.PENDING, "", str(exc)[:2000])
             for i in todo[start:]:
@@ -261,10 +257,16 @@ def _episodes_validated(caller: Caller, episodes: Sequence[Mapping[str, Any]]) -
     return validated
 
 
-def _episodes_embed(validated: Sequence[Mapping[str, Any]], *, embed: bool) -> list[_Embedding]:
+def _episode_texts(caller: Caller, validated: Sequence[Mapping[str, Any]], latest: dict[str, str]) -> list[str]:
+    return embedtext.texts_for_new_episodes(
+        tenant_id=caller.tenant_id, episodes=[(v["content"], v["session_id"]) for v in validated], latest=latest
+    )
+
+
+def _episodes_embed(texts: Sequence[str], *, count: int, embed: bool) -> list[_Embedding]:
     if not embed:
-        return [_Embedding(None, EmbeddingStatus.PENDING, "") for _ in validated]
-    return _embed_many_for_store([(Kind.EPISODE, v["content"], v["session_id"]) for v in validated])
+        return [_Embedding(None, EmbeddingStatus.PENDING, "") for _ in range(count)]
+    return _embed_many_for_store(texts)
 
 
 def _episodes_write(
@@ -290,7 +292,8 @@ def episodes_store_bulk(*, caller: Caller, episodes: Sequence[Mapping[str, Any]]
     table, not one transaction per episode."""
     require_write(caller)
     validated = _episodes_validated(caller, episodes)
-    return _episodes_write(caller, validated, _episodes_embed(validated, embed=embed))
+    texts = _episode_texts(caller, validated, {}) if embed else []
+    return _episodes_write(caller, validated, _episodes_embed(texts, count=len(validated), embed=embed))
 
 
 def episodes_store_batches(
@@ -305,6 +308,9 @@ def episodes_store_batches(
     is raised."""
     require_write(caller)
     source = iter(batches)
+    # Each session's last turn so far in this stream: the next batch's texts
+    # are made while this one is still being written.
+    latest: dict[str, str] = {}
     ahead: tuple[list[dict[str, Any]], Future[list[_Embedding]]] | None = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bulk-embed") as pool:
         while True:
@@ -314,7 +320,11 @@ def episodes_store_batches(
                 episodes = next(source, None)
                 if episodes is not None:
                     validated = _episodes_validated(caller, episodes)
-                    following = (validated, pool.submit(_episodes_embed, validated, embed=embed))
+                    texts = _episode_texts(caller, validated, latest) if embed else []
+                    following = (
+                        validated,
+                        pool.submit(_episodes_embed, texts, count=len(validated), embed=embed),
+                    )
             except Exception as exc:  # noqa: BLE001 - raised once the batch before it is stored
                 error = exc
             if ahead is not None:
@@ -675,6 +685,29 @@ def memory_lock(*, caller: Caller, memory_id: object, kinds: Iterable[str]) -> M
     if memory is None:
         raise NotFound(f"no {' or '.join(kinds)} with id {pk} in this tenant; use memory_search to find ids.")
     return memory
+
+
+def memory_require_live(memory: Memory, now: datetime, *, refusal: str, redirect: str) -> None:
+    """An outcome or a confirmation applies only to a memory a read can find:
+    active and not past its TTL (``models.retrievable_q``; the expiry sweep
+    deletes an expired row later). Checked on the row ``memory_lock`` holds, so
+    a forget that commits first wins. Anything else is NOT_FOUND, as a read
+    answers, naming the successor of a superseded memory. ``refusal`` ends the
+    message; ``redirect`` ends it for a superseded one (``{successor}`` is its id)."""
+    named = f"{memory.kind} {memory.pk}"
+    if memory.validity == Validity.RETRACTED:
+        message = f"{named} was forgotten (retracted){refusal}"
+    elif memory.validity != Validity.ACTIVE and memory.superseded_by_id is not None:
+        message = f"{named} was superseded by {memory.superseded_by_id}" + redirect.format(
+            successor=memory.superseded_by_id
+        )
+    elif memory.validity != Validity.ACTIVE:
+        message = f"{named} is {memory.validity}{refusal}"
+    elif memory.expires_at is not None and memory.expires_at <= now:
+        message = f"{named} expired at {memory.expires_at.isoformat()}{refusal}"
+    else:
+        return
+    raise NotFound(message, memory_id=memory.pk)
 
 
 def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:

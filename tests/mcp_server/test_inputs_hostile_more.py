@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
+from typing import Any
 
 import pytest
+from django.utils import timezone
 
-from memory.models import Exchange, Memory
+from memory import api
+from memory.models import Exchange, Memory, MemoryEvent
 from tests.conftest import call
-from tests.mcp_server.test_write_inputs_hostile import AT, post, refused, snapshot
+from tests.mcp_server.test_write_inputs_hostile import AT, pce_code, post, refused, snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -133,3 +137,79 @@ async def test_http_and_https_urls_are_kept_as_written(member, mcp_client_for, u
         )["data"]["id"]
     stored = await Memory.objects.aget(pk=uuid.UUID(claim.removeprefix("clm_")))
     assert stored.metadata["provenance"]["url"] == url
+
+
+# --- outcomes on expired memories -----------------------------------------------------------------
+# A memory past its TTL is found by no read (the expiry sweep deletes it later):
+# it takes no outcome, as a forgotten one takes none. Checked under the row lock.
+
+
+async def expire(memory_id: Any) -> str:
+    """Put a memory past its TTL, as the clock would, before the sweep retires it."""
+    expired_at = timezone.now() - timedelta(minutes=5)
+    await Memory.objects.filter(pk=memory_id).aupdate(expires_at=expired_at)
+    return expired_at.isoformat()
+
+
+COUNTERS = ("success_count", "harmful_count", "applied_count", "outcome_score", "maturity")
+
+
+async def test_an_outcome_on_an_expired_rule_is_not_found(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        rule = (await call(client, "memory_store_rule", content="summarise long threads first"))["id"]
+        await call(client, "memory_mark_helpful", rule_id=rule)
+        expired_at = await expire(rule)
+        counters = await Memory.objects.filter(pk=rule).values(*COUNTERS).aget()
+        for tool, arguments in [
+            ("memory_mark_helpful", {"rule_id": rule}),
+            ("memory_mark_harmful", {"rule_id": rule, "reason": "it was wrong"}),
+        ]:
+            text = await refused(client, tool, arguments, "NOT_FOUND")
+            assert text == f"[NOT_FOUND] rule {rule} expired at {expired_at}: outcomes apply to active memories only."
+    before = await snapshot()
+    response = await post(member, "/api/memory/memory_mark_helpful", json.dumps({"rule_id": rule}))
+    assert response.status_code == 404, response.text
+    assert response.json()["error"] == {"code": "NOT_FOUND", "message": text}
+    assert await snapshot() == before
+    assert await Memory.objects.filter(pk=rule).values(*COUNTERS).aget() == counters
+
+
+async def test_pce_feedback_on_an_expired_claim_is_an_unknown_claim(member, mcp_client_for):
+    async with mcp_client_for(member, "pce") as client:
+        claim = (await call(client, "pce.memory.upsert", text="the cache lives 10 min", provenance={"at": AT}))["data"][
+            "id"
+        ]
+        await expire(uuid.UUID(claim.removeprefix("clm_")))
+        text = await refused(client, "pce.memory.feedback", {"claim_id": claim, "signal": "helpful"}, "UNKNOWN_CLAIM")
+    assert pce_code(text) == "UNKNOWN_CLAIM"
+    assert json.loads(text)["error"]["details"] == {"claim_id": claim}
+    before = await snapshot()
+    response = await post(member, "/api/pce/pce.memory.feedback", json.dumps({"claim_id": claim, "signal": "harmful"}))
+    assert response.status_code == 404 and response.json()["error"]["code"] == "UNKNOWN_CLAIM", response.text
+    assert await snapshot() == before
+
+
+async def test_a_scored_memory_that_expires_before_its_outcome_lands_is_skipped(member, mcp_client_for, monkeypatch):
+    """score_response looks the ids up (an expired memory is not found there),
+    then applies each outcome in its own transaction: one that expired in
+    between is skipped like an unknown id, not scored."""
+    real = api.collection_ids
+    expired: list[Any] = []
+
+    def lookup_then_expire(caller: Any, ids: Any) -> Any:
+        found = real(caller, ids)
+        for memory in found.values():
+            Memory.objects.filter(pk=memory.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+            expired.append(memory.pk)
+        return found
+
+    async with mcp_client_for(member, "roampal") as client:
+        added = await call(client, "add_to_memory_bank", content="the user prefers green tea")
+        monkeypatch.setattr(api, "collection_ids", lookup_then_expire)
+        scored = await call(client, "score_response", outcome="worked", memory_scores={added["id"]: "worked"})
+        monkeypatch.setattr(api, "collection_ids", real)
+    assert expired
+    assert scored["scored"] == {} and scored["skipped"] == [added["id"]] and scored["updated"] == 0
+    row = await Memory.objects.aget(tenant_id=member.caller.tenant_id, collection="memory_bank")
+    assert (row.applied_count, row.success_count) == (0, 0)
+    assert not await MemoryEvent.objects.filter(memory_id=row.pk, event_type__startswith="marked_").aexists()
