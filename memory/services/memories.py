@@ -276,7 +276,12 @@ def _episodes_write(
         _memory_row(caller=caller, kind=Kind.EPISODE, embedding=embedding, **values)
         for values, embedding in zip(validated, embeddings, strict=True)
     ]
-    new = memories_new(caller=caller, rows=rows)
+    # A microsecond apart in the list's order: a session's turns stay in the
+    # order they were sent, as the worker's previous-turn look-up reads them
+    # (by created_at) when it embeds or re-embeds one.
+    now = timezone.now()
+    dated = {row.pk: (now + timedelta(microseconds=index), None) for index, row in enumerate(rows)}
+    new = memories_new(caller=caller, rows=rows, dated=dated)
     with transaction.atomic():
         memories_insert(caller=caller, new=new)
     return rows
@@ -717,13 +722,15 @@ def memory_confirm(*, caller: Caller, kind: str, memory_id: object) -> Memory:
         raise InvalidArgument("episodes have no confidence decay, so they cannot be confirmed; confirm a fact or rule.")
     with transaction.atomic():
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
-        if memory.validity != Validity.ACTIVE:
-            # Confirming would answer success and restore nothing a read can find.
-            raise InvalidArgument(
-                f"this {kind} is {memory.validity}, so it cannot be confirmed; only an active {kind} can be"
-                + (f" (it was superseded by {memory.superseded_by_id})." if memory.superseded_by_id else ".")
-            )
-        memory.last_confirmed_at = timezone.now()
+        now = timezone.now()
+        # Confirming would answer success and restore nothing a read can find.
+        memory_require_live(
+            memory,
+            now,
+            refusal=f", so it cannot be confirmed; only an active {kind} can be.",
+            redirect=", so it cannot be confirmed; confirm {successor}.",
+        )
+        memory.last_confirmed_at = now
         fields = ["last_confirmed_at", "updated_at"]
         if memory.kind == Kind.FACT:
             # The decay sweep re-evaluates it now and records the transition back.

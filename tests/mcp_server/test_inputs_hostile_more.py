@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from memory import api
@@ -213,3 +214,56 @@ async def test_a_scored_memory_that_expires_before_its_outcome_lands_is_skipped(
     row = await Memory.objects.aget(tenant_id=member.caller.tenant_id, collection="memory_bank")
     assert (row.applied_count, row.success_count) == (0, 0)
     assert not await MemoryEvent.objects.filter(memory_id=row.pk, event_type__startswith="marked_").aexists()
+
+
+# --- confirming what is gone ----------------------------------------------------------------------
+# Confirming a forgotten, superseded or expired memory answers as an outcome on it
+# does (memory_feedback): NOT_FOUND, naming the successor of a superseded one.
+
+
+async def test_confirming_a_forgotten_fact_is_not_found(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        fact = (await call(client, "memory_store_fact", subject="user", predicate="pet", content="has a cat"))["id"]
+        await call(client, "memory_forget", type="fact", id=fact)
+        text = await refused(client, "memory_confirm", {"type": "fact", "id": fact}, "NOT_FOUND")
+    assert text == (
+        f"[NOT_FOUND] fact {fact} was forgotten (retracted), so it cannot be confirmed; only an active fact can be."
+    )
+    before = await snapshot()
+    response = await post(member, "/api/memory/memory_confirm", json.dumps({"type": "fact", "id": fact}))
+    assert response.status_code == 404, response.text
+    assert response.json()["error"] == {"code": "NOT_FOUND", "message": text}
+    assert await snapshot() == before
+
+
+async def test_confirming_a_superseded_fact_names_its_successor(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        old = (await call(client, "memory_store_fact", subject="user", predicate="city", content="Austin"))["id"]
+        new = (await call(client, "memory_store_fact", subject="user", predicate="city", content="Boston"))["id"]
+        text = await refused(client, "memory_confirm", {"type": "fact", "id": old}, "NOT_FOUND")
+        assert text == f"[NOT_FOUND] fact {old} was superseded by {new}, so it cannot be confirmed; confirm {new}."
+        await call(client, "memory_confirm", type="fact", id=new)
+
+
+async def test_confirming_an_expired_rule_is_not_found(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        rule = (await call(client, "memory_store_rule", content="cite the ticket number"))["id"]
+        expired_at = await expire(rule)
+        confirmed_at = (await Memory.objects.aget(pk=rule)).last_confirmed_at
+        text = await refused(client, "memory_confirm", {"type": "rule", "id": rule}, "NOT_FOUND")
+    assert text == (
+        f"[NOT_FOUND] rule {rule} expired at {expired_at}, so it cannot be confirmed; only an active rule can be."
+    )
+    assert (await Memory.objects.aget(pk=rule)).last_confirmed_at == confirmed_at
+
+
+async def test_a_reviewer_superseding_a_rule_leaves_it_unconfirmable(member, mcp_client_for):
+    async with mcp_client_for(member) as client:
+        old = (await call(client, "memory_store_rule", content="reply in English"))["id"]
+        new = (await call(client, "memory_store_rule", content="reply in the user's language"))["id"]
+    await sync_to_async(api.memory_supersede)(caller=member.caller, old_id=old, new_id=new)
+    async with mcp_client_for(member) as client:
+        outcome = await refused(client, "memory_mark_helpful", {"rule_id": old}, "NOT_FOUND")
+        confirm = await refused(client, "memory_confirm", {"type": "rule", "id": old}, "NOT_FOUND")
+    assert outcome == f"[NOT_FOUND] rule {old} was superseded by {new}: send the outcome to {new}."
+    assert confirm == f"[NOT_FOUND] rule {old} was superseded by {new}, so it cannot be confirmed; confirm {new}."
