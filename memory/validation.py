@@ -48,6 +48,17 @@ def limits() -> dict:
 
 
 def text(value: object, *, field: str, max_chars: int | None = None) -> str:
+    stripped = present(value, field=field)
+    max_chars = max_chars or limits()["MAX_CONTENT_CHARS"]
+    if len(stripped) > max_chars:
+        raise InvalidArgument(f"{field} is {len(stripped)} characters; the limit is {max_chars}. Split it up.")
+    return encodable(stripped, field=field)
+
+
+def present(value: object, *, field: str) -> str:
+    """A string with something to read in it, returned stripped: neither empty
+    nor of blanks and invisible characters alone (``text`` checks this first;
+    a text kept as given, a hooked exchange's answer, checks only this)."""
     if not isinstance(value, str):
         raise InvalidArgument(f"{field} must be a string.")
     stripped = value.strip()
@@ -55,10 +66,7 @@ def text(value: object, *, field: str, max_chars: int | None = None) -> str:
         raise InvalidArgument(f"{field} must not be empty.")
     if all(unicodedata.category(char) in _INVISIBLE for char in stripped):
         raise InvalidArgument(f"{field} must not be empty (it holds only invisible characters).")
-    max_chars = max_chars or limits()["MAX_CONTENT_CHARS"]
-    if len(stripped) > max_chars:
-        raise InvalidArgument(f"{field} is {len(stripped)} characters; the limit is {max_chars}. Split it up.")
-    return encodable(stripped, field=field)
+    return stripped
 
 
 def encodable(value: str, *, field: str) -> str:

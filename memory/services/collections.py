@@ -432,6 +432,9 @@ def exchange_complete(
     the exchange's outcome applies to all of them."""
     require_write(caller)
     conversation_id = validation.identifier(conversation_id, field="conversation_id")
+    # An exchange is a question and its answer: a blank answer was stored as
+    # "User: ...\n\nAssistant:", a memory of nothing the next turn asked to score.
+    validation.present(assistant_response, field="assistant_response")
     for name, value in (
         ("user_message", user_message),
         ("assistant_response", assistant_response),

@@ -267,3 +267,39 @@ async def test_a_reviewer_superseding_a_rule_leaves_it_unconfirmable(member, mcp
         confirm = await refused(client, "memory_confirm", {"type": "rule", "id": old}, "NOT_FOUND")
     assert outcome == f"[NOT_FOUND] rule {old} was superseded by {new}: send the outcome to {new}."
     assert confirm == f"[NOT_FOUND] rule {old} was superseded by {new}, so it cannot be confirmed; confirm {new}."
+
+
+# --- roampal: the Stop hook -----------------------------------------------------------------------
+# An exchange needs an answer: a blank one (spaces, a newline, invisible
+# characters) was stored as a working memory "User: ...\n\nAssistant:" that the
+# next turn asked to have scored. It is refused as an empty one is, with the
+# same words.
+
+
+@pytest.mark.parametrize("answer", ["", " ", "\n\t ", "\u200b", " \u202e\ufeff "])
+async def test_a_blank_assistant_response_is_refused(member, answer):
+    before = await snapshot()
+    body = {"conversation_id": "c-1", "user_message": "which port?", "assistant_response": answer}
+    response = await post(member, "/api/hooks/stop", json.dumps(body))
+    assert response.status_code == 422, response.text
+    message = response.json()["error"]
+    assert response.json()["code"] == "INVALID_ARGUMENT"
+    assert message.startswith("assistant_response must not be empty"), message
+    assert await snapshot() == before
+
+
+@pytest.mark.parametrize("conversation", ["", " ", "\t"])
+async def test_a_blank_conversation_id_is_refused_in_one_way(member, conversation):
+    before = await snapshot()
+    body = {"conversation_id": conversation, "assistant_response": "port 8443"}
+    response = await post(member, "/api/hooks/stop", json.dumps(body))
+    assert response.status_code == 422, response.text
+    assert response.json() == {"error": "conversation_id must be a non-empty string.", "code": "INVALID_ARGUMENT"}
+    assert await snapshot() == before
+
+
+async def test_an_answer_with_text_around_blanks_is_stored_as_given(member):
+    body = {"conversation_id": "c-1", "user_message": "", "assistant_response": "  port 8443\n"}
+    response = await post(member, "/api/hooks/stop", json.dumps(body))
+    assert response.status_code == 200, response.text
+    assert (await Exchange.objects.aget(conversation_id="c-1")).assistant_response == "  port 8443\n"

@@ -185,9 +185,11 @@ class GetContextRequest(_Strict):
 
 
 class StopRequest(_Strict):
-    conversation_id: Annotated[str, Field(min_length=1, max_length=200)]
+    # An empty conversation id or answer is refused by the core with the words
+    # of a blank one (memory.api.exchange_complete), not with pydantic's.
+    conversation_id: Annotated[str, Field(max_length=200)]
     user_message: Annotated[str, Field(max_length=100_000)] = ""
-    assistant_response: Annotated[str, Field(min_length=1, max_length=200_000)]
+    assistant_response: Annotated[str, Field(max_length=200_000)]
     transcript: Annotated[str | None, Field(max_length=1_000_000)] = None
 
 
