@@ -124,7 +124,7 @@ async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> 
     if declared > MAX_BODY_BYTES:
         return _error(dialect, "INVALID_ARGUMENT", f"the body is over {MAX_BODY_BYTES} bytes.", 413)
     try:
-        arguments = json.loads(request.body or b"{}")
+        arguments = api.json_document(request.body or b"{}")
         api.nesting(arguments, field="the arguments")
     except (ValueError, UnicodeDecodeError, RecursionError):
         return _error(dialect, "INVALID_ARGUMENT", "the body must be a JSON object of the tool's arguments.", 400)

@@ -5,6 +5,7 @@ anything touches storage, so bad input changes nothing."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import unicodedata
 import uuid
@@ -129,6 +130,26 @@ def typed_namespace(text: str) -> list[str]:
     exactly as given, so a segment with surrounding spaces (written through the
     API) is not one a typed path can name."""
     return [segment.strip() for segment in text.split("/") if segment.strip()]
+
+
+def json_document(raw: bytes | str) -> Any:
+    """A request body read as JSON, refusing an object that names a key twice,
+    at any depth: json.loads keeps the last one, so ``{"content": "a",
+    "content": "b"}`` was taken as "b" while another reader of the same bytes (a
+    proxy, a log, a policy check) may take "a". Raises what json.loads raises
+    for a body that is not JSON (ValueError, RecursionError)."""
+    return json.loads(raw, object_pairs_hook=_unique_keys)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidArgument(f"the body has the key {key[:50]!r} twice in one object; send each key once.")
+            seen.add(key)
+    return document
 
 
 def nesting(value: object, *, field: str = "the body", max_depth: int = MAX_JSON_DEPTH) -> None:

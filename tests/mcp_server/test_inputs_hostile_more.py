@@ -303,3 +303,65 @@ async def test_an_answer_with_text_around_blanks_is_stored_as_given(member):
     response = await post(member, "/api/hooks/stop", json.dumps(body))
     assert response.status_code == 200, response.text
     assert (await Exchange.objects.aget(conversation_id="c-1")).assistant_response == "  port 8443\n"
+
+
+# --- duplicate keys -------------------------------------------------------------------------------
+# json.loads keeps the last of a repeated key: {"content": "a", "content": "b"}
+# was stored as "b", while a proxy, a log or a policy check reading the same
+# bytes may take "a". A body with a key twice in one object, at any depth, is
+# refused with the route's invalid-argument error. (The MCP endpoints' bodies are
+# parsed by the SDK's transport, not by memproj.)
+
+TWICE = "the body has the key {key!r} twice in one object; send each key once."
+
+
+async def test_a_tool_route_refuses_a_repeated_key(member):
+    for body, key in [
+        ('{"content": "a", "content": "b"}', "content"),
+        ('{"content": "a", "metadata": {"k": 1, "k": 2}}', "k"),
+        ('{"content": "a", "tags": ["x", {"t": 1, "t": 1}]}', "t"),
+    ]:
+        before = await snapshot()
+        response = await post(member, "/api/memory/memory_store_rule", body)
+        assert response.status_code == 400, response.text
+        assert response.json()["error"] == {
+            "code": "INVALID_ARGUMENT",
+            "message": "[INVALID_ARGUMENT] " + TWICE.format(key=key),
+        }
+        assert await snapshot() == before
+    # pce's vocabulary: a nested provenance with "at" twice.
+    body = '{"text": "a claim", "provenance": {"at": "' + AT + '", "at": "' + AT + '"}}'
+    response = await post(member, "/api/pce/pce.memory.upsert", body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["message"]) == ("VALIDATION_ERROR", TWICE.format(key="at"))
+    assert await snapshot() == before
+
+
+async def test_the_store_and_hook_routes_refuse_a_repeated_key(member):
+    before = await snapshot()
+    put = '{"op": "put", "namespace": ["a"], "key": "k", "value": {"content": "x", "content": "y"}}'
+    response = await post(member, "/api/langmem/store/", '{"ops": [' + put + "]}")
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == {"code": "INVALID_ARGUMENT", "message": TWICE.format(key="content")}
+    for route, body, key in [
+        (
+            "/api/hooks/stop",
+            '{"conversation_id": "c", "assistant_response": "a", "assistant_response": "b"}',
+            "assistant_response",
+        ),
+        ("/api/hooks/get-context", '{"query": "a", "query": "b"}', "query"),
+        ("/api/search", '{"query": "tea", "limit": 5, "limit": 50}', "limit"),
+        ("/api/ingest", '{"title": "A", "title": "B", "content": "Chapter one."}', "title"),
+    ]:
+        response = await post(member, route, body)
+        assert response.status_code == 422, (route, response.text)
+        assert response.json() == {"error": TWICE.format(key=key), "code": "INVALID_ARGUMENT"}, route
+    assert await snapshot() == before
+
+
+async def test_the_same_key_in_different_objects_is_no_repeat(member):
+    entity = {"id": "e1", "type": "Artifact", "name": "Stripe", "attrs": {"text": "a note", "name": {"name": 1}}}
+    body = {"text": "Stripe retries webhooks", "provenance": {"at": AT, "note": "text"}, "entities": [entity]}
+    response = await post(member, "/api/pce/pce.memory.upsert", json.dumps(body))
+    assert response.status_code == 200, response.text

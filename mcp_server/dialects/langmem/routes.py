@@ -21,7 +21,6 @@ retryable one (the store unreachable, the embedder down) is 503 with
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -218,7 +217,7 @@ def _handle(request: HttpRequest) -> HttpResponse:
     except (ValueError, RequestDataTooBig):
         return too_large
     try:
-        body = json.loads(request.body)
+        body = api.json_document(request.body)
         api.nesting(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return _error("INVALID_ARGUMENT", 'the body must be JSON: {"ops": [...]}.', 400)

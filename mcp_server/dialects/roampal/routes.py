@@ -153,7 +153,7 @@ def _json(request: HttpRequest, model: type[BaseModel], limit: int = HOOK_BODY_L
     if isinstance(body, JsonResponse):
         return body
     try:
-        data = json.loads(body or b"{}")
+        data = api.json_document(body or b"{}")
     except (ValueError, UnicodeDecodeError, RecursionError):
         return _error(400, "the body must be a JSON object.")
     api.nesting(data)
