@@ -477,7 +477,7 @@ def fill_lme_tenant(caller, q: _longmemeval.Question, embedder: _embcache.Cached
             UPDATE memory_memory m SET embedding = x.v::vector, embedding_status = 'ready', embedding_model = %s
             FROM unnest(%s::uuid[], %s::text[]) AS x(id, v) WHERE m.id = x.id
             """,
-            [embedding_identity(embedder.model_name, version), [pk for pk, _ in ready], [v for _, v in ready]],
+            [embedding_identity(embedder.model_name, "episode", version), [pk for pk, _ in ready], [v for _, v in ready]],
         )
     return len(ready) == len(pending)
 
@@ -1270,7 +1270,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.model:
         if version != "plain":
-            raise SystemExit("--model compares models on the plain episode text only")
+            raise SystemExit("--model compares models on the plain episode text only: add --embed-text plain")
         for ds in datasets:
             if "semantic" in ds.modes:
                 out += model_table(ds, params, args.model)

@@ -1,36 +1,45 @@
-"""What is embedded for a memory: the one place that decides it (issue 14,
-"context in the embedding").
+"""What is embedded for a memory: the one place that decides it.
 
 A conversation turn alone ("Yeah, it was amazing!") says little; published
-conversational retrievers embed it together with its neighbours. On
-LongMemEval-S it ranks worse (bench/quality.py --embed-text ctx1; there a short
-user turn's previous turn is a long assistant answer), so the default stays ``plain``; ``ctx1`` is there for
-conversations of short turns between people, where the lead came from. With the
-``EMBED_TEXT`` setting at ``ctx1`` an episode that belongs to a session is
-embedded with the previous episode of the same session appended (cut to
-``PREVIOUS_CHARS``) unless it is long enough to fill the model's window itself;
-facts, rules and episodes without a session are embedded as stored. The
-stored content never changes: only the text given to the embedder does. The
-turn comes first because the model truncates at 256 tokens.
+conversational retrievers embed it together with its neighbours. With the
+``EMBED_TEXT`` setting at ``ctx1short`` (the default) an episode that belongs
+to a session is embedded with the previous episode of the same session
+appended when that turn is short enough to go in whole (``PREVIOUS_CHARS``):
+an exchange of short turns. After a long answer (a short user question
+following an assistant's page, as in LongMemEval) the turn is embedded alone:
+``ctx1`` appends the answer's first characters too, and ranked worse there
+(bench/quality.py --embed-text ctx1). A turn long enough to fill the model's
+window itself is embedded alone; facts, rules and episodes without a session
+are embedded as stored. The stored content never changes: only the text given
+to the embedder does. The turn comes first because the model truncates at 256
+tokens.
 
-Every path that embeds a memory goes through :func:`texts_for_embedding` (the
-sync store, the worker's embed / embed-batch tasks, the retry and re-embed
-sweeps) or :func:`embedding_text` (the quality benchmark's bulk loader), and
-records :func:`embedding_identity` as the memory's ``embedding_model``: the
-model name, plus ``+ctx1`` when vectors were made from contextual text. The
-re-embed sweep compares against it, so switching the setting re-embeds what
-was made the other way, and the two kinds of vectors are never confused.
+Every path that embeds a memory goes through :func:`texts_for_new_episodes`
+(the sync and bulk stores, before the rows exist: the previous turn is the one
+before it in the batch or the session's latest stored one),
+:func:`texts_for_embedding` (the worker's embed / embed-batch tasks, the retry
+and re-embed sweeps, from the stored rows) or :func:`embedding_text` (the
+quality benchmark's bulk loader), and records :func:`embedding_identity` as
+the memory's ``embedding_model``: the model name, plus ``+<version>`` for an
+episode whose vector was made under a contextual version. The re-embed sweep
+compares against it (:func:`stale_vectors`), so switching the setting
+re-embeds the episodes made the other way, and the two kinds of vectors are
+never confused.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 
-TEXT_VERSIONS = ("plain", "ctx1")
+# ctx1short: ctx1 only when the previous turn is short enough to go in whole
+# (at most PREVIOUS_CHARS): an exchange of short turns, not a short question
+# after a long answer, whose words would outweigh the question's own.
+TEXT_VERSIONS = ("plain", "ctx1", "ctx1short")
 # How much of the previous turn goes into the text (characters): enough to name
 # the topic; more would outweigh a short turn's own words in the mean pooling.
 PREVIOUS_CHARS = 300
@@ -46,10 +55,22 @@ def text_version() -> str:
     return version
 
 
-def embedding_identity(model_name: str, version: str | None = None) -> str:
-    """What a memory's ``embedding_model`` records: the model, and the text version unless plain."""
+def embedding_identity(model_name: str, kind: str, version: str | None = None) -> str:
+    """What a memory's ``embedding_model`` records: the model, and for an
+    episode the text version unless plain. Facts, rules and documents are
+    embedded as stored under every version, so switching it re-embeds episodes
+    only."""
     version = text_version() if version is None else version
-    return model_name if version == "plain" else f"{model_name}+{version}"
+    return model_name if version == "plain" or kind != "episode" else f"{model_name}+{version}"
+
+
+def stale_vectors(model_name: str) -> Q:
+    """The memories whose vector was made by another model or from another
+    text than the current settings make: what the re-embed sweep redoes."""
+    episode = Q(kind="episode")
+    return (episode & ~Q(embedding_model=embedding_identity(model_name, "episode"))) | (
+        ~episode & ~Q(embedding_model=model_name)
+    )
 
 
 def embedding_text(content: str, *, kind: str, previous: str | None = None, version: str | None = None) -> str:
@@ -57,6 +78,8 @@ def embedding_text(content: str, *, kind: str, previous: str | None = None, vers
     session's previous episode (None when there is none)."""
     version = text_version() if version is None else version
     if version == "plain" or kind != "episode" or not previous or len(content) > CONTEXT_MAX_CHARS:
+        return content
+    if version == "ctx1short" and len(previous) > PREVIOUS_CHARS:
         return content
     return f"{content}\n(previous turn: {previous[:PREVIOUS_CHARS]})"
 
@@ -87,22 +110,52 @@ def previous_turns(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str | Non
         return {pk: content for pk, content in cursor.fetchall()}
 
 
-def previous_turn_for_new(*, tenant_id: uuid.UUID, session_id: str) -> str | None:
-    """Content of the latest episode of a session, for an episode about to be
-    stored into it (the sync store path, before its row exists)."""
-    if not session_id or text_version() == "plain":
-        return None
+# The latest episode of each of a tenant's sessions, by (created_at, id): one
+# index probe each (memory_session_turn_idx).
+_LATEST_SQL = """
+    SELECT s.session_id, latest.content
+    FROM unnest(%s::text[]) AS s(session_id)
+    JOIN LATERAL (
+        SELECT content FROM memory_memory
+        WHERE tenant_id = %s AND kind = 'episode' AND session_id = s.session_id AND validity = 'active'
+        ORDER BY created_at DESC, id DESC
+        LIMIT 1
+    ) latest ON true
+"""
+
+
+def latest_turns(*, tenant_id: uuid.UUID, session_ids: Collection[str]) -> dict[str, str]:
+    """Content of each session's latest stored episode (sessions without one
+    are left out), for episodes about to be stored into them."""
+    wanted = sorted(sid for sid in session_ids if sid)
+    if not wanted or text_version() == "plain":
+        return {}
     with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT content FROM memory_memory
-            WHERE tenant_id = %s AND kind = 'episode' AND session_id = %s AND validity = 'active'
-            ORDER BY created_at DESC, id DESC LIMIT 1
-            """,
-            [tenant_id, session_id],
-        )
-        row = cursor.fetchone()
-    return row[0] if row else None
+        cursor.execute(_LATEST_SQL, [wanted, tenant_id])
+        return dict(cursor.fetchall())
+
+
+def texts_for_new_episodes(
+    *, tenant_id: uuid.UUID, episodes: Sequence[tuple[str, str]], latest: dict[str, str] | None = None
+) -> list[str]:
+    """The texts to embed for episodes about to be stored in this order, given
+    as (content, session_id): an episode's previous turn is the one before it
+    in the list, or for the first of its session the session's latest stored
+    episode. ``latest`` carries each session's last turn from one batch of a
+    stream to the next (the batch before may not be committed yet), and is
+    updated with this batch's."""
+    version = text_version()
+    if version == "plain":
+        return [content for content, _ in episodes]
+    latest = {} if latest is None else latest
+    latest.update(latest_turns(tenant_id=tenant_id, session_ids={sid for _, sid in episodes} - latest.keys()))
+    texts = []
+    for content, session_id in episodes:
+        previous = latest.get(session_id) if session_id else None
+        texts.append(embedding_text(content, kind="episode", previous=previous, version=version))
+        if session_id:
+            latest[session_id] = content
+    return texts
 
 
 def texts_for_embedding(rows: Sequence[tuple[uuid.UUID, str, str]]) -> list[str]:

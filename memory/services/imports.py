@@ -470,7 +470,7 @@ class _Importer:
             if pk not in taken:
                 item.pk = pk
         vectors = self._vectors(planned)
-        identity = embedtext.embedding_identity(get_embedder().model_name)
+        model = get_embedder().model_name
         rows = []
         for item, vector in zip(planned, vectors, strict=True):
             row = Memory(
@@ -478,7 +478,7 @@ class _Importer:
                 tenant_id=self.caller.tenant_id,
                 principal_id=None,
                 embedding=vector,
-                embedding_model=identity if vector is not None else "",
+                embedding_model=embedtext.embedding_identity(model, item.values["kind"]) if vector is not None else "",
                 embedding_status=EmbeddingStatus.READY if vector is not None else EmbeddingStatus.PENDING,
                 **item.values,
             )
@@ -600,13 +600,16 @@ class _Importer:
         """Each memory's vector before it is stored: upstream's own where it is
         memproj's model, else the bulk embedding path (one model call per
         chunk). Stored with its vector, a memory keeps its upstream updated_at
-        (a later embedding would stamp it). If the embedder is unavailable, or
-        episodes are embedded with their session's previous turn (which needs
-        the stored rows), the rest is left pending for the worker."""
-        vectors: list[list[float] | None] = [p.vector for p in planned]
-        if not self.embed or embedtext.text_version() != "plain":
+        (a later embedding would stamp it). If the embedder is unavailable the
+        rest is left pending for the worker; so are the episodes of a session
+        under a contextual text version (their previous turn is read from the
+        stored rows, in upstream's order, which a batch need not follow)."""
+        contextual = embedtext.text_version() != "plain"
+        later = [contextual and p.values["kind"] == Kind.EPISODE and bool(p.values.get("session_id")) for p in planned]
+        vectors: list[list[float] | None] = [None if wait else p.vector for p, wait in zip(planned, later, strict=True)]
+        if not self.embed:
             return vectors
-        todo = [i for i, v in enumerate(vectors) if v is None]
+        todo = [i for i, v in enumerate(vectors) if v is None and not later[i]]
         embedder = get_embedder()
         for start in range(0, len(todo), EMBED_CHUNK):
             chunk = todo[start : start + EMBED_CHUNK]

@@ -92,8 +92,8 @@ def memories_reembed(
     then embeds the batch; if the embedder fails the rows stay pending and the
     retry sweep finishes them."""
     batch_size, per_tenant = sweep_sizes(batch_size, per_tenant)
-    current = embedtext.embedding_identity(get_embedder().model_name)
-    stale = Memory.objects.filter(embedding_status=EmbeddingStatus.READY).exclude(embedding_model=current)
+    model = get_embedder().model_name
+    stale = Memory.objects.filter(embedtext.stale_vectors(model), embedding_status=EmbeddingStatus.READY)
     if tenant_id is not None:
         stale = stale.filter(tenant_id=tenant_id)
     with transaction.atomic():
@@ -113,7 +113,7 @@ def memories_reembed(
         audit_rows(
             [r[:3] for r in rows],
             EventType.REEMBED_REQUESTED,
-            [{"from_model": r[3], "to_model": current} for r in rows],
+            [{"from_model": r[3], "to_model": embedtext.embedding_identity(model, r[2])} for r in rows],
         )
     if not rows:
         return SweepResult()

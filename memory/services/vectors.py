@@ -43,21 +43,21 @@ def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
         raise
     # One statement for the whole batch. Conditional on the same content (an
     # edit in between wins over a stale vector) and on the row still waiting.
-    rows = ", ".join(["(%s::uuid, %s, %s::vector)"] * len(pending))
+    rows = ", ".join(["(%s::uuid, %s, %s::vector, %s)"] * len(pending))
     params: list[Any] = []
-    for (pk, _, digest, _), vector in zip(pending, vectors, strict=True):
-        params += [pk, digest, vector_literal(vector)]
+    for (pk, _, digest, kind), vector in zip(pending, vectors, strict=True):
+        params += [pk, digest, vector_literal(vector), embedtext.embedding_identity(embedder.model_name, kind)]
     with transaction.atomic(), connection.cursor() as cursor:
         memory_rows_lock(pk for pk, _, _, _ in pending)
         cursor.execute(
             f"""
             UPDATE memory_memory m
-            SET embedding = v.embedding, embedding_model = %s, embedding_status = 'ready',
+            SET embedding = v.embedding, embedding_model = v.model, embedding_status = 'ready',
                 embedding_error = '', updated_at = %s
-            FROM (VALUES {rows}) AS v(id, content_hash, embedding)
+            FROM (VALUES {rows}) AS v(id, content_hash, embedding, model)
             WHERE m.id = v.id AND m.content_hash = v.content_hash AND m.embedding_status <> 'ready'
             """,  # noqa: S608 - only placeholders are spliced in
-            [embedtext.embedding_identity(embedder.model_name), timezone.now(), *params],
+            [timezone.now(), *params],
         )
         return cursor.rowcount
 

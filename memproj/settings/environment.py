@@ -498,10 +498,12 @@ SETTINGS: tuple[Setting, ...] = (
     _S(
         "MEMPROJ_EMBED_TEXT",
         "str",
-        "plain",
-        "What is embedded for an episode: `plain` (its content) or `ctx1` (with the previous turn of its session: "
-        "better for short turns, worse when the previous turn is a long answer). Vectors record the choice, so "
-        "the re-embed sweep catches up after a change.",
+        "ctx1short",
+        "What is embedded for an episode: `ctx1short` (its content, with the previous turn of its session when "
+        "that turn is at most 300 characters: an exchange of short turns), `plain` (its content) or `ctx1` (the "
+        "previous turn's first 300 characters whatever its length: worse when it is a long answer). Facts, rules "
+        "and documents are embedded as stored. Vectors record the choice, so the re-embed sweep redoes the "
+        "episodes after a change.",
         "Embedding",
     ),
     _S(

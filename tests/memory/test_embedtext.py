@@ -49,7 +49,24 @@ def test_embedding_text_versions():
     assert embedtext.embedding_text("Yes!", kind="episode", previous=None, version="ctx1") == "Yes!"
     long = "x" * 1000
     assert len(embedtext.embedding_text("a", kind="episode", previous=long, version="ctx1")) < 400
-    assert embedtext.embedding_identity("m", "plain") == "m" and embedtext.embedding_identity("m", "ctx1") == "m+ctx1"
+    assert embedtext.embedding_identity("m", "episode", "plain") == "m"
+    assert embedtext.embedding_identity("m", "episode", "ctx1") == "m+ctx1"
+    # Facts, rules and documents are embedded as stored whatever the version.
+    assert embedtext.embedding_identity("m", "fact", "ctx1") == "m"
+
+
+def test_ctx1short_takes_the_previous_turn_only_when_it_goes_in_whole():
+    question = "And Rome?"
+    short_answer = "Loved it, the food above all."
+    long_answer = "Rome is " + "a city of many sights, " * 20
+    assert (
+        embedtext.embedding_text(question, kind="episode", previous=short_answer, version="ctx1short")
+        == f"{question}\n(previous turn: {short_answer})"
+    )
+    # After a long answer the short turn is embedded alone (ctx1 would append the answer's first 300 characters).
+    assert embedtext.embedding_text(question, kind="episode", previous=long_answer, version="ctx1short") == question
+    assert embedtext.embedding_text(question, kind="episode", previous=long_answer, version="ctx1") != question
+    assert embedtext.embedding_identity("m", "episode", "ctx1short") == "m+ctx1short"
 
 
 def test_unknown_text_version_is_refused(settings):
@@ -88,18 +105,23 @@ def test_batch_path_builds_the_same_text_as_the_store_path(member, recorder, ctx
     assert set(Memory.objects.filter(pk__in=ids).values_list("embedding_model", flat=True)) == {"test-hashing-384+ctx1"}
 
 
-def test_switching_the_text_version_reembeds_what_was_made_the_other_way(member, recorder, settings):
+def test_switching_the_text_version_reembeds_the_episodes_alone(member, recorder, settings):
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "plain"}
     episode_store(caller=member.caller, content="Did you like Rome?", butler="b", session_id="s1")
     second = episode_store(caller=member.caller, content="Yeah, it was amazing!", butler="b", session_id="s1")
+    fact = fact_store(caller=member.caller, subject="user", predicate="city", content="User lives in Rome").memory
     assert second.embedding_model == "test-hashing-384"
     assert reembedding.memories_reembed().processed == 0  # nothing stale under the same setting
 
-    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "ctx1"}
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "ctx1short"}
     recorder.seen.clear()
+    # The two episodes; the fact's text is the same under every version, so it keeps its vector.
     assert reembedding.memories_reembed().processed == 2
-    assert "Yeah, it was amazing!\n(previous turn: Did you like Rome?)" in recorder.seen
+    assert sorted(recorder.seen) == ["Did you like Rome?", "Yeah, it was amazing!\n(previous turn: Did you like Rome?)"]
     second.refresh_from_db()
-    assert second.embedding_model == "test-hashing-384+ctx1"
+    fact.refresh_from_db()
+    assert (second.embedding_model, fact.embedding_model) == ("test-hashing-384+ctx1short", "test-hashing-384")
+    assert reembedding.memories_reembed().processed == 0
 
 
 def test_a_long_turn_is_embedded_alone():

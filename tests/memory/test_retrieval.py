@@ -983,10 +983,13 @@ def neighbour_statements(queries) -> int:  # type: ignore[no-untyped-def]
     return sum("FROM memory_memory p" in q["sql"] for q in queries)
 
 
-def test_the_neighbour_statement_is_sent_only_when_a_top_hit_shares_its_session_with_another_hit(caller):
+def test_the_neighbour_statement_is_sent_only_when_a_top_hit_shares_its_session_with_another_hit(caller, settings):
     """A neighbour is raised only when it is a hit in the top hit's session:
     with no such hit the pass has nothing to raise and sends no statement; with
     one (even a hit of the keyword channel alone) it sends it."""
+    # Turns embedded as they are: with the previous turn in its text, the
+    # unrelated turn below would match the query through it.
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "plain"}
     request = episode_store(caller=caller, content=HIKING_SESSION[0], butler="general")  # no session
     episode_store(caller=caller, content=HIKING_SESSION[1], butler="general")
     query = SearchQuery("recommend a hiking spot")

@@ -67,8 +67,9 @@ def test_bulk_store_gives_every_episode_what_a_single_store_gives(member, outsid
         assert abs((memory.expires_at - memory.created_at) - single_ttl).total_seconds() < 5
         # Embedded before it was stored, as the single store embeds (sync mode).
         assert (memory.embedding_status, memory.embedding_model) == (single.embedding_status, single.embedding_model)
-        assert memory.embedding_model == embedtext.embedding_identity(get_embedder().model_name)
-        assert memory.embedding == pytest.approx(get_embedder().embed([memory.content])[0], abs=1e-6)
+        assert memory.embedding_model == embedtext.embedding_identity(get_embedder().model_name, "episode")
+        text = embedtext.texts_for_embedding([(memory.pk, memory.kind, memory.content)])
+        assert memory.embedding == pytest.approx(get_embedder().embed(text)[0], abs=1e-6)
     events = MemoryEvent.objects.filter(memory_id__in=[r.pk for r in rows], event_type="stored")
     assert sorted((e.memory_id for e in events), key=str) == sorted((r.pk for r in rows), key=str)
     # Written once, with the vector, by the transaction that wrote their events: no later UPDATE.
@@ -123,24 +124,41 @@ def test_bulk_store_without_embedding_leaves_it_to_the_worker(member, embed_sent
     assert FollowUp.objects.filter(memory_id__in=ids, done_at__isnull=True).count() == 0
 
 
-def test_bulk_store_with_contextual_texts_leaves_session_episodes_to_the_worker(member, settings, monkeypatch):
-    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "ctx1"}
+def test_bulk_stores_embed_each_session_episode_with_the_turn_before_it(member, settings, monkeypatch):
+    """Within a call, across the batches of a stream (embedded while the batch
+    before is still being written) and after turns stored earlier: each text
+    is the one the worker path makes from the stored rows."""
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "ctx1short"}
     monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, lambda ids, bulk: None)  # no worker run
-    rows = api.episodes_store_bulk(
-        caller=member.caller,
-        episodes=[
-            {"content": "the first turn of a session", "butler": "home", "session_id": "s1"},
-            {"content": "the second turn of it", "butler": "home", "session_id": "s1"},
+    seen: list[str] = []
+    real_embed = get_embedder().embed
+    monkeypatch.setattr(get_embedder(), "embed", lambda texts: seen.extend(texts) or real_embed(texts))
+    api.episodes_store_bulk(
+        caller=member.caller, episodes=[{"content": "stored before: do you cook?", "butler": "home", "session_id": "s1"}]
+    )
+    batches = [
+        [
+            {"content": "Only pasta.", "butler": "home", "session_id": "s1"},
+            {"content": "a new session opens", "butler": "home", "session_id": "s2"},
             {"content": "a note of no session", "butler": "home"},
         ],
-    )
-    by_content = {m.content: m for m in Memory.objects.filter(pk__in=[r.pk for r in rows])}
-    # Its text would need the previous turn, which the worker reads from the stored rows.
-    assert by_content["the second turn of it"].embedding_status == "pending"
-    assert by_content["the first turn of a session"].embedding_status == "pending"
-    alone = by_content["a note of no session"]
-    assert (alone.embedding_status, alone.embedding_model) == ("ready", f"{get_embedder().model_name}+ctx1")
-    assert FollowUp.objects.filter(memory_id__in=[r.pk for r in rows], kind="embed").count() == 2
+        [
+            {"content": "Which kind?", "butler": "home", "session_id": "s1"},
+            {"content": "its second turn", "butler": "home", "session_id": "s2"},
+        ],
+    ]
+    stored = [m for rows in episodes_store_batches(caller=member.caller, batches=batches) for m in rows]
+    rows = list(Memory.objects.filter(pk__in=[m.pk for m in stored]).order_by("created_at", "id"))
+    assert {(m.embedding_status, m.embedding_model) for m in rows} == {
+        ("ready", f"{get_embedder().model_name}+ctx1short")
+    }
+    assert FollowUp.objects.filter(memory_id__in=[m.pk for m in rows], kind="embed").count() == 0
+    worker_texts = embedtext.texts_for_embedding([(m.pk, m.kind, m.content) for m in rows])
+    assert sorted(worker_texts) == sorted(seen[1:])
+    assert "Only pasta.\n(previous turn: stored before: do you cook?)" in worker_texts
+    assert "Which kind?\n(previous turn: Only pasta.)" in worker_texts
+    assert "its second turn\n(previous turn: a new session opens)" in worker_texts
+    assert "a note of no session" in worker_texts
 
 
 def test_batches_are_embedded_ahead_and_a_bad_batch_stores_nothing_of_itself(member):
