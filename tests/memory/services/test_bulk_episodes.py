@@ -132,9 +132,15 @@ def test_bulk_stores_embed_each_session_episode_with_the_turn_before_it(member, 
     monkeypatch.setitem(followups._TRANSPORT, FollowUpKind.EMBED.value, lambda ids, bulk: None)  # no worker run
     seen: list[str] = []
     real_embed = get_embedder().embed
-    monkeypatch.setattr(get_embedder(), "embed", lambda texts: seen.extend(texts) or real_embed(texts))
+
+    def recording_embed(texts: list[str]) -> list[list[float]]:
+        seen.extend(texts)
+        return real_embed(texts)
+
+    monkeypatch.setattr(get_embedder(), "embed", recording_embed)
     api.episodes_store_bulk(
-        caller=member.caller, episodes=[{"content": "stored before: do you cook?", "butler": "home", "session_id": "s1"}]
+        caller=member.caller,
+        episodes=[{"content": "stored before: do you cook?", "butler": "home", "session_id": "s1"}],
     )
     batches = [
         [
