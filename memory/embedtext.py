@@ -111,13 +111,15 @@ def previous_turns(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str | Non
 
 
 # The latest episode of each of a tenant's sessions, by (created_at, id): one
-# index probe each (memory_session_turn_idx).
+# index probe each (memory_session_turn_idx, whose predicate the planner
+# proves only from the spelled-out session_id <> '').
 _LATEST_SQL = """
     SELECT s.session_id, latest.content
     FROM unnest(%s::text[]) AS s(session_id)
     JOIN LATERAL (
         SELECT content FROM memory_memory
-        WHERE tenant_id = %s AND kind = 'episode' AND session_id = s.session_id AND validity = 'active'
+        WHERE tenant_id = %s AND kind = 'episode' AND session_id = s.session_id AND session_id <> ''
+          AND validity = 'active'
         ORDER BY created_at DESC, id DESC
         LIMIT 1
     ) latest ON true

@@ -127,3 +127,21 @@ def test_switching_the_text_version_reembeds_the_episodes_alone(member, recorder
 def test_a_long_turn_is_embedded_alone():
     long_turn = "word " * 200
     assert embedtext.embedding_text(long_turn, kind="episode", previous="Rome?", version="ctx1") == long_turn
+
+
+def test_the_latest_turns_of_sessions_are_read_from_the_session_index(member):
+    """One probe of memory_session_turn_idx a session: its predicate
+    (session_id <> '') must be provable from the statement, or each session
+    reads every episode of the tenant."""
+    from django.db import connection
+
+    episode_store(caller=member.caller, content="Did you like Rome?", butler="b", session_id="s1")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        cursor.execute("EXPLAIN " + embedtext._LATEST_SQL, [["s1", "s2"], member.caller.tenant_id])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "memory_session_turn_idx" in plan, plan
+    assert embedtext.latest_turns(tenant_id=member.caller.tenant_id, session_ids={"s1", "s2", ""}) == {
+        "s1": "Did you like Rome?"
+    }
