@@ -11,7 +11,9 @@ request, so a client that stops reading grows the server without bound. Here:
   is skipped to its end and refused;
 - a line that is not UTF-8 JSON, or no JSON-RPC message, is answered with the
   dialect's coded INVALID_ARGUMENT, with the request's id when it has one, as
-  the HTTP endpoint answers such a body;
+  the HTTP endpoint answers such a body; so is one that names a key twice in
+  one object (``memory.validation.json_document``), before the SDK takes the
+  last of the two;
 - at most ``MAX_IN_FLIGHT`` requests are read ahead of their answers: a client
   that does not read its answers stops the server reading, not its memory;
 - the token is verified again before each request, through the HTTP tier's
@@ -43,6 +45,7 @@ from mcp_server.auth import verified_caller
 from mcp_server.dialect import DialectServer
 from mcp_server.http import NOT_JSON, NOT_JSONRPC, STORAGE_MESSAGE
 from memory.errors import InvalidArgument, StorageUnavailable
+from memory.validation import json_document
 from policy.caller import Caller
 from policy.middleware import JSONRPC_INVALID_REQUEST, jsonrpc_error
 
@@ -161,7 +164,12 @@ class _Lines:
         except ValueError as error:
             await self._refuse(line, *_envelope_problem(error))
             return None
-        message = json.loads(text)
+        try:
+            message = json_document(text)
+        except InvalidArgument as refusal:
+            # A key twice in one object, at any depth: the SDK would take the last.
+            await self._refuse(id_of_repeated(text), str(refusal))
+            return None
         if "method" in message and "id" in message:
             refused = await self._token_refusal()
             if refused is not None:
@@ -198,6 +206,24 @@ class _Lines:
     ) -> None:
         render = self.server.dialect.render_error
         await self.wire.send(jsonrpc_error(code, message, {}, line, render=render, jsonrpc_code=jsonrpc_code))
+
+
+class _Members(list[tuple[str, Any]]):
+    """A JSON object's members in order, a repeated key kept twice."""
+
+
+def id_of_repeated(message: bytes | str) -> bytes:
+    """The id to answer a message refused for naming a key twice
+    (``json_document``), as a body ``jsonrpc_error`` reads it from: the id the
+    message names once at its top, none if it names it twice (which one the
+    client meant cannot be told), or of a message that turns out no JSON past
+    the repeated key."""
+    try:
+        top = json.loads(message, object_pairs_hook=_Members)
+    except (ValueError, RecursionError):
+        return b""
+    ids = [value for key, value in top if key == "id"] if isinstance(top, _Members) else []
+    return json.dumps({"id": ids[0]}).encode() if len(ids) == 1 else b""
 
 
 def _envelope_problem(error: ValueError) -> tuple[str, int]:

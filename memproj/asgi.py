@@ -44,11 +44,14 @@ from mcp_server.http import (  # noqa: E402
 )
 from mcp_server.registry import TOOLSETS, dialect_body_limits  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
+from mcp_server.stdio import id_of_repeated  # noqa: E402
 from memory.admin.imports import import_body_limits  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
 from memory.errors import InvalidArgument, StorageUnavailable  # noqa: E402
+from memory.validation import json_document  # noqa: E402
 from memproj.edge import BodyLimit, Refusal, host_refusal, refuse  # noqa: E402
 from policy.middleware import (  # noqa: E402
+    JSONRPC_INVALID_REQUEST,
     JSONRPC_SERVER_ERROR,
     RateLimitMiddleware,
     read_body_for_id,
@@ -191,6 +194,50 @@ def stateless_get(path: str) -> Refusal:
     return 405, body, content_type, [(b"allow", b"POST")]
 
 
+async def repeated_key_refusal(path: str, receive: Any) -> tuple[Refusal | None, Any]:
+    """A POST's body read before the SDK's transport parses it, which keeps the
+    last of a repeated key while a proxy or a log reading the same bytes may
+    take the first: a JSON-RPC message that names a key twice in one object, at
+    any depth (``json_document``), is refused with 400 and the dialect's
+    INVALID_ARGUMENT, answering its id. Else None and a receive that gives the
+    SDK the messages read, as they came, then the rest.
+
+    At most the MCP body limit is read (the bound ``BodyLimit`` puts on the
+    body before this runs: past it, it has answered 413 and the receive says
+    the client is gone); a body that did not end by then is not checked."""
+    limit = int(settings.MEMPROJ_HTTP["MAX_BODY_BYTES"])
+    received: list[dict[str, Any]] = []
+    size = 0
+    while size <= limit:
+        message = await receive()
+        received.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    pending = iter(received)
+
+    async def replay() -> dict[str, Any]:
+        message = next(pending, None)
+        return message if message is not None else await receive()
+
+    last = received[-1]
+    if size > limit or last["type"] != "http.request" or last.get("more_body", False):
+        return None, replay
+    body = b"".join(message.get("body", b"") for message in received)
+    try:
+        json_document(body)
+    except InvalidArgument as refusal:
+        payload, content_type = surface_error(
+            path, InvalidArgument.code, str(refusal), {}, id_of_repeated(body), jsonrpc_code=JSONRPC_INVALID_REQUEST
+        )
+        return (400, payload, content_type, []), replay
+    except (ValueError, RecursionError):
+        pass  # no JSON: the SDK's transport answers that
+    return None, replay
+
+
 def unknown_toolset(path: str, name: str) -> Refusal:
     """A path under /mcp/ that names no toolset: 404 naming the toolsets."""
     toolsets = sorted(TOOLSETS)
@@ -267,6 +314,9 @@ class Router:
         guarded = _HoldServerError(_EnvelopeErrors(send, f"/mcp/{name}"))
         try:
             refusal = await self._before_the_sdk(name, scope, receive)
+            if refusal is None and scope.get("method") == "POST" and presented_token(scope) is not None:
+                # The token holds (a missing one is the SDK's to answer).
+                refusal, receive = await repeated_key_refusal(f"/mcp/{name}", receive)
             if refusal is not None:
                 await refuse(send, refusal)
                 return

@@ -309,8 +309,8 @@ async def test_an_answer_with_text_around_blanks_is_stored_as_given(member):
 # json.loads keeps the last of a repeated key: {"content": "a", "content": "b"}
 # was stored as "b", while a proxy, a log or a policy check reading the same
 # bytes may take "a". A body with a key twice in one object, at any depth, is
-# refused with the route's invalid-argument error. (The MCP endpoints' bodies are
-# parsed by the SDK's transport, not by memproj.)
+# refused with the route's invalid-argument error. (The MCP endpoints refuse such
+# a message before the SDK parses it: test_mcp_repeated_keys.py.)
 
 TWICE = "the body has the key {key!r} twice in one object; send each key once."
 
