@@ -467,6 +467,7 @@ def fill_lme_tenant(caller, q: _longmemeval.Question, embedder: _embcache.Cached
     from memory.embedtext import embedding_identity
     from memory.retrieval import vector_literal
 
+    # Every turn of these sets belongs to a session (a LongMemEval session, a MemoryBank day).
     texts = lme_embedding_texts(q, version)
     wanted = {pk: texts[meta["turn"]] for pk, meta in pending}
     cached = embedder.cache.get_many(list(wanted.values()))
@@ -477,7 +478,11 @@ def fill_lme_tenant(caller, q: _longmemeval.Question, embedder: _embcache.Cached
             UPDATE memory_memory m SET embedding = x.v::vector, embedding_status = 'ready', embedding_model = %s
             FROM unnest(%s::uuid[], %s::text[]) AS x(id, v) WHERE m.id = x.id
             """,
-            [embedding_identity(embedder.model_name, "episode", version), [pk for pk, _ in ready], [v for _, v in ready]],
+            [
+                embedding_identity(embedder.model_name, in_session=True, version=version),
+                [pk for pk, _ in ready],
+                [v for _, v in ready],
+            ],
         )
     return len(ready) == len(pending)
 

@@ -21,7 +21,7 @@ before it in the batch or the session's latest stored one),
 and re-embed sweeps, from the stored rows) or :func:`embedding_text` (the
 quality benchmark's bulk loader), and records :func:`embedding_identity` as
 the memory's ``embedding_model``: the model name, plus ``+<version>`` for an
-episode whose vector was made under a contextual version. The re-embed sweep
+episode of a session whose vector was made under a contextual version. The re-embed sweep
 compares against it (:func:`stale_vectors`), so switching the setting
 re-embeds the episodes made the other way, and the two kinds of vectors are
 never confused.
@@ -55,21 +55,27 @@ def text_version() -> str:
     return version
 
 
-def embedding_identity(model_name: str, kind: str, version: str | None = None) -> str:
+def in_session(kind: str, session_id: str) -> bool:
+    """Whether a memory's text depends on the text version: only an episode of
+    a session can have a previous turn; the rest is embedded as stored."""
+    return kind == "episode" and bool(session_id)
+
+
+def embedding_identity(model_name: str, *, in_session: bool, version: str | None = None) -> str:
     """What a memory's ``embedding_model`` records: the model, and for an
-    episode the text version unless plain. Facts, rules and documents are
-    embedded as stored under every version, so switching it re-embeds episodes
-    only."""
+    episode of a session (``in_session``) the text version unless plain. The
+    rest is embedded as stored under every version, so switching it re-embeds
+    only the episodes of sessions."""
     version = text_version() if version is None else version
-    return model_name if version == "plain" or kind != "episode" else f"{model_name}+{version}"
+    return f"{model_name}+{version}" if in_session and version != "plain" else model_name
 
 
 def stale_vectors(model_name: str) -> Q:
     """The memories whose vector was made by another model or from another
     text than the current settings make: what the re-embed sweep redoes."""
-    episode = Q(kind="episode")
-    return (episode & ~Q(embedding_model=embedding_identity(model_name, "episode"))) | (
-        ~episode & ~Q(embedding_model=model_name)
+    contextual = Q(kind="episode") & ~Q(session_id="")
+    return (contextual & ~Q(embedding_model=embedding_identity(model_name, in_session=True))) | (
+        ~contextual & ~Q(embedding_model=model_name)
     )
 
 

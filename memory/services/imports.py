@@ -478,7 +478,11 @@ class _Importer:
                 tenant_id=self.caller.tenant_id,
                 principal_id=None,
                 embedding=vector,
-                embedding_model=embedtext.embedding_identity(model, item.values["kind"]) if vector is not None else "",
+                embedding_model=embedtext.embedding_identity(
+                    model, in_session=embedtext.in_session(item.values["kind"], item.values.get("session_id", ""))
+                )
+                if vector is not None
+                else "",
                 embedding_status=EmbeddingStatus.READY if vector is not None else EmbeddingStatus.PENDING,
                 **item.values,
             )
@@ -605,7 +609,7 @@ class _Importer:
         under a contextual text version (their previous turn is read from the
         stored rows, in upstream's order, which a batch need not follow)."""
         contextual = embedtext.text_version() != "plain"
-        later = [contextual and p.values["kind"] == Kind.EPISODE and bool(p.values.get("session_id")) for p in planned]
+        later = [contextual and embedtext.in_session(p.values["kind"], p.values.get("session_id", "")) for p in planned]
         vectors: list[list[float] | None] = [None if wait else p.vector for p, wait in zip(planned, later, strict=True)]
         if not self.embed:
             return vectors

@@ -69,7 +69,7 @@ def _embed_for_store(content: str, *, kind: str, caller: Caller | None = None, s
         return _Embedding(
             embedder.embed_document(text),
             EmbeddingStatus.READY,
-            embedtext.embedding_identity(embedder.model_name, kind),
+            embedtext.embedding_identity(embedder.model_name, in_session=embedtext.in_session(kind, session_id)),
         )
     except EmbeddingUnavailable as exc:
         return _Embedding(None, EmbeddingStatus.PENDING, "", str(exc)[:2000])
@@ -200,9 +200,9 @@ BULK_EPISODES_MAX = 1000
 BULK_EMBED_CHUNK = 64
 
 
-def _embed_many_for_store(texts: Sequence[str]) -> list[_Embedding]:
+def _embed_many_for_store(texts: Sequence[str], session_ids: Sequence[str]) -> list[_Embedding]:
     """The vectors of the new episodes of a bulk store, given as the texts to
-    embed (``embedtext.texts_for_new_episodes``), before their transaction
+    embed (``embedtext.texts_for_new_episodes``) and their sessions, before their transaction
     opens, so each row is written once, with its vector (a vector added later
     is an UPDATE: a second version of the row, inserted again into every index
     of the table). One embedder call per chunk, texts of similar length
@@ -215,7 +215,8 @@ def _embed_many_for_store(texts: Sequence[str]) -> list[_Embedding]:
     if not todo:
         return out
     embedder = get_embedder()
-    identity = embedtext.embedding_identity(embedder.model_name, Kind.EPISODE)
+    in_session = embedtext.embedding_identity(embedder.model_name, in_session=True)
+    alone = embedtext.embedding_identity(embedder.model_name, in_session=False)
     for start in range(0, len(todo), BULK_EMBED_CHUNK):
         chunk = todo[start : start + BULK_EMBED_CHUNK]
         try:
@@ -226,7 +227,7 @@ def _embed_many_for_store(texts: Sequence[str]) -> list[_Embedding]:
                 out[i] = failed
             break
         for i, vector in zip(chunk, vectors, strict=True):
-            out[i] = _Embedding(vector, EmbeddingStatus.READY, identity)
+            out[i] = _Embedding(vector, EmbeddingStatus.READY, in_session if session_ids[i] else alone)
     return out
 
 
@@ -263,10 +264,10 @@ def _episode_texts(caller: Caller, validated: Sequence[Mapping[str, Any]], lates
     )
 
 
-def _episodes_embed(texts: Sequence[str], *, count: int, embed: bool) -> list[_Embedding]:
+def _episodes_embed(texts: Sequence[str], session_ids: Sequence[str], *, embed: bool) -> list[_Embedding]:
     if not embed:
-        return [_Embedding(None, EmbeddingStatus.PENDING, "") for _ in range(count)]
-    return _embed_many_for_store(texts)
+        return [_Embedding(None, EmbeddingStatus.PENDING, "") for _ in session_ids]
+    return _embed_many_for_store(texts, session_ids)
 
 
 def _episodes_write(
@@ -298,7 +299,8 @@ def episodes_store_bulk(*, caller: Caller, episodes: Sequence[Mapping[str, Any]]
     require_write(caller)
     validated = _episodes_validated(caller, episodes)
     texts = _episode_texts(caller, validated, {}) if embed else []
-    return _episodes_write(caller, validated, _episodes_embed(texts, count=len(validated), embed=embed))
+    sessions = [v["session_id"] for v in validated]
+    return _episodes_write(caller, validated, _episodes_embed(texts, sessions, embed=embed))
 
 
 def episodes_store_batches(
@@ -328,7 +330,7 @@ def episodes_store_batches(
                     texts = _episode_texts(caller, validated, latest) if embed else []
                     following = (
                         validated,
-                        pool.submit(_episodes_embed, texts, count=len(validated), embed=embed),
+                        pool.submit(_episodes_embed, texts, [v["session_id"] for v in validated], embed=embed),
                     )
             except Exception as exc:  # noqa: BLE001 - raised once the batch before it is stored
                 error = exc

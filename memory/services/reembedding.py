@@ -105,7 +105,7 @@ def memories_reembed(
             stale.filter(pk__in=ids)
             .order_by("pk")
             .select_for_update()
-            .values_list("pk", "tenant_id", "kind", "embedding_model")
+            .values_list("pk", "tenant_id", "kind", "embedding_model", "session_id")
         )
         Memory.objects.filter(pk__in=[r[0] for r in rows]).update(
             embedding=None, embedding_status=EmbeddingStatus.PENDING, embedding_error="", embedding_attempts=0
@@ -113,7 +113,13 @@ def memories_reembed(
         audit_rows(
             [r[:3] for r in rows],
             EventType.REEMBED_REQUESTED,
-            [{"from_model": r[3], "to_model": embedtext.embedding_identity(model, r[2])} for r in rows],
+            [
+                {
+                    "from_model": r[3],
+                    "to_model": embedtext.embedding_identity(model, in_session=embedtext.in_session(r[2], r[4])),
+                }
+                for r in rows
+            ],
         )
     if not rows:
         return SweepResult()

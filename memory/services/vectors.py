@@ -28,16 +28,16 @@ def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
         Memory.objects.without_vectors()
         .filter(pk__in=list(memory_ids))
         .exclude(embedding_status=EmbeddingStatus.READY)
-        .values_list("pk", "content", "content_hash", "kind")
+        .values_list("pk", "content", "content_hash", "kind", "session_id")
     )
     if not pending:
         return 0
     embedder = get_embedder()
-    texts = embedtext.texts_for_embedding([(pk, kind, content) for pk, content, _, kind in pending])
+    texts = embedtext.texts_for_embedding([(pk, kind, content) for pk, content, _, kind, _ in pending])
     try:
         vectors = embedder.embed(texts)
     except EmbeddingUnavailable as exc:
-        Memory.objects.filter(pk__in=[pk for pk, _, _, _ in pending]).update(
+        Memory.objects.filter(pk__in=[row[0] for row in pending]).update(
             embedding_attempts=F("embedding_attempts") + 1, embedding_error=str(exc)[:2000]
         )
         raise
@@ -45,10 +45,11 @@ def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
     # edit in between wins over a stale vector) and on the row still waiting.
     rows = ", ".join(["(%s::uuid, %s, %s::vector, %s)"] * len(pending))
     params: list[Any] = []
-    for (pk, _, digest, kind), vector in zip(pending, vectors, strict=True):
-        params += [pk, digest, vector_literal(vector), embedtext.embedding_identity(embedder.model_name, kind)]
+    for (pk, _, digest, kind, session_id), vector in zip(pending, vectors, strict=True):
+        identity = embedtext.embedding_identity(embedder.model_name, in_session=embedtext.in_session(kind, session_id))
+        params += [pk, digest, vector_literal(vector), identity]
     with transaction.atomic(), connection.cursor() as cursor:
-        memory_rows_lock(pk for pk, _, _, _ in pending)
+        memory_rows_lock(row[0] for row in pending)
         cursor.execute(
             f"""
             UPDATE memory_memory m

@@ -501,9 +501,9 @@ SETTINGS: tuple[Setting, ...] = (
         "ctx1short",
         "What is embedded for an episode: `ctx1short` (its content, with the previous turn of its session when "
         "that turn is at most 300 characters: an exchange of short turns), `plain` (its content) or `ctx1` (the "
-        "previous turn's first 300 characters whatever its length: worse when it is a long answer). Facts, rules "
-        "and documents are embedded as stored. Vectors record the choice, so the re-embed sweep redoes the "
-        "episodes after a change.",
+        "previous turn's first 300 characters whatever its length: worse when it is a long answer). Facts, rules, "
+        "documents and episodes of no session are embedded as stored. Vectors record the choice, so the re-embed "
+        "sweep redoes the episodes of sessions after a change.",
         "Embedding",
     ),
     _S(

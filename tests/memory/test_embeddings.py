@@ -122,10 +122,11 @@ def test_int8_precision_records_its_own_model_name():
     assert fp32.model_name == "all-MiniLM-L6-v2"
     assert int8.model_name == "all-MiniLM-L6-v2+int8"
     # The identity stored per vector differs in every text version, so the re-embed sweep catches up.
-    for version in ("plain", "ctx1"):
-        assert embedding_identity(int8.model_name, "episode", version) != embedding_identity(
-            fp32.model_name, "episode", version
-        )
+    for version in ("plain", "ctx1short"):
+        for in_session in (True, False):
+            assert embedding_identity(int8.model_name, in_session=in_session, version=version) != embedding_identity(
+                fp32.model_name, in_session=in_session, version=version
+            )
     with pytest.raises(ValueError):
         LocalEmbedder(precision="fp16")
     with pytest.raises(ValueError):

@@ -49,10 +49,12 @@ def test_embedding_text_versions():
     assert embedtext.embedding_text("Yes!", kind="episode", previous=None, version="ctx1") == "Yes!"
     long = "x" * 1000
     assert len(embedtext.embedding_text("a", kind="episode", previous=long, version="ctx1")) < 400
-    assert embedtext.embedding_identity("m", "episode", "plain") == "m"
-    assert embedtext.embedding_identity("m", "episode", "ctx1") == "m+ctx1"
-    # Facts, rules and documents are embedded as stored whatever the version.
-    assert embedtext.embedding_identity("m", "fact", "ctx1") == "m"
+    assert embedtext.embedding_identity("m", in_session=True, version="plain") == "m"
+    assert embedtext.embedding_identity("m", in_session=True, version="ctx1") == "m+ctx1"
+    # Facts, rules, documents and episodes of no session are embedded as stored whatever the version.
+    assert embedtext.embedding_identity("m", in_session=False, version="ctx1") == "m"
+    assert embedtext.in_session("episode", "s1") and not embedtext.in_session("episode", "")
+    assert not embedtext.in_session("fact", "s1")
 
 
 def test_ctx1short_takes_the_previous_turn_only_when_it_goes_in_whole():
@@ -66,7 +68,7 @@ def test_ctx1short_takes_the_previous_turn_only_when_it_goes_in_whole():
     # After a long answer the short turn is embedded alone (ctx1 would append the answer's first 300 characters).
     assert embedtext.embedding_text(question, kind="episode", previous=long_answer, version="ctx1short") == question
     assert embedtext.embedding_text(question, kind="episode", previous=long_answer, version="ctx1") != question
-    assert embedtext.embedding_identity("m", "episode", "ctx1short") == "m+ctx1short"
+    assert embedtext.embedding_identity("m", in_session=True, version="ctx1short") == "m+ctx1short"
 
 
 def test_unknown_text_version_is_refused(settings):
@@ -105,22 +107,26 @@ def test_batch_path_builds_the_same_text_as_the_store_path(member, recorder, ctx
     assert set(Memory.objects.filter(pk__in=ids).values_list("embedding_model", flat=True)) == {"test-hashing-384+ctx1"}
 
 
-def test_switching_the_text_version_reembeds_the_episodes_alone(member, recorder, settings):
+def test_switching_the_text_version_reembeds_the_turns_of_sessions_alone(member, recorder, settings):
     settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "plain"}
     episode_store(caller=member.caller, content="Did you like Rome?", butler="b", session_id="s1")
     second = episode_store(caller=member.caller, content="Yeah, it was amazing!", butler="b", session_id="s1")
     fact = fact_store(caller=member.caller, subject="user", predicate="city", content="User lives in Rome").memory
+    note = episode_store(caller=member.caller, content="a note of no session", butler="b")
     assert second.embedding_model == "test-hashing-384"
     assert reembedding.memories_reembed().processed == 0  # nothing stale under the same setting
 
     settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "ctx1short"}
     recorder.seen.clear()
-    # The two episodes; the fact's text is the same under every version, so it keeps its vector.
+    # The two turns of the session; the fact's and the sessionless note's texts are the same under
+    # every version, so they keep their vectors.
     assert reembedding.memories_reembed().processed == 2
     assert sorted(recorder.seen) == ["Did you like Rome?", "Yeah, it was amazing!\n(previous turn: Did you like Rome?)"]
     second.refresh_from_db()
     fact.refresh_from_db()
+    note.refresh_from_db()
     assert (second.embedding_model, fact.embedding_model) == ("test-hashing-384+ctx1short", "test-hashing-384")
+    assert note.embedding_model == "test-hashing-384"
     assert reembedding.memories_reembed().processed == 0
 
 

@@ -67,7 +67,7 @@ def test_bulk_store_gives_every_episode_what_a_single_store_gives(member, outsid
         assert abs((memory.expires_at - memory.created_at) - single_ttl).total_seconds() < 5
         # Embedded before it was stored, as the single store embeds (sync mode).
         assert (memory.embedding_status, memory.embedding_model) == (single.embedding_status, single.embedding_model)
-        assert memory.embedding_model == embedtext.embedding_identity(get_embedder().model_name, "episode")
+        assert memory.embedding_model == embedtext.embedding_identity(get_embedder().model_name, in_session=True)
         text = embedtext.texts_for_embedding([(memory.pk, memory.kind, memory.content)])
         assert memory.embedding == pytest.approx(get_embedder().embed(text)[0], abs=1e-6)
     events = MemoryEvent.objects.filter(memory_id__in=[r.pk for r in rows], event_type="stored")
@@ -155,8 +155,13 @@ def test_bulk_stores_embed_each_session_episode_with_the_turn_before_it(member, 
     ]
     stored = [m for rows in episodes_store_batches(caller=member.caller, batches=batches) for m in rows]
     rows = list(Memory.objects.filter(pk__in=[m.pk for m in stored]).order_by("created_at", "id"))
-    assert {(m.embedding_status, m.embedding_model) for m in rows} == {
-        ("ready", f"{get_embedder().model_name}+ctx1short")
+    model = get_embedder().model_name
+    assert {m.content: (m.embedding_status, m.embedding_model) for m in rows} == {
+        "Only pasta.": ("ready", f"{model}+ctx1short"),
+        "a new session opens": ("ready", f"{model}+ctx1short"),
+        "a note of no session": ("ready", model),  # embedded as stored under every version
+        "Which kind?": ("ready", f"{model}+ctx1short"),
+        "its second turn": ("ready", f"{model}+ctx1short"),
     }
     assert FollowUp.objects.filter(memory_id__in=[m.pk for m in rows], kind="embed").count() == 0
     worker_texts = embedtext.texts_for_embedding([(m.pk, m.kind, m.content) for m in rows])
