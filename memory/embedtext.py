@@ -21,10 +21,10 @@ before it in the batch or the session's latest stored one),
 and re-embed sweeps, from the stored rows) or :func:`embedding_text` (the
 quality benchmark's bulk loader), and records :func:`embedding_identity` as
 the memory's ``embedding_model``: the model name, plus ``+<version>`` for an
-episode of a session whose vector was made under a contextual version. The re-embed sweep
-compares against it (:func:`stale_vectors`), so switching the setting
-re-embeds the episodes made the other way, and the two kinds of vectors are
-never confused.
+episode of a session whose vector was made under a contextual version. The
+re-embed sweep compares against it (:func:`stale_vectors`), so switching the
+setting re-embeds the episodes made the other way, and the two kinds of
+vectors are never confused.
 """
 
 from __future__ import annotations

@@ -202,8 +202,8 @@ BULK_EMBED_CHUNK = 64
 
 def _embed_many_for_store(texts: Sequence[str], session_ids: Sequence[str]) -> list[_Embedding]:
     """The vectors of the new episodes of a bulk store, given as the texts to
-    embed (``embedtext.texts_for_new_episodes``) and their sessions, before their transaction
-    opens, so each row is written once, with its vector (a vector added later
+    embed (``embedtext.texts_for_new_episodes``) and their sessions, before
+    their transaction opens, so each row is written once, with its vector (a vector added later
     is an UPDATE: a second version of the row, inserted again into every index
     of the table). One embedder call per chunk, texts of similar length
     together (less padding in a forward pass). Touches no database (it may run
@@ -215,7 +215,7 @@ def _embed_many_for_store(texts: Sequence[str], session_ids: Sequence[str]) -> l
     if not todo:
         return out
     embedder = get_embedder()
-    in_session = embedtext.embedding_identity(embedder.model_name, in_session=True)
+    of_session = embedtext.embedding_identity(embedder.model_name, in_session=True)
     alone = embedtext.embedding_identity(embedder.model_name, in_session=False)
     for start in range(0, len(todo), BULK_EMBED_CHUNK):
         chunk = todo[start : start + BULK_EMBED_CHUNK]
@@ -227,7 +227,7 @@ def _embed_many_for_store(texts: Sequence[str], session_ids: Sequence[str]) -> l
                 out[i] = failed
             break
         for i, vector in zip(chunk, vectors, strict=True):
-            out[i] = _Embedding(vector, EmbeddingStatus.READY, in_session if session_ids[i] else alone)
+            out[i] = _Embedding(vector, EmbeddingStatus.READY, of_session if session_ids[i] else alone)
     return out
 
 
