@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -134,6 +135,47 @@ class ImportSourceError(Exception):
     so it is in our words only: the library's exception that caused it (its
     ``__cause__``, with its text, paths and versions) is logged by the import
     service, never put into the message."""
+
+
+# A database table is read this many rows at a time as the import goes, none
+# held after its batch (a reader checks a table's limits before reading it).
+BATCH_ROWS = 500
+
+
+def batched(cursor: Any, reading: Callable[[], AbstractContextManager[object]] = nullcontext) -> Iterator[Any]:
+    """The rows of a query run on a DB-API cursor (DuckDB's, SQLite's, a
+    psycopg server-side cursor), fetched ``BATCH_ROWS`` at a time; each fetch
+    runs within ``reading()`` (pce's time limit), never the caller's work
+    between two rows."""
+    while True:
+        with reading():
+            rows = cursor.fetchmany(BATCH_ROWS)
+        if not rows:
+            return
+        yield from rows
+
+
+@contextmanager
+def postgres_rows(location: str, query: Any, name: str) -> Iterator[Iterator[tuple[Any, ...]]]:
+    """A query's rows from the PostgreSQL database at ``location`` (a libpq URL),
+    ``batched`` through a server-side cursor in a read-only transaction, which
+    ends with the ``with`` block (a reader's refusal part-way closes it at
+    once). JSON comes as its text, for a reader to decode within a record's
+    bounds (memory.importers.bounded_json.line_value). A database error is
+    refused as not reading ``name``."""
+    import psycopg
+    from psycopg.types.string import TextLoader
+
+    try:
+        with psycopg.connect(location) as connection:
+            connection.read_only = True
+            for json_type in ("json", "jsonb"):
+                connection.adapters.register_loader(json_type, TextLoader)
+            with connection.cursor(name="memproj_import") as cursor:
+                cursor.execute(query)
+                yield batched(cursor)
+    except psycopg.Error as exc:
+        raise ImportSourceError(f"cannot read {name} (the server's log has the database's answer).") from exc
 
 
 def parse_position(exc: BaseException) -> str:

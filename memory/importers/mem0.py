@@ -34,6 +34,7 @@ from memory.importers.base import (
     Skipped,
     mapping,
     parse_time,
+    postgres_rows,
     text_field,
 )
 from memory.importers.bounded_json import RECORD_MAX_CHARS, RECORDS_MAX, line_value, open_json
@@ -42,9 +43,6 @@ SYSTEM = "mem0"
 ID_KEYS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
 LIST_KEYS = ("results", "memories")
 PAYLOAD_KEYS = {"data", "hash", "created_at", "updated_at", "user_id", "agent_id", "run_id", "actor_id", "role"}
-# The pgvector table's rows are read this many at a time as the import goes,
-# none held after it (a row's vector alone is thousands of floats).
-BATCH_ROWS = 500
 
 
 def _namespace(item: dict[str, Any]) -> tuple[str, ...]:
@@ -119,11 +117,10 @@ class Mem0Source:
         return self._from_table(vectors=vectors) if self.from_table else _export_items(self.path)
 
     def _from_table(self, *, vectors: bool) -> Iterator[Any]:
-        """The table's memories in id order, ``BATCH_ROWS`` at a time through a
-        server-side cursor. A payload is refused past a record's bounds
+        """The table's memories in id order, read a batch at a time
+        (memory.importers.base.postgres_rows). A payload is refused past a record's bounds
         (memory.importers.bounded_json), its length measured by the database
         before it is sent; the vector is read only when it may be kept."""
-        import psycopg
         from psycopg import sql
 
         name = f"mem0's table {self.table!r}"
@@ -138,30 +135,17 @@ class Mem0Source:
             "{vector} FROM {table} t CROSS JOIN LATERAL (SELECT t.payload::text AS text) p "
             "ORDER BY t.id LIMIT {rows}"
         ).format(longest=longest, vector=vector, table=sql.Identifier(self.table), rows=sql.Literal(RECORDS_MAX + 1))
-        read = 0
-        try:
-            with psycopg.connect(self.location) as connection:
-                connection.read_only = True
-                with connection.cursor(name="memproj_mem0_import") as cursor:
-                    cursor.execute(query)
-                    while rows := cursor.fetchmany(BATCH_ROWS):
-                        for memory_id, length, payload, vector_text in rows:
-                            read += 1
-                            if read > RECORDS_MAX:
-                                raise ImportSourceError(
-                                    f"{name} holds more than {RECORDS_MAX} records, more than an import reads."
-                                )
-                            if payload is None and length is not None:
-                                raise ImportSourceError(
-                                    f"{name}: the memory {memory_id} is longer than {RECORD_MAX_CHARS} characters, "
-                                    "more than any memory an import stores holds."
-                                )
-                            decoded = line_value(payload or "{}", f"{name}, memory {memory_id}")
-                            yield _table_item(memory_id, decoded, vector_text) if isinstance(decoded, dict) else decoded
-        except psycopg.Error as exc:
-            raise ImportSourceError(
-                f"cannot read mem0's table {self.table!r} (the server's log has the database's answer)."
-            ) from exc
+        with postgres_rows(self.location, query, name) as rows:
+            for read, (memory_id, length, payload, vector_text) in enumerate(rows, start=1):
+                if read > RECORDS_MAX:
+                    raise ImportSourceError(f"{name} holds more than {RECORDS_MAX} records, more than an import reads.")
+                if payload is None and length is not None:
+                    raise ImportSourceError(
+                        f"{name}: the memory {memory_id} is longer than {RECORD_MAX_CHARS} characters, "
+                        "more than any memory an import stores holds."
+                    )
+                decoded = line_value(payload or "{}", f"{name}, memory {memory_id}")
+                yield _table_item(memory_id, decoded, vector_text) if isinstance(decoded, dict) else decoded
 
     def estimate(self) -> int | None:
         return self.count + sum(len(v) for v in self.history.values())

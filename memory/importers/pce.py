@@ -42,6 +42,7 @@ from memory.importers.base import (
     ImportedRelation,
     ImportSourceError,
     Record,
+    batched,
     json_value,
     number,
     parse_time,
@@ -59,8 +60,6 @@ RETRACTED_STATUSES = {"rolled_back", "retracted", "deleted", "tombstoned"}
 # memory and cores.
 READ_SECONDS = 60.0
 ROWS_MAX = 200_000
-# Rows are read this many at a time as the import goes, none held after it.
-BATCH_ROWS = 500
 # Text packs tightly in a DuckDB file (a small one can hold the same long
 # value in every row), and what is read is held in the server's memory (DuckDB
 # sorts a table's rows before the first is read): the tables read hold at most
@@ -299,17 +298,12 @@ class DuckDbStore:
         )
 
     def _rows(self, query: str) -> Iterator[dict[str, Any]]:
-        """The query's rows, fetched ``BATCH_ROWS`` at a time."""
+        """The query's rows, a batch at a time (memory.importers.base.batched)."""
         with self._reading():
             cursor = self.connection.execute(query)
             names = [d[0] for d in cursor.description]
-        while True:
-            with self._reading():
-                rows = cursor.fetchmany(BATCH_ROWS)
-            if not rows:
-                return
-            for row in rows:
-                yield dict(zip(names, row, strict=True))
+        for row in batched(cursor, self._reading):
+            yield dict(zip(names, row, strict=True))
 
     def estimate(self) -> int | None:
         return sum(self.counts.get(table, 0) for table in ("claims", "entities", "relations"))

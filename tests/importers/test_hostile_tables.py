@@ -16,7 +16,7 @@ import pytest
 
 from memory.embeddings import get_embedder
 from memory.errors import InvalidArgument
-from memory.importers import mem0, pce
+from memory.importers import base, mem0, pce
 from memory.importers.base import GRAPH_RECORDS_MAX, ImportedEntity, ImportedMemory, ImportSourceError
 from memory.models import Memory
 from memory.services.imports import memories_import
@@ -233,7 +233,7 @@ def test_a_pce_import_s_own_time_between_batches_is_not_the_file_s_read_time(tmp
         "INSERT INTO claims SELECT 'clm_' || i, 'claim ' || i, 'fact', 'project', NULL FROM range(5) t(i)",
     )
     monkeypatch.setattr(pce, "READ_SECONDS", 1.0)
-    monkeypatch.setattr(pce, "BATCH_ROWS", 1, raising=False)
+    monkeypatch.setattr(base, "BATCH_ROWS", 1)
     source = pce.open_source(str(db))
     read = []
     try:
