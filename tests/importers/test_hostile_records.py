@@ -400,13 +400,14 @@ def test_a_reader_failing_on_a_record_stops_with_a_message_after_storing_what_ca
     assert stored(caller) == 3
 
 
-def test_butlers_metadata_that_is_not_an_object_skips_its_row():
+def test_butlers_metadata_that_is_not_an_object_skips_its_row(monkeypatch):
     from memory.importers.butlers import ButlersTables
 
     tables = ButlersTables.__new__(ButlersTables)
-    good = {"id": uuid.uuid4(), "content": "a fact", "subject": "user", "predicate": "likes", "metadata": {}}
-    bad = {"id": uuid.uuid4(), "content": "another fact", "metadata": "[1, 2]"}
-    tables.episodes, tables.facts, tables.rules, tables.links = [], [good, bad], [], []
+    good = {"id": str(uuid.uuid4()), "content": "a fact", "subject": "user", "predicate": "likes", "metadata": {}}
+    bad = {"id": str(uuid.uuid4()), "content": "another fact", "metadata": [1, 2]}
+    # Each row as the reader reads it: the table's row as JSON, decoded.
+    monkeypatch.setattr(tables, "_memories", lambda: iter([("fact", row["id"], row) for row in (good, bad)]))
     records = list(tables.records())
     assert isinstance(records[0], imports.ImportedMemory)
     assert isinstance(records[1], imports.Skipped) and "metadata" in records[1].reason

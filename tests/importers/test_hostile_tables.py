@@ -1,11 +1,11 @@
-"""A table an importer reads is someone else's too: mem0's pgvector table and
-LangGraph's store table or a pg_dump of it (databases a superuser names), and
-pce-memory's DuckDB file (an admin upload). Each is checked whole before any
-record is written (the rows counted, a value's length measured where it lies)
-and then read a batch at a time as the import goes, never fetched whole: a
-table past the bounds is refused with a coded error and nothing written, and a
-large one is read within a bounded tracemalloc peak, whatever its number of
-rows."""
+"""A table an importer reads is someone else's too: mem0's pgvector table,
+LangGraph's store table (or a pg_dump of it) and a butler's memory tables
+(databases a superuser names), and pce-memory's DuckDB file (an admin upload).
+Each is checked whole before any record is written (the rows counted, a
+value's length measured where it lies) and then read a batch at a time as the
+import goes, never fetched whole: a table past the bounds is refused with a
+coded error and nothing written, and a large one is read within a bounded
+tracemalloc peak, whatever its number of rows."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ import pytest
 
 from memory.embeddings import get_embedder
 from memory.errors import InvalidArgument
-from memory.importers import base, langgraph, mem0, pce
+from memory.importers import base, butlers, langgraph, mem0, pce
 from memory.importers.base import GRAPH_RECORDS_MAX, ImportedEntity, ImportedMemory, ImportSourceError
 from memory.models import Memory
 from memory.services.imports import memories_import
 from tests.conftest import make_identity
 from tests.importers.conftest import owner_url
+from tests.importers.test_butlers import SCHEMA_SQL
 from tests.importers.test_hostile_json import MB, PEAK_MAX, _peak
 from tests.importers.test_hostile_stores import _duckdb
 
@@ -354,6 +355,162 @@ def test_a_langgraph_store_past_the_bounds_is_refused_before_anything_is_written
 
     with pytest.raises(InvalidArgument) as refused:
         memories_import(caller=owner.caller, system="langgraph", location=location, options={"table": store_table})
+
+    assert refused.value.code == "INVALID_ARGUMENT"
+    assert refusal in str(refused.value), str(refused.value)
+    assert not Memory.objects.filter(tenant_id=owner.caller.tenant_id).exists()
+
+
+# --- a butler's memory tables -------------------------------------------------------------------
+
+
+@pytest.fixture
+def butler_schema() -> Iterator[str]:
+    """A schema of its own with the butlers memory module's tables, made by the
+    SQL of its own migration (tests/importers/test_butlers.py), dropped after the test."""
+    import psycopg
+
+    schema = f"butler_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(owner_url(), autocommit=True) as db:
+        db.execute(f"CREATE SCHEMA {schema}")
+        db.execute(f"SET search_path TO {schema}, public")
+        available = {row[0] for row in db.execute("SELECT name FROM pg_available_extensions").fetchall()}
+        for statement in SCHEMA_SQL.read_text(encoding="utf-8").split(";\n\n"):
+            if '"uuid-ossp"' in statement and "uuid-ossp" not in available:
+                continue
+            db.execute(statement)
+    yield schema
+    with psycopg.connect(owner_url(), autocommit=True) as db:
+        db.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _fill_schema(schema: str, *rows_sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(owner_url(), autocommit=True) as db:
+        db.execute(f"SET search_path TO {schema}, public")
+        for sql in rows_sql:
+            db.execute(sql)
+
+
+VECTOR_SQL = "(SELECT array_agg(((i * 7 + d) % 97 + 1)::real / 97) FROM generate_series(1, 384) d)::vector"
+
+
+def test_a_butlers_store_is_read_a_batch_at_a_time(butler_schema):
+    """20,000 episodes of 1,000 characters, each with its 384-dimension vector
+    (kept, so read), 2,000 facts each second one superseding the one before,
+    1,000 rules superseded by memory links: none of them is held after its batch."""
+    owner = make_identity("hostile-tables", "owner", role="admin")
+    _fill_schema(
+        butler_schema,
+        "INSERT INTO episodes (id, butler, content, embedding, created_at) "
+        f"SELECT md5('e' || i)::uuid, 'general', 'Episode ' || i || ': ' || repeat('e', 1000), {VECTOR_SQL}, "
+        "timestamptz '2025-01-01' + i * interval '1 minute' FROM generate_series(1, 20000) i",
+        "INSERT INTO facts (id, subject, predicate, content, embedding, supersedes_id, created_at) "
+        f"SELECT md5('f' || i)::uuid, 'user', 'walrus ' || i, 'The user keeps walrus ' || i, {VECTOR_SQL}, "
+        "CASE WHEN i % 2 = 0 THEN md5('f' || (i - 1))::uuid END, timestamptz '2025-02-01' + i * interval '1 minute' "
+        "FROM generate_series(1, 2000) i",
+        "INSERT INTO rules (id, content, created_at) SELECT md5('r' || i)::uuid, 'Rule ' || i, "
+        "timestamptz '2025-03-01' + i * interval '1 minute' FROM generate_series(1, 1000) i",
+        "INSERT INTO memory_links (source_type, source_id, target_type, target_id, relation) "
+        "SELECT 'rule', md5('r' || i)::uuid, 'rule', md5('r' || (i - 1))::uuid, 'supersedes' "
+        "FROM generate_series(2, 1000, 2) i",
+        "INSERT INTO memory_links (source_type, source_id, target_type, target_id, relation) "
+        "SELECT 'rule', md5('r' || i)::uuid, 'episode', md5('e' || i)::uuid, 'derived_from' "
+        "FROM generate_series(1, 1000) i",
+    )
+    options = {"schema": butler_schema}
+
+    report, peak = _peak(
+        lambda: memories_import(
+            caller=owner.caller, system="butlers", location=owner_url(), dry_run=True, options=options
+        )
+    )
+
+    assert not isinstance(report, Exception), report
+    assert report.created == {"episode": 20_000, "fact": 2000, "rule": 1000}, report.lines()
+    assert report.superseded_links == 1000 + 500, report.lines()
+    assert peak < PEAK_MAX, f"{peak / MB:.0f} MB"
+    assert not Memory.objects.filter(tenant_id=owner.caller.tenant_id).exists()
+
+
+def test_a_butlers_memory_keeps_its_links_and_successor(butler_schema):
+    """Read a batch at a time, each memory still gets its links (oldest
+    first) and its successor: a fact's supersedes_id before a supersedes link."""
+    ids = {name: str(uuid.uuid4()) for name in ("old", "new", "linked", "episode", "rule", "rule2")}
+    _fill_schema(
+        butler_schema,
+        f"INSERT INTO episodes (id, butler, content) VALUES ('{ids['episode']}', 'general', 'An episode')",
+        "INSERT INTO facts (id, subject, predicate, content, created_at) VALUES "
+        f"('{ids['old']}', 'user', 'city', 'Austin', '2025-01-01'), "
+        f"('{ids['linked']}', 'user', 'town', 'Boston', '2025-01-02')",
+        "INSERT INTO facts (id, subject, predicate, content, supersedes_id, created_at) VALUES "
+        f"('{ids['new']}', 'user', 'home', 'Denver', '{ids['old']}', '2025-01-03')",
+        "INSERT INTO rules (id, content, created_at) VALUES "
+        f"('{ids['rule']}', 'A rule', '2025-01-01'), ('{ids['rule2']}', 'A later rule', '2025-01-02')",
+        "INSERT INTO memory_links (source_type, source_id, target_type, target_id, relation, created_at) VALUES "
+        f"('fact', '{ids['linked']}', 'fact', '{ids['old']}', 'supersedes', '2025-01-04'), "
+        f"('rule', '{ids['rule2']}', 'rule', '{ids['rule']}', 'supersedes', '2025-01-04'), "
+        f"('rule', '{ids['rule']}', 'fact', '{ids['new']}', 'supports', '2025-01-06'), "
+        f"('rule', '{ids['rule']}', 'episode', '{ids['episode']}', 'derived_from', '2025-01-05')",
+    )
+    source = butlers.open_source(owner_url(), schema=butler_schema)
+    try:
+        records = {r.source_id: r for r in source.records() if isinstance(r, ImportedMemory)}
+    finally:
+        source.close()
+
+    assert records[ids["old"]].superseded_by == ids["new"]
+    assert records[ids["rule"]].superseded_by == ids["rule2"]
+    assert records[ids["rule"]].metadata["butlers_links"] == [
+        {"relation": "derived_from", "type": "episode", "id": ids["episode"]},
+        {"relation": "supports", "type": "fact", "id": ids["new"]},
+    ]
+    assert [records[i].superseded_by for i in (ids["new"], ids["linked"], ids["episode"], ids["rule2"])] == [None] * 4
+
+
+def _too_many_memories(schema: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(butlers, "RECORDS_MAX", 2, raising=False)
+    _fill_schema(
+        schema,
+        "INSERT INTO episodes (butler, content) VALUES ('general', 'one'), ('general', 'two')",
+        "INSERT INTO rules (content) VALUES ('three')",
+    )
+    return f"the butler's schema '{schema}' holds more than 2 memories, more than an import reads."
+
+
+def _too_long_memory(schema: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(butlers, "RECORD_MAX_CHARS", 1000, raising=False)
+    _fill_schema(
+        schema,
+        "INSERT INTO episodes (butler, content) VALUES ('general', 'one')",
+        "INSERT INTO facts (id, subject, predicate, content) VALUES "
+        "('ffffffff-0000-4000-8000-000000000000', 'user', 'note', repeat('x', 2000))",
+    )
+    return (
+        f"the butler's schema '{schema}': the fact ffffffff-0000-4000-8000-000000000000 is longer than 1000 "
+        "characters, more than any memory an import stores holds."
+    )
+
+
+def _too_many_memory_values(schema: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Metadata of 150,000 empty objects (600 kB of text, many MB decoded)."""
+    _fill_schema(
+        schema,
+        "INSERT INTO episodes (butler, content) VALUES ('general', 'one')",
+        "INSERT INTO rules (id, content, metadata) SELECT 'ffffffff-0000-4000-8000-000000000000', 'x', "
+        "jsonb_build_object('bloat', jsonb_agg('{}'::jsonb)) FROM generate_series(1, 150000)",
+    )
+    return "rule ffffffff-0000-4000-8000-000000000000: the record at line 1, column 1 holds more than 100000 values"
+
+
+@pytest.mark.parametrize("write", [_too_many_memories, _too_long_memory, _too_many_memory_values])
+def test_a_butlers_store_past_the_bounds_is_refused_before_anything_is_written(butler_schema, monkeypatch, write):
+    owner = make_identity("hostile-tables", "owner", role="admin")
+    refusal = write(butler_schema, monkeypatch)
+
+    with pytest.raises(InvalidArgument) as refused:
+        memories_import(caller=owner.caller, system="butlers", location=owner_url(), options={"schema": butler_schema})
 
     assert refused.value.code == "INVALID_ARGUMENT"
     assert refusal in str(refused.value), str(refused.value)
