@@ -21,7 +21,6 @@ retracted (kept for the record, never retrieved)."""
 from __future__ import annotations
 
 import sqlite3
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,16 +31,19 @@ from memory.importers.base import (
     ImportSourceError,
     Record,
     Skipped,
+    batched,
     mapping,
     parse_time,
     postgres_rows,
     text_field,
 )
-from memory.importers.bounded_json import RECORD_MAX_CHARS, RECORDS_MAX, line_value, open_json
+from memory.importers.bounded_json import RECORD_MAX_CHARS, RECORD_MAX_VALUES, RECORDS_MAX, line_value, open_json
 
 SYSTEM = "mem0"
 ID_KEYS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
 LIST_KEYS = ("results", "memories")
+# What the history's rows are read for.
+HISTORY_COLUMNS = ("old_memory", "new_memory", "event", "created_at", "is_deleted", "actor_id", "role")
 PAYLOAD_KEYS = {"data", "hash", "created_at", "updated_at", "user_id", "agent_id", "run_id", "actor_id", "role"}
 
 
@@ -76,24 +78,110 @@ def _export_items(path: Path) -> Iterator[Any]:
         reader.finish()
 
 
-def _history(path: Path | None) -> dict[str, list[dict[str, Any]]]:
-    """memory id -> its history rows, oldest first."""
-    if path is None:
-        return {}
-    if not path.is_file():
-        raise ImportSourceError(f"no history database {path}; give mem0's history_db_path (or leave it out).")
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    connection.row_factory = sqlite3.Row
-    try:
-        rows = connection.execute("SELECT * FROM history ORDER BY created_at, rowid").fetchall()
-    except sqlite3.DatabaseError as exc:
-        raise ImportSourceError(f"{path.name} is not a mem0 history database.") from exc
-    finally:
-        connection.close()
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        out[str(row["memory_id"])].append(dict(row))
-    return out
+class _History:
+    """mem0's history database, each memory's events read as its turn comes
+    (it is joined to a store read in that store's own order). Checked when
+    opened, before any event is read: refused past RECORDS_MAX rows, or when
+    one memory's events together are past a record's bounds (they are held
+    while its versions are made). SQLite finds a memory's events by an index
+    of the reader's own, in a temporary file (the database is read only)."""
+
+    def __init__(self, path: Path) -> None:
+        if not path.is_file():
+            raise ImportSourceError(f"no history database {path}; give mem0's history_db_path (or leave it out).")
+        self.name = path.name
+        self.connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        self.connection.row_factory = sqlite3.Row
+        try:
+            self.rows = self._check()
+        except sqlite3.DatabaseError as exc:
+            self.connection.close()
+            raise ImportSourceError(f"{path.name} is not a mem0 history database.") from exc
+        except BaseException:
+            self.connection.close()
+            raise
+
+    def _check(self) -> int:
+        """The history's rows, counted and measured before any is read."""
+        connection = self.connection
+        kind = connection.execute("SELECT type FROM sqlite_master WHERE name = 'history'").fetchone()
+        # A view, or a column computed as it is read, could compute without end.
+        computed = connection.execute("SELECT count(*) FROM pragma_table_xinfo('history') WHERE hidden IN (2, 3)")
+        if kind is None or kind[0] != "table" or computed.fetchone()[0]:
+            raise ImportSourceError(f"{self.name} is not a mem0 history database.")
+        (rows,) = connection.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM history LIMIT ?)", [RECORDS_MAX + 1]
+        ).fetchone()
+        if rows > RECORDS_MAX:
+            raise ImportSourceError(
+                f"{self.name}: history holds more than {RECORDS_MAX} rows, more than an import reads."
+            )
+        # An older mem0 wrote fewer columns: those it lacks are read as NULL.
+        present = {row[1] for row in connection.execute("SELECT * FROM pragma_table_info('history')")}
+        if "memory_id" not in present:
+            raise ImportSourceError(f"{self.name} is not a mem0 history database.")
+        columns = [f"h.{column}" if column in present else f"NULL AS {column}" for column in HISTORY_COLUMNS]
+        self.events_sql = (
+            f"SELECT {', '.join(columns)} FROM memproj_events e JOIN main.history h ON h.rowid = e.n "  # noqa: S608
+            "WHERE e.memory_id = ? ORDER BY e.created_at, e.n"
+        )
+        connection.execute("PRAGMA temp_store = FILE")
+        length = " + ".join(
+            f"coalesce(length(CAST({column} AS TEXT)), 0)" for column in HISTORY_COLUMNS if column in present
+        )
+        connection.execute(
+            "CREATE TEMP TABLE memproj_events AS SELECT CAST(memory_id AS TEXT) AS memory_id, "  # noqa: S608
+            f"{'created_at' if 'created_at' in present else 'NULL'} AS created_at, rowid AS n, {length} AS length "
+            "FROM main.history WHERE memory_id IS NOT NULL"
+        )
+        connection.execute(f"{self.events_sql} LIMIT 0", [""])
+        connection.execute("CREATE INDEX temp.memproj_events_memory ON memproj_events (memory_id, created_at, n)")
+        connection.execute("CREATE TEMP TABLE memproj_present (memory_id TEXT PRIMARY KEY)")
+        # Each field of an event counts as a value, as a record's do (bounded_json).
+        largest = connection.execute(
+            "SELECT substr(memory_id, 1, 200), sum(length) > ? FROM memproj_events GROUP BY memory_id "
+            "HAVING sum(length) > ? OR count(*) * ? > ? LIMIT 1",
+            [RECORD_MAX_CHARS, RECORD_MAX_CHARS, len(HISTORY_COLUMNS), RECORD_MAX_VALUES],
+        ).fetchone()
+        if largest is not None:
+            memory_id, too_long = largest
+            what = (
+                f"is longer than {RECORD_MAX_CHARS} characters"
+                if too_long
+                else f"holds more than {RECORD_MAX_VALUES} values"
+            )
+            raise ImportSourceError(
+                f"{self.name}: the history of the memory {memory_id} {what}, more than an import reads."
+            )
+        return int(rows)
+
+    def events(self, memory_id: str, *, in_store: bool = False) -> list[dict[str, Any]]:
+        """The memory's events, oldest first (``in_store``: the memory is one
+        the store has, not to be read again by ``alone``)."""
+        try:
+            events = [dict(row) for row in self.connection.execute(self.events_sql, [memory_id])]
+            if events and in_store:
+                self.connection.execute("INSERT OR IGNORE INTO memproj_present VALUES (?)", [memory_id])
+        except sqlite3.Error as exc:
+            raise ImportSourceError(f"{self.name} could not be read to its end.") from exc
+        return events
+
+    def alone(self) -> Iterator[str]:
+        """The memories of the history the store has not, in the order of their
+        first event (read a batch at a time)."""
+        try:
+            cursor = self.connection.execute(
+                "SELECT memory_id FROM (SELECT memory_id, created_at, n, "
+                "row_number() OVER (PARTITION BY memory_id ORDER BY created_at, n) AS r FROM memproj_events) "
+                "WHERE r = 1 AND memory_id NOT IN (SELECT memory_id FROM memproj_present) ORDER BY created_at, n"
+            )
+            for (memory_id,) in batched(cursor):
+                yield memory_id
+        except sqlite3.Error as exc:
+            raise ImportSourceError(f"{self.name} could not be read to its end.") from exc
+
+    def close(self) -> None:
+        self.connection.close()
 
 
 class Mem0Source:
@@ -103,15 +191,21 @@ class Mem0Source:
         self.location = location
         self.table = table
         self.embedding_model = embedding_model
-        self.history = _history(Path(history) if history else None)
-        self.from_table = location.startswith(("postgres://", "postgresql://"))
-        if not self.from_table:
-            self.path = Path(location)
-            if not self.path.is_file():
-                raise ImportSourceError(f"no file {self.path}; give get_all()'s JSON or the pgvector database's URL.")
-        # Read through once here, a memory at a time (without the vectors):
-        # a store an import cannot read is refused before anything of it is written.
-        self.count = sum(1 for _ in self._items(vectors=False))
+        self.history = _History(Path(history)) if history else None
+        try:
+            self.from_table = location.startswith(("postgres://", "postgresql://"))
+            if not self.from_table:
+                self.path = Path(location)
+                if not self.path.is_file():
+                    raise ImportSourceError(
+                        f"no file {self.path}; give get_all()'s JSON or the pgvector database's URL."
+                    )
+            # Read through once here, a memory at a time (without the vectors):
+            # a store an import cannot read is refused before anything of it is written.
+            self.count = sum(1 for _ in self._items(vectors=False))
+        except BaseException:
+            self.close()
+            raise
 
     def _items(self, *, vectors: bool = True) -> Iterator[Any]:
         return self._from_table(vectors=vectors) if self.from_table else _export_items(self.path)
@@ -148,13 +242,13 @@ class Mem0Source:
                 yield _table_item(memory_id, decoded, vector_text) if isinstance(decoded, dict) else decoded
 
     def estimate(self) -> int | None:
-        return self.count + sum(len(v) for v in self.history.values())
+        return self.count + (self.history.rows if self.history else 0)
 
     def close(self) -> None:
-        return None
+        if self.history is not None:
+            self.history.close()
 
     def records(self) -> Iterator[Record]:
-        present = set()  # of the memories the history names
         for index, item in enumerate(self._items()):
             if not isinstance(item, dict):
                 yield Skipped(f"item {index}", "a mem0 memory that is not a JSON object")
@@ -166,18 +260,16 @@ class Mem0Source:
             if not memory_id:
                 yield Skipped(f"item {index}", "a mem0 memory without an id")
                 continue
-            if memory_id in self.history:
-                present.add(memory_id)
+            events = self.history.events(memory_id, in_store=True) if self.history else []
             try:
                 record = self._record(memory_id, item, text_field(item.get("memory"), "memory"))
             except BadRecord as exc:
                 yield Skipped(memory_id, f"not storable: {exc}")
                 continue
-            yield from self._earlier_versions(record, self.history.get(memory_id, []))
+            yield from self._earlier_versions(record, events)
             yield record
-        for memory_id, events in self.history.items():
-            if memory_id in present:
-                continue
+        for memory_id in self.history.alone() if self.history else ():
+            events = self.history.events(memory_id)  # type: ignore[union-attr]
             deleted = [e for e in events if str(e.get("event", "")).upper() == "DELETE" or e.get("is_deleted")]
             if not deleted:
                 yield Skipped(memory_id, "in the history only, not in the store (give the store it belongs to)")

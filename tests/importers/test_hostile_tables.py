@@ -1,14 +1,16 @@
-"""A table an importer reads is someone else's too: mem0's pgvector table,
-LangGraph's store table (or a pg_dump of it) and a butler's memory tables
-(databases a superuser names), and pce-memory's DuckDB file (an admin upload).
-Each is checked whole before any record is written (the rows counted, a
-value's length measured where it lies) and then read a batch at a time as the
-import goes, never fetched whole: a table past the bounds is refused with a
-coded error and nothing written, and a large one is read within a bounded
-tracemalloc peak, whatever its number of rows."""
+"""A table an importer reads is someone else's too: mem0's pgvector table and
+its history database, LangGraph's store table (or a pg_dump of it), a butler's
+memory tables (databases a superuser names) and pce-memory's DuckDB file (an
+admin upload). Each is checked whole before any record is written (the rows
+counted, a value's length measured where it lies) and then read a batch at a
+time as the import goes, never fetched whole: a table past the bounds is
+refused with a coded error and nothing written, and a large one is read within
+a bounded tracemalloc peak, whatever its number of rows."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import subprocess
 import time
 import uuid
@@ -143,6 +145,201 @@ def test_a_mem0_row_whose_payload_is_not_an_object_is_skipped_alone(mem0_table):
     assert report.created_total == 1, report.lines()
     assert report.skipped == {"a mem0 memory that is not a JSON object": 1}, report.lines()
     assert Memory.objects.get(tenant_id=owner.caller.tenant_id).content == "The user drinks oat milk"
+
+
+# --- mem0's history database -------------------------------------------------------------------
+
+# mem0's history table, as its SQLiteManager (mem0/memory/storage.py) creates it.
+HISTORY_SQL = (
+    "CREATE TABLE history (id TEXT PRIMARY KEY, memory_id TEXT, old_memory TEXT, new_memory TEXT, event TEXT, "
+    "created_at DATETIME, updated_at DATETIME, is_deleted INTEGER, actor_id TEXT, role TEXT)"
+)
+
+
+def _memory_id(n: int) -> str:
+    return f"00000000-0000-4000-8000-{n:012d}"
+
+
+def _history(path: Path, *rows_sql: str) -> Path:
+    with sqlite3.connect(path) as db:
+        db.execute(HISTORY_SQL)
+        for sql in rows_sql:
+            db.execute(sql)
+    db.close()
+    return path
+
+
+def _export(path: Path, count: int) -> Path:
+    """A get_all() export of ``count`` memories."""
+    items = [{"id": _memory_id(n), "memory": f"Memory {n} as it is now", "user_id": "alice"} for n in range(count)]
+    path.write_text(json.dumps({"results": items}))
+    return path
+
+
+def test_a_mem0_history_is_read_a_memory_at_a_time(tmp_path):
+    """2,000 memories updated nine times each, and 500 deleted: 21,000 history
+    rows of 4,000 characters (80 MB of text). Each memory's events are read as
+    its turn comes, none held after it."""
+    owner = make_identity("hostile-tables", "owner", role="admin")
+    version = "printf('Version %d of memory %d: %s', {}, i / 10, replace(hex(zeroblob(1000)), '0', 'v'))"
+    deleted = "printf('Deleted memory %d: %s', 2000 + i / 2, replace(hex(zeroblob(1000)), '0', 'v'))"
+    history = _history(
+        tmp_path / "history.db",
+        # Memory i / 10: an ADD, then nine UPDATEs, each replacing the text before it.
+        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 19999) "
+        "INSERT INTO history SELECT 'h' || i, printf('00000000-0000-4000-8000-%012d', i / 10), "
+        f"CASE WHEN i % 10 THEN {version.format('i % 10 - 1')} END, {version.format('i % 10')}, "
+        "CASE WHEN i % 10 THEN 'UPDATE' ELSE 'ADD' END, "
+        "strftime('%Y-%m-%dT%H:%M:%S', '2025-01-01', '+' || i || ' minutes'), NULL, 0, NULL, NULL FROM n",
+        # Memories 2,000 to 2,499: added, then deleted (in the history only).
+        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 999) "
+        "INSERT INTO history SELECT 'd' || i, printf('00000000-0000-4000-8000-%012d', 2000 + i / 2), "
+        f"CASE WHEN i % 2 THEN {deleted} END, CASE WHEN i % 2 THEN NULL ELSE {deleted} END, "
+        "CASE WHEN i % 2 THEN 'DELETE' ELSE 'ADD' END, "
+        "strftime('%Y-%m-%dT%H:%M:%S', '2025-06-01', '+' || i || ' minutes'), NULL, i % 2, NULL, NULL FROM n",
+    )
+    export = _export(tmp_path / "get_all.json", 2000)
+
+    report, peak = _peak(
+        lambda: memories_import(
+            caller=owner.caller, system="mem0", location=str(export), dry_run=True, options={"history": str(history)}
+        )
+    )
+
+    assert not isinstance(report, Exception), report
+    # Each memory, its nine earlier texts, and the deleted ones.
+    assert report.read == 2000 + 18_000 + 500 and report.created_total == 20_500, report.lines()
+    assert report.superseded_links == 18_000, report.lines()
+    assert peak < PEAK_MAX, f"{peak / MB:.0f} MB"
+    assert not Memory.objects.filter(tenant_id=owner.caller.tenant_id).exists()
+
+
+def test_a_mem0_history_keeps_each_memory_s_versions_in_order(tmp_path):
+    """Read a memory at a time, each memory still gets its own earlier texts
+    oldest first, and a memory deleted comes back retracted with its own."""
+    history = _history(
+        tmp_path / "history.db",
+        "INSERT INTO history (id, memory_id, old_memory, new_memory, event, created_at, is_deleted) VALUES "
+        f"('a1', '{_memory_id(1)}', NULL, 'tea', 'ADD', '2025-01-01T00:00:00', 0), "
+        f"('b1', '{_memory_id(9)}', NULL, 'a bike', 'ADD', '2025-01-01T00:00:01', 0), "
+        f"('a3', '{_memory_id(1)}', 'coffee', 'juice', 'UPDATE', '2025-01-03T00:00:00', 0), "
+        f"('a2', '{_memory_id(1)}', 'tea', 'coffee', 'UPDATE', '2025-01-02T00:00:00', 0), "
+        f"('b2', '{_memory_id(9)}', 'a bike', 'a red bike', 'UPDATE', '2025-01-02T00:00:00', 0), "
+        f"('b3', '{_memory_id(9)}', 'a red bike', NULL, 'DELETE', '2025-01-04T00:00:00', 1), "
+        f"('c1', '{_memory_id(7)}', NULL, 'only here', 'ADD', '2025-01-01T00:00:00', 0)",
+    )
+    source = mem0.open_source(str(_export(tmp_path / "get_all.json", 2)), history=str(history))
+    try:
+        records = list(source.records())
+    finally:
+        source.close()
+
+    shown = [
+        (r.source_id, r.content, r.validity, r.superseded_by) if isinstance(r, ImportedMemory) else (r.source_id,)
+        for r in records
+    ]
+    assert shown == [
+        (f"{_memory_id(0)}", "Memory 0 as it is now", "active", None),
+        (f"{_memory_id(1)}#v0", "tea", "superseded", f"{_memory_id(1)}#v1"),
+        (f"{_memory_id(1)}#v1", "coffee", "superseded", _memory_id(1)),
+        (f"{_memory_id(1)}", "Memory 1 as it is now", "active", None),
+        # The memories of the history alone, in the order of their first event.
+        (_memory_id(7),),
+        (f"{_memory_id(9)}#v0", "a bike", "superseded", _memory_id(9)),
+        (f"{_memory_id(9)}", "a red bike", "retracted", None),
+    ]
+
+
+def test_a_mem0_history_of_an_older_mem0_is_read(tmp_path):
+    """An older mem0's history has fewer columns (no actor_id, role or is_deleted)."""
+    history = tmp_path / "history.db"
+    with sqlite3.connect(history) as db:
+        db.execute(
+            "CREATE TABLE history (id TEXT, memory_id TEXT, old_memory TEXT, new_memory TEXT, event TEXT, "
+            "created_at DATETIME)"
+        )
+        db.execute(
+            f"INSERT INTO history VALUES ('a', '{_memory_id(0)}', NULL, 'tea', 'ADD', '2025-01-01T00:00:00'), "
+            f"('b', '{_memory_id(0)}', 'tea', 'coffee', 'UPDATE', '2025-01-02T00:00:00')"
+        )
+    db.close()
+    source = mem0.open_source(str(_export(tmp_path / "get_all.json", 1)), history=str(history))
+    try:
+        records = list(source.records())
+    finally:
+        source.close()
+
+    assert [(r.source_id, r.content, r.validity) for r in records if isinstance(r, ImportedMemory)] == [
+        (f"{_memory_id(0)}#v0", "tea", "superseded"),
+        (_memory_id(0), "Memory 0 as it is now", "active"),
+    ]
+
+
+def _too_many_history_rows(history: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(mem0, "RECORDS_MAX", 2, raising=False)
+    _history(
+        history,
+        "INSERT INTO history (id, memory_id, new_memory, event) VALUES "
+        f"('a', '{_memory_id(0)}', 'x', 'ADD'), ('b', '{_memory_id(1)}', 'y', 'ADD'), "
+        f"('c', '{_memory_id(2)}', 'z', 'ADD')",
+    )
+    return "history.db: history holds more than 2 rows, more than an import reads."
+
+
+def _too_long_history(history: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """No row past the bound, one memory's rows together past it."""
+    monkeypatch.setattr(mem0, "RECORD_MAX_CHARS", 1000, raising=False)
+    _history(
+        history,
+        "INSERT INTO history (id, memory_id, old_memory, new_memory, event) VALUES "
+        f"('a', '{_memory_id(0)}', NULL, 'x', 'ADD'), "
+        f"('b', '{_memory_id(1)}', NULL, printf('%.600c', 'x'), 'ADD'), "
+        f"('c', '{_memory_id(1)}', printf('%.600c', 'x'), 'y', 'UPDATE')",
+    )
+    return (
+        f"history.db: the history of the memory {_memory_id(1)} is longer than 1000 characters, "
+        "more than an import reads."
+    )
+
+
+def _too_many_events(history: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each event's fields count as values, as a record's do."""
+    monkeypatch.setattr(mem0, "RECORD_MAX_VALUES", 14, raising=False)
+    _history(
+        history,
+        "INSERT INTO history (id, memory_id, new_memory, event) VALUES "
+        f"('a', '{_memory_id(1)}', 'x', 'ADD'), ('b', '{_memory_id(1)}', 'y', 'UPDATE'), "
+        f"('c', '{_memory_id(1)}', 'z', 'UPDATE')",
+    )
+    return f"history.db: the history of the memory {_memory_id(1)} holds more than 14 values"
+
+
+def _a_view(history: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A history that is a view (over a count here: it could count on without end)."""
+    with sqlite3.connect(history) as db:
+        db.execute(
+            "CREATE VIEW history AS WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 2) "
+            "SELECT 'h' || i AS id, 'm' AS memory_id, 'x' AS old_memory, 'y' AS new_memory, 'UPDATE' AS event, "
+            "NULL AS created_at, NULL AS updated_at, 0 AS is_deleted, NULL AS actor_id, NULL AS role FROM n"
+        )
+    db.close()
+    return "history.db is not a mem0 history database."
+
+
+@pytest.mark.parametrize("write", [_too_many_history_rows, _too_long_history, _too_many_events, _a_view])
+def test_a_mem0_history_past_the_bounds_is_refused_before_anything_is_written(tmp_path, monkeypatch, write):
+    owner = make_identity("hostile-tables", "owner", role="admin")
+    refusal = write(tmp_path / "history.db", monkeypatch)
+    export = _export(tmp_path / "get_all.json", 1)
+
+    with pytest.raises(InvalidArgument) as refused:
+        memories_import(
+            caller=owner.caller, system="mem0", location=str(export), options={"history": str(tmp_path / "history.db")}
+        )
+
+    assert refused.value.code == "INVALID_ARGUMENT"
+    assert refusal in str(refused.value), str(refused.value)
+    assert not Memory.objects.filter(tenant_id=owner.caller.tenant_id).exists()
 
 
 # --- pce-memory's DuckDB file -------------------------------------------------------------------
