@@ -136,10 +136,13 @@ def _release_test_database(django_db_setup, django_db_blocker):
     yield
     from django.db import connection
 
+    # Client sessions only: an autovacuum worker on the database (after large
+    # inserts) is the superuser's, and terminating it is refused; DROP
+    # DATABASE ends such workers itself.
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
         )
 
 
