@@ -192,15 +192,25 @@ def _kind_hnsw(kind: str) -> HnswIndex:
     return _hnsw_graph(kind_graph_name(kind), Q(kind=kind, validity="active"))
 
 
+def kind_search_gin_name(kind: str) -> str:
+    return f"memory_{kind}_search_gin"
+
+
+def keyword_index_names() -> list[str]:
+    """Every GIN index of memories' words: one per kind."""
+    return [kind_search_gin_name(k) for k in Kind.values]
+
+
 def _kind_search_gin(kind: str) -> GinIndex:
-    """The keyword channel's twin of ``_kind_hnsw``: the words of one kind's
-    active memories. A read of facts scans the facts' entries alone; in one
-    index of every knowledge kind, a query whose words are common among a large
-    tenant's rules but absent from its facts gave every such rule to the heap to
-    be filtered out (memory.retrieval.keyword_kinds_sql reads several kinds)."""
-    return GinIndex(
-        fields=["search_vector"], name=f"memory_{kind}_search_gin", condition=Q(kind=kind, validity="active")
-    )
+    """The keyword channel's index of one kind: the words of that kind's active
+    memories. Every keyword read is of active memories of named kinds
+    (memory.retrieval.keyword_kinds_sql reads several kinds as the union of
+    their indexes), so no index of every memory is kept: in one, a read of some
+    kinds gave every match of the others to the heap to be filtered out, one row
+    at a time (a query whose words are common among a large tenant's facts sent
+    ~10,000 of them there for a read of its episodes, rules and documents)."""
+    condition = Q(kind=kind, validity="active")
+    return GinIndex(fields=["search_vector"], name=kind_search_gin_name(kind), condition=condition)
 
 
 class MemoryQuerySet(models.QuerySet["Memory"]):
@@ -386,12 +396,8 @@ class Memory(models.Model):
             # (memory.retrieval: one probe per kind); a fact or rule write
             # inserts into two graphs, an episode into one.
             *(_kind_hnsw(kind) for kind in KINDS_WITH_OWN_GRAPH),
-            GinIndex(fields=["search_vector"], name="memory_search_vector_gin"),
-            # The keyword channel's twin of the graphs above, one per kind. A facts
-            # read's keyword candidates came from the GIN index of every memory ANDed
-            # with a bitmap of the tenant's facts, built anew for every read; here
-            # they come from one scan.
-            *(_kind_search_gin(kind) for kind in KINDS_WITH_OWN_GRAPH),
+            # The keyword channel's indexes, one per kind (every kind, episodes too).
+            *(_kind_search_gin(kind) for kind in Kind.values),
             models.Index(fields=["tenant", "kind", "validity", "-created_at"], name="memory_tenant_kind_idx"),
             models.Index(fields=["tenant", "content_hash"], name="memory_tenant_hash_idx"),
             models.Index(

@@ -29,6 +29,7 @@ from memory.models import (
     GRAPH_GROUP_SQL,
     GRAPH_VECTOR_SQL,
     KINDS_WITH_OWN_GRAPH,
+    Kind,
     effective_confidence_sql,
     graph_group_name,
     graph_group_of,
@@ -100,15 +101,15 @@ _KINDS_SQL = "m.kind = ANY(%(kinds)s)"
 
 
 def keyword_kinds_sql(kinds: Sequence[str]) -> str:
-    """The keyword statement's condition on the kinds. Several knowledge kinds
-    as one equality each, ORed: the planner then takes the union of those kinds'
-    own GIN indexes (memory.models._kind_search_gin), a condition on each arm
-    proving each partial index; as one ``= ANY`` of them no partial index is
-    proved, and the GIN index of every memory, episodes included, is scanned."""
-    wanted = sorted(set(kinds))
-    if len(wanted) > 1 and set(wanted) <= set(KINDS_WITH_OWN_GRAPH):
-        return "(" + " OR ".join(f"m.kind = '{kind}'" for kind in wanted) + ")"
-    return _KINDS_SQL
+    """The keyword statement's condition on the kinds: one equality per kind,
+    ORed, so the planner proves each kind's partial GIN index
+    (memory.models._kind_search_gin) and takes their union; as one ``= ANY``
+    of several kinds no partial index is proved. Only the model's own kinds
+    are written into the text (as literals); no memory is of another."""
+    wanted = sorted(set(kinds) & set(Kind.values))
+    if not wanted:
+        return "false"
+    return "(" + " OR ".join(f"m.kind = '{kind}'" for kind in wanted) + ")"
 
 
 def _where(caller: Caller, flt: RetrievalFilter, *, kinds_sql: str | None = _KINDS_SQL) -> tuple[str, dict]:
@@ -326,6 +327,10 @@ _VECTOR_SQL = """
 # the memories with every term come first (what BM25 ranks highest, and a cheap
 # GIN intersection), then the others as the scan finds them; that scan is
 # skipped (a one-time filter, before any scan) in the first case.
+# The tsqueries are scalar subqueries, built once per statement: as plain
+# calls, memproj_any_query/memproj_all_query (an unnest, a string_agg and a
+# tsquery parse) ran again for every row the GIN bitmap rechecks and the filter
+# tests, once per arm in a read of several kinds' indexes.
 _TERMS_SQL = """
     terms AS (
         SELECT t.term, coalesce(s.df, 0) AS df
@@ -341,13 +346,13 @@ _TERMS_SQL = """
     cand_any AS (
         (SELECT m.id, m.search_vector, {session} AS session
          FROM memory_memory m
-         WHERE {where} AND m.search_vector @@ memproj_all_query(ARRAY(SELECT term FROM terms WHERE df > 0))
+         WHERE {where} AND m.search_vector @@ (SELECT memproj_all_query(ARRAY(SELECT term FROM terms WHERE df > 0)))
            AND (SELECT sum(df) FROM selective) > %(budget)s
          LIMIT %(budget)s)
         UNION ALL
         (SELECT m.id, m.search_vector, {session} AS session
          FROM memory_memory m
-         WHERE {where} AND m.search_vector @@ memproj_any_query(ARRAY(SELECT term FROM selective))
+         WHERE {where} AND m.search_vector @@ (SELECT memproj_any_query(ARRAY(SELECT term FROM selective)))
          LIMIT %(budget)s)
         LIMIT %(budget)s
     ),
@@ -392,7 +397,7 @@ _BM25_SQL = """
 _COVER_DENSITY_SQL = """
     txt AS (
         SELECT c.id, c.session,
-            ts_rank_cd(c.search_vector, memproj_any_query(ARRAY(SELECT term FROM terms)), 32) AS score,
+            ts_rank_cd(c.search_vector, (SELECT memproj_any_query(ARRAY(SELECT term FROM terms))), 32) AS score,
             NULL::float8 AS idf_total
         FROM cand c
         ORDER BY score DESC, c.id
@@ -618,10 +623,11 @@ class _PreparedCursor(psycopg.Cursor):
 
 # What a keyword statement's plan depends on, written into its text rather than
 # bound: a prepared statement's generic plan knows only its text, and the plans
-# differ by the kinds read (the kinds' partial GIN indexes, which a bound
-# array cannot be proved to match) and by the tenant's size. So each tenant and
-# set of kinds gets a statement of its own on each connection.
-_PLAN_KEYS = ("tenant", "kinds")
+# differ by the tenant's size and by the kinds read (keyword_kinds_sql writes
+# them into the text: a bound array cannot be proved to match the kinds' partial
+# GIN indexes). So each tenant and set of kinds gets a statement of its own on
+# each connection.
+_PLAN_KEYS = ("tenant",)
 
 
 def _keyword_rows(sql: str, params_sql: dict) -> list[tuple]:
@@ -768,7 +774,8 @@ def channel_statement(
         params_sql.update(
             q=query_text, k_txt=params.k_txt, budget=params.txt_candidates, k1=params.bm25_k1, b=params.bm25_b
         )
-    # {where} and the fragments are fixed text; every value is a bound parameter.
+    # {where} and the fragments are fixed text; every value is a bound parameter
+    # (the keyword condition's kinds, the model's own names, are literals).
     select = "\nUNION ALL\n".join(selects)
     if columns:
         assert all(name.isidentifier() for name in columns), columns

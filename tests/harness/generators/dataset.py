@@ -260,9 +260,9 @@ def _model_index_sql(name: str) -> str:
 
 def _rebuilt_indexes() -> list[str]:
     """Indexes rebuilt after a big load: one build is much cheaper than maintaining them row by row."""
-    from memory.models import vector_graph_names
+    from memory.models import keyword_index_names, vector_graph_names
 
-    return [*vector_graph_names(), "memory_search_vector_gin"]
+    return [*vector_graph_names(), *keyword_index_names()]
 
 
 def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
@@ -375,7 +375,9 @@ def ensure_tenants(args: argparse.Namespace) -> dict[str, object]:
             "(SELECT pg_size_pretty(sum(pg_relation_size(i.indexrelid))) FROM pg_index i"
             " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam"
             " WHERE i.indrelid = 'memory_memory'::regclass AND a.amname = 'hnsw'), "
-            "pg_size_pretty(pg_relation_size('memory_search_vector_gin')), "
+            "(SELECT pg_size_pretty(sum(pg_relation_size(i.indexrelid))) FROM pg_index i"
+            " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam"
+            " WHERE i.indrelid = 'memory_memory'::regclass AND a.amname = 'gin'), "
             "pg_size_pretty(pg_total_relation_size('memory_termstat')), current_setting('shared_buffers')"
         ).fetchone()
         assert found is not None
