@@ -197,18 +197,16 @@ def kind_search_gin_name(kind: str) -> str:
 
 
 def keyword_index_names() -> list[str]:
-    """Every GIN index of memories' words: one per kind."""
-    return [kind_search_gin_name(k) for k in Kind.values]
+    """Every GIN index of memories' words: of every memory, and one per kind."""
+    return ["memory_search_vector_gin", *(kind_search_gin_name(k) for k in Kind.values)]
 
 
 def _kind_search_gin(kind: str) -> GinIndex:
     """The keyword channel's index of one kind: the words of that kind's active
-    memories. Every keyword read is of active memories of named kinds
-    (memory.retrieval.keyword_kinds_sql reads several kinds as the union of
-    their indexes), so no index of every memory is kept: in one, a read of some
-    kinds gave every match of the others to the heap to be filtered out, one row
-    at a time (a query whose words are common among a large tenant's facts sent
-    ~10,000 of them there for a read of its episodes, rules and documents)."""
+    memories. In the index of every memory alone, a read of some kinds gave
+    every match of the others to the heap to be filtered out, one row at a time
+    (a query whose words are common among a large tenant's facts sent ~10,000
+    of them there for a read of its episodes, rules and documents)."""
     condition = Q(kind=kind, validity="active")
     return GinIndex(fields=["search_vector"], name=kind_search_gin_name(kind), condition=condition)
 
@@ -396,7 +394,12 @@ class Memory(models.Model):
             # (memory.retrieval: one probe per kind); a fact or rule write
             # inserts into two graphs, an episode into one.
             *(_kind_hnsw(kind) for kind in KINDS_WITH_OWN_GRAPH),
-            # The keyword channel's indexes, one per kind (every kind, episodes too).
+            # The keyword channel: the words of every memory, and of each kind's
+            # active memories (episodes too). A read of some kinds writes them as
+            # ORed equalities (memory.retrieval.keyword_kinds_sql), so the planner
+            # may take the union of their indexes; it takes the index of every
+            # memory where that costs less (small tenants, reads of every kind).
+            GinIndex(fields=["search_vector"], name="memory_search_vector_gin"),
             *(_kind_search_gin(kind) for kind in Kind.values),
             models.Index(fields=["tenant", "kind", "validity", "-created_at"], name="memory_tenant_kind_idx"),
             models.Index(fields=["tenant", "content_hash"], name="memory_tenant_hash_idx"),

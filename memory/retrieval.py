@@ -103,9 +103,10 @@ _KINDS_SQL = "m.kind = ANY(%(kinds)s)"
 def keyword_kinds_sql(kinds: Sequence[str]) -> str:
     """The keyword statement's condition on the kinds: one equality per kind,
     ORed, so the planner proves each kind's partial GIN index
-    (memory.models._kind_search_gin) and takes their union; as one ``= ANY``
-    of several kinds no partial index is proved. Only the model's own kinds
-    are written into the text (as literals); no memory is of another."""
+    (memory.models._kind_search_gin) and can take their union, or the index of
+    every memory where that costs less; as one ``= ANY`` of several kinds no
+    partial index is proved. Only the model's own kinds are written into the
+    text (as literals); no memory is of another."""
     wanted = sorted(set(kinds) & set(Kind.values))
     if not wanted:
         return "false"

@@ -22,11 +22,12 @@ from memory import retrieval, scoring
 from memory.embeddings import set_embedder
 from memory.models import (
     GRAPH_GROUPS,
+    Kind,
     Memory,
     graph_group_name,
     graph_group_of,
-    keyword_index_names,
     kind_graph_name,
+    kind_search_gin_name,
     vector_graph_names,
 )
 from memory.retrieval import RetrievalFilter, channel_hits
@@ -590,17 +591,20 @@ def test_a_keyword_read_scans_only_the_indexes_of_its_kinds(kinds, indexes):
     episodes, rules and documents (roampal's KNOWN CONTEXT) never the facts'
     (migration 0046: ~10,000 facts filtered out for such a read at 1M
     memories); a read of several kinds can scan the union of their indexes.
-    Planned on an empty copy of the table holding the GIN indexes as the
-    database defines them: what is left to plan is whether the read's condition
-    proves each index's predicate (on the real table the cheapest proved path
-    wins, by the table's statistics)."""
+    Planned on an empty copy of the table holding only the kinds' indexes as
+    the database defines them: what is left to plan is whether the read's
+    condition proves each index's predicate (on the real table the cheapest
+    proved path wins, by the table's statistics, the index of every memory
+    among them)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memory_memory' AND indexdef LIKE %s",
-            ["%USING gin (search_vector)%"],
+            ["%USING gin (search_vector) WHERE%"],
         )
         definitions = cursor.fetchall()
-        assert sorted(name for name, _ in definitions) == sorted(keyword_index_names()), definitions
+        assert sorted(name for name, _ in definitions) == sorted(kind_search_gin_name(kind) for kind in Kind.values), (
+            definitions
+        )
         cursor.execute("CREATE TEMP TABLE keyword_plan (LIKE memory_memory)")
         for name, definition in definitions:
             cursor.execute(definition.replace(f"{name} ON public.memory_memory", f"{name} ON keyword_plan"))
