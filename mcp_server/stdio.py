@@ -168,7 +168,7 @@ class _Lines:
             message = json_document(text)
         except InvalidArgument as refusal:
             # A key twice in one object, at any depth: the SDK would take the last.
-            await self._refuse(id_of_repeated(text), str(refusal))
+            await self._refuse(line, str(refusal))
             return None
         if "method" in message and "id" in message:
             refused = await self._token_refusal()
@@ -206,24 +206,6 @@ class _Lines:
     ) -> None:
         render = self.server.dialect.render_error
         await self.wire.send(jsonrpc_error(code, message, {}, line, render=render, jsonrpc_code=jsonrpc_code))
-
-
-class _Members(list[tuple[str, Any]]):
-    """A JSON object's members in order, a repeated key kept twice."""
-
-
-def id_of_repeated(message: bytes | str) -> bytes:
-    """The id to answer a message refused for naming a key twice
-    (``json_document``), as a body ``jsonrpc_error`` reads it from: the id the
-    message names once at its top, none if it names it twice (which one the
-    client meant cannot be told), or of a message that turns out no JSON past
-    the repeated key."""
-    try:
-        top = json.loads(message, object_pairs_hook=_Members)
-    except (ValueError, RecursionError):
-        return b""
-    ids = [value for key, value in top if key == "id"] if isinstance(top, _Members) else []
-    return json.dumps({"id": ids[0]}).encode() if len(ids) == 1 else b""
 
 
 def _envelope_problem(error: ValueError) -> tuple[str, int]:

@@ -44,7 +44,6 @@ from mcp_server.http import (  # noqa: E402
 )
 from mcp_server.registry import TOOLSETS, dialect_body_limits  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
-from mcp_server.stdio import id_of_repeated  # noqa: E402
 from memory.admin.imports import import_body_limits  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
 from memory.errors import InvalidArgument, StorageUnavailable  # noqa: E402
@@ -230,7 +229,7 @@ async def repeated_key_refusal(path: str, receive: Any) -> tuple[Refusal | None,
         json_document(body)
     except InvalidArgument as refusal:
         payload, content_type = surface_error(
-            path, InvalidArgument.code, str(refusal), {}, id_of_repeated(body), jsonrpc_code=JSONRPC_INVALID_REQUEST
+            path, InvalidArgument.code, str(refusal), {}, body, jsonrpc_code=JSONRPC_INVALID_REQUEST
         )
         return (400, payload, content_type, []), replay
     except (ValueError, RecursionError):

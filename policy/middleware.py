@@ -94,6 +94,23 @@ JSONRPC_SERVER_ERROR = -32000
 JSONRPC_INVALID_REQUEST = -32600
 
 
+class _Members(list[tuple[str, Any]]):
+    """A JSON object's members in order, a repeated key kept twice."""
+
+
+def _request_id(body: bytes) -> str | int | None:
+    """The id a JSON-RPC message names once at its top; None when the body is
+    no JSON object, names no usable id, or names it twice (a message refused
+    for a repeated key: which one the client meant cannot be told, and a
+    plain parse would keep the last)."""
+    try:
+        top = json.loads(body, object_pairs_hook=_Members) if body else None
+    except (ValueError, RecursionError):
+        return None
+    ids = [value for key, value in top if key == "id"] if isinstance(top, _Members) else []
+    return ids[0] if len(ids) == 1 and isinstance(ids[0], str | int) else None
+
+
 def jsonrpc_error(
     code_name: str,
     message: str,
@@ -106,13 +123,7 @@ def jsonrpc_error(
     """A JSON-RPC 2.0 error answering the request's own id when its body was
     read (MCP's wire format); ``render`` writes the message in the dialect's
     error format, as its tool errors are."""
-    request_id: Any = None
-    try:
-        parsed = json.loads(body) if body else None
-        if isinstance(parsed, dict) and isinstance(parsed.get("id"), str | int):
-            request_id = parsed["id"]
-    except (ValueError, UnicodeDecodeError):
-        pass
+    request_id = _request_id(body)
     text = render(code_name, message, details) if render else f"[{code_name}] {message}"
     payload = {
         "jsonrpc": "2.0",

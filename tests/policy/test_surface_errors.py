@@ -22,6 +22,7 @@ from policy.middleware import (
     ROUTE,
     ROUTE_ERROR_BODIES,
     RateLimitMiddleware,
+    jsonrpc_error,
     register_dialect_rate_limit,
     register_route_error_body,
     surface_error,
@@ -204,3 +205,25 @@ async def test_the_storage_outages_503_is_the_surfaces_error(member, marked_rend
     assert answer.status_code == 503 and answer.headers["retry-after"] == str(RETRY_AFTER_SECONDS)
     # The body was read by the transport: the answer names no id, as before.
     _is_surface_error(answer, surface_error(MCP_PATH, "STORAGE_ERROR", STORAGE_MESSAGE, {}, jsonrpc_code=-32000))
+
+
+@pytest.mark.parametrize(
+    ("body", "answered"),
+    [
+        (b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"id": 9}}', 7),
+        (b'{"jsonrpc": "2.0", "id": "a", "method": "ping"}', "a"),
+        # Named twice: which one the client meant cannot be told (a plain parse keeps the last).
+        (b'{"jsonrpc": "2.0", "id": 1, "id": 2, "method": "ping"}', None),
+        (b'{"id": {"x": 1}, "method": "ping"}', None),
+        (b'[{"id": 3}]', None),
+        (b"\xff\xfe{", None),
+        (b"", None),
+        # Deeper than the parser recurses: still an error body, never an exception.
+        (b"[" * 100_000, None),
+        (b'{"id": 5, "params": ' + b"[" * 100_000, None),
+    ],
+)
+def test_a_jsonrpc_error_answers_the_id_the_message_names_once(body: bytes, answered: Any) -> None:
+    payload = json.loads(jsonrpc_error("INVALID_ARGUMENT", "refused", {}, body))
+    assert payload["id"] == answered
+    assert payload["error"]["data"]["code"] == "INVALID_ARGUMENT"
