@@ -95,3 +95,18 @@ def test_stdio_refuses_a_repeated_key_with_the_requests_id(stdio_peer, member): 
     answer = stdio_peer.answer()
     assert answer["id"] == 12 and not answer["result"].get("isError"), answer
     assert stored(member) == 1
+
+
+def test_stdio_answers_a_line_nested_deeper_than_the_parser_recurses(stdio_peer, member):  # noqa: F811
+    """The SDK's parser refuses such a line; reading its id for the answer must
+    not raise (the error answer parsed it again with Python's own parser, which
+    recursed past its limit) and the server goes on serving."""
+    stdio_peer.handshake()
+    for line in (b"[" * 100_000, b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": ' + b"[" * 100_000):
+        stdio_peer.send(line)
+        answer = stdio_peer.answer()
+        assert answer["id"] is None and answer["error"]["code"] in (-32700, -32600), answer
+    stdio_peer.send(normal_call(12).encode())
+    answer = stdio_peer.answer()
+    assert answer["id"] == 12 and not answer["result"].get("isError"), answer
+    assert stored(member) == 1
