@@ -7,7 +7,12 @@ after the last session, scored on the labelled evidence turns.
 are often stored in: each turn as ``<speaker> said, "<turn>"`` and each question
 put in the third person with the speakers' names ("What did you recommend to
 me?" -> "What did the AI companion recommend to Frank?", ``third_person``), so
-that questions name a person and every turn carries its speaker's name."""
+that questions name a person and every turn carries its speaker's name.
+``load(said=True, wrong_person=True)`` asks the same questions with the two
+people swapped ("What did Frank recommend to the AI companion?"), about the
+same evidence turns: the questions of conversation benchmarks that name the
+wrong speaker of what was said, where the name pulls the vector channel
+towards the other side of the conversation."""
 
 from __future__ import annotations
 
@@ -45,13 +50,16 @@ def question_type(question: str, evidence: list[str]) -> str:
     return "user"
 
 
-def third_person(question: str, name: str) -> str:
+def third_person(question: str, name: str, wrong_person: bool = False) -> str:
     """The question with its first- and second-person words replaced by the
-    speakers' names (I / me -> the user's name, you -> the companion; "do" and
-    "have" after a name agree with it). A mechanical rewrite: some sentences
-    stay awkward ("Do the AI companion remember ..."), which the channels'
-    analysers (stop words, stemming) and the embedder take in their stride."""
+    speakers' names (I / me -> the user's name, you -> the companion; swapped
+    with ``wrong_person``; "do" and "have" after a name agree with it). A
+    mechanical rewrite: some sentences stay awkward ("Do the AI companion
+    remember ..."), which the channels' analysers (stop words, stemming) and
+    the embedder take in their stride."""
     comp = COMPANION_IN_QUESTION
+    if wrong_person:
+        name, comp = comp, name
     words = {
         "i": name, "me": name, "myself": name, "my": f"{name}'s", "mine": f"{name}'s",
         "i'm": f"{name} is", "i've": f"{name} has", "am": "is",
@@ -79,7 +87,7 @@ def third_person(question: str, name: str) -> str:
     return text.strip('"')
 
 
-def load(data_dir: Path = DEFAULT_DATA, said: bool = False) -> list[User]:
+def load(data_dir: Path = DEFAULT_DATA, said: bool = False, wrong_person: bool = False) -> list[User]:
     bank = json.loads((data_dir / "memory_bank_en.json").read_text(encoding="utf-8"))
     evidence = json.loads((data_dir / "evidence.json").read_text(encoding="utf-8"))
     users = []
@@ -103,7 +111,7 @@ def load(data_dir: Path = DEFAULT_DATA, said: bool = False) -> list[User]:
         assert last is not None
         questions = tuple(
             (
-                third_person(item["question"].strip().strip('"'), name) if said else item["question"],
+                third_person(item["question"].strip().strip('"'), name, wrong_person) if said else item["question"],
                 frozenset(index[label] for label in item["evidence"]),
                 question_type(item["question"], item["evidence"]),
             )

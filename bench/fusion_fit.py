@@ -1,6 +1,6 @@
 """Fit the hybrid fusion across development sets, never on one: leave-one-set-out.
 
-    nice -n 10 .venv/bin/python bench/fusion_fit.py                 # MADial, LongMemEval (embedded), MemoryBank x2
+    nice -n 10 .venv/bin/python bench/fusion_fit.py                 # MADial, LongMemEval (embedded), MemoryBank x3
     nice -n 10 .venv/bin/python bench/fusion_fit.py --lme-per-type 3 --trials 3000
     nice -n 10 .venv/bin/python bench/fusion_fit.py --lme-per-type 6 --levers [--vector-query 0.3]
 
@@ -90,6 +90,9 @@ def candidates(args: argparse.Namespace) -> dict[str, tuple[quality.DataSet, qua
         sets.append(lme)
     sets.append(quality.memorybank_dataset(quality._memorybank.DEFAULT_DATA, embedder, version))
     sets.append(quality.memorybank_dataset(quality._memorybank.DEFAULT_DATA, embedder, version, said=True))
+    sets.append(
+        quality.memorybank_dataset(quality._memorybank.DEFAULT_DATA, embedder, version, said=True, wrong_person=True)
+    )
     from memory.scoring import has_evidence
 
     params = retrieval_params(madial.queries[0].caller)

@@ -125,11 +125,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lme-data", type=Path, default=Path(os.environ.get("MEMPROJ_LME_DIR", _longmemeval.DEFAULT_DATA)))
     p.add_argument(
         "--dataset",
-        choices=("all", "both", "madial", "lme", "memorybank", "mbsaid", "mbsaid1"),
+        choices=("all", "both", "madial", "lme", "memorybank", "mbsaid", "mbwrong", "mbsaid1"),
         default="all",
-        help="all: the four sets; both: MADial and LongMemEval; mbsaid: MemoryBank's two-speaker variant"
-        " (turns stored as '<name> said, \"...\"', questions in the third person); mbsaid1: the same, every user"
-        " in one tenant",
+        help="all: the five sets; both: MADial and LongMemEval; mbsaid: MemoryBank's two-speaker variant"
+        " (turns stored as '<name> said, \"...\"', questions in the third person); mbwrong: the same turns, each"
+        " question naming the wrong person (the two speakers swapped); mbsaid1: mbsaid with every user in one tenant",
     )
     p.add_argument("--mb-data", type=Path, default=Path(os.environ.get("MEMPROJ_MB_DIR", _memorybank.DEFAULT_DATA)))
     p.add_argument("--limit", type=int, default=0, help="MADial: only the first N dialogues (0 = all)")
@@ -522,10 +522,13 @@ def lme_texts(data_dir: Path, per_type: int, version: str) -> list[str]:
 MB_VERSION = "v1"
 MBSAID_NAME = 'MemoryBank two speakers ("<name> said, ...", third-person questions)'
 MBSAID1_NAME = "MemoryBank two speakers, every user in one tenant"
+MBWRONG_NAME = "MemoryBank two speakers, questions naming the wrong person"
 
 
-def memorybank_texts(data_dir: Path, version: str, users_wanted: int = 0, said: bool = False) -> list[str]:
-    users = _memorybank.load(data_dir, said)[: users_wanted or None]
+def memorybank_texts(
+    data_dir: Path, version: str, users_wanted: int = 0, said: bool = False, wrong_person: bool = False
+) -> list[str]:
+    users = _memorybank.load(data_dir, said, wrong_person)[: users_wanted or None]
     return [q for u in users for q, _, _ in u.questions] + [
         text
         for u in users
@@ -540,12 +543,14 @@ def memorybank_dataset(
     users_wanted: int = 0,
     said: bool = False,
     one_tenant: bool = False,
+    wrong_person: bool = False,
 ) -> DataSet:
     """One tenant per user (``one_tenant``: one for all users,
     ``_memorybank.one_tenant``), one episode per turn (speaker in the metadata,
-    session = the day), stored as the LongMemEval haystacks are."""
+    session = the day), stored as the LongMemEval haystacks are. ``wrong_person``
+    asks the two-speaker questions with the speakers swapped, on the same tenants."""
     queries = []
-    users = _memorybank.load(data_dir, said)[: users_wanted or None]
+    users = _memorybank.load(data_dir, said, wrong_person)[: users_wanted or None]
     if one_tenant:
         users = [_memorybank.one_tenant(users)]
     for user in users:
@@ -567,7 +572,8 @@ def memorybank_dataset(
                 )
             )
     if said:
-        return DataSet(MBSAID1_NAME if one_tenant else MBSAID_NAME, queries, KS, 20)
+        name = MBSAID1_NAME if one_tenant else MBWRONG_NAME if wrong_person else MBSAID_NAME
+        return DataSet(name, queries, KS, 20)
     return DataSet("MemoryBank (en, labelled evidence)", queries, KS, 20)
 
 
@@ -1198,6 +1204,7 @@ def main(argv: list[str] | None = None) -> int:
     want_mb = args.dataset in ("all", "memorybank")
     want_mbsaid = args.dataset in ("all", "mbsaid")
     want_mbsaid1 = args.dataset == "mbsaid1"
+    want_mbwrong = args.dataset in ("all", "mbwrong")
     if want_madial and not (args.data / "data_en").is_dir():
         print(f"MADial-Bench data not found in {args.data} (set --data or MEMPROJ_MADIAL_DIR)", file=sys.stderr)
         return 2
@@ -1223,8 +1230,12 @@ def main(argv: list[str] | None = None) -> int:
     _embcache.warm(embedder, madial_texts(args.data) if want_madial else [])
     _embcache.warm(embedder, memorybank_texts(args.mb_data, version, args.mb_users) if want_mb else [])
     _embcache.warm(
-        embedder, memorybank_texts(args.mb_data, version, args.mb_users, True) if want_mbsaid or want_mbsaid1 else []
+        embedder,
+        memorybank_texts(args.mb_data, version, args.mb_users, True)
+        if want_mbsaid or want_mbsaid1 or want_mbwrong
+        else [],
     )
+    _embcache.warm(embedder, memorybank_texts(args.mb_data, version, args.mb_users, True, True) if want_mbwrong else [])
     if args.warm_only:
         if want_lme:
             # Smallest subsets first, so a long warm-up is usable early; only the
@@ -1245,6 +1256,10 @@ def main(argv: list[str] | None = None) -> int:
         datasets.append(memorybank_dataset(args.mb_data, embedder, version, args.mb_users))
     if want_mbsaid:
         datasets.append(memorybank_dataset(args.mb_data, embedder, version, args.mb_users, said=True))
+    if want_mbwrong:
+        datasets.append(
+            memorybank_dataset(args.mb_data, embedder, version, args.mb_users, said=True, wrong_person=True)
+        )
     if want_mbsaid1:
         datasets.append(memorybank_dataset(args.mb_data, embedder, version, args.mb_users, said=True, one_tenant=True))
     print(f"  tenants ready in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
