@@ -116,7 +116,7 @@ def build_context(
         kinds=[Kind.FACT, Kind.RULE], now=now, scopes=sorted({"global", butler}), use_tags=decision.use_tags
     )
     # The model embeds the prompt while the recent episodes and the keyword channel are read.
-    vector = query_vector_later(prompt, "hybrid")
+    vector = query_vector_later(caller, prompt, "hybrid", params)
     try:
         episodes = recent_episodes(caller=caller, butler=butler, now=now, limit=per_section)
     except BaseException:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 import sys
 import time
 import uuid
@@ -262,6 +263,58 @@ def split_settings(sql: str) -> tuple[str, str]:
         return "", sql
     prefix, statement = sql.split(_SETTINGS_END, 1)
     return prefix, statement
+
+
+# The vector channel's question without the words most of the tenant's memories
+# share. Embedded, a word that is in a large share of them (a speaker's name in a
+# log of "<name> said, ..." turns is in half) pulls the question towards a whole
+# side of a conversation rather than the turn asked about, and when the question
+# names the wrong person (who said it is misremembered) towards the wrong side.
+# The keyword channel keeps every word: its IDF already weighs such words down.
+# A word counts when it is one term of the tenant's keyword statistics, in more
+# than ``vector_query_common_share`` of its memories and in at least
+# COMMON_WORD_MIN_MEMORIES (a share of a handful of memories says little). A
+# text longer than a question (temporal.MAX_QUERY_CHARS: a context such as a
+# dialogue) is embedded as it is.
+COMMON_WORD_MIN_MEMORIES = 10
+_WORD = re.compile(r"[\w']+")
+_COMMON_WORDS_SQL = """
+    WITH common AS (
+        SELECT s.term
+        FROM unnest(memproj_query_terms(%(text)s)) AS t(term)
+        JOIN memory_termstat s ON s.tenant_id = %(tenant)s AND s.term = t.term
+        JOIN memory_tenantstat ts ON ts.tenant_id = s.tenant_id
+        WHERE s.df > %(share)s * ts.docs AND s.df >= %(min_df)s
+    )
+    SELECT w.word
+    FROM unnest(%(words)s::text[]) AS w(word)
+    CROSS JOIN LATERAL (SELECT memproj_query_terms(w.word) AS terms) q
+    WHERE EXISTS (SELECT FROM common) AND cardinality(q.terms) = 1 AND q.terms[1] IN (SELECT term FROM common)
+"""
+# (Most questions hold no such word: the whole question is analysed once, and
+# its words one by one only when one of its terms is common.)
+
+
+def vector_query_text(caller: Caller, text: str, params: RetrievalParams) -> str:
+    """What the vector channel embeds for the question ``text``: the question
+    without the words the tenant's memories most share (above), or as asked
+    when it has none, when every word is one, or when it is longer than a question."""
+    share = params.vector_query_common_share
+    if share <= 0 or len(text) > temporal.MAX_QUERY_CHARS:
+        return text
+    words = sorted({word.lower() for word in _WORD.findall(text)})
+    if not words:
+        return text
+    # Prepared: planning it (its SQL functions inlined) costs several times running it.
+    rows = _prepared_read(
+        _COMMON_WORDS_SQL,
+        {"text": text, "words": words, "tenant": caller.tenant_id, "share": share, "min_df": COMMON_WORD_MIN_MEMORIES},
+    )
+    common = {row[0] for row in rows}
+    if not common:
+        return text
+    kept = " ".join(_WORD.sub(lambda m: "" if m.group(0).lower() in common else m.group(0), text).split())
+    return kept if _WORD.search(kept) else text
 
 
 def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:
@@ -643,10 +696,20 @@ def _keyword_rows(sql: str, params_sql: dict) -> list[tuple]:
     for name in _PLAN_KEYS:
         if name in bound:
             sql = sql.replace(f"%({name})s", Literal(bound.pop(name)).as_string(connection.connection))
+    return _prepared_read(sql, bound)
+
+
+def _prepared_read(sql: str, params_sql: dict) -> list[tuple]:
+    """The rows of a read's statement, prepared on its connection when
+    ``MEMPROJ_DB_PREPARED`` allows (inside a caller's transaction, under a
+    savepoint, as ``_read_rows``)."""
+    if not settings.MEMPROJ["DB_PREPARED"]:
+        return _read_rows(sql, params_sql)
+    connection.ensure_connection()
     if connection.in_atomic_block:
         with transaction.atomic():
-            return _prepared_rows(sql, bound)
-    return _prepared_rows(sql, bound)
+            return _prepared_rows(sql, params_sql)
+    return _prepared_rows(sql, params_sql)
 
 
 class _PreparedDebugCursor(CursorDebugWrapper):

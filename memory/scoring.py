@@ -218,6 +218,10 @@ class RetrievalParams:
     # bench/fusion_fit.py --levers measures them.
     context_top: int = 1
     context_decay: float = 0.8
+    # The vector channel embeds the question without its words that are in more
+    # than this share of the tenant's memories (``retrieval.vector_query_text``);
+    # 0 embeds the question as asked. bench/fusion_fit.py --vector-query measures it.
+    vector_query_common_share: float = 0.3
     # Recency half-life by kind (days); kinds not listed use the default.
     recency_half_life_days: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     default_half_life_days: float = RECENCY_HALF_LIFE_DAYS
@@ -245,6 +249,10 @@ class RetrievalParams:
             raise ValueError(f"context_top must be an integer between 0 and 100 (got {self.context_top!r})")
         if not 0.0 <= self.context_decay <= 1.0:
             raise ValueError(f"context_decay must be between 0 and 1 (got {self.context_decay})")
+        if not 0.0 <= self.vector_query_common_share <= 1.0:
+            raise ValueError(
+                f"vector_query_common_share must be between 0 and 1 (got {self.vector_query_common_share})"
+            )
         if not -1.0 <= self.vector_floor <= 1.0:
             raise ValueError(f"vector_floor must be between -1 and 1 (got {self.vector_floor})")
         if self.bm25_k1 < 0 or not 0.0 <= self.bm25_b <= 1.0:

@@ -180,7 +180,11 @@ def _claims_ranked(
         use_tags=decision.use_tags,
     )
     hits = channel_hits(
-        caller=caller, flt=flt, query_text=query, query_vector=query_vector_later(query, "hybrid"), params=params
+        caller=caller,
+        flt=flt,
+        query_text=query,
+        query_vector=query_vector_later(caller, query, "hybrid", params),
+        params=params,
     )
     threshold = caller.policy.retrieval.threshold
     rows = _claim_rows(caller, decision, list(hits))

@@ -29,7 +29,7 @@ from memory.models import (
     retrievable_q,
 )
 from memory.read_model import Rankable, effective_confidence_of
-from memory.retrieval import CONTENT_ATTRIBUTE, RetrievalFilter, channel_search
+from memory.retrieval import CONTENT_ATTRIBUTE, RetrievalFilter, channel_search, vector_query_text
 from memory.scoring import ChannelHit, RetrievalParams
 from memory.selectors.aliases import memory_pk
 from policy.boundary import BoundaryDecision, boundary_for, redact_content
@@ -312,15 +312,19 @@ def tie_break_key(item: ScoredMemory) -> tuple:
     return order_key(item.score, item.memory.created_at, item.memory.id)
 
 
-def query_vector_later(query: str, mode: str) -> Callable[[], list[float] | None]:
-    """The query's vector for ``mode``, started now and awaited by calling the
-    result (``retrieval.channel_search`` runs the keyword channel meanwhile):
-    None for keyword mode, and for hybrid when the embedder is unavailable."""
+def query_vector_later(
+    caller: Caller, query: str, mode: str, params: RetrievalParams
+) -> Callable[[], list[float] | None]:
+    """The vector of ``query`` for ``mode`` (of what the vector channel embeds
+    for it, ``retrieval.vector_query_text``), started now and awaited by
+    calling the result (``retrieval.channel_search`` runs the keyword channel
+    meanwhile): None for keyword mode, and for hybrid when the embedder is unavailable."""
     if mode == "keyword":
         return lambda: None
+    text = vector_query_text(caller, query, params)
     try:
         # short wait, breaker and cache: a slow embedder costs ~nothing
-        wait: Callable[[], list[float] | None] = embed_query_later(query)
+        wait: Callable[[], list[float] | None] = embed_query_later(text)
     except EmbeddingUnavailable:
         if mode == "semantic":
             raise
@@ -345,7 +349,7 @@ def _candidates(
         caller=caller,
         flt=flt,
         query_text=query if mode != "semantic" else None,
-        query_vector=None if mode == "keyword" else query_vector_later(query, mode),
+        query_vector=None if mode == "keyword" else query_vector_later(caller, query, mode, params),
         params=params,
         columns=RankRow._fields[1:],
     )

@@ -1164,8 +1164,10 @@ def test_a_keyword_hit_the_vector_walk_missed_gets_its_similarity_and_is_found(c
     own text (seen under 32 concurrent writers). The missed walk is simulated by
     dropping that row from the vector channel's rows: the keyword channel still
     ranks it first, and its exact similarity, looked up by id, puts it first in
-    hybrid too, as an exact vector search would have."""
+    hybrid too, as an exact vector search would have. The question is embedded
+    as asked (every word of it is in most of these memories but the key's)."""
     store(caller, *DEPLOY_KEYS)
+    as_asked = RetrievalParams.resolve({"vector_query_common_share": 0.0})
     query = DEPLOY_KEYS[9]  # "Deploy key k2 was rotated on 2026-11-09"
     [target] = Memory.objects.filter(tenant_id=caller.tenant_id, content=query).values_list("pk", flat=True)
     channel_rows = retrieval._channel_rows
@@ -1174,12 +1176,12 @@ def test_a_keyword_hit_the_vector_walk_missed_gets_its_similarity_and_is_found(c
         return [row for row in channel_rows(sql, params_sql, run_vec=run_vec) if row[1] != target]
 
     monkeypatch.setattr(retrieval, "_channel_rows", walk_missing_target)
-    found = memory_search(caller=caller, query=SearchQuery(query, limit=3))
+    found = memory_search(caller=caller, query=SearchQuery(query, limit=3, params=as_asked))
     assert found[0].memory.content == query
     assert found[0].hit.vector_similarity == pytest.approx(1.0, abs=1e-3) and found[0].hit.text_rank == 1
     # Without the look-up, a keyword match alone: its near-duplicates in both channels come first.
     monkeypatch.setattr(retrieval, "vector_rows_missed", lambda *args: [])
-    without = memory_search(caller=caller, query=SearchQuery(query, limit=3))
+    without = memory_search(caller=caller, query=SearchQuery(query, limit=3, params=as_asked))
     assert query not in [h.memory.content for h in without]
 
 

@@ -1,0 +1,144 @@
+"""The vector channel embeds the question without the words most of the
+tenant's memories share (``retrieval.vector_query_text``): in a log of
+"<name> said, ..." turns a speaker's name is in half of them, and a question
+that names the wrong person would otherwise be pulled towards the wrong side."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from memory import embeddings, retrieval, temporal
+from memory.context import build_context
+from memory.scoring import RetrievalParams
+from memory.selectors.activation import claims_rank
+from memory.selectors.collections import known_context
+from memory.selectors.memories import SearchQuery, memory_search
+from memory.services.memories import episode_store, fact_store
+from tests.conftest import make_identity
+
+pytestmark = pytest.mark.django_db
+
+# Twelve turns each, one topic a turn: each name is in half of the tenant's memories.
+CAROLINE = [
+    "pottery class on saturday mornings",
+    "adopted a grey kitten called pepper",
+    "ran the charity race for the shelter",
+    "reading a novel about lighthouses",
+    "painting the fence blue this weekend",
+    "visiting grandparents in lisbon",
+    "learning to bake sourdough bread",
+    "volunteers at the food bank",
+    "bought a secondhand road bike",
+    "started guitar lessons again",
+    "planting tomatoes on the balcony",
+    "watching documentaries about whales",
+]
+MELANIE = [
+    "camping trip to the lake district",
+    "new job at the architecture firm",
+    "cooking thai curry for friends",
+    "training for a swimming contest",
+    "building a treehouse with her son",
+    "singing in the community choir",
+    "knitting scarves for winter",
+    "repairing an old motorbike",
+    "collecting vinyl records",
+    "hiking in the alps next summer",
+    "learning spanish online",
+    "photographing birds at dawn",
+]
+# Caroline painted the fence.
+WRONG_PERSON = "What did Melanie say about the fence?"
+REDUCED = "What did say about the fence?"
+
+
+@pytest.fixture
+def conversation():
+    caller = make_identity("conversation", "writer").caller
+    turns = {}
+    for name, topics in (("Caroline", CAROLINE), ("Melanie", MELANIE)):
+        for topic in topics:
+            memory = episode_store(caller=caller, content=f"{name} said, {topic}", butler="chat")
+            turns[memory.content] = memory.id
+    return caller, turns
+
+
+def test_the_question_loses_the_words_in_more_than_the_share_of_the_tenants_memories(conversation):
+    caller, _ = conversation
+    params = RetrievalParams.resolve()
+    assert params.vector_query_common_share == 0.3
+    assert retrieval.vector_query_text(caller, WRONG_PERSON, params) == REDUCED
+    # "caroline" and "said" are common too; "pottery" (one memory) and stop words stay.
+    assert retrieval.vector_query_text(caller, "Caroline said what about Pottery?", params) == "what about Pottery?"
+    # Every word common: the question as asked.
+    assert retrieval.vector_query_text(caller, "Melanie said", params) == "Melanie said"
+    # Turned off, or a share no word reaches: as asked.
+    off = params.with_(vector_query_common_share=0.0)
+    assert retrieval.vector_query_text(caller, WRONG_PERSON, off) == WRONG_PERSON
+    assert retrieval.vector_query_text(caller, WRONG_PERSON, params.with_(vector_query_common_share=0.6)) == WRONG_PERSON
+
+
+def test_a_text_longer_than_a_question_is_embedded_as_it_is_without_a_lookup(conversation):
+    caller, _ = conversation
+    context = ("Melanie said she would come. " * 20).strip()
+    assert len(context) > temporal.MAX_QUERY_CHARS
+    with CaptureQueriesContext(connection) as queries:
+        assert retrieval.vector_query_text(caller, context, RetrievalParams.resolve()) == context
+    assert len(queries) == 0
+
+
+def test_a_share_of_a_handful_of_memories_drops_nothing():
+    caller = make_identity("few-memories", "writer").caller
+    for topic in CAROLINE[: retrieval.COMMON_WORD_MIN_MEMORIES - 1]:
+        episode_store(caller=caller, content=f"Caroline said, {topic}", butler="chat")
+    # "caroline" is in every memory, but in fewer than COMMON_WORD_MIN_MEMORIES.
+    question = "What did Caroline say about pottery?"
+    assert retrieval.vector_query_text(caller, question, RetrievalParams.resolve()) == question
+    episode_store(caller=caller, content=f"Caroline said, {CAROLINE[-1]}", butler="chat")
+    assert retrieval.vector_query_text(caller, question, RetrievalParams.resolve()) == "What did say about pottery?"
+
+
+def test_a_word_of_several_terms_is_kept_even_when_its_terms_are_common():
+    caller = make_identity("cjk-run", "writer").caller
+    run = "解約APIの命名規約"  # one \\w+ run that the analyser splits into several terms (CJK bigrams)
+    assert len(retrieval._WORD.findall(run)) == 1
+    for i in range(12):
+        fact_store(caller=caller, subject=f"s{i}", predicate="note", content=f"{run} {i}")
+    question = f"{run} policy"
+    assert retrieval.vector_query_text(caller, question, RetrievalParams.resolve()) == question
+
+
+@pytest.mark.real_embedder
+def test_a_question_naming_the_wrong_person_finds_the_turn_by_what_was_said(conversation):
+    caller, turns = conversation
+    fence = turns["Caroline said, painting the fence blue this weekend"]
+    found = memory_search(caller=caller, query=SearchQuery(WRONG_PERSON, mode="semantic", limit=3))
+    assert found[0].memory.id == fence
+    # As asked, the name pulls the question towards Melanie's turns.
+    as_asked = memory_search(
+        caller=caller,
+        query=SearchQuery(
+            WRONG_PERSON, mode="semantic", limit=3, params=RetrievalParams.resolve({"vector_query_common_share": 0.0})
+        ),
+    )
+    assert [hit.memory.content.split(" said")[0] for hit in as_asked] == ["Melanie"] * 3
+
+
+def test_every_reader_embeds_the_question_without_the_common_words(conversation, monkeypatch):
+    caller, _ = conversation
+    fact_store(caller=caller, subject="melanie", predicate="hobby", content="Melanie mends fences")
+    embedded: list[str] = []
+    later = embeddings.embed_query_later
+
+    def recording(text: str):  # type: ignore[no-untyped-def]
+        embedded.append(text)
+        return later(text)
+
+    monkeypatch.setattr("memory.selectors.memories.embed_query_later", recording)
+    memory_search(caller=caller, query=SearchQuery(WRONG_PERSON))  # every search dialect's read
+    known_context(caller=caller, query=WRONG_PERSON)  # roampal
+    claims_rank(caller=caller, query=WRONG_PERSON)  # pce
+    build_context(caller=caller, trigger_prompt=WRONG_PERSON, butler="chat")  # memory_context
+    assert embedded == [REDUCED] * 5  # roampal's block runs two searches
