@@ -278,21 +278,43 @@ def split_settings(sql: str) -> tuple[str, str]:
 # dialogue) is embedded as it is.
 COMMON_WORD_MIN_MEMORIES = 10
 _WORD = re.compile(r"[\w']+")
-_COMMON_WORDS_SQL = """
-    WITH common AS (
-        SELECT s.term
-        FROM unnest(memproj_query_terms(%(text)s)) AS t(term)
-        JOIN memory_termstat s ON s.tenant_id = %(tenant)s AND s.term = t.term
-        JOIN memory_tenantstat ts ON ts.tenant_id = s.tenant_id
-        WHERE s.df > %(share)s * ts.docs AND s.df >= %(min_df)s
-    )
-    SELECT w.word
-    FROM unnest(%(words)s::text[]) AS w(word)
-    CROSS JOIN LATERAL (SELECT memproj_query_terms(w.word) AS terms) q
-    WHERE EXISTS (SELECT FROM common) AND cardinality(q.terms) = 1 AND q.terms[1] IN (SELECT term FROM common)
+_COMMON_TERMS_SQL = """
+    SELECT s.term
+    FROM memory_termstat s JOIN memory_tenantstat ts ON ts.tenant_id = s.tenant_id
+    WHERE s.tenant_id = %(tenant)s AND s.df >= %(min_df)s AND s.df > %(share)s * ts.docs
 """
-# (Most questions hold no such word: the whole question is analysed once, and
-# its words one by one only when one of its terms is common.)
+_COMMON_WORDS_SQL = """
+    SELECT w.word
+    FROM unnest(%(words)s::text[]) AS w(word), memproj_query_terms(w.word) AS q(terms)
+    WHERE cardinality(q.terms) = 1 AND q.terms[1] = ANY(%(common)s::text[])
+"""
+# A tenant's common terms change slowly: a process reads them at most once a
+# minute per tenant, so a tenant without any (a store of varied facts) costs its
+# questions no statement, and a word that becomes common is left out within a minute.
+_COMMON_TERMS_TTL_S = 60.0
+_COMMON_TERMS_KEPT = 4096
+_common_terms: dict[tuple[uuid.UUID, float], tuple[float, tuple[str, ...]]] = {}
+
+
+def common_terms(tenant_id: uuid.UUID, share: float) -> tuple[str, ...]:
+    """The terms in more than ``share`` of the tenant's memories and in at least
+    COMMON_WORD_MIN_MEMORIES of them, as this process last read them (above)."""
+    key = (tenant_id, share)
+    now = time.monotonic()
+    kept = _common_terms.get(key)
+    if kept is not None and now - kept[0] <= _COMMON_TERMS_TTL_S:
+        return kept[1]
+    rows = _read_rows(_COMMON_TERMS_SQL, {"tenant": tenant_id, "min_df": COMMON_WORD_MIN_MEMORIES, "share": share})
+    terms = tuple(sorted(row[0] for row in rows))
+    if len(_common_terms) >= _COMMON_TERMS_KEPT:
+        _common_terms.clear()
+    _common_terms[key] = (now, terms)
+    return terms
+
+
+def forget_common_terms() -> None:
+    """The next question reads its tenant's common terms again (tests)."""
+    _common_terms.clear()
 
 
 def vector_query_text(caller: Caller, text: str, params: RetrievalParams) -> str:
@@ -305,11 +327,11 @@ def vector_query_text(caller: Caller, text: str, params: RetrievalParams) -> str
     words = sorted({word.lower() for word in _WORD.findall(text)})
     if not words:
         return text
-    # Prepared: planning it (its SQL functions inlined) costs several times running it.
-    rows = _prepared_read(
-        _COMMON_WORDS_SQL,
-        {"text": text, "words": words, "tenant": caller.tenant_id, "share": share, "min_df": COMMON_WORD_MIN_MEMORIES},
-    )
+    terms = common_terms(caller.tenant_id, share)
+    if not terms:
+        return text
+    # Prepared: planning it (its SQL function inlined) costs more than running it.
+    rows = _prepared_read(_COMMON_WORDS_SQL, {"words": words, "common": list(terms)})
     common = {row[0] for row in rows}
     if not common:
         return text

@@ -5,6 +5,8 @@ that names the wrong person would otherwise be pulled towards the wrong side."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -54,6 +56,18 @@ WRONG_PERSON = "What did Melanie say about the fence?"
 REDUCED = "What did say about the fence?"
 
 
+def statements(captured: CaptureQueriesContext) -> int:
+    """Statements sent, not counting the savepoints a read takes inside the test's transaction."""
+    return sum("SAVEPOINT" not in query["sql"] for query in captured.captured_queries)
+
+
+@pytest.fixture(autouse=True)
+def fresh_common_terms():
+    retrieval.forget_common_terms()
+    yield
+    retrieval.forget_common_terms()
+
+
 @pytest.fixture
 def conversation():
     caller = make_identity("conversation", "writer").caller
@@ -77,7 +91,8 @@ def test_the_question_loses_the_words_in_more_than_the_share_of_the_tenants_memo
     # Turned off, or a share no word reaches: as asked.
     off = params.with_(vector_query_common_share=0.0)
     assert retrieval.vector_query_text(caller, WRONG_PERSON, off) == WRONG_PERSON
-    assert retrieval.vector_query_text(caller, WRONG_PERSON, params.with_(vector_query_common_share=0.6)) == WRONG_PERSON
+    above_every_word = params.with_(vector_query_common_share=0.6)
+    assert retrieval.vector_query_text(caller, WRONG_PERSON, above_every_word) == WRONG_PERSON
 
 
 def test_a_text_longer_than_a_question_is_embedded_as_it_is_without_a_lookup(conversation):
@@ -86,7 +101,7 @@ def test_a_text_longer_than_a_question_is_embedded_as_it_is_without_a_lookup(con
     assert len(context) > temporal.MAX_QUERY_CHARS
     with CaptureQueriesContext(connection) as queries:
         assert retrieval.vector_query_text(caller, context, RetrievalParams.resolve()) == context
-    assert len(queries) == 0
+    assert statements(queries) == 0
 
 
 def test_a_share_of_a_handful_of_memories_drops_nothing():
@@ -97,7 +112,29 @@ def test_a_share_of_a_handful_of_memories_drops_nothing():
     question = "What did Caroline say about pottery?"
     assert retrieval.vector_query_text(caller, question, RetrievalParams.resolve()) == question
     episode_store(caller=caller, content=f"Caroline said, {CAROLINE[-1]}", butler="chat")
+    retrieval.forget_common_terms()  # as a minute later
     assert retrieval.vector_query_text(caller, question, RetrievalParams.resolve()) == "What did say about pottery?"
+
+
+def test_a_tenant_without_common_words_costs_a_question_no_statement(monkeypatch):
+    caller = make_identity("varied-facts", "writer").caller
+    for i, topic in enumerate(CAROLINE):
+        fact_store(caller=caller, subject=f"topic{i}", predicate="is", content=topic)
+    params = RetrievalParams.resolve()
+    question = "What about the pottery class?"
+    with CaptureQueriesContext(connection) as first:
+        assert retrieval.vector_query_text(caller, question, params) == question
+    assert statements(first) == 1  # the tenant's common terms: none
+    with CaptureQueriesContext(connection) as later:
+        assert retrieval.vector_query_text(caller, "And the road bike?", params) == "And the road bike?"
+    assert statements(later) == 0
+    # A word that becomes common is left out once the process reads the terms again.
+    for topic in MELANIE:
+        fact_store(caller=caller, subject=f"pottery {topic}", predicate="is", content=f"pottery {topic}")
+    assert retrieval.vector_query_text(caller, question, params) == question
+    now = time.monotonic()
+    monkeypatch.setattr(retrieval.time, "monotonic", lambda: now + retrieval._COMMON_TERMS_TTL_S + 1)
+    assert retrieval.vector_query_text(caller, question, params) == "What about the class?"
 
 
 def test_a_word_of_several_terms_is_kept_even_when_its_terms_are_common():
