@@ -823,15 +823,25 @@ def dialect_table(corpus: DialectCorpus, k: int) -> list[str]:
     from memory import validation
     from memory.models import Memory
 
+    def storable(text: str) -> bool:
+        try:
+            validation.present(text, field="content")
+        except validation.InvalidArgument:
+            return False  # blank or invisible characters alone: no dialect's write takes it
+        return True
+
+    tenant_items = {
+        key: [(i, text, when) for i, text, when in items if storable(text)] for key, items in corpus.tenants.items()
+    }
     # Per corpus tenant, each content's first item (what its memory stands for).
     distinct: dict[str, dict[str, tuple[int, str, datetime]]] = {}
-    for key, items in corpus.tenants.items():
+    for key, items in tenant_items.items():
         distinct[key] = {}
         for i, text, when in items:
             distinct[key].setdefault(validation.content_hash(text), (i, text, when))
     first_of = {
         key: {i: distinct[key][validation.content_hash(text)][0] for i, text, _ in items}
-        for key, items in corpus.tenants.items()
+        for key, items in tenant_items.items()
     }
     rows = []
     for read in dialect_reads():
@@ -846,7 +856,7 @@ def dialect_table(corpus: DialectCorpus, k: int) -> list[str]:
                     read.store(caller, text, when)
                 backdate(caller.tenant_id, "m.content_hash", "text", list(firsts), [w for _, _, w in firsts.values()])
             tenants[key] = (caller, {pk: firsts[h][0] for pk, h in active.values_list("id", "content_hash")})
-        golds = [{first_of[key][i] for i in gold} for key, _, gold, _ in corpus.queries]
+        golds = [{first_of[key][i] for i in gold if i in first_of[key]} for key, _, gold, _ in corpus.queries]
         runs_by_setting = []
         for conf in ({}, ISSUE_START_SETTINGS):
             runs = []
@@ -897,18 +907,20 @@ Wide = list[tuple[list[tuple[uuid.UUID, "ChannelHit", datetime]], Query]]
 
 def wide_candidates(ds: DataSet, params, vector_text: Callable[[Query], str] | None = None) -> Wide:  # type: ignore[no-untyped-def]
     """Every candidate of both channels (depth 500), once per query, to re-rank
-    offline; ``vector_text``: what the vector channel embeds for a query (default its text)."""
+    offline; ``vector_text``: what the vector channel embeds for a query (default
+    what the service embeds, ``retrieval.vector_query_text``)."""
     from django.utils import timezone
 
     from memory.embeddings import embed_one
     from memory.models import Memory
-    from memory.retrieval import RetrievalFilter, channel_hits
+    from memory.retrieval import RetrievalFilter, channel_hits, vector_query_text
 
     wide: Wide = []
     deep = params.with_(k_vec=500, k_txt=500)
     for q in ds.queries:
         flt = RetrievalFilter(kinds=["episode"], now=q.now or timezone.now())
-        vector = embed_one(vector_text(q) if vector_text else q.text) if "semantic" in ds.modes else None
+        text = vector_text(q) if vector_text else vector_query_text(q.caller, q.text, params)
+        vector = embed_one(text) if "semantic" in ds.modes else None
         hits = channel_hits(caller=q.caller, flt=flt, query_text=q.text, query_vector=vector, params=deep)
         created = dict(Memory.objects.filter(pk__in=list(hits)).values_list("id", "created_at"))
         wide.append(([(pk, hit, created[pk]) for pk, hit in hits.items()], q))
@@ -1230,10 +1242,7 @@ def main(argv: list[str] | None = None) -> int:
     _embcache.warm(embedder, madial_texts(args.data) if want_madial else [])
     _embcache.warm(embedder, memorybank_texts(args.mb_data, version, args.mb_users) if want_mb else [])
     _embcache.warm(
-        embedder,
-        memorybank_texts(args.mb_data, version, args.mb_users, True)
-        if want_mbsaid or want_mbsaid1 or want_mbwrong
-        else [],
+        embedder, memorybank_texts(args.mb_data, version, args.mb_users, True) if want_mbsaid or want_mbsaid1 else []
     )
     _embcache.warm(embedder, memorybank_texts(args.mb_data, version, args.mb_users, True, True) if want_mbwrong else [])
     if args.warm_only:
