@@ -11,7 +11,6 @@ more than their own), and what the vector channel embeds for a question
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -49,41 +48,17 @@ def with_neighbours(
     return out
 
 
-# The time-aware ranking's bound between a question and a context (memory/temporal.py).
-MAX_QUESTION_CHARS = 400
-_WORD = re.compile(r"[\w']+")
-
-
 def without_common_words(caller: Any, text: str, share: float, names_only: bool = False) -> str:
-    """The text without the words whose term is in more than ``share`` of the
-    tenant's memories (a speaker's name in a log of "<name> said, ..." turns is
-    in half of them): what the vector channel would embed instead. With
-    ``names_only``, only capitalised words count. A text longer than
-    ``MAX_QUESTION_CHARS`` is left as it is."""
-    from django.db import connection
+    """What the vector channel would embed with ``vector_query_common_share``
+    at ``share`` (0: the question as asked), through the service's own
+    ``retrieval.common_words``; with ``names_only``, only capitalised words may
+    be left out (an experiment the service does not offer)."""
+    from memory import retrieval, temporal
 
-    if len(text) > MAX_QUESTION_CHARS:
-        return text  # a context (a dialogue), not a question: as it is
-    words = sorted({w.lower() for w in _WORD.findall(text) if not names_only or w[:1].isupper()})
-    if not words:
+    if share <= 0 or len(text) > temporal.MAX_QUERY_CHARS:
         return text
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT DISTINCT w.word
-            FROM unnest(%s::text[]) AS w(word)
-            CROSS JOIN LATERAL unnest(memproj_query_terms(w.word)) AS t(term)
-            JOIN memory_termstat s ON s.tenant_id = %s AND s.term = t.term
-            JOIN memory_tenantstat ts ON ts.tenant_id = s.tenant_id
-            WHERE s.df > %s * ts.docs
-            """,
-            [words, caller.tenant_id, share],
-        )
-        common = {row[0] for row in cursor.fetchall()}
-    if not common:
-        return text
-    kept = _WORD.sub(lambda m: "" if m.group(0).lower() in common else m.group(0), text)
-    return re.sub(r"\s+", " ", kept).strip() or text
+    words = {w.lower() for w in retrieval.QUERY_WORD.findall(text) if not names_only or w[:1].isupper()}
+    return retrieval.without_words(text, retrieval.common_words(caller, words, share))
 
 
 def ranked(

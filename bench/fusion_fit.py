@@ -7,9 +7,10 @@
 ``--levers``: instead of the fit, the retrieval levers of bench/_levers.py (the
 conf gain, the adaptive fusion, the neighbouring-turn pass over a grid of
 (top, decay), with the grid point chosen leaving one set out) against the fusion
-without the neighbour pass, per set; ``--vector-query SHARE`` reads the
-candidates with the vector channel embedding the question without the words in
-more than SHARE of the tenant's memories (``SHAREnames``: capitalised words only).
+without the neighbour pass, per set. The vector channel embeds what the service
+embeds (``retrieval.vector_query_text``); ``--vector-query SHARE`` reads the
+candidates as ``vector_query_common_share`` = SHARE would (0: the question as
+asked; ``SHAREnames``: capitalised words only, an experiment).
 
 Each set's candidates are read once through the real channels (``channel_hits``,
 both channels at the service's depths) and re-ranked offline for every
@@ -58,8 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--vector-query",
         default="",
         help="the vector channel embeds the question without the words in more than this share of the"
-        " tenant's memories (bench/_levers.py without_common_words; '0.25names': only capitalised words;"
-        " empty: the question as asked)",
+        " tenant's memories (bench/_levers.py without_common_words; 0: the question as asked; '0.25names': only"
+        " capitalised words; empty: as the service embeds it)",
     )
     p.add_argument(
         "--levers",
@@ -74,7 +75,7 @@ def candidates(args: argparse.Namespace) -> dict[str, tuple[quality.DataSet, qua
     CACHE.mkdir(parents=True, exist_ok=True)
     suffix = f"-common{args.vector_query}" if args.vector_query else ""
     share, names_only = float(args.vector_query.removesuffix("names") or 0), args.vector_query.endswith("names")
-    path = CACHE / f"wide-v2-lme{args.lme_per_type}{suffix}.pickle"
+    path = CACHE / f"wide-v3-lme{args.lme_per_type}{suffix}.pickle"
     if path.exists() and not args.fresh:
         with open(path, "rb") as handle:
             return pickle.load(handle)
@@ -103,7 +104,9 @@ def candidates(args: argparse.Namespace) -> dict[str, tuple[quality.DataSet, qua
         wide = quality.wide_candidates(
             ds,
             params,
-            (lambda q: _levers.without_common_words(q.caller, q.text, share, names_only)) if share else None,
+            (lambda q: _levers.without_common_words(q.caller, q.text, share, names_only))
+            if args.vector_query
+            else None,
         )
         # At the service's channel depths; plain values only (the pickle must load without a database).
         for i, (cands, q) in enumerate(wide):

@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -277,7 +277,7 @@ def split_settings(sql: str) -> tuple[str, str]:
 # text longer than a question (temporal.MAX_QUERY_CHARS: a context such as a
 # dialogue) is embedded as it is.
 COMMON_WORD_MIN_MEMORIES = 10
-_WORD = re.compile(r"[\w']+")
+QUERY_WORD = re.compile(r"[\w']+")
 _COMMON_TERMS_SQL = """
     SELECT s.term
     FROM memory_termstat s JOIN memory_tenantstat ts ON ts.tenant_id = s.tenant_id
@@ -317,6 +317,25 @@ def forget_common_terms() -> None:
     _common_terms.clear()
 
 
+def common_words(caller: Caller, words: Collection[str], share: float) -> set[str]:
+    """Those of the lower-case ``words`` that are one term of the tenant's
+    keyword statistics and among its common terms (``common_terms``)."""
+    terms = common_terms(caller.tenant_id, share)
+    if not terms or not words:
+        return set()
+    # Prepared: planning it (its SQL function inlined) costs more than running it.
+    rows = _prepared_read(_COMMON_WORDS_SQL, {"words": sorted(words), "common": list(terms)})
+    return {row[0] for row in rows}
+
+
+def without_words(text: str, words: Collection[str]) -> str:
+    """``text`` without the lower-case ``words``, or as it is when none would be left."""
+    if not words:
+        return text
+    kept = " ".join(QUERY_WORD.sub(lambda m: "" if m.group(0).lower() in words else m.group(0), text).split())
+    return kept if QUERY_WORD.search(kept) else text
+
+
 def vector_query_text(caller: Caller, text: str, params: RetrievalParams) -> str:
     """What the vector channel embeds for the question ``text``: the question
     without the words the tenant's memories most share (above), or as asked
@@ -324,19 +343,7 @@ def vector_query_text(caller: Caller, text: str, params: RetrievalParams) -> str
     share = params.vector_query_common_share
     if share <= 0 or len(text) > temporal.MAX_QUERY_CHARS:
         return text
-    words = sorted({word.lower() for word in _WORD.findall(text)})
-    if not words:
-        return text
-    terms = common_terms(caller.tenant_id, share)
-    if not terms:
-        return text
-    # Prepared: planning it (its SQL function inlined) costs more than running it.
-    rows = _prepared_read(_COMMON_WORDS_SQL, {"words": words, "common": list(terms)})
-    common = {row[0] for row in rows}
-    if not common:
-        return text
-    kept = " ".join(_WORD.sub(lambda m: "" if m.group(0).lower() in common else m.group(0), text).split())
-    return kept if _WORD.search(kept) else text
+    return without_words(text, common_words(caller, {word.lower() for word in QUERY_WORD.findall(text)}, share))
 
 
 def _competition_ranks(rows: list[tuple]) -> list[tuple[tuple, int]]:

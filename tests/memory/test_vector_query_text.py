@@ -140,7 +140,7 @@ def test_a_tenant_without_common_words_costs_a_question_no_statement(monkeypatch
 def test_a_word_of_several_terms_is_kept_even_when_its_terms_are_common():
     caller = make_identity("cjk-run", "writer").caller
     run = "解約APIの命名規約"  # one \\w+ run that the analyser splits into several terms (CJK bigrams)
-    assert len(retrieval._WORD.findall(run)) == 1
+    assert len(retrieval.QUERY_WORD.findall(run)) == 1
     for i in range(12):
         fact_store(caller=caller, subject=f"s{i}", predicate="note", content=f"{run} {i}")
     question = f"{run} policy"
