@@ -144,6 +144,8 @@ if _owner_url:
 MEMPROJ_AUDIT_KEY = read("MEMPROJ_AUDIT_KEY", default="")
 DATABASES["default"].setdefault("CONN_MAX_AGE", read("DB_CONN_MAX_AGE"))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Django's backend with a health check that reads the socket instead of sending SELECT 1.
+DATABASES["default"]["ENGINE"] = "memproj.postgres"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
