@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=15.0, help="seconds of load (and of sampling) per kind")
     p.add_argument("--rate", type=int, default=97, help="py-spy samples per second")
     p.add_argument("--no-spy", action="store_true", help="CPU per call only, no sampling")
+    p.add_argument(
+        "--gil", action="store_true", help="sample only the thread holding the GIL (Python's own CPU, no waits)"
+    )
     p.add_argument("--no-statements", action="store_true", help="skip the statements and their plans")
     p.add_argument("--top", type=int, default=12, help="memproj functions listed per kind")
     p.add_argument(
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.kind_list:
             print(f"  {name}: {args.clients} clients for {args.seconds:g} s ...", file=sys.stderr, flush=True)
             out = PROFILES / f"{name}-{args.size}.txt"
-            spy = None if args.no_spy else py_spy_record(proc.pid, args.seconds, out, rate=args.rate)
+            spy = None if args.no_spy else py_spy_record(proc.pid, args.seconds, out, rate=args.rate, gil=args.gil)
             time.sleep(0 if spy is None else 0.5)  # py-spy attaches
             steps.append(percall_step(server, token, name, args.clients, args.seconds, args.database, seed=20))
             if spy is not None:

@@ -7,7 +7,9 @@ implementation that ``psycopg[binary]`` ships is never used for timestamps. A
 search reads hundreds of them (two per ranked candidate, several per returned
 row), and parsing them in Python is a visible share of the web process's
 Python time under load. The loader registered here gives the same values (the session
-time zone Django set, with Django's tzinfo object) from the C parser.
+time zone Django set, with Django's tzinfo object) from the C parser; in a session
+on Django's own time zone (UTC, as Django sets it) psycopg's values already carry
+Django's tzinfo, and each one is parsed without a Python call at all.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from django.db.backends.signals import connection_created
+
+# A value whose parse shows which tzinfo psycopg gives in the session.
+_PROBE = b"2000-01-01 00:00:00+00"
 
 
 @functools.cache
@@ -39,6 +44,12 @@ def timestamptz_loader(tz: tzinfo) -> type:
         def __init__(self, oid: int, context: Any = None) -> None:
             super().__init__(oid, context)
             self._parse = fast(oid, context).load  # the session time zone is read here, per query
+            if self._parse(_PROBE).tzinfo is tz:
+                # The session's time zone is Django's (UTC, as Django sets it): psycopg's
+                # values already carry Django's tzinfo, so each value is parsed by C
+                # alone, without a Python call of its own (psycopg takes ``load``
+                # from the instance).
+                self.load = self._parse  # type: ignore[method-assign]
 
         def load(self, data: Any) -> datetime:
             return self._parse(data).replace(tzinfo=tz)

@@ -575,9 +575,9 @@ def sort_hits(hits: list[CollectionHit], order: str) -> list[CollectionHit]:
     return sorted(hits, key=lambda h: _order_key(h.memory, h.final_rank_score, order))
 
 
-def _order_key(memory: Memory | RankRow, final_rank_score: float | None, order: str) -> tuple[float, float, str]:
+def _order_key(memory: Memory | RankRow, final_rank_score: float | None, order: str) -> tuple[float, float, int]:
     primary = {"recency": 0.0, "score": -memory.outcome_score}.get(order, -(final_rank_score or 0.0))
-    return (primary, -memory.created_at.timestamp(), str(memory.id))
+    return (primary, -memory.created_at.timestamp(), memory.id.int)  # id ascending, as its text orders
 
 
 @dataclass

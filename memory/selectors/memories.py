@@ -304,8 +304,9 @@ class ScoredMemory:
 
 
 def order_key(score: float, created_at: datetime, memory_id: uuid.UUID) -> tuple:
-    """The order of the butlers memory module: score DESC, created_at DESC, id ASC."""
-    return (-round(score, 12), -created_at.timestamp(), str(memory_id))
+    """The order of the butlers memory module: score DESC, created_at DESC, id ASC
+    (the id's 128-bit number orders as its text does, and as PostgreSQL orders uuids)."""
+    return (-round(score, 12), -created_at.timestamp(), memory_id.int)
 
 
 def tie_break_key(item: ScoredMemory) -> tuple:

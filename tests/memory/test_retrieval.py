@@ -1202,3 +1202,18 @@ def test_an_exact_walk_leaves_the_vector_look_up_nothing_to_add(caller, monkeypa
     for query in (DEPLOY_KEYS[0], DEPLOY_KEYS[17], "zeppelin hangar roof", "rotated keys"):
         memory_search(caller=caller, query=SearchQuery(query, limit=10))
     assert added == []
+
+
+def test_memories_tied_on_score_and_time_come_in_the_order_of_their_ids_text():
+    """The butlers memory module's order: score DESC, created_at DESC, id ASC as
+    text. Ids drawn so that their text and their first bytes disagree in sign
+    (a signed comparison of the number would put the 0x8... ids first)."""
+    caller = make_identity("tie-order", "p").caller
+    stored = [episode_store(caller=caller, content=f"zebracrossing note{n}", butler="general") for n in range(8)]
+    ids = [uuid.UUID(int=(n << 124) | (0xABC + n)) for n in (9, 1, 15, 3, 8, 0, 12, 7)]
+    at = timezone.now()
+    for memory, new_id in zip(stored, ids, strict=True):
+        Memory.objects.filter(pk=memory.pk).update(id=new_id, created_at=at)
+    found = memory_search(caller=caller, query=SearchQuery(text="zebracrossing", mode="keyword", limit=8))
+    assert len({round(item.score, 12) for item in found}) == 1  # one score: the tie-break decides
+    assert [item.memory.id for item in found] == sorted(ids, key=str)

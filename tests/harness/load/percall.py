@@ -311,9 +311,11 @@ def pids_of_tree(root: int) -> list[int]:
     return out
 
 
-def py_spy_record(pid: int, seconds: float, out: Path, *, rate: int = 97) -> Any:
+def py_spy_record(pid: int, seconds: float, out: Path, *, rate: int = 97, gil: bool = False) -> Any:
     """Start py-spy sampling ``pid`` (and its subprocesses) for ``seconds``,
-    collapsed stacks to ``out``; returns the process (wait on it)."""
+    collapsed stacks to ``out``; returns the process (wait on it). ``gil``:
+    only the thread holding the GIL is sampled, i.e. Python's own CPU (native
+    work that releases the GIL, the ONNX forward pass, is then not seen)."""
     import shutil
     import subprocess
     import sys
@@ -335,6 +337,7 @@ def py_spy_record(pid: int, seconds: float, out: Path, *, rate: int = 97) -> Any
             "raw",
             "--output",
             str(out),
+            *(["--gil"] if gil else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
