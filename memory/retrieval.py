@@ -320,9 +320,18 @@ def common_terms(tenant_id: uuid.UUID, share: float) -> tuple[str, ...]:
     return terms
 
 
+# Whether a word is common, per tenant and share, for the common terms it was
+# decided against (a word is analysed alone, so the answer holds while they do):
+# roampal's two searches of one question, and the words questions repeat, cost
+# no statement. Bounded: forgotten all at once when full.
+_WORDS_KEPT = 100_000
+_word_is_common: dict[tuple[uuid.UUID, float, str], tuple[tuple[str, ...], bool]] = {}
+
+
 def forget_common_terms() -> None:
     """The next question reads its tenant's common terms again (tests)."""
     _common_terms.clear()
+    _word_is_common.clear()
 
 
 def common_words(caller: Caller, words: Collection[str], share: float) -> set[str]:
@@ -331,9 +340,25 @@ def common_words(caller: Caller, words: Collection[str], share: float) -> set[st
     terms = common_terms(caller.tenant_id, share)
     if not terms or not words:
         return set()
-    # Prepared: planning it (its SQL function inlined) costs more than running it.
-    rows = _prepared_read(_COMMON_WORDS_SQL, {"words": sorted(words), "common": list(terms)})
-    return {row[0] for row in rows}
+    found: set[str] = set()
+    unknown: list[str] = []
+    for word in words:
+        kept = _word_is_common.get((caller.tenant_id, share, word))
+        if kept is not None and kept[0] is terms:
+            if kept[1]:
+                found.add(word)
+        else:
+            unknown.append(word)
+    if unknown:
+        # Prepared: planning it (its SQL function inlined) costs more than running it.
+        rows = _prepared_read(_COMMON_WORDS_SQL, {"words": sorted(unknown), "common": list(terms)})
+        common = {row[0] for row in rows}
+        if len(_word_is_common) + len(unknown) > _WORDS_KEPT:
+            _word_is_common.clear()
+        for word in unknown:
+            _word_is_common[(caller.tenant_id, share, word)] = (terms, word in common)
+        found |= common
+    return found
 
 
 def without_words(text: str, words: Collection[str]) -> str:

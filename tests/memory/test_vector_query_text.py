@@ -179,3 +179,32 @@ def test_every_reader_embeds_the_question_without_the_common_words(conversation,
     claims_rank(caller=caller, query=WRONG_PERSON)  # pce
     build_context(caller=caller, trigger_prompt=WRONG_PERSON, butler="chat")  # memory_context
     assert embedded == [REDUCED] * 5  # roampal's block runs two searches
+
+
+def test_a_words_analysis_is_kept_while_the_common_terms_it_was_decided_against_hold(conversation, monkeypatch):
+    caller, _ = conversation
+    params = RetrievalParams.resolve()
+    assert retrieval.vector_query_text(caller, WRONG_PERSON, params) == REDUCED
+    with CaptureQueriesContext(connection) as again:  # the same words: roampal's second search of one question
+        assert retrieval.vector_query_text(caller, WRONG_PERSON, params) == REDUCED
+    assert statements(again) == 0
+    sent: list[list[str]] = []
+    analysed = retrieval._prepared_read
+
+    def recording(sql: str, params_sql: dict) -> list[tuple]:
+        sent.append(params_sql["words"])
+        return analysed(sql, params_sql)
+
+    monkeypatch.setattr(retrieval, "_prepared_read", recording)
+    assert (
+        retrieval.vector_query_text(caller, "What did Caroline say about whales?", params)
+        == "What did say about whales?"
+    )
+    assert sent == [["caroline", "whales"]]  # only the words not seen before
+    # A word that becomes common is left out once the process reads the terms again.
+    for i in range(30):
+        episode_store(caller=caller, content=f"Melanie said, the fence again {i}", butler="chat")
+    assert retrieval.vector_query_text(caller, WRONG_PERSON, params) == REDUCED
+    now = time.monotonic()
+    monkeypatch.setattr(retrieval.time, "monotonic", lambda: now + retrieval._COMMON_TERMS_TTL_S + 1)
+    assert retrieval.vector_query_text(caller, WRONG_PERSON, params) == "What did say about the ?"
