@@ -315,7 +315,8 @@ def py_spy_record(pid: int, seconds: float, out: Path, *, rate: int = 97, gil: b
     """Start py-spy sampling ``pid`` (and its subprocesses) for ``seconds``,
     collapsed stacks to ``out``; returns the process (wait on it). ``gil``:
     only the thread holding the GIL is sampled, i.e. Python's own CPU (native
-    work that releases the GIL, the ONNX forward pass, is then not seen)."""
+    work that releases the GIL, the ONNX forward pass, is then not seen; a
+    wait that released it still counts until another thread takes it)."""
     import shutil
     import subprocess
     import sys
