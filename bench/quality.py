@@ -919,8 +919,9 @@ def wide_candidates(ds: DataSet, params, vector_text: Callable[[Query], str] | N
     deep = params.with_(k_vec=500, k_txt=500)
     for q in ds.queries:
         flt = RetrievalFilter(kinds=["episode"], now=q.now or timezone.now())
-        text = vector_text(q) if vector_text else vector_query_text(q.caller, q.text, params)
-        vector = embed_one(text) if "semantic" in ds.modes else None
+        vector = None
+        if "semantic" in ds.modes:
+            vector = embed_one(vector_text(q) if vector_text else vector_query_text(q.caller, q.text, params))
         hits = channel_hits(caller=q.caller, flt=flt, query_text=q.text, query_vector=vector, params=deep)
         created = dict(Memory.objects.filter(pk__in=list(hits)).values_list("id", "created_at"))
         wide.append(([(pk, hit, created[pk]) for pk, hit in hits.items()], q))
