@@ -45,6 +45,10 @@ def token(stack: Stack) -> str:
     return stack.issue_token("faults", "agent", rate_limit=FAULT_RATE_LIMIT)
 
 
+# Reports are given to the assertions as str(report): pytest cuts a repr, and the
+# samples at its end name the write a search missed.
+
+
 def test_supervisor_brings_a_killed_worker_back_and_web_keeps_serving(stack):
     web, worker = stack.child("web"), stack.child("worker")
     ready = stack.workers_ready()
@@ -62,8 +66,10 @@ def test_worker_sigkill_under_writes_loses_nothing(stack, token):
     report = fault_scenario(stack, token, "worker SIGKILL", seconds=SECONDS, clients=CLIENTS, drain=DRAIN)
     assert report.accepted > 0
     assert report.worker_back
-    assert (report.lost, report.unsearchable, report.committed_but_error, report.duplicates) == (0, 0, 0, 0), report
-    assert report.follow_ups_pending == 0, report
+    assert (report.lost, report.unsearchable, report.committed_but_error, report.duplicates) == (0, 0, 0, 0), str(
+        report
+    )
+    assert report.follow_ups_pending == 0, str(report)
 
 
 def test_web_sigkill_under_writes_stores_nothing_twice_and_loses_nothing(stack, token):
@@ -74,8 +80,10 @@ def test_web_sigkill_under_writes_stores_nothing_twice_and_loses_nothing(stack, 
     print(report)
     assert report.accepted > 0
     assert report.error_answers > 0, report  # the fault was met: attempts lost their connection
-    assert (report.lost, report.unsearchable, report.committed_but_error, report.duplicates) == (0, 0, 0, 0), report
-    assert report.follow_ups_pending == 0, report
+    assert (report.lost, report.unsearchable, report.committed_but_error, report.duplicates) == (0, 0, 0, 0), str(
+        report
+    )
+    assert report.follow_ups_pending == 0, str(report)
     assert stack.child("web") is not None
 
 
@@ -101,7 +109,9 @@ def test_embedder_errors_malformed_json_and_hangs_under_writes_lose_nothing_and_
     assert report.accepted > 0
     assert report.embedded_later > 0, report  # the fault was met: writes stored without their vector
     assert report.error_answers == 0, report.samples  # an embedder failure never fails a write
-    assert (report.lost, report.unsearchable, report.committed_but_error, report.duplicates) == (0, 0, 0, 0), report
+    assert (report.lost, report.unsearchable, report.committed_but_error, report.duplicates) == (0, 0, 0, 0), str(
+        report
+    )
     assert report.fault_reads > 0 and report.fault_read_errors == 0, report.samples  # searches fall back to keyword
     assert report.follow_ups_pending == 0, report  # every pending embedding done once the endpoint answers
     # Each mode was met by real requests.
