@@ -608,22 +608,30 @@ def channel_search(
 # vector search would have had to return (one tied with the last may have been
 # cut by the LIMIT alone). An exact walk leaves nothing to add, and the
 # ranking is what it was.
+# The same look-up tells which of those keyword hits have no vector yet (a
+# write during an embedder outage, or one the worker has not reached): no walk
+# could have returned them, and the fusion weighs them by their keyword match
+# (``ChannelHit.vector_pending``), not as the vector channel's misses.
 # Only the keyword channel's first hits are looked up: the look-up is a
 # statement of its own on every hybrid search, and lower keyword hits rarely
 # reach a result page whatever their similarity.
 MISSED_LOOKUP_TOP = 10
 
+# Channel of a row naming a keyword hit whose memory has no vector yet.
+PENDING_CHANNEL = "p"
+
 _VECTOR_MISSED_SQL = f"""
-    SELECT m.id, 1 - ({_QUERY_DISTANCE_SQL})
+    SELECT m.id, CASE WHEN m.embedding IS NOT NULL THEN 1 - ({_QUERY_DISTANCE_SQL}) END
     FROM memory_memory m
-    WHERE m.id = ANY(%(ids)s::uuid[]) AND m.tenant_id = %(tenant)s AND m.embedding IS NOT NULL
+    WHERE m.id = ANY(%(ids)s::uuid[]) AND m.tenant_id = %(tenant)s
 """
 
 
 def vector_rows_missed(
     caller: Caller, rows_txt: Sequence[tuple], rows_vec: Sequence[tuple], vector: Sequence[float]
 ) -> list[tuple]:
-    """Vector channel rows for the keyword hits the HNSW walk missed (``_VECTOR_MISSED_SQL``),
+    """Vector channel rows for the keyword hits the HNSW walk missed, and
+    ``PENDING_CHANNEL`` rows for those without a vector (``_VECTOR_MISSED_SQL``),
     in the channel rows' shape: (channel, id, score, idf_total, session, *columns)."""
     walked = {row[1] for row in rows_vec}
     best_first = sorted(rows_txt, key=lambda row: (-float(row[2]), row[1]))[:MISSED_LOOKUP_TOP]
@@ -639,7 +647,13 @@ def vector_rows_missed(
             "qvec": vector_literal(vector),
         },
     )
-    return [("v", pk, similarity, None, *keyword_only[pk][4:]) for pk, similarity in found if similarity > lowest]
+    return [
+        (PENDING_CHANNEL, pk, 0.0, None, *keyword_only[pk][4:])
+        if similarity is None
+        else ("v", pk, similarity, None, *keyword_only[pk][4:])
+        for pk, similarity in found
+        if similarity is None or similarity > lowest
+    ]
 
 
 # The previous and next episode of the same session of each given episode, by
@@ -913,7 +927,7 @@ def channel_statement(
 
 
 def _hits_from_rows(rows: list[tuple]) -> tuple[dict[uuid.UUID, ChannelHit], dict[uuid.UUID, tuple]]:
-    by_channel: dict[str, list[tuple]] = {"v": [], "t": []}
+    by_channel: dict[str, list[tuple]] = {"v": [], "t": [], PENDING_CHANNEL: []}
     idf_total: float | None = None
     columns: dict[uuid.UUID, tuple] = {}
     for channel, memory_id, score, total, _session, *values in rows:
@@ -934,4 +948,6 @@ def _hits_from_rows(rows: list[tuple]) -> tuple[dict[uuid.UUID, ChannelHit], dic
             text_rank=rank,
             text_coverage=min(1.0, value / idf_total) if idf_total else None,
         )
+    for memory_id, _ in by_channel[PENDING_CHANNEL]:
+        hits[memory_id] = replace(hits[memory_id], vector_pending=True)
     return hits, columns

@@ -179,6 +179,12 @@ class ChannelHit:
     # The top hits whose previous or next turn of the same session this memory
     # is (retrieval.channel_search's second pass, ``with_context``).
     context_of: tuple[Any, ...] = ()
+    # A keyword hit whose memory has no vector yet (written while the embedder
+    # was away, or not yet reached by the worker): the vector channel could
+    # not judge it, so the fusions weigh it in that channel as the keyword
+    # channel does (``impute_pending``) instead of as a miss. Otherwise its own
+    # text, asked for, ranks below every near-duplicate that has a vector.
+    vector_pending: bool = False
 
 
 KEYWORD_SCORERS = ("bm25", "cover_density")
@@ -295,10 +301,12 @@ class RetrievalParams:
 
 
 def fuse_rrf(hit: ChannelHit, k: int = RRF_K) -> float:
-    """Reciprocal rank fusion, normalised to [0, 1] (1 = first in both channels)."""
+    """Reciprocal rank fusion, normalised to [0, 1] (1 = first in both channels);
+    a hit whose vector is pending counts its keyword rank in both."""
     total = 0.0
-    if hit.vector_rank is not None:
-        total += 1.0 / (k + hit.vector_rank)
+    vector_rank = hit.text_rank if hit.vector_pending else hit.vector_rank
+    if vector_rank is not None:
+        total += 1.0 / (k + vector_rank)
     if hit.text_rank is not None:
         total += 1.0 / (k + hit.text_rank)
     return total / (2.0 / (k + 1))
@@ -322,6 +330,19 @@ def with_evidence(hits: Mapping[K, ChannelHit], floor: float) -> dict[K, Channel
     return {key: hit for key, hit in hits.items() if has_evidence(hit, floor)}
 
 
+def impute_pending(
+    channels: dict[K, tuple[float, float]], hits: Mapping[K, ChannelHit]
+) -> dict[K, tuple[float, float]]:
+    """(S_vec, S_text) with a pending hit's S_vec set to its S_text
+    (``ChannelHit.vector_pending``): a memory the vector channel could not see
+    is taken to be as close as its keyword match says, so a blend of the two
+    channels scores it by its keyword channel alone."""
+    for key, hit in hits.items():
+        if hit.vector_pending:
+            channels[key] = (channels[key][1], channels[key][1])
+    return channels
+
+
 def normalised_channels(hits: Mapping[K, ChannelHit]) -> dict[K, tuple[float, float]]:
     """(S_vec, S_text) in [0, 1] for every candidate of one query: each channel's
     score divided by the best in that channel, so the best hit of a channel
@@ -331,13 +352,14 @@ def normalised_channels(hits: Mapping[K, ChannelHit]) -> dict[K, tuple[float, fl
     takes as its inputs."""
     vec_max = max((max(0.0, h.vector_similarity or 0.0) for h in hits.values()), default=0.0)
     txt_max = max((max(0.0, h.text_rank_value or 0.0) for h in hits.values()), default=0.0)
-    return {
+    channels = {
         key: (
             max(0.0, hit.vector_similarity or 0.0) / vec_max if vec_max > 0 else 0.0,
             max(0.0, hit.text_rank_value or 0.0) / txt_max if txt_max > 0 else 0.0,
         )
         for key, hit in hits.items()
     }
+    return impute_pending(channels, hits)
 
 
 def _spread_channel(values: Mapping[K, float], how: str, depth: int | None = None) -> dict[K, float]:
@@ -379,7 +401,7 @@ def spread_channels(
         {k: h.vector_similarity for k, h in hits.items() if h.vector_similarity is not None}, how, k_vec
     )
     txt = _spread_channel({k: h.text_rank_value for k, h in hits.items() if h.text_rank_value is not None}, how, k_txt)
-    return {key: (vec.get(key, 0.0), txt.get(key, 0.0)) for key in hits}
+    return impute_pending({key: (vec.get(key, 0.0), txt.get(key, 0.0)) for key in hits}, hits)
 
 
 def confidence_alpha(hits: Mapping[K, ChannelHit], alpha: float, gain: float) -> float:

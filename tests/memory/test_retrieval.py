@@ -22,6 +22,7 @@ from memory import retrieval, scoring
 from memory.embeddings import set_embedder
 from memory.models import (
     GRAPH_GROUPS,
+    EmbeddingStatus,
     Kind,
     Memory,
     graph_group_name,
@@ -1202,6 +1203,56 @@ def test_an_exact_walk_leaves_the_vector_look_up_nothing_to_add(caller, monkeypa
     for query in (DEPLOY_KEYS[0], DEPLOY_KEYS[17], "zeppelin hangar roof", "rotated keys"):
         memory_search(caller=caller, query=SearchQuery(query, limit=10))
     assert added == []
+
+
+def _without_vector(memories: Sequence[Memory]) -> None:
+    """As a write during an embedder outage leaves a memory: no vector, pending."""
+    Memory.objects.filter(pk__in=[m.pk for m in memories]).update(
+        embedding=None, embedding_status=EmbeddingStatus.PENDING
+    )
+
+
+@pytest.mark.parametrize("fusion", scoring.FUSIONS)
+def test_a_memory_whose_vector_is_pending_is_found_by_its_own_text_among_near_duplicates(caller, fusion):
+    """The fault runs' writes: rules that share every word but a marker, some
+    written while the embedder was away. A pending rule matches its own text
+    only in the keyword channel, where it is first (its marker is rare); every
+    other rule shares its remaining words and carries both channels. Weighed
+    as the vector channel's miss, it fell below ten of them; weighed by its
+    keyword match, it comes first."""
+    params = RetrievalParams.resolve({"fusion": fusion})
+    markers = [f"w{n}q{n * 7919 % 1000}" for n in range(40)]
+    rules = [rule_store(caller=caller, content=f"Always mention {marker} before sending") for marker in markers]
+    facts = [
+        fact_store(caller=caller, subject=marker, predicate="status", content=f"{marker} is tracked").memory
+        for marker in markers
+    ]
+    pending = rules[::7] + facts[3::7]
+    _without_vector(pending)
+    for memory in pending:
+        found = memory_search(caller=caller, query=SearchQuery(memory.content, limit=10, params=params))
+        assert found[0].memory.content == memory.content, (memory.content, [h.memory.content for h in found])
+        assert found[0].hit.vector_pending and found[0].hit.vector_similarity is None
+    # The rest are found as before, by both channels.
+    embedded = rules[1]
+    found = memory_search(caller=caller, query=SearchQuery(embedded.content, limit=10, params=params))
+    assert found[0].memory.content == embedded.content and not found[0].hit.vector_pending
+
+
+def test_a_pending_memorys_keyword_match_is_its_weight_in_the_vector_channel_too():
+    """What every blend of the channels takes as a pending hit's inputs: its
+    keyword channel's value in both, so a fusion scores it by its keyword match."""
+    hits = {
+        "both": ChannelHit(vector_similarity=0.9, vector_rank=1, text_rank_value=2.0, text_rank=2),
+        "pending": ChannelHit(text_rank_value=4.0, text_rank=1, vector_pending=True),
+        "missed": ChannelHit(text_rank_value=4.0, text_rank=1),
+    }
+    spread = scoring.spread_channels(hits, "minmax", (48, 48))
+    assert spread["pending"] == (1.0, 1.0) and spread["missed"] == (0.0, 1.0)
+    normalised = scoring.normalised_channels(hits)
+    assert normalised["pending"] == (1.0, 1.0) and normalised["missed"] == (0.0, 1.0)
+    assert scoring.fuse_rrf(hits["pending"]) == pytest.approx(1.0)
+    assert scoring.fuse_rrf(hits["missed"]) == pytest.approx(0.5)
 
 
 def test_memories_tied_on_score_and_time_come_in_the_order_of_their_ids_text():
