@@ -41,6 +41,7 @@ from memory.selectors.memories import (
     memory_bank_always_injected,
     memory_rows_by_id,
     memory_search_ranking,
+    order_key,
     read_boundary,
     require_read,
 )
@@ -575,9 +576,10 @@ def sort_hits(hits: list[CollectionHit], order: str) -> list[CollectionHit]:
     return sorted(hits, key=lambda h: _order_key(h.memory, h.final_rank_score, order))
 
 
-def _order_key(memory: Memory | RankRow, final_rank_score: float | None, order: str) -> tuple[float, float, int]:
-    primary = {"recency": 0.0, "score": -memory.outcome_score}.get(order, -(final_rank_score or 0.0))
-    return (primary, -memory.created_at.timestamp(), memory.id.int)  # id ascending, as its text orders
+def _order_key(memory: Memory | RankRow, final_rank_score: float | None, order: str) -> tuple:
+    """The butlers memory module's order (``order_key``) on the score ``order`` names."""
+    score = {"recency": 0.0, "score": memory.outcome_score}.get(order, final_rank_score or 0.0)
+    return order_key(score, memory.created_at, memory.id)
 
 
 @dataclass
