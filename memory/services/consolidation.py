@@ -91,10 +91,13 @@ def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, no
             )
             .order_by("pk")
             .select_for_update()
-            .values_list("pk", flat=True)
+            .values_list("pk", "created_at")
         )
         if len(sources) != len(set(proposal.source_ids)):
             return None  # another run consolidated some of them first
+        # What the episodes said holds as of the newest of them: a fact stored
+        # since then about the same key is newer and must stay the active one.
+        stated_at = max(created_at for _, created_at in sources)
         metadata = {"consolidated_from": [str(pk) for pk in proposal.source_ids], "consolidator": consolidator}
         if proposal.kind == Kind.RULE:
             memory = rule_store(
@@ -111,6 +114,7 @@ def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, no
                 scope=scope,
                 source="consolidation",
                 metadata=metadata,
+                stated_at=stated_at,
             ).memory
         MemoryLink.objects.bulk_create(
             [

@@ -103,13 +103,17 @@ def _memory_row(*, caller: Caller, kind: str, content: str, embedding: _Embeddin
     )
 
 
-def _new_memory(*, caller: Caller, kind: str, content: str, embedding: _Embedding, **fields: Any) -> Memory:
+def _new_memory(
+    *, caller: Caller, kind: str, content: str, embedding: _Embedding, created_at: datetime | None = None, **fields: Any
+) -> Memory:
+    """Insert a new memory; ``created_at`` dates it in the past (what it was derived from), else now."""
     memory = _memory_row(caller=caller, kind=kind, content=content, embedding=embedding, **fields)
     tenant_write_lock(caller.tenant_id)  # before the insert's term-statistics triggers (memory/services/locks.py)
     quota_memories_check(caller=caller, adding=1)
     # The bulk writes' COPY, for one row: the ORM's INSERT spent more of a
     # store's Python time building its statement than anything but the embedding.
-    _memories_copy([memory], _copy_values([memory], {}))
+    dated = {memory.pk: (created_at, timezone.now())} if created_at is not None else {}
+    _memories_copy([memory], _copy_values([memory], dated))
     return memory
 
 
@@ -553,13 +557,19 @@ def fact_store(
     collection: str = "",
     boundary_class: str = DEFAULT_BOUNDARY_CLASS,
     replaces: uuid.UUID | None = None,
+    stated_at: datetime | None = None,
 ) -> FactStoreResult:
     """Store a fact; a keyed one supersedes the active fact of its subject and
     predicate. ``replaces`` makes it an update of that memory: it must still be
     the key's active holder when the key is locked (the embedding is computed
     before, so a forget or another update can commit in between), else
     NotFound and nothing is stored. Without it a text whose key had just been
-    forgotten would come back as a fresh active fact."""
+    forgotten would come back as a fresh active fact.
+
+    ``stated_at``: when what the fact says was said (a consolidated fact: its
+    newest source episode), which dates it. An active fact of its key dated
+    later is newer knowledge: it stays active, and this one is stored as its
+    superseded past version, as an import of an older fact is."""
     require_write(caller)
     boundary_class = validation.choice(boundary_class, field="boundary_class", allowed=BOUNDARY_CLASSES)
     subject, predicate = _fact_key(subject, predicate)
@@ -574,6 +584,7 @@ def fact_store(
     metadata = validation.metadata(metadata)
     embedding = _embed_for_store(content, kind=Kind.FACT)
     now = timezone.now()
+    stated_at = min(stated_at, now) if stated_at is not None else None
     state, state_changes_at = scoring.fact_state_schedule(
         confidence=confidence, decay_rate=scoring.DECAY_RATES[permanence], confirmed_at=now, now=now
     )
@@ -598,13 +609,20 @@ def fact_store(
                 f"memory {replaces} is no longer the active fact of its subject and predicate "
                 "(forgotten or replaced meanwhile); search to find the current one."
             )
-        # Retire the old row before inserting, so the partial unique index only
-        # ever sees one active fact; it already points at the id the new row gets.
         new_id = uuid.uuid4()
-        _supersede(caller=caller, old=previous, new_id=new_id, reason="same subject and predicate")
+        newer = [p for p in previous if stated_at is not None and p.created_at > stated_at]
+        if newer:
+            previous = []
+        else:
+            # Retire the old row before inserting, so the partial unique index only
+            # ever sees one active fact; it already points at the id the new row gets.
+            _supersede(caller=caller, old=previous, new_id=new_id, reason="same subject and predicate")
         memory = _new_memory(
             caller=caller,
             id=new_id,
+            created_at=stated_at,
+            validity=Validity.SUPERSEDED if newer else Validity.ACTIVE,
+            superseded_by_id=max(newer, key=lambda p: p.created_at).pk if newer else None,
             kind=Kind.FACT,
             content=content,
             embedding=embedding,
@@ -630,7 +648,8 @@ def fact_store(
             tenant_id=caller.tenant_id,
             memory=memory,
             event_type=EventType.STORED,
-            payload={"supersedes": [str(p.id) for p in previous]},
+            payload={"supersedes": [str(p.id) for p in previous]}
+            | ({"superseded_by": str(memory.superseded_by_id)} if newer else {}),
         )
         _after_commit(memory)
     visible = read_boundary(caller).visible if previous else frozenset()

@@ -134,6 +134,62 @@ def test_consolidated_fact_supersedes_through_fact_store(member, fake):
     assert {e["content"] for e in episodes_in(call.body)} == set(DARK_MODE)
 
 
+SEATTLE = [
+    "The user lives in Seattle now",
+    "The user lives in Seattle these days",
+    "User lives in Seattle, Washington now",
+]
+
+
+def test_a_fact_stored_after_the_episodes_stays_active_over_what_they_said(member, fake):
+    """The episodes say Seattle; the user then moved, and a fact says Austin.
+    Consolidating the older episodes later must not retire the newer fact: the
+    derived fact is dated at its newest episode and kept as the Austin fact's
+    past version. A fact older than the episodes is still superseded by them."""
+    episodes = store(member, SEATTLE)
+    newer = fact_store(
+        caller=member.caller, subject="user", predicate="city", content="The user moved to Austin"
+    ).memory
+    fake.chat_script = [
+        ChatStep(
+            content=one_fact_from_all_episodes(content="The user lives in Seattle", subject="user", predicate="city")
+        )
+    ]
+    llm = LLMConsolidator(base_url=fake.base_url, model="test-model", api_key="sk-test", timeout=10)
+    [created] = episodes_consolidate(tenant_id=member.caller.tenant_id, consolidator=llm).created
+
+    derived = Memory.objects.get(pk=created)
+    newer.refresh_from_db()
+    assert newer.validity == "active" and newer.superseded_by_id is None
+    assert (derived.validity, derived.superseded_by_id) == ("superseded", newer.id)
+    assert derived.created_at == max(e.created_at for e in episodes)
+    assert MemoryLink.objects.filter(from_memory=derived).count() == 3
+    assert all(Memory.objects.get(pk=e.id).consolidated_at for e in episodes)
+    stored = MemoryEvent.objects.get(memory_id=derived.id, event_type="stored").payload
+    assert stored == {"supersedes": [], "superseded_by": str(newer.id)}
+    active = Memory.objects.filter(tenant_id=member.caller.tenant_id, kind="fact", validity="active")
+    assert [m.content for m in active] == ["The user moved to Austin"]
+
+
+@pytest.mark.parametrize("stored_first", ["older", "newer"])
+def test_two_statements_of_one_key_leave_the_newer_active_whichever_is_stored_first(member, stored_first):
+    """Two derived facts of one key, from episodes a day apart, stored in
+    either order (a consolidator's proposals come in any order)."""
+    now = timezone.now()
+    said = {"older": ("The user lives in Seattle", now - timedelta(days=1)), "newer": ("The user lives in Austin", now)}
+    order = [stored_first, "newer" if stored_first == "older" else "older"]
+    stored = {
+        which: fact_store(
+            caller=member.caller, subject="user", predicate="city", content=said[which][0], stated_at=said[which][1]
+        ).memory
+        for which in order
+    }
+    rows = {which: Memory.objects.get(pk=m.pk) for which, m in stored.items()}
+    assert rows["newer"].validity == "active"
+    assert (rows["older"].validity, rows["older"].superseded_by_id) == ("superseded", rows["newer"].pk)
+    assert rows["older"].created_at == said["older"][1]
+
+
 def test_llm_malformed_output_is_retried_with_the_error(member, fake):
     episodes = store(member, TESTS_RULE)
     good = json.dumps(
