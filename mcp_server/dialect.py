@@ -383,9 +383,14 @@ def _describe(error: SchemaError, schema: Mapping[str, Any]) -> str:
         where = f"a key of {where}"
     rule, expected = error.validator, error.validator_value
     if rule == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
+        # The object that has the extra key: the arguments, or one nested in them
+        # (pce's provenance), whose own schema says which keys it takes.
+        holder = error.schema if isinstance(error.schema, Mapping) else schema
+        allowed = sorted(holder.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
         unknown = ", ".join(repr(e) for e in extra) or "an argument"
+        if error.absolute_path:
+            return f"unknown key {unknown} in {where}; it takes: {', '.join(allowed) or 'no keys'}."
         return f"unknown argument {unknown}; this tool takes: {', '.join(allowed)}."
     if rule == "required":
         missing = [r for r in expected if isinstance(error.instance, dict) and r not in error.instance]

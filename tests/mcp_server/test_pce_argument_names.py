@@ -27,3 +27,21 @@ async def test_a_refused_text_names_the_argument_the_tool_takes(tool, argument, 
         "VALIDATION_ERROR",
         f"{argument} is {limit + 1} characters; the limit is {limit}. Split it up.",
     )
+
+
+async def test_an_unknown_key_inside_an_argument_is_named_with_the_keys_that_argument_takes(member, pce):
+    """A nested object's extra key: the refusal names that key and where it is,
+    and lists the nested object's keys, not the tool's arguments (nor calls a
+    valid key unknown)."""
+    at = "2026-12-07T08:00:00Z"
+    async with pce(member) as client:
+        nested = await _error(client, "pce.memory.upsert", text="a decision", provenance={"at": at, "extra": 1})
+        deeper = await _error(
+            client, "pce.memory.upsert", text="a decision", provenance={"at": at, "git": {"commit": "abc1234", "x": 1}}
+        )
+        top = await _error(client, "pce.memory.upsert", text="a decision", provenance={"at": at}, extra=1)
+    assert nested["code"] == "VALIDATION_ERROR"
+    assert nested["message"].startswith("unknown key 'extra' in provenance; it takes: actor, at, git,"), nested
+    assert "'at'" not in nested["message"] and "boundary_class" not in nested["message"]
+    assert deeper["message"] == "unknown key 'x' in provenance.git; it takes: commit, files, repo, url.", deeper
+    assert top["message"].startswith("unknown argument 'extra'; this tool takes: boundary_class, content_hash,"), top
