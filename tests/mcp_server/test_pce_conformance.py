@@ -155,9 +155,38 @@ async def test_the_seed_example_policy_applies_to_a_fresh_tenant(owner, mcp_clie
         Draft202012Validator(schemas.POLICY_APPLY_RESPONSE).validate(body["data"])
         assert "would_conflict" not in body["data"], body
         assert body["policy_version"] == "0.0.0"
+    # The example is the default policy: a dry run of it would change nothing.
+    assert "would_change" not in checked["data"]
+    assert dry["data"]["would_change"] == {"keys": [], "memories_changing_visibility": 0, "visibility": []}
     Draft202012Validator(schemas.POLICY_APPLY_RESPONSE).validate(applied["data"])
     assert applied["data"]["version"] == applied["policy_version"] == "0.1.0"
     assert await PolicyVersion.objects.filter(is_current=True, version="0.1.0").aexists()
+
+
+async def test_a_dry_run_reports_the_keys_and_visibility_applying_would_change(owner, mcp_client_for):
+    """What the policy engine's dry run reports (docs/policy.md), in the answer:
+    the key paths that differ and each use tag's change of a class's visibility
+    with the memories of that class."""
+    yaml = SEED_EXAMPLE_YAML.replace("alpha: 0.65", "alpha: 0.5").replace(
+        "internal: { allow: ['answer:task','tool:*'] }", "internal: { allow: [] }"
+    )
+    async with mcp_client_for(owner, "pce") as client:
+        await ok(
+            client, "pce.memory.upsert", text="an internal decision", boundary_class="internal", provenance={"at": AT}
+        )
+        dry = await ok(client, "pce.memory.policy.apply", yaml=yaml, dry_run=True)
+    Draft202012Validator(schemas.POLICY_APPLY_RESPONSE).validate(dry["data"])
+    changed = dry["data"]["would_change"]
+    assert changed["keys"] == ["boundary_classes.internal.allow", "retrieval.hybrid.alpha"], changed
+    assert changed["memories_changing_visibility"] == 1
+    assert {
+        "use_tag": "answer:task",
+        "boundary_class": "internal",
+        "before": "visible",
+        "after": "denied",
+        "memories": 1,
+    } in changed["visibility"]
+    assert dry["policy_version"] == "0.0.0"  # nothing applied
 
 
 async def test_the_seed_example_request_applies_over_plain_http(owner):

@@ -305,6 +305,30 @@ POLICY_APPLY_RESPONSE = {
             "properties": {"code": {"const": "CONFLICT"}, "message": {"type": "string"}},
             "required": ["code", "message"],
         },
+        # Not in the spec: what a dry run would change (the policy engine's report).
+        "would_change": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "keys": {"type": "array", "items": {"type": "string"}},
+                "memories_changing_visibility": {"type": "integer"},
+                "visibility": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "use_tag": {"type": "string"},
+                            "boundary_class": {"type": "string"},
+                            "before": {"type": "string"},
+                            "after": {"type": "string"},
+                            "memories": {"type": "integer"},
+                        },
+                    },
+                },
+            },
+            "required": ["keys", "memories_changing_visibility", "visibility"],
+        },
     },
     "required": ["version"],
 }

@@ -449,6 +449,12 @@ def policy_apply(
     if result.conflict is not None:
         # A check or a dry run reports what applying would meet instead of refusing.
         data["would_conflict"] = {"code": "CONFLICT", "message": result.conflict}
+    if result.visibility is not None:
+        data["would_change"] = {
+            "keys": [change["path"] for change in result.changes],
+            "memories_changing_visibility": result.visibility["memories_changing_visibility"],
+            "visibility": result.visibility["changes"],
+        }
     return {
         "data": data,
         "policy_version": result.version if result.applied else result.previous_version,
