@@ -151,43 +151,59 @@ def memory_bank_update(
 ) -> tuple[Memory, Memory]:
     """Replace a memory_bank fact: the new text supersedes the old one through
     the fact's own subject+predicate (the core's supersession, audited), so a
-    fact another dialect stored is corrected the same way. Returns (old, new)."""
+    fact another dialect stored is corrected the same way. ``memory_id`` is any
+    version of the memory (the id a client holds keeps working after any number
+    of updates): its current version is the one replaced. Returns (the version
+    replaced, the new one).
+
+    fact_store checks, under the fact key's lock (which serialises the writers
+    of the memory's version chain), that the version it replaces is still the
+    key's active holder: the embedding is computed before, and another update
+    or a delete may commit meanwhile. When another update got there first the
+    chain has a newer current version, read again here after that writer's
+    commit, and this update applies to it in turn (the last one wins, as in
+    langmem's and the memory dialect's keyed updates); when a delete did, the
+    chain ends in a forgotten version: not found, nothing stored. Each attempt
+    names a version no attempt named before, so the loop ends."""
     require_write(caller)
-    old = Memory.objects.for_caller(caller).without_vectors().filter(pk=memory_id).first()
-    if old is None or old.validity != Validity.ACTIVE:
-        raise NotFound(NO_ACTIVE_MEMORY)
-    if collection_of(old) != Collection.MEMORY_BANK:
-        raise InvalidArgument(
-            f"update_memory changes memory_bank entries; {collection_of(old)} memories are "
-            "shaped by scoring instead (score it 'failed' if it is wrong)."
-        )
-    # The check above takes no lock: fact_store checks again, under the fact
-    # key's lock, that the entry is still the key's active holder (a delete or
-    # another update may commit while the new text is embedded).
-    try:
-        new = fact_store(
-            caller=caller,
-            replaces=old.pk,
-            subject=old.subject,
-            predicate=old.predicate,
-            namespace=old.namespace,
-            content=content,
-            importance=old.importance
-            if importance is None
-            else validation.number(importance, field="importance", low=0, high=1) * 10,
-            confidence=old.confidence if confidence is None else confidence,
-            permanence=old.permanence or "permanent",
-            scope=old.scope,
-            tags=old.tags if tags is None else tags,
-            source=old.source,
-            metadata=old.metadata,
-            collection=old.collection,
-            boundary_class=old.boundary_class,
-        ).memory
-    except NotFound as gone:
-        raise NotFound(NO_ACTIVE_MEMORY) from gone
-    old.refresh_from_db(fields=["validity", "superseded_by"])
-    return old, new
+    tried: set[uuid.UUID] = set()
+    while True:
+        try:
+            old = collection_get(caller, str(memory_id))
+        except NotFound as gone:
+            raise NotFound(NO_ACTIVE_MEMORY) from gone
+        if old.pk in tried:
+            raise NotFound(NO_ACTIVE_MEMORY)
+        tried.add(old.pk)
+        if collection_of(old) != Collection.MEMORY_BANK:
+            raise InvalidArgument(
+                f"update_memory changes memory_bank entries; {collection_of(old)} memories are "
+                "shaped by scoring instead (score it 'failed' if it is wrong)."
+            )
+        try:
+            new = fact_store(
+                caller=caller,
+                replaces=old.pk,
+                subject=old.subject,
+                predicate=old.predicate,
+                namespace=old.namespace,
+                content=content,
+                importance=old.importance
+                if importance is None
+                else validation.number(importance, field="importance", low=0, high=1) * 10,
+                confidence=old.confidence if confidence is None else confidence,
+                permanence=old.permanence or "permanent",
+                scope=old.scope,
+                tags=old.tags if tags is None else tags,
+                source=old.source,
+                metadata=old.metadata,
+                collection=old.collection,
+                boundary_class=old.boundary_class,
+            ).memory
+        except NotFound:
+            continue  # replaced or forgotten meanwhile: the chain's current version, read again, decides
+        old.refresh_from_db(fields=["validity", "superseded_by"])
+        return old, new
 
 
 def collection_forget(*, caller: Caller, memory_id: str) -> Memory:
@@ -196,7 +212,9 @@ def collection_forget(*, caller: Caller, memory_id: str) -> Memory:
     which every write that supersedes takes first, so the version forgotten is
     still the current one: an update committing after the caller looked the
     memory up would otherwise leave its new version active while the delete
-    retracted the version it had replaced."""
+    retracted the version it had replaced. ``memory_id`` is the id the client
+    sent, so a delete that finds the memory already forgotten (another delete
+    committed first) answers as a lookup of a missing memory does, naming it."""
     require_write(caller)
     with transaction.atomic():
         tenant_write_lock(caller.tenant_id)

@@ -6,10 +6,15 @@ not-found, and a delete that lands after an update forgets the new version.
 
 The interleaving is made deterministic by running the other write from inside
 the window: the update's embedding of its new text (computed before its
-transaction), the delete's lookup of the id it was given."""
+transaction), the delete's lookup of the id it was given.
+
+Parallel updates of one id all apply (the last one wins), and parallel
+deletes of one id delete it once; the others answer not found, naming the
+id the client sent."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -117,3 +122,55 @@ async def test_delete_memory_racing_update_forgets_the_new_version(member, mcp_c
     assert (await Memory.objects.aget(pk=raced[0].pk)).validity == "retracted"
     for text in (OLD, NEW):
         assert await sync_to_async(search_count)(member, text) == 0, text
+
+
+PARALLEL = 8
+
+
+def text_of(result: Any) -> str:
+    return " ".join(getattr(block, "text", "") for block in result.content)
+
+
+async def test_concurrent_update_memory_on_one_id_all_succeed_and_the_last_one_wins(member, mcp_client_for):
+    """Each update whose version another update replaced meanwhile applies to
+    the version current after that one: all of them answer success with the
+    id the client holds, every text is stored once, and one version stays."""
+    from asgiref.sync import sync_to_async
+
+    texts = [f"The deploy key lives in vault slot {n}" for n in range(PARALLEL)]
+    async with mcp_client_for(member, "roampal") as client:
+        added = await call(client, "add_to_memory_bank", content=OLD)
+        answers = await asyncio.gather(
+            *(client.call_tool("update_memory", {"id": added["id"], "content": text}) for text in texts)
+        )
+        assert [text_of(a) for a in answers if a.is_error] == []
+        assert {(a.structured_content or {}).get("id") for a in answers} == {added["id"]}
+        found = await call(client, "search_memory", id=added["id"])
+    active = await sync_to_async(active_texts)()
+    assert len(active) == 1 and active <= set(texts)
+    assert [r["content"] for r in found["results"]] == list(active)
+    for text in texts:
+        assert await Memory.objects.filter(content=text).acount() == 1, text
+
+
+async def test_concurrent_delete_memory_on_one_id_one_succeeds_the_rest_name_the_id_sent(member, mcp_client_for):
+    """A delete that finds the memory already deleted by another answers as
+    delete_memory answers a missing one, naming the id the client sent, never
+    a version's UUID."""
+    from asgiref.sync import sync_to_async
+
+    async with mcp_client_for(member, "roampal") as client:
+        added = await call(client, "add_to_memory_bank", content=OLD)
+        await call(client, "update_memory", id=added["id"], content=NEW)
+        answers = await asyncio.gather(
+            *(client.call_tool("delete_memory", {"id": added["id"]}) for _ in range(PARALLEL))
+        )
+        missing = await call_error(client, "delete_memory", id=added["id"])
+    deleted = [a for a in answers if not a.is_error]
+    assert len(deleted) == 1 and deleted[0].structured_content == {"id": added["id"], "deleted": True}
+    assert {text_of(a) for a in answers if a.is_error} == {missing}
+    assert added["id"] in missing
+    versions = [str(pk) async for pk in Memory.objects.values_list("pk", flat=True)]
+    for answer in answers:
+        assert not any(pk in text_of(answer) or pk.replace("-", "") in text_of(answer) for pk in versions)
+    assert await sync_to_async(active_texts)() == set()

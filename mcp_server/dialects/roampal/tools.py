@@ -443,8 +443,10 @@ def delete_memory(
         target = _by_content(content)
     else:
         raise dialect.failure("INVALID_ARGUMENT", "Provide id or content to name the memory to delete.")
-    # Forgotten by its current version, looked up again under the write lock:
-    # an update committing since the lookup above has replaced target.
-    forgotten = api.collection_forget(caller=caller, memory_id=str(target.id))
+    # Forgotten by its current version, looked up again under the write lock
+    # (an update committing since the lookup above has replaced target), by the
+    # id the client sent: a delete that lost a race to another answers not
+    # found naming that id, as a delete of a missing memory does.
+    forgotten = api.collection_forget(caller=caller, memory_id=id or api.display_id(target))
     ident = api.display_id(forgotten)
     return _result(f"Deleted memory (ID: {ident})", DeletedResult(id=ident, deleted=True))
