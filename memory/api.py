@@ -29,7 +29,7 @@ from typing import Any
 
 from memory.claims import CLAIM_MEMORY_KINDS, claim_kind_of, claim_scope_of
 from memory.context import ContextBlock, build_context
-from memory.errors import DomainError, EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
+from memory.errors import DomainError, Duplicate, EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import Collection, collection_of
 from memory.outcomes import Signal
 from memory.read_model import MemoryView, memory_view
@@ -151,6 +151,7 @@ __all__ = [
     "tool_call_audit",
     "ContextBlock",
     "DomainError",
+    "Duplicate",
     "EmbeddingUnavailable",
     "FactStoreResult",
     "FeedbackResult",

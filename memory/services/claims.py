@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from memory import validation
-from memory.claims import CLAIM_KINDS, CLAIM_SCOPES, CLAIM_SUBJECT, claim_kind_of
+from memory.claims import CLAIM_KINDS, CLAIM_SCOPES, CLAIM_SUBJECT, claim_kind_of, claim_scope_of
 from memory.errors import Duplicate, InvalidArgument
 from memory.models import Kind, Memory
 from memory.services.graph import EntityInput, RelationInput, graph_check, graph_merge
@@ -68,14 +68,17 @@ def claim_upsert(
             .first()
         )
         if existing is not None:
-            same = (claim_kind_of(existing), existing.scope, existing.boundary_class) == (kind, scope, boundary_class)
+            # As a claim read shows it: another dialect's fact of scope `global` is a project claim.
+            shown = (claim_kind_of(existing), claim_scope_of(existing.scope), existing.boundary_class)
+            same = shown == (kind, scope, boundary_class)
             if not same and existing.boundary_class not in boundary_for(caller.policy).visible:
                 # Naming a claim the caller's reads cannot see would tell its id and class.
                 raise Duplicate("the same text is already stored as a claim this token cannot read; change the text.")
             if not same:
+                # The id is in the details only: each surface names a memory its own way (pce: clm_...).
                 raise Duplicate(
-                    f"the same text is already claim {existing.id} with kind {claim_kind_of(existing)}, scope "
-                    f"{existing.scope} and boundary_class {existing.boundary_class}; reuse it or change the text.",
+                    f"the same text is already a claim with kind {shown[0]}, scope {shown[1]} and "
+                    f"boundary_class {shown[2]} (details.existing_id); reuse it or change the text.",
                     details={"existing_id": str(existing.id)},
                 )
             return ClaimUpsertResult(memory=existing, created=False)

@@ -115,7 +115,8 @@ async def test_upsert_is_idempotent_by_normalized_text_and_checks_the_hash(prefi
     assert wrong["error"]["code"] == "VALIDATION_ERROR" and "content_hash" in wrong["error"]["message"]
     assert no_at["error"]["code"] == "VALIDATION_ERROR" and "'at'" in no_at["error"]["message"]
     assert bad_commit["error"]["code"] == "VALIDATION_ERROR"
-    assert conflict["error"]["code"] == "DUPLICATE" and conflict["error"]["details"]["existing_id"]
+    assert conflict["error"]["code"] == "DUPLICATE" and conflict["error"]["details"]["existing_id"] == first["id"]
+    assert "kind fact, scope project" in conflict["error"]["message"]
 
 
 async def test_entities_with_one_canonical_key_merge(member, pce):

@@ -330,29 +330,36 @@ def upsert(
     (provenance.at required). Idempotent by content_hash: the same normalized text returns the same
     clm_ id and changes nothing. Entities with the same canonical_key are merged."""
     caller = dialect.caller()
-    result = api.claim_upsert(
-        caller=caller,
-        text=text,
-        provenance=provenance,
-        kind=kind,
-        scope=scope,
-        boundary_class=boundary_class,
-        entities=[
-            api.EntityInput(
-                ref=e["id"],
-                type=e["type"],
-                name=e["name"],
-                canonical_key=e.get("canonical_key", ""),
-                attrs=e.get("attrs"),
-            )
-            for e in entities or []
-        ],
-        relations=[
-            api.RelationInput(src_ref=r["src_id"], dst_ref=r["dst_id"], type=r["type"], props=r.get("props"))
-            for r in relations or []
-        ],
-        content_hash=content_hash,
-    )
+    try:
+        result = api.claim_upsert(
+            caller=caller,
+            text=text,
+            provenance=provenance,
+            kind=kind,
+            scope=scope,
+            boundary_class=boundary_class,
+            entities=[
+                api.EntityInput(
+                    ref=e["id"],
+                    type=e["type"],
+                    name=e["name"],
+                    canonical_key=e.get("canonical_key", ""),
+                    attrs=e.get("attrs"),
+                )
+                for e in entities or []
+            ],
+            relations=[
+                api.RelationInput(src_ref=r["src_id"], dst_ref=r["dst_id"], type=r["type"], props=r.get("props"))
+                for r in relations or []
+            ],
+            content_hash=content_hash,
+        )
+    except api.Duplicate as exc:
+        # The core names the existing memory by its id; pce names a claim by its clm_ id.
+        existing = exc.details.get("existing_id")
+        raise dialect.failure(
+            "DUPLICATE", str(exc), {"existing_id": claim_id(uuid.UUID(existing))} if existing else {}
+        ) from exc
     data = {"id": claim_id(result.memory.id), "policy_version": caller.policy.version}
     _audit(
         "upsert",

@@ -22,7 +22,18 @@ def test_the_same_text_in_a_class_the_caller_reads_names_the_claim(member):
     first = upsert(member, "The staging door code is 4471", "internal").memory
     with pytest.raises(Duplicate) as refused:
         upsert(member, "The staging door code is 4471", "public")
-    assert str(first.id) in str(refused.value) and refused.value.details == {"existing_id": str(first.id)}
+    assert refused.value.details == {"existing_id": str(first.id)}
+    assert "kind fact, scope project and boundary_class internal" in str(refused.value)
+
+
+def test_another_dialects_fact_of_the_same_text_is_the_project_claim_it_shows_as(member):
+    """A memory-dialect fact (scope `global`) shows as a `project` claim: a
+    project upsert of its text returns it, as the same claim upserted again does."""
+    from memory.services.memories import fact_store
+
+    fact = fact_store(caller=member.caller, subject=None, predicate=None, content="Deploys freeze on Fridays").memory
+    again = upsert(member, "Deploys freeze on Fridays", "internal")
+    assert (again.memory.id, again.created) == (fact.id, False)
 
 
 def test_the_same_text_in_a_class_the_caller_cannot_read_names_nothing(member):
