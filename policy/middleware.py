@@ -22,9 +22,18 @@ revocation bumps it too, and a stale check clears this process's token cache
 as well, policy/tokencache.py). Requests without a token, or with a token that
 is unknown, revoked or expired, share one bucket per client address with the
 ``MEMPROJ_ANONYMOUS_RATE_LIMIT`` limit: a made-up bearer value buys no fresh
-bucket. If Redis cannot be reached the request
-is served without a limit (fail open, logged): a broken counter must not take
-the whole API down.
+bucket.
+
+The limiter's Redis connections are a bounded pool (policy/ratelimit.py): a
+burst of requests larger than it waits for a connection. A request that gets
+none within the pool's wait (``POOL_WAIT_SECONDS``; the limiter is saturated)
+is not served: it is answered 503 with ``Retry-After`` and the surface's coded
+overload error, the one the server answers over its connection limit
+(``TIMEOUT`` in a dialect's vocabulary, ``SERVER_BUSY`` on plain paths; over
+MCP a JSON-RPC server error, -32000, answering the request's id). Any other
+failure of the check (Redis down, unreachable or not answering in time, or the
+token's rule not resolvable) serves the request without a limit and without rate-limit headers (fail open, logged
+at most once a minute): a broken counter must not take the whole API down.
 
 Install by wrapping the ASGI application: ``application = RateLimitMiddleware(Router())``.
 """
@@ -43,7 +52,7 @@ from asgiref.sync import sync_to_async
 
 from policy.document import RateLimitPolicy
 from policy.policycache import policy_caching_enable
-from policy.ratelimit import AsyncRateLimiter, RateDecision, StaleRule
+from policy.ratelimit import AsyncRateLimiter, LimiterBusy, RateDecision, StaleRule
 from policy.tokencache import token_cache_clear
 
 logger = logging.getLogger(__name__)
@@ -63,6 +72,10 @@ MAX_BODY_FOR_ID = 64 * 1024
 # and would spend the budget of the real clients behind that address; and each
 # probe would be a write to Redis. Exact paths: anything else is counted.
 UNMETERED_PATHS = frozenset({"/healthz", "/readyz"})
+
+# Seconds a request refused for a saturated limiter should wait (as the
+# server's connection limit's, memproj/httpserver.py's BUSY_RETRY_AFTER).
+BUSY_RETRY_AFTER = 1
 
 
 def _message(decision: RateDecision) -> str:
@@ -347,6 +360,7 @@ class RateLimitMiddleware:
         self.resolver = resolver
         self.limiter = limiter or AsyncRateLimiter()
         self._last_failure_log = 0.0
+        self._last_busy_log = 0.0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -359,7 +373,12 @@ class RateLimitMiddleware:
             return
         try:
             decision = await self._check(scope)
-        except Exception:  # Redis down or unreachable: serve, unlimited (fail open)
+        except LimiterBusy:
+            # Every pooled connection stayed busy through the wait: nothing was
+            # counted, so serving would be unlimited; refuse, retryable.
+            await self._busy(scope, receive, send)
+            return
+        except Exception:  # Redis down, unreachable or frozen: serve, unlimited (fail open)
             if time.monotonic() - self._last_failure_log > 60:
                 self._last_failure_log = time.monotonic()
                 logger.exception("rate limit check failed; serving without a limit")
@@ -399,18 +418,44 @@ class RateLimitMiddleware:
         payload, content_type = surface_error(
             path, "RATE_LIMIT", _message(decision), _details(decision), body, jsonrpc_code=JSONRPC_RATE_LIMIT
         )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 429,
-                "headers": [
-                    (b"content-type", content_type.encode()),
-                    (b"content-length", str(len(payload)).encode()),
-                    *decision.headers(),
-                ],
-            }
+        await _answer(send, 429, payload, content_type, decision.headers())
+
+    async def _busy(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """503 with Retry-After and the surface's coded overload error (as the
+        server's answer over its connection limit), answering an MCP request's id."""
+        path = scope.get("path", "")
+        body = await read_body_for_id(receive) if surface_of(path).kind == MCP else b""
+        payload, content_type = surface_error(
+            path,
+            "TIMEOUT",
+            f"the rate limiter is busy: no Redis connection became free in time; retry in {BUSY_RETRY_AFTER} s "
+            "(with exponential backoff and jitter).",
+            {"retry_after": BUSY_RETRY_AFTER},
+            body,
+            plain_code="SERVER_BUSY",
+            jsonrpc_code=JSONRPC_SERVER_ERROR,
         )
-        await send({"type": "http.response.body", "body": payload})
+        if time.monotonic() - self._last_busy_log > 60:
+            self._last_busy_log = time.monotonic()
+            logger.warning("rate limiter saturated (no pooled Redis connection in time); answering 503")
+        await _answer(send, 503, payload, content_type, [(b"retry-after", str(BUSY_RETRY_AFTER).encode())])
+
+
+async def _answer(
+    send: Send, status: int, payload: bytes, content_type: str, headers: list[tuple[bytes, bytes]]
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type.encode()),
+                (b"content-length", str(len(payload)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
 
 
 async def read_body_for_id(receive: Receive) -> bytes:

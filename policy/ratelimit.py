@@ -16,6 +16,14 @@ so processes with skewed clocks still agree on the window.
 
 The Redis server is ``MEMPROJ_RATE_LIMIT_REDIS_URL`` if set, else the Celery
 broker's (the embedded one by default).
+
+Connections come from a bounded blocking pool (``POOL_MAX_CONNECTIONS`` per
+client, i.e. per event loop or per synchronous limiter): a burst of checks
+larger than the pool waits for a connection, up to ``POOL_WAIT_SECONDS``; a
+check that gets none in that time raises ``LimiterBusy`` (the limiter is
+saturated: the caller must not treat it as Redis being down, which it serves
+without a limit, but refuse the request as retryable). Redis down or
+unreachable is still a redis ``ConnectionError`` or ``TimeoutError``.
 """
 
 from __future__ import annotations
@@ -98,6 +106,81 @@ return {0, 0, reset_ms}
 SCRIPTS = {"fixed": GENERATION_CHECK + FIXED_WINDOW, "sliding": GENERATION_CHECK + SLIDING_WINDOW}
 
 
+# Connections per client (per event loop in the web process, per RateLimiter):
+# a check holds one for one EVALSHA round trip (well under a millisecond on a
+# healthy Redis), so 50 serve thousands of checks a second; more requests in
+# flight than that wait for one.
+POOL_MAX_CONNECTIONS = 50
+# How long a check waits for a pooled connection before the limiter counts as
+# saturated (LimiterBusy). Short: a healthy Redis frees a connection within
+# milliseconds, and a refused client is told to retry in a second.
+POOL_WAIT_SECONDS = 1.0
+# Connecting to Redis and each reply (a frozen Redis holds a connection this long).
+SOCKET_TIMEOUT_SECONDS = 2
+
+
+class LimiterBusy(Exception):  # noqa: N818 - a state of the limiter, as StaleRule
+    """No pooled Redis connection became free within the pool's wait: the
+    request was not counted, and must not be served as if Redis were down."""
+
+
+def _async_pool(url: str, max_connections: int, timeout: float) -> Any:
+    """A redis.asyncio BlockingConnectionPool whose wait for a free connection,
+    when it runs out, raises LimiterBusy instead of the redis ConnectionError
+    that a refused or timed-out connect also raises."""
+    import asyncio
+
+    import redis.asyncio
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    class Pool(redis.asyncio.BlockingConnectionPool):
+        async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await super().get_connection(*args, **kwargs)
+            except RedisConnectionError as error:
+                # The pool's own wait ends in ConnectionError("No connection
+                # available.") from asyncio's TimeoutError; connecting raises
+                # redis's TimeoutError or a ConnectionError from an OSError.
+                if isinstance(error.__cause__, asyncio.TimeoutError):
+                    raise LimiterBusy(f"no Redis connection free within {timeout:g} s") from error
+                raise
+
+    return Pool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=timeout,
+        socket_timeout=SOCKET_TIMEOUT_SECONDS,
+        socket_connect_timeout=SOCKET_TIMEOUT_SECONDS,
+    )
+
+
+def _sync_pool(url: str, max_connections: int, timeout: float) -> Any:
+    """The same for the synchronous client (thread-safe; shared by threads)."""
+    import queue
+
+    import redis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    class Pool(redis.BlockingConnectionPool):
+        def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().get_connection(*args, **kwargs)
+            except RedisConnectionError as error:
+                # The pool's wait ends in ConnectionError("No connection
+                # available.") raised while handling queue.Empty.
+                if isinstance(error.__context__, queue.Empty):
+                    raise LimiterBusy(f"no Redis connection free within {timeout:g} s") from error
+                raise
+
+    return Pool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=timeout,
+        socket_timeout=SOCKET_TIMEOUT_SECONDS,
+        socket_connect_timeout=SOCKET_TIMEOUT_SECONDS,
+    )
+
+
 class StaleRule(Exception):  # noqa: N818 - a signal to re-resolve, not a failure
     """The rule was resolved under an older policy generation; nothing was counted."""
 
@@ -156,8 +239,16 @@ class AsyncRateLimiter:
     """For the ASGI middleware: one client per event loop (redis.asyncio
     connections belong to the loop that opened them)."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        max_connections: int = POOL_MAX_CONNECTIONS,
+        pool_timeout: float = POOL_WAIT_SECONDS,
+    ) -> None:
         self._url = url
+        self._max_connections = max_connections
+        self._pool_timeout = pool_timeout
         # Per event loop: the client and its registered scripts.
         self._clients: dict[int, tuple[Any, dict[str, Any]]] = {}
 
@@ -169,26 +260,36 @@ class AsyncRateLimiter:
         loop_id = id(asyncio.get_running_loop())
         entry = self._clients.get(loop_id)
         if entry is None:
-            client = redis.asyncio.from_url(self._url or redis_url(), socket_timeout=2, socket_connect_timeout=2)
+            pool = _async_pool(self._url or redis_url(), self._max_connections, self._pool_timeout)
+            client = redis.asyncio.Redis.from_pool(pool)
             entry = (client, {name: client.register_script(text) for name, text in SCRIPTS.items()})
             self._clients = {loop_id: entry}  # an old loop's client is of no use any more
         return entry[1]
 
     async def hit(self, bucket: str, rule: RateLimitPolicy, generation: str | None = None) -> RateDecision:
         """Count one call; with ``generation``, raise StaleRule (counting
-        nothing) if the policy generation is another one."""
+        nothing) if the policy generation is another one. LimiterBusy: no
+        pooled connection within the wait, nothing counted."""
         keys, args = _args(bucket, rule, generation)
         reply = await self._scripts()[rule.algorithm](keys=keys, args=args)
         return _decision(reply, rule)
 
 
 class RateLimiter:
-    """The same check from synchronous code (workers, tests, scripts)."""
+    """The same check from synchronous code (workers, tests, scripts); one
+    limiter may be shared by threads, which then wait for its pooled
+    connections as the async limiter's tasks do (LimiterBusy past the wait)."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        max_connections: int = POOL_MAX_CONNECTIONS,
+        pool_timeout: float = POOL_WAIT_SECONDS,
+    ) -> None:
         import redis
 
-        self._client = redis.Redis.from_url(url or redis_url(), socket_timeout=2, socket_connect_timeout=2)
+        self._client = redis.Redis.from_pool(_sync_pool(url or redis_url(), max_connections, pool_timeout))
         self._scripts = {name: self._client.register_script(text) for name, text in SCRIPTS.items()}
 
     def hit(self, bucket: str, rule: RateLimitPolicy, generation: str | None = None) -> RateDecision:

@@ -407,3 +407,104 @@ async def test_the_rest_route_answers_a_rate_limit_in_the_dialects_own_error_bod
     assert body["error"]["code"] == "RATE_LIMIT" and body["error"]["details"]["limit"] == 1
     assert {"request_id", "trace_id", "policy_version"} <= set(body) and "jsonrpc" not in body
     assert hooks.status_code == 429 and hooks.json()["code"] == "RATE_LIMIT" and set(hooks.json()) == {"error", "code"}
+
+
+async def test_a_burst_larger_than_the_redis_pool_is_still_limited():
+    """400 concurrent requests at a limit of 20, far more than the limiter's
+    Redis pool holds connections: requests wait for a pooled connection, and
+    no more than 20 are served (a pool that ran out used to fail open: 220 of
+    400 were served in an outside probe)."""
+    from policy.ratelimit import AsyncRateLimiter
+
+    limiter = AsyncRateLimiter()
+    app = RateLimitMiddleware(_ok_app, resolver=_static(20), limiter=limiter)
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
+        responses = await asyncio.gather(*(client.post("/api/memory/memory_stats", json={}) for _ in range(400)))
+    statuses = [r.status_code for r in responses]
+    served = statuses.count(200)
+    assert served <= 20, f"{served} of 400 served at a limit of 20"
+    assert set(statuses) <= {200, 429, 503}, sorted(set(statuses))
+    if 503 not in statuses:  # none waited out the pool: every request was counted
+        assert served == 20 and statuses.count(429) == 380
+
+
+async def _held(limiter, count: int):
+    """Take ``count`` of the limiter's pooled connections (in this event loop)."""
+    pool = limiter._scripts()["fixed"].registered_client.connection_pool
+    return pool, [await pool.get_connection() for _ in range(count)]
+
+
+def _render_busy_dialect(code, message, details):
+    return json.dumps({"error": {"code": code, "message": message, "details": details}, "dialect": "test-busy"})
+
+
+@pytest.mark.parametrize("path", ["/mcp/memory", "/api/test-busy/some_tool", "/"])
+async def test_a_saturated_pool_is_answered_busy_not_served_unlimited(path, monkeypatch):
+    """No pooled connection within the wait: 503 with Retry-After and the
+    surface's coded overload error (MCP: JSON-RPC; a dialect's REST route: its
+    own body; elsewhere the plain body), never the app."""
+    from policy.middleware import DIALECT_RENDERERS, JSONRPC_SERVER_ERROR
+    from policy.ratelimit import AsyncRateLimiter
+
+    monkeypatch.setitem(DIALECT_RENDERERS, "test-busy", _render_busy_dialect)
+
+    limiter = AsyncRateLimiter(max_connections=2, pool_timeout=0.2)
+    served: list[str] = []
+
+    async def app(scope, receive, send):
+        served.append(scope["path"])
+        await _ok_app(scope, receive, send)
+
+    middleware = RateLimitMiddleware(app, resolver=_static(100), limiter=limiter)
+    pool, connections = await _held(limiter, 2)
+    try:
+        async with httpx.AsyncClient(transport=asgi_transport(middleware), base_url="http://testserver") as client:
+            refused = await client.post(path, json={"jsonrpc": "2.0", "id": 9, "method": "tools/list"})
+    finally:
+        for connection in connections:
+            await pool.release(connection)
+    assert served == []
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert "x-ratelimit-limit" not in refused.headers
+    body = refused.json()
+    if path.startswith("/mcp/"):
+        assert body["id"] == 9 and body["error"]["code"] == JSONRPC_SERVER_ERROR
+        assert body["error"]["data"]["code"] == "TIMEOUT" and body["error"]["data"]["retry_after"] == 1
+    elif path.startswith("/api/"):
+        assert body["dialect"] == "test-busy" and body["error"]["code"] == "TIMEOUT"
+        assert body["error"]["details"]["retry_after"] == 1
+    else:
+        assert body["error"]["code"] == "SERVER_BUSY" and body["error"]["details"]["retry_after"] == 1
+    # Once a connection is free again the same middleware counts and serves.
+    async with httpx.AsyncClient(transport=asgi_transport(middleware), base_url="http://testserver") as client:
+        again = await client.post(path, json={"jsonrpc": "2.0", "id": 10, "method": "tools/list"})
+    assert again.status_code == 200 and again.headers["x-ratelimit-limit"] == "100"
+
+
+def test_the_sync_limiter_waits_for_a_pooled_connection_and_refuses_when_saturated():
+    """The synchronous limiter shares one bounded pool between threads: 64
+    threads over 4 connections are all counted; with every connection held,
+    a check raises LimiterBusy (not a redis ConnectionError a caller would read
+    as Redis being down)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from policy.ratelimit import LimiterBusy
+
+    limiter = RateLimiter(max_connections=4, pool_timeout=5)
+    rule = RateLimitPolicy(limit=50, window_seconds=600, algorithm="fixed")
+    bucket = f"test-{uuid.uuid4()}"
+    _inside_one_fixed_window(600, margin_seconds=30)
+    with ThreadPoolExecutor(64) as threads:
+        decisions = list(threads.map(lambda _: limiter.hit(bucket, rule), range(200)))
+    assert sum(d.allowed for d in decisions) == 50
+    busy = RateLimiter(max_connections=1, pool_timeout=0.1)
+    pool = busy._client.connection_pool
+    held = pool.get_connection()
+    try:
+        with pytest.raises(LimiterBusy):
+            busy.hit(bucket, rule)
+    finally:
+        pool.release(held)
+    assert busy.hit(f"test-{uuid.uuid4()}", rule).allowed  # a free connection again: counted
+    busy.close()
+    limiter.close()
