@@ -106,17 +106,36 @@ async def tool_call(request: HttpRequest, toolset: str, tool: str) -> HttpRespon
         raise
 
 
-async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> HttpResponse:
-    header = request.headers.get("Authorization", "")
-    caller = await _caller(header)
-    if caller is None and bearer_token(header):
+def _unauthenticated(dialect: Any, header: str) -> HttpResponse:
+    """The 401 of a request whose ``Authorization`` header names no caller: a
+    refused token is told so, a missing one is asked for."""
+    if bearer_token(header):
         response = _error(dialect, "PERMISSION_DENIED", CREDENTIALS_REFUSED, 401)
         response["WWW-Authenticate"] = REFUSED_CHALLENGE
         return response
+    response = _error(dialect, "PERMISSION_DENIED", "send Authorization: Bearer <token>.", 401)
+    response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+async def credentials_refusal(toolset: str, header: str) -> HttpResponse | None:
+    """The 401 a ``POST /api/<toolset>/<tool>`` gets for its ``Authorization``
+    header, or None when the header names a caller (or the toolset is none:
+    the route answers that). The router (memproj/asgi.py) asks before Django
+    reads the body, so a request without valid credentials is refused at once,
+    not after its body has come (or stopped coming). May raise what the token
+    look-up raises (the store unavailable)."""
+    dialect = TOOLSETS.get(toolset)
+    if dialect is None or await _caller(header) is not None:
+        return None
+    return _unauthenticated(dialect, header)
+
+
+async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> HttpResponse:
+    header = request.headers.get("Authorization", "")
+    caller = await _caller(header)
     if caller is None:
-        response = _error(dialect, "PERMISSION_DENIED", "send Authorization: Bearer <token>.", 401)
-        response["WWW-Authenticate"] = "Bearer"
-        return response
+        return _unauthenticated(dialect, header)
     try:
         declared = int(request.headers.get("Content-Length") or 0)
     except ValueError:

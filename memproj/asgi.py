@@ -4,6 +4,8 @@ router owns the lifespan and runs each MCP session manager inside it."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -30,6 +32,8 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.db import InterfaceError, OperationalError  # noqa: E402
+from django.http import HttpResponse  # noqa: E402
+from django.urls import Resolver404, resolve  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
 from mcp_server.auth import MemprojTokenVerifier  # noqa: E402
@@ -41,8 +45,10 @@ from mcp_server.http import (  # noqa: E402
     REFUSED_CHALLENGE,
     RETRY_AFTER_SECONDS,
     STORAGE_MESSAGE,
+    storage_failure,
 )
 from mcp_server.registry import TOOLSETS, dialect_body_limits  # noqa: E402
+from mcp_server.rest import credentials_refusal  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from memory.admin.imports import import_body_limits  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
@@ -159,6 +165,12 @@ def presented_token(scope: Scope) -> str | None:
     return None
 
 
+# Seconds a refused token's request body is waited for, for its JSON-RPC id:
+# a client writes its body right after the headers; one that has not come by
+# then is answered without its id rather than waited for.
+TOKEN_REFUSAL_BODY_WAIT = 0.5
+
+
 async def token_refusal(path: str, receive: Any) -> Refusal:
     """A token that was sent but refused (unknown, revoked or expired): 401 with
     RFC 6750's ``invalid_token`` challenge and no ``resource_metadata``, and, in
@@ -171,8 +183,14 @@ async def token_refusal(path: str, receive: Any) -> Refusal:
     document) is the ``invalid_token`` error in the challenge and the body's
     message, which the python SDK's client surfaces as the error: memproj's
     tokens come from ``issue_token`` or the admin, so a client is told to get a
-    new one rather than pointed at an authorization server."""
-    body = await read_body_for_id(receive)
+    new one rather than pointed at an authorization server.
+
+    The body is read for the id for at most ``TOKEN_REFUSAL_BODY_WAIT``
+    seconds: a request without valid credentials is not kept waiting on a
+    body that does not come."""
+    body = b""
+    with contextlib.suppress(TimeoutError):
+        body = await asyncio.wait_for(read_body_for_id(receive), TOKEN_REFUSAL_BODY_WAIT)
     payload, content_type = surface_error(
         path, "PERMISSION_DENIED", CREDENTIALS_REFUSED, {"error": "invalid_token"}, body
     )
@@ -237,6 +255,47 @@ async def repeated_key_refusal(path: str, receive: Any) -> tuple[Refusal | None,
     return None, replay
 
 
+def authorization_header(scope: Scope) -> str:
+    """The request's Authorization header as Django's request reads it
+    (repeated ones joined with commas)."""
+    values = [value.decode("latin-1") for key, value in scope.get("headers") or [] if key == b"authorization"]
+    return ",".join(values)
+
+
+def as_refusal(response: HttpResponse) -> Refusal:
+    headers = [
+        (key.lower().encode("latin-1"), value.encode("latin-1"))
+        for key, value in response.items()
+        if key.lower() not in ("content-type", "content-length")
+    ]
+    return response.status_code, response.content, response["Content-Type"], headers
+
+
+async def rest_credentials_refusal(scope: Scope) -> Refusal | None:
+    """The 401 of a ``POST /api/<toolset>/<tool>`` without valid credentials,
+    answered before Django runs: Django reads the whole body before any view,
+    so the route's own check would wait for a body that may never come. The
+    same answer the route gives (``mcp_server.rest.credentials_refusal``);
+    None for any other request, a valid token, or a store the token look-up
+    cannot reach (the route answers that: 503)."""
+    path: str = scope.get("path", "")
+    if scope.get("method") != "POST" or not path.startswith("/api/"):
+        return None
+    try:
+        match = resolve(path)
+    except Resolver404:
+        return None
+    if match.url_name != "tool_call":
+        return None  # a dialect's own route (roampal's hooks, langmem's store) authenticates its own way
+    try:
+        response = await credentials_refusal(str(match.kwargs["toolset"]), authorization_header(scope))
+    except Exception as exc:
+        if storage_failure(exc):
+            return None
+        raise
+    return None if response is None else as_refusal(response)
+
+
 def unknown_toolset(path: str, name: str) -> Refusal:
     """A path under /mcp/ that names no toolset: 404 naming the toolsets."""
     toolsets = sorted(TOOLSETS)
@@ -291,6 +350,11 @@ class Router:
             finally:
                 connection_options.reset(token)
             return
+        if scope["type"] == "http":
+            refusal = await rest_credentials_refusal(scope)
+            if refusal is not None:
+                await refuse(send, refusal)
+                return
         await self.django(scope, receive, send)
 
     async def _before_the_sdk(self, name: str, scope: Scope, receive: Any) -> Refusal | None:

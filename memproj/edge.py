@@ -69,6 +69,15 @@ def _too_large(path: str, limit: int, request_id: int | str | None) -> tuple[byt
     return surface_error(path, "INVALID_ARGUMENT", message, {"limit": limit}, id_only, plain_code="PAYLOAD_TOO_LARGE")
 
 
+def body_timed_out(path: str, timeout: float) -> tuple[bytes, str]:
+    """The 408 of a request whose body did not arrive within ``timeout``
+    seconds (``memproj.httpserver``), in the surface's vocabulary as a 413 is:
+    the request is at fault, so the dialects' INVALID_ARGUMENT (their TIMEOUT
+    is a tool's, which some render as a server error)."""
+    message = f"the request body did not arrive within {timeout:g} s of its headers; send the whole body at once."
+    return surface_error(path, "INVALID_ARGUMENT", message, {"timeout": timeout}, plain_code="REQUEST_TIMEOUT")
+
+
 # A refused body that declares a length of at most this many bytes is read to
 # its end and dropped (within this many seconds) before the 413 is sent: HTTP
 # clients (httpx, so the MCP python SDK, and urllib) write their whole body

@@ -13,6 +13,16 @@ process with it: ``--http memproj.httpserver:GuardedH11Protocol``).
   kept-alive connection's idleness is uvicorn's ``timeout_keep_alive`` alone:
   closing it sooner, while a pooled client still counts it fresh, races the
   client's next request, which then ends without an answer.
+- Body timeout: from the end of a request's headers, a client has
+  ``MEMPROJ_HTTP_BODY_TIMEOUT`` seconds to send its whole body (one deadline,
+  not an idle timeout between chunks, so trickling cannot stretch it). Not
+  answered yet, it gets a coded 408 in the vocabulary of the path's surface
+  (``memproj.edge.body_timed_out``) and the app is told the client has gone;
+  answered already (a 401 or 413 given before the body was read), the
+  connection is closed. uvicorn waits for a body as long as bytes keep coming,
+  and past the answer re-arms no timer while they do. No 408 is given while
+  the server itself has paused reading (the app has not yet taken what came):
+  that delay is not the client's.
 - Connection limit: uvicorn's ``limit_concurrency`` (open connections, or
   requests in flight, per process) with its 503 answered as coded JSON with
   ``Retry-After``, in the vocabulary of the path's surface.
@@ -34,6 +44,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
+from memproj.edge import body_timed_out
 from policy.middleware import surface_error
 
 logger = logging.getLogger("uvicorn.error")
@@ -41,12 +52,19 @@ logger = logging.getLogger("uvicorn.error")
 BUSY_RETRY_AFTER = 1
 
 
-def _raw_response(status: int, reason: str, code: str, message: str) -> bytes:
+def _raw_response(
+    status: int, reason: str, code: str, message: str, *, coded: tuple[bytes, str] | None = None
+) -> bytes:
     """A whole HTTP/1.1 response, written outside h11's state machine (which
-    has no request to answer yet), closing the connection."""
-    body = json.dumps({"error": {"code": code, "message": message, "details": {}}}).encode()
+    has no request to answer yet, or an app's answer not yet started),
+    closing the connection. ``coded``: a body and content type to send instead
+    of the plain coded one."""
+    body, content_type = coded or (
+        json.dumps({"error": {"code": code, "message": message, "details": {}}}).encode(),
+        "application/json",
+    )
     head = (
-        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
@@ -86,6 +104,8 @@ class GuardedH11Protocol(H11Protocol):
         self.header_timeout: float = settings.MEMPROJ_HTTP["HEADER_TIMEOUT"]
         self.header_timer: asyncio.TimerHandle | None = None
         self.header_bytes = 0
+        self.body_timeout: float = settings.MEMPROJ_HTTP["BODY_TIMEOUT"]
+        self.body_timer: asyncio.TimerHandle | None = None
         # The connection limit is checked here, so that its answer is ours.
         self.connection_limit = self.limit_concurrency
         self.limit_concurrency = None
@@ -117,6 +137,43 @@ class GuardedH11Protocol(H11Protocol):
             )
         self.transport.close()
 
+    # --- body timeout -----------------------------------------------------------------
+    def _track_body(self) -> None:
+        """Start the body clock when a request's headers are in and its body
+        is not; stop it once the body is complete."""
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            if self.body_timer is None:
+                self.body_timer = self.loop.call_later(self.body_timeout, self._body_timed_out)
+        else:
+            self._stop_body_timer()
+
+    def _stop_body_timer(self) -> None:
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
+
+    def _body_timed_out(self) -> None:
+        self.body_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+            return
+        if self.flow.read_paused:
+            # The server is not reading (the app has not taken what came): not
+            # the client's delay. Checked again shortly.
+            self.body_timer = self.loop.call_later(0.5, self._body_timed_out)
+            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started and not cycle.response_complete:
+            path = cycle.scope.get("path", "")
+            self.transport.write(
+                _raw_response(408, "Request Timeout", "", "", coded=body_timed_out(path, self.body_timeout))
+            )
+        if cycle is not None and not cycle.response_complete:
+            # As connection_lost will: the app's next receive says the client
+            # has gone, and whatever it sends from now on is dropped.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self.transport.close()
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._await_headers()
@@ -131,6 +188,7 @@ class GuardedH11Protocol(H11Protocol):
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
             self._stop_header_timer()
+        self._track_body()
 
     def on_response_complete(self) -> None:
         self.app = self._app_for_next_request()
@@ -143,9 +201,13 @@ class GuardedH11Protocol(H11Protocol):
         if buffered and not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
             self._await_headers()
             self.header_bytes = buffered
+        # A pipelined request may have been taken up (its body clock starts),
+        # or this one's body is still coming after its answer (it keeps its clock).
+        self._track_body()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_timer()
+        self._stop_body_timer()
         super().connection_lost(exc)
 
     # --- connection limit -------------------------------------------------------------

@@ -292,6 +292,10 @@ MEMPROJ_HTTP = {
     # connection's start or the previous response's end (408, or a silent close
     # when nothing was sent).
     "HEADER_TIMEOUT": read("MEMPROJ_HTTP_HEADER_TIMEOUT"),
+    # Seconds a client has to send a whole request body, from the end of its
+    # headers (a coded 408; once the request is answered, the connection is
+    # closed). One deadline for the whole body: trickling it cannot stretch it.
+    "BODY_TIMEOUT": read("MEMPROJ_HTTP_BODY_TIMEOUT"),
     # Seconds an idle kept-alive connection stays open (uvicorn timeout_keep_alive).
     "KEEP_ALIVE_TIMEOUT": read("MEMPROJ_HTTP_KEEP_ALIVE_TIMEOUT"),
     # Open connections, or requests in flight, per web process; beyond it a

@@ -30,6 +30,7 @@ from tests.harness.ports import HeldPort, on_held_port, serve_until_ready, stop_
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 64 * 1024
 HEADER_TIMEOUT = 2.0
+BODY_TIMEOUT = 2.0
 # Longer than the header timeout, as by default: idleness between requests is the keep-alive's alone.
 # Well above it, so that a client stalled on a loaded machine between waiting out
 # the header timeout and its next request still finds the connection open.
@@ -70,6 +71,7 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[tup
         MEMPROJ_PUBLIC_URL=f"http://127.0.0.1:{port}",
         MEMPROJ_HTTP_MAX_BODY_BYTES=str(MAX_BODY),
         MEMPROJ_HTTP_HEADER_TIMEOUT=str(HEADER_TIMEOUT),
+        MEMPROJ_HTTP_BODY_TIMEOUT=str(BODY_TIMEOUT),
         MEMPROJ_HTTP_KEEP_ALIVE_TIMEOUT=str(KEEP_ALIVE),
         MEMPROJ_HTTP_LIMIT_CONCURRENCY=str(CONNECTION_LIMIT),
         # A window no other server uses: this server's address bucket is its own.
@@ -170,12 +172,15 @@ def test_a_huge_declared_body_gets_413_before_a_byte_of_it_is_sent_and_without_a
         assert payload["error"]["code"] == "PAYLOAD_TOO_LARGE"
 
 
-def test_a_chunked_body_is_cut_off_at_the_limit_before_authentication(server):
+@pytest.mark.django_db(transaction=True)
+def test_a_chunked_body_is_cut_off_at_the_limit(server, member):
     """No Content-Length to refuse by: the body is counted as it streams, and
-    the 413 comes while the client still has most of its 64 MB to send."""
+    the 413 comes while the client still has most of its 64 MB to send. (With
+    a valid token: a request without one is refused before its body is read.)"""
     sock = _connect(server)
     sock.sendall(
         f"POST /api/memory/memory_search HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\n"
+        f"Authorization: Bearer {member.token}\r\n"
         "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
     )
     chunk = b"%x\r\n%s\r\n" % (65536, b"x" * 65536)
@@ -194,6 +199,87 @@ def test_a_chunked_body_is_cut_off_at_the_limit_before_authentication(server):
     status, _, body = _read_response(sock)
     sock.close()
     assert status == 413 and json.loads(body)["error"]["code"] == "INVALID_ARGUMENT"
+
+
+def _send_part_of_a_body(server: tuple[str, int], path: str, token: str | None = None) -> socket.socket:
+    """Headers declaring a 1000-byte body, and 3 bytes of it."""
+    sock = _connect(server)
+    authorization = f"Authorization: Bearer {token}\r\n" if token else ""
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\nContent-Type: application/json\r\n"
+        f'Accept: application/json, text/event-stream\r\n{authorization}Content-Length: 1000\r\n\r\n{{"q'.encode()
+    )
+    return sock
+
+
+def _trickle_until_answered(sock: socket.socket, within: float) -> float:
+    """Send the body a byte every 0.2 s until the server answers or closes;
+    the seconds that took (``within`` if it never did)."""
+    started = time.monotonic()
+    while time.monotonic() - started < within:
+        readable, _, _ = select.select([sock], [], [], 0.2)
+        if readable:
+            break
+        try:
+            sock.send(b" ")
+        except (BrokenPipeError, ConnectionResetError):
+            break
+    return time.monotonic() - started
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/api/memory/memory_search", "rest"),
+        ("/mcp/memory/", "mcp"),
+        ("/api/hooks/stop", "roampal"),
+        ("/healthz", "plain"),
+    ],
+)
+def test_a_trickled_body_gets_a_coded_408_at_the_body_timeout_and_its_connection_closed(server, member, path, kind):
+    """A valid token, a body that never completes, a byte of it every 0.2 s:
+    the deadline is the whole body's, so the trickle does not stretch it."""
+    sock = _send_part_of_a_body(server, path, member.token)
+    elapsed = _trickle_until_answered(sock, BODY_TIMEOUT * 5)
+    status, headers, body = _read_response(sock, timeout=5)
+    assert status == 408 and BODY_TIMEOUT - 0.5 < elapsed < BODY_TIMEOUT * 3, (status, elapsed)
+    assert headers["connection"] == "close" and headers["content-type"].startswith("application/json")
+    payload = json.loads(body)
+    if kind == "mcp":
+        assert payload["jsonrpc"] == "2.0" and payload["error"]["data"]["code"] == "INVALID_ARGUMENT"
+        assert payload["error"]["data"]["timeout"] == BODY_TIMEOUT
+    elif kind == "rest":
+        assert payload["error"]["code"] == "INVALID_ARGUMENT" and f"{BODY_TIMEOUT:g} s" in payload["error"]["message"]
+    elif kind == "roampal":
+        assert payload["code"] == "REQUEST_TIMEOUT"
+    else:
+        assert payload["error"]["code"] == "REQUEST_TIMEOUT"
+    assert _closed_by_server(sock, 1)
+    sock.close()
+    assert httpx.get(f"http://127.0.0.1:{server[1]}/healthz", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("token", [None, "mp_made-up-token"])
+@pytest.mark.parametrize("path", ["/api/memory/memory_search", "/mcp/memory/"])
+def test_without_valid_credentials_an_incomplete_body_gets_401_at_once(server, path, token):
+    """No token or a made-up one: refused without waiting for the body; a
+    client that goes on trickling it is disconnected at the body timeout."""
+    started = time.monotonic()
+    sock = _send_part_of_a_body(server, path, token)
+    status, headers, body = _read_response(sock, timeout=BODY_TIMEOUT * 3)
+    assert status == 401 and time.monotonic() - started < BODY_TIMEOUT / 2, (status, time.monotonic() - started)
+    assert headers["www-authenticate"].startswith("Bearer")
+    payload = json.loads(body)
+    if path.startswith("/api/"):
+        assert payload["error"]["code"] == "PERMISSION_DENIED", payload
+    elif token is not None:  # a missing token is the SDK's to answer, in OAuth's shape
+        assert payload["error"]["data"]["code"] == "PERMISSION_DENIED", payload
+    if path.startswith("/api/"):
+        assert ("invalid_token" in headers["www-authenticate"]) == (token is not None)
+    assert _trickle_until_answered(sock, BODY_TIMEOUT * 5) < BODY_TIMEOUT * 3
+    assert _closed_by_server(sock, 1)
+    sock.close()
 
 
 # --- timeouts and the connection limit -----------------------------------------------
