@@ -253,6 +253,11 @@ class Dialect:
     # limit on those paths. A name, not the module: the routes render with the
     # dialect's tools, so they import the module that declares the dialect.
     routes: str | None = None
+    # Whether the endpoint takes per-connection options (langmem's namespace
+    # template, which its tools check themselves). A dialect that takes none
+    # refuses any: a `?tenant=` would otherwise be silently ignored, and a
+    # misconfigured client would read and write the token's tenant unawares.
+    takes_connection_options: bool = False
 
     def tool(
         self,
@@ -313,6 +318,11 @@ class Dialect:
                 selection = _selection.get()
                 if selection is None:
                     raise PermissionDenied("no credentials: send Authorization: Bearer <token>.")
+                if not self.takes_connection_options and self.options():
+                    raise api.InvalidArgument(
+                        f"unknown connection option {', '.join(map(repr, sorted(self.options())))}; this endpoint "
+                        "takes none (the tenant and principal come from the token)."
+                    )
                 acting = resolve_caller(selection)
                 token = _acting.set(acting)
                 try:

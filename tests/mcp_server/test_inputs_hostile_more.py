@@ -365,3 +365,29 @@ async def test_the_same_key_in_different_objects_is_no_repeat(member):
     body = {"text": "Stripe retries webhooks", "provenance": {"at": AT, "note": "text"}, "entities": [entity]}
     response = await post(member, "/api/pce/pce.memory.upsert", json.dumps(body))
     assert response.status_code == 200, response.text
+
+
+# A write per dialect that takes no connection options, sent with a tenant selector in the query.
+OPTIONLESS_WRITES = [
+    ("memory", "memory_store_episode", {"content": "asked about tea", "butler": "general"}),
+    ("memento", "store_memory", {"content": "the user likes tea"}),
+    ("pce", "pce.memory.upsert", {"text": "the user likes tea", "provenance": {"at": AT}}),
+    ("roampal", "add_to_memory_bank", {"content": "the user likes tea"}),
+]
+
+
+@pytest.mark.parametrize(("toolset", "tool", "arguments"), OPTIONLESS_WRITES, ids=[w[0] for w in OPTIONLESS_WRITES])
+@pytest.mark.parametrize("query", ["tenant=other-tenant", "tenant_id=x&foo=bar"])
+async def test_a_query_option_on_an_endpoint_that_takes_none_is_refused_and_changes_nothing(
+    member, toolset, tool, arguments, query
+):
+    """The tenant comes from the token: a `?tenant=` (or any other option) on an
+    endpoint that takes no connection options is refused in the dialect's own
+    error, never silently ignored while the token's tenant is written."""
+    before = await snapshot()
+    response = await post(member, f"/api/{toolset}/{tool}?{query}", json.dumps(arguments))
+    assert response.status_code in (400, 422), response.text
+    assert "unknown connection option" in response.text and "tenant" in response.text, response.text
+    assert await snapshot() == before
+    plain = await post(member, f"/api/{toolset}/{tool}", json.dumps(arguments))
+    assert plain.status_code == 200, plain.text

@@ -159,6 +159,7 @@ dialect = Dialect(
     render_error=render_error,
     adapt_tools=adapt_tools,
     routes="mcp_server.dialects.langmem.routes",
+    takes_connection_options=True,
 )
 
 
