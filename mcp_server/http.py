@@ -226,6 +226,24 @@ NOT_JSONRPC = (
 )
 
 
+def request_id_problem(message: Any) -> str | None:
+    """Why a JSON-RPC request's id is unusable, or None. MCP requires a string
+    or an integer (never null); JSON's true and false are no integers."""
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return None
+    request_id = message["id"]
+    if isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool)):
+        return None
+    kind = (
+        "null"
+        if request_id is None
+        else {bool: "a boolean", float: "a number written with a fraction or an exponent", list: "an array"}.get(
+            type(request_id), "an object"
+        )
+    )
+    return f"the request id must be a string or an integer; it is {kind}."
+
+
 # --- Worker threads ------------------------------------------------------------------
 # Under ASGI, Django runs a sync view in a thread of its own per request
 # (asgiref's ThreadSensitiveContext), and Django's connections are per thread:

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from mcp_server.auth import verified_caller
 from mcp_server.dialect import DialectServer
-from mcp_server.http import NOT_JSON, NOT_JSONRPC, STORAGE_MESSAGE
+from mcp_server.http import NOT_JSON, NOT_JSONRPC, STORAGE_MESSAGE, request_id_problem
 from memory.errors import InvalidArgument, StorageUnavailable
 from memory.validation import json_document
 from policy.caller import Caller
@@ -169,6 +169,11 @@ class _Lines:
         except InvalidArgument as refusal:
             # A key twice in one object, at any depth: the SDK would take the last.
             await self._refuse(line, str(refusal))
+            return None
+        problem = request_id_problem(message)
+        if problem is not None:
+            # The SDK takes such a request for a notification: it would never be answered.
+            await self._refuse(line, problem)
             return None
         if "method" in message and "id" in message:
             refused = await self._token_refusal()

@@ -45,6 +45,7 @@ from mcp_server.http import (  # noqa: E402
     REFUSED_CHALLENGE,
     RETRY_AFTER_SECONDS,
     STORAGE_MESSAGE,
+    request_id_problem,
     storage_failure,
 )
 from mcp_server.registry import TOOLSETS, dialect_body_limits  # noqa: E402
@@ -211,13 +212,16 @@ def stateless_get(path: str) -> Refusal:
     return 405, body, content_type, [(b"allow", b"POST")]
 
 
-async def repeated_key_refusal(path: str, receive: Any) -> tuple[Refusal | None, Any]:
-    """A POST's body read before the SDK's transport parses it, which keeps the
-    last of a repeated key while a proxy or a log reading the same bytes may
-    take the first: a JSON-RPC message that names a key twice in one object, at
-    any depth (``json_document``), is refused with 400 and the dialect's
-    INVALID_ARGUMENT, answering its id. Else None and a receive that gives the
-    SDK the messages read, as they came, then the rest.
+async def message_refusal(path: str, receive: Any) -> tuple[Refusal | None, Any]:
+    """A POST's body read before the SDK's transport parses it, refused with
+    400 and the dialect's INVALID_ARGUMENT where the transport would take it
+    wrongly: a JSON-RPC message that names a key twice in one object, at any
+    depth (``json_document``; the transport keeps the last of a repeated key
+    while a proxy or a log reading the same bytes may take the first),
+    answering its id; a request whose id is neither a string nor an integer
+    (``request_id_problem``), answering id null (the transport took it for a
+    notification: 202 and no answer ever). Else None and a receive that gives
+    the SDK the messages read, as they came, then the rest.
 
     At most the MCP body limit is read (the bound ``BodyLimit`` puts on the
     body before this runs: past it, it has answered 413 and the receive says
@@ -244,15 +248,17 @@ async def repeated_key_refusal(path: str, receive: Any) -> tuple[Refusal | None,
         return None, replay
     body = b"".join(message.get("body", b"") for message in received)
     try:
-        json_document(body)
+        problem = request_id_problem(json_document(body))
     except InvalidArgument as refusal:
-        payload, content_type = surface_error(
-            path, InvalidArgument.code, str(refusal), {}, body, jsonrpc_code=JSONRPC_INVALID_REQUEST
-        )
-        return (400, payload, content_type, []), replay
+        problem = str(refusal)
     except (ValueError, RecursionError):
-        pass  # no JSON: the SDK's transport answers that
-    return None, replay
+        problem = None  # no JSON: the SDK's transport answers that
+    if problem is None:
+        return None, replay
+    payload, content_type = surface_error(
+        path, InvalidArgument.code, problem, {}, body, jsonrpc_code=JSONRPC_INVALID_REQUEST
+    )
+    return (400, payload, content_type, []), replay
 
 
 def authorization_header(scope: Scope) -> str:
@@ -379,7 +385,7 @@ class Router:
             refusal = await self._before_the_sdk(name, scope, receive)
             if refusal is None and scope.get("method") == "POST" and presented_token(scope) is not None:
                 # The token holds (a missing one is the SDK's to answer).
-                refusal, receive = await repeated_key_refusal(f"/mcp/{name}", receive)
+                refusal, receive = await message_refusal(f"/mcp/{name}", receive)
             if refusal is not None:
                 await refuse(send, refusal)
                 return

@@ -121,7 +121,8 @@ def _request_id(body: bytes) -> str | int | None:
     except (ValueError, RecursionError):
         return None
     ids = [value for key, value in top if key == "id"] if isinstance(top, _Members) else []
-    return ids[0] if len(ids) == 1 and isinstance(ids[0], str | int) else None
+    usable = len(ids) == 1 and isinstance(ids[0], str | int) and not isinstance(ids[0], bool)
+    return ids[0] if usable else None
 
 
 def jsonrpc_error(

@@ -110,3 +110,54 @@ def test_stdio_answers_a_line_nested_deeper_than_the_parser_recurses(stdio_peer,
     answer = stdio_peer.answer()
     assert answer["id"] == 12 and not answer["result"].get("isError"), answer
     assert stored(member) == 1
+
+
+# A request whose id is no string and no integer: the SDK takes it for a
+# notification (HTTP 202 and no answer ever, or on stdio no line back).
+BAD_IDS = [
+    ({}, "an object"),
+    ([1], "an array"),
+    (1.5, "a number"),
+    (1.0, "a number"),
+    (True, "a boolean"),
+    (None, "null"),
+]
+
+
+def call_with_id(request_id: Any) -> str:
+    return json.dumps({**json.loads(normal_call(0)), "id": request_id})
+
+
+def assert_refused_id(answer: dict[str, Any], kind: str) -> None:
+    assert answer["id"] is None, answer
+    assert answer["error"]["code"] == -32600 and answer["error"]["data"]["code"] == "INVALID_ARGUMENT", answer
+    assert "the request id must be a string or an integer; it is " + kind in answer["error"]["message"], answer
+
+
+def test_streamable_http_answers_a_request_whose_id_is_no_string_or_integer(http_server, member):  # noqa: F811
+    headers = {
+        "Authorization": f"Bearer {member.token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    with httpx.Client(base_url=http_server, headers=headers, timeout=60) as client:
+        for request_id, kind in BAD_IDS:
+            response = client.post("/mcp/memory", content=call_with_id(request_id).encode())
+            assert response.status_code == 400, (request_id, response.status_code, response.text)
+            assert_refused_id(response.json(), kind)
+        assert stored(member) == 0
+        response = client.post("/mcp/memory", content=call_with_id("a-string-id").encode())
+        assert response.status_code == 200 and response.json()["id"] == "a-string-id", response.text
+    assert stored(member) == 1
+
+
+def test_stdio_answers_a_request_whose_id_is_no_string_or_integer(stdio_peer, member):  # noqa: F811
+    stdio_peer.handshake()
+    for request_id, kind in BAD_IDS:
+        stdio_peer.send(call_with_id(request_id).encode())
+        assert_refused_id(stdio_peer.answer(), kind)
+    assert stored(member) == 0
+    stdio_peer.send(normal_call(12).encode())
+    answer = stdio_peer.answer()
+    assert answer["id"] == 12 and not answer["result"].get("isError"), answer
+    assert stored(member) == 1
