@@ -522,6 +522,16 @@ class DialectServer(MCPServer[Any]):
             self.specs[spec.name] = spec
             self.validators[spec.name] = ArgumentValidator(tool.parameters)
 
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
+        """No dialect offers prompts: an unknown prompt is invalid params in the
+        dialect's error vocabulary (the SDK answered JSON-RPC code 0 and logged
+        a traceback)."""
+        if self._prompt_manager.get_prompt(name) is None:
+            message = f"there is no prompt {name[:100]!r}; prompts/list names the ones this server offers."
+            text = self.dialect.render_error(api.InvalidArgument.code, message, {})
+            raise MCPError(INVALID_PARAMS, text, {"code": api.InvalidArgument.code})
+        return await super().get_prompt(name, arguments, context)
+
     def _caller(self) -> Caller:
         override = _call_as.get()
         if override is not None:

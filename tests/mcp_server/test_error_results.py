@@ -81,3 +81,16 @@ async def test_an_error_raised_inside_a_tool_has_nothing_structured(member, mcp_
     assert result.is_error and result.structured_content is None
     assert dialect_code("memento", result.content[0].text) == "MEMORY_NOT_FOUND"
     assert json.loads(result.content[0].text)["error"]["message"]
+
+
+@pytest.mark.parametrize("toolset", sorted(TOOLSETS))
+async def test_an_unknown_prompt_is_invalid_params_in_the_dialects_vocabulary(member, mcp_client_for, toolset):
+    from mcp.shared.exceptions import MCPError
+
+    async with mcp_client_for(member, toolset) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.get_prompt("nope")
+    error = refused.value.error
+    assert error.code == -32602, error
+    assert dialect_code(toolset, error.message) == INVALID[toolset], error.message
+    assert "there is no prompt 'nope'" in error.message and error.data == {"code": "INVALID_ARGUMENT"}
