@@ -99,13 +99,19 @@ class _HoldServerError:
 # parser's message or pydantic's validation report, which echoes the input and
 # names the library's version: each is replaced by a coded error of the dialect.
 _ENVELOPE_ERRORS = {"Parse error:": NOT_JSON, "Validation error:": NOT_JSONRPC}
+# The transport's own refusals of a request's HTTP framing: a Content-Type
+# other than JSON (400, plain text), an Accept without JSON (406), a method
+# it does not serve (405). Each gets the surface's coded error.
+_TRANSPORT_REFUSALS = (400, 405, 406, 415)
+NOT_JSON_CONTENT = "send the JSON-RPC message with Content-Type: application/json."
 
 
 class _EnvelopeErrors:
-    """Passes a response through, except the transport's 400 for a body that
-    is no JSON-RPC message (``_ENVELOPE_ERRORS``): held until complete, then
-    sent with the surface's coded error (``surface_error``), the same JSON-RPC
-    code and status."""
+    """Passes a response through, except the transport's refusals
+    (``_TRANSPORT_REFUSALS``): held until complete, then sent with the
+    surface's coded error (``surface_error``), the same status, JSON-RPC code
+    and id. A body that is no JSON-RPC message gets the dialect's words for it
+    (``_ENVELOPE_ERRORS``); the transport's other messages are kept, coded."""
 
     def __init__(self, send: Any, path: str) -> None:
         self.send = send
@@ -114,7 +120,7 @@ class _EnvelopeErrors:
         self.chunks: list[bytes] = []
 
     async def __call__(self, message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start" and message["status"] == 400:
+        if message["type"] == "http.response.start" and message["status"] in _TRANSPORT_REFUSALS:
             self.start = message
             return
         if self.start is None or message["type"] != "http.response.body":
@@ -123,28 +129,36 @@ class _EnvelopeErrors:
         self.chunks.append(message.get("body", b""))
         if message.get("more_body"):
             return
-        body = b"".join(self.chunks)
-        headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"]
-        coded = self._coded(body)
-        if coded is not None:
-            body, content_type = coded
-            headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]
-            headers.append((b"content-type", content_type.encode()))
-        await self.send({**self.start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        body, content_type = self._coded(b"".join(self.chunks))
+        headers = [
+            (k, v) for k, v in self.start.get("headers", []) if k.lower() not in (b"content-length", b"content-type")
+        ]
+        headers += [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+        await self.send({**self.start, "headers": headers})
         await self.send({"type": "http.response.body", "body": body})
         self.start, self.chunks = None, []
 
-    def _coded(self, body: bytes) -> tuple[bytes, str] | None:
-        """The surface's error for the transport's report, or None for another answer."""
+    def _coded(self, body: bytes) -> tuple[bytes, str]:
+        """The surface's error for the transport's answer, answering its id."""
         try:
-            error = json.loads(body)["error"]
-            text = str(error["message"])
+            answer = json.loads(body)
+            error = answer["error"]
+            text, jsonrpc_code = str(error["message"]), int(error.get("code") or JSONRPC_INVALID_REQUEST)
         except (ValueError, KeyError, TypeError):
-            return None
+            # A plain-text refusal (a Content-Type other than JSON).
+            answer, text, jsonrpc_code = {}, NOT_JSON_CONTENT, JSONRPC_INVALID_REQUEST
         for prefix, message in _ENVELOPE_ERRORS.items():
             if text.startswith(prefix):
-                return surface_error(self.path, InvalidArgument.code, message, {}, jsonrpc_code=error.get("code"))
-        return None
+                text = message
+        request_id = answer.get("id") if isinstance(answer, dict) else None
+        return surface_error(
+            self.path,
+            InvalidArgument.code,
+            text,
+            {},
+            json.dumps({"id": request_id}).encode(),
+            jsonrpc_code=jsonrpc_code,
+        )
 
 
 def storage_unavailable(path: str) -> Refusal:
@@ -198,15 +212,16 @@ async def token_refusal(path: str, receive: Any) -> Refusal:
     return 401, payload, content_type, [(b"www-authenticate", REFUSED_CHALLENGE.encode())]
 
 
-def stateless_get(path: str) -> Refusal:
-    """A GET of the endpoint with a valid token. The endpoint is stateless (any
+def post_only(path: str) -> Refusal:
+    """Any method but POST with a valid token. The endpoint is stateless (any
     web process answers any request), so it keeps no event stream a GET could
-    listen to; without this answer the SDK would hold an empty one open."""
+    listen to (without this answer the SDK would hold an empty one open) and no
+    session a DELETE could end."""
     body, content_type = surface_error(
         path,
         "METHOD_NOT_ALLOWED",
         "this MCP endpoint is stateless streamable HTTP: POST each JSON-RPC request to it and read the answer "
-        "from the response; it keeps no event stream for a GET to listen to.",
+        "from the response; it keeps no event stream for a GET to listen to and no session to end.",
         {"allow": "POST"},
     )
     return 405, body, content_type, [(b"allow", b"POST")]
@@ -366,15 +381,15 @@ class Router:
     async def _before_the_sdk(self, name: str, scope: Scope, receive: Any) -> Refusal | None:
         """What the router answers itself for a presented token, before the
         SDK's transport (which answers a missing token: 401 with the OAuth
-        discovery challenge). A refused token is told so; a GET with a valid one
-        is told the endpoint keeps no event stream."""
+        discovery challenge). A refused token is told so; any method but POST
+        with a valid one is told the endpoint is stateless (``post_only``)."""
         token = presented_token(scope)
         if token is None:
             return None
         if await self.verifier.verify_token(token) is None:
             return await token_refusal(f"/mcp/{name}", receive)
-        if scope.get("method") == "GET":
-            return stateless_get(scope.get("path", ""))
+        if scope.get("method") != "POST":
+            return post_only(scope.get("path", ""))
         return None
 
     async def _mcp(self, name: str, app: Any, scope: Scope, receive: Any, send: Any) -> None:

@@ -74,3 +74,61 @@ async def test_a_tool_call_whose_params_are_malformed_gets_the_dialects_coded_er
     assert answer["error"]["data"]["code"] == "INVALID_ARGUMENT", (what, answer)
     assert "params" in answer["error"]["message"], (what, answer)
     assert await Memory.objects.acount() == 0
+
+
+async def request(identity: Any, toolset: str, method: str, body: str = "", **headers: str) -> httpx.Response:
+    from memproj.asgi import Router
+
+    router = Router()
+    sent = {
+        "Authorization": f"Bearer {identity.token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        **headers,
+    }
+    async with (
+        router.servers[toolset].session_manager.run(),
+        httpx.AsyncClient(transport=asgi_transport(router), base_url="http://testserver") as client,
+    ):
+        return await client.request(method, f"/mcp/{toolset}", content=body.encode(), headers=sent)
+
+
+PING = '{"jsonrpc": "2.0", "id": 3, "method": "ping"}'
+# (what, method, body, headers, status, the answer's id, its code, words of its message)
+FRAMING = [
+    ("a text body", "POST", PING, {"Content-Type": "text/plain"}, 400, None, "INVALID_ARGUMENT", "Content-Type"),
+    ("an Accept without JSON", "POST", PING, {"Accept": "text/event-stream"}, 406, None, "INVALID_ARGUMENT", "accept"),
+    ("a DELETE", "DELETE", "", {}, 405, None, "METHOD_NOT_ALLOWED", "no session to end"),
+    ("a PUT", "PUT", PING, {}, 405, None, "METHOD_NOT_ALLOWED", "stateless"),
+    (
+        "an unknown protocol version",
+        "POST",
+        PING,
+        {"MCP-Protocol-Version": "1999-01-01"},
+        400,
+        3,
+        "INVALID_ARGUMENT",
+        "protocolVersion",
+    ),
+]
+
+
+@pytest.mark.parametrize("toolset", ["memory", "pce"])
+@pytest.mark.parametrize(("what", "method", "body", "headers", "status", "request_id", "code", "words"), FRAMING)
+async def test_the_transports_refusal_of_a_requests_framing_is_the_dialects_coded_error(
+    member, toolset, what, method, body, headers, status, request_id, code, words
+):
+    """The SDK's transport refuses these itself, in plain text or as a JSON-RPC
+    error with no code of ours: each reaches the client as the surface's coded
+    error, with the transport's status, JSON-RPC code and message."""
+    response = await request(member, toolset, method, body, **headers)
+    assert response.status_code == status, (what, response.text)
+    assert response.headers["content-type"] == "application/json"
+    assert int(response.headers["content-length"]) == len(response.content)
+    answer = response.json()
+    assert answer["id"] == request_id and answer["error"]["data"]["code"] == code, (what, answer)
+    assert words in answer["error"]["message"], (what, answer)
+    if toolset == "memory":
+        assert answer["error"]["message"].startswith(f"[{code}] "), answer
+    elif code == "INVALID_ARGUMENT":
+        assert json.loads(answer["error"]["message"])["error"]["code"] == "VALIDATION_ERROR", answer
