@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import unicodedata
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -137,8 +138,16 @@ def json_document(raw: bytes | str) -> Any:
     at any depth: json.loads keeps the last one, so ``{"content": "a",
     "content": "b"}`` was taken as "b" while another reader of the same bytes (a
     proxy, a log, a policy check) may take "a". Raises what json.loads raises
-    for a body that is not JSON (ValueError, RecursionError)."""
-    return json.loads(raw, object_pairs_hook=_unique_keys)
+    for a body that is not JSON (ValueError, RecursionError); JSON with an
+    integer longer than Python converts is InvalidArgument, saying so."""
+    try:
+        return json.loads(raw, object_pairs_hook=_unique_keys)
+    except ValueError as exc:
+        if str(exc).startswith("Exceeds the limit"):
+            raise InvalidArgument(
+                f"the body has a number of more than {sys.get_int_max_str_digits()} digits; send it as a string."
+            ) from exc
+        raise
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -132,3 +132,28 @@ async def test_the_transports_refusal_of_a_requests_framing_is_the_dialects_code
         assert answer["error"]["message"].startswith(f"[{code}] "), answer
     elif code == "INVALID_ARGUMENT":
         assert json.loads(answer["error"]["message"])["error"]["code"] == "VALIDATION_ERROR", answer
+
+
+@pytest.mark.parametrize(
+    ("what", "body", "words"),
+    [
+        (
+            "a 5,000-digit integer",
+            '{"jsonrpc": "2.0", "id": 4, "method": "ping", "params": {"n": ' + "7" * 5000 + "}}",
+            "digits",
+        ),
+        (
+            "5,000 levels of nesting",
+            '{"jsonrpc": "2.0", "id": 4, "method": "ping", "params": {"n": ' + "[" * 5000 + "]" * 5000 + "}}",
+            "nested",
+        ),
+    ],
+)
+async def test_json_the_parser_cannot_hold_is_refused_for_what_it_is_not_as_no_json(member, what, body, words):
+    """Valid JSON that Python's parser refuses (an integer past its digit
+    limit, nesting past its recursion limit) is named for what it is."""
+    response = await post(member, "memory", body)
+    assert response.status_code == 400, (what, response.text)
+    error = response.json()["error"]
+    assert error["data"]["code"] == "INVALID_ARGUMENT" and words in error["message"], (what, error)
+    assert "not JSON" not in error["message"] and "7777" not in response.text
