@@ -109,6 +109,11 @@ _acting: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect
 _call_as: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_call_as", default=None)
 _authenticated: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("dialect_authenticated", default=None)
 _http_idempotency_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("dialect_http_key", default=None)
+# The error renderer of the tool being called, when it speaks otherwise than its
+# dialect (the Memento server's plain-text tools beside the specification's JSON ones).
+_tool_renderer: contextvars.ContextVar[ErrorRenderer | None] = contextvars.ContextVar(
+    "dialect_tool_renderer", default=None
+)
 
 
 @dataclass(frozen=True)
@@ -218,6 +223,8 @@ class ToolSpec:
     input_schema: Mapping[str, Any] | None
     description: str | None = None
     writes: bool = False
+    # This tool's errors, if not in its dialect's vocabulary (``Dialect.render_error``).
+    render_error: ErrorRenderer | None = None
 
 
 @dataclass
@@ -269,13 +276,16 @@ class Dialect:
         input_schema: Mapping[str, Any] | None = None,
         description: str | None = None,
         writes: bool = False,
+        render_error: ErrorRenderer | None = None,
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Register a sync tool function. ``aliases`` maps upstream argument
         names to this tool's (e.g. butlers' ``memory_id`` -> ``id``);
         ``input_schema`` advertises and enforces an upstream's schema verbatim instead
         of the one derived from the signature; ``description`` replaces the
         docstring (upstream texts kept as constants). ``writes`` marks a tool that
-        stores something: it honours an idempotency key; read tools ignore one."""
+        stores something: it honours an idempotency key; read tools ignore one.
+        ``render_error`` writes this tool's errors, every one of them (its
+        arguments' refusals included), when it speaks otherwise than its dialect."""
 
         def decorate(fn: Callable[P, R]) -> Callable[P, R]:
             self.tools.append(
@@ -288,6 +298,7 @@ class Dialect:
                     description=description,
                     input_schema=input_schema,
                     writes=writes,
+                    render_error=render_error,
                 )
             )
             return fn
@@ -305,7 +316,8 @@ class Dialect:
         return connection_options.get() or {}
 
     def failure(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> DialectFailure:
-        return DialectFailure(self.render_error(code, message, details or {}), code)
+        render = _tool_renderer.get() or self.render_error
+        return DialectFailure(render(code, message, details or {}), code)
 
     def _guard(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Runs in the tool's worker thread: fresh DB connections, the caller
@@ -595,11 +607,13 @@ class DialectServer(MCPServer[Any]):
         except DomainError as exc:
             return self._error(exc.code, str(exc))
         token = _authenticated.set(caller)
+        renderer = _tool_renderer.set(spec.render_error)
         try:
             if self.dialect.preload_policy and caller.policy_if_kept() is None:
                 await sync_to_async(_preload_policy, thread_sensitive=False)(caller)
             return await self._checked_call(spec, caller, name, arguments, context)
         finally:
+            _tool_renderer.reset(renderer)
             _authenticated.reset(token)
 
     async def _checked_call(

@@ -40,6 +40,10 @@ INVALID = {
 }
 
 
+# Tools that speak otherwise than their dialect (Dialect.tool's render_error).
+PLAIN_TEXT_TOOLS = {("memento", "remember"), ("memento", "recall")}
+
+
 def test_every_registered_dialect_is_covered():
     assert set(INVALID) == set(TOOLSETS)
 
@@ -54,7 +58,11 @@ async def test_a_tool_error_is_the_dialects_text_and_nothing_structured(member, 
             assert result.structured_content is None, (tool.name, result.structured_content)
             assert len(result.content) == 1
             text = result.content[0].text
-            assert dialect_code(toolset, text) == INVALID[toolset], (tool.name, text)
+            if (toolset, tool.name) in PLAIN_TEXT_TOOLS:
+                # The Memento server's own tools answer in plain sentences.
+                assert text[:1].isupper() and "argument" in text and not text.startswith("{"), (tool.name, text)
+            else:
+                assert dialect_code(toolset, text) == INVALID[toolset], (tool.name, text)
             # The message is there (the first schema problem: a missing or an unknown argument).
             assert "argument" in text, text
             # The core code stays available beside the text (the HTTP surface's status uses it).

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from mcp_server.dialect import ERROR_CODE_META_KEY
 from memory.embeddings import get_embedder, set_embedder
 from memory.errors import EmbeddingUnavailable
 from memory.models import Memory, MemoryEvent
@@ -247,11 +248,14 @@ async def test_remember_and_recall_upstream_errors(member, mcp_client_for):
         )
         assert await call_error(client, "recall", query="  ") == "Query cannot be empty."
         assert await call_error(client, "recall", query="dog", limit=0) == "Limit must be at least 1."
-        missing = error_of(await call_error(client, "remember", content="no confidence"))
+        # The arguments' refusals speak as these tools do: plain sentences, the core code in _meta.
+        missing = await client.call_tool("remember", {"content": "no confidence"})
         # Found by the reliability fuzzer: an integer JSON Schema accepts, Python cannot use.
-        huge = error_of(await call_error(client, "recall", query="dog", limit=-1e308))
-    assert missing["code"] == "INVALID_PARAMETER" and "confidence" in missing["message"]
-    assert huge["code"] == "INVALID_PARAMETER" and "limit must be of type integer" in huge["message"]
+        huge = await call_error(client, "recall", query="dog", limit=-1e308)
+        over = await call_error(client, "recall", query="dog", limit=101)
+    assert missing.is_error and missing.content[0].text == "Missing required argument 'confidence'."
+    assert (missing.meta or {}).get(ERROR_CODE_META_KEY) == "INVALID_ARGUMENT"
+    assert huge == "Limit must be of type integer." and over == "Limit must be <= 100."
     assert await Memory.objects.acount() == 0
 
 

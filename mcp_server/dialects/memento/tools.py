@@ -67,6 +67,11 @@ def render_error(code: str, message: str, details: Mapping[str, Any] | None = No
     return json.dumps({"error": {"code": CODES.get(code, code), "message": message}})
 
 
+def render_plain(code: str, message: str, details: Mapping[str, Any] | None = None) -> str:
+    """The Memento server's own tools (remember, recall) answer errors as plain sentences."""
+    return message[:1].upper() + message[1:]
+
+
 dialect = Dialect("memento", INSTRUCTIONS, render_error=render_error)
 
 MAX_CONTENT_CHARS = settings.MEMPROJ["MAX_CONTENT_CHARS"]
@@ -213,39 +218,37 @@ def list_recent_memories(
 # The Memento server's own tools: plain-text answers and errors, in its words.
 
 
-@dialect.tool(writes=True)
+@dialect.tool(writes=True, render_error=render_plain)
 def remember(
     content: Annotated[str, Field(description="The text to remember (at most 4,000 characters).")],
     confidence: Annotated[float, Field(description="How sure you are, from 0.0 to 1.0.")],
 ) -> str:
     """Store a memory (the upstream Memento server's tool). Answers with the new memory's id."""
     if not content.strip():
-        raise DialectFailure("Memory text cannot be empty.", "INVALID_PARAMETER")
+        raise DialectFailure("Memory text cannot be empty.", "INVALID_ARGUMENT")
     if len(content) > REMEMBER_MAX_CHARS:
         raise DialectFailure(
             f"Memory text exceeds maximum length of {REMEMBER_MAX_CHARS} characters (got {len(content)}).",
-            "INVALID_PARAMETER",
+            "INVALID_ARGUMENT",
         )
     if not 0.0 <= confidence <= 1.0:
-        raise DialectFailure(
-            f"Invalid confidence value {confidence}: must be between 0.0 and 1.0.", "INVALID_PARAMETER"
-        )
+        raise DialectFailure(f"Invalid confidence value {confidence}: must be between 0.0 and 1.0.", "INVALID_ARGUMENT")
     memory = api.fact_store(
         caller=dialect.caller(), subject=None, predicate=None, content=content, confidence=confidence
     )
     return f"Memory stored with id: {memory.memory.id}"
 
 
-@dialect.tool()
+@dialect.tool(render_error=render_plain)
 def recall(
     query: Annotated[str, Field(max_length=MAX_QUERY_CHARS, description="What to look for.")],
     limit: Annotated[int, Field(le=100, description="Maximum number of results (default 10).")] = 10,
 ) -> str:
     """Find memories relevant to a query (the upstream Memento server's tool), best first with scores."""
     if not query.strip():
-        raise DialectFailure("Query cannot be empty.", "INVALID_PARAMETER")
+        raise DialectFailure("Query cannot be empty.", "INVALID_ARGUMENT")
     if limit < 1:
-        raise DialectFailure("Limit must be at least 1.", "INVALID_PARAMETER")
+        raise DialectFailure("Limit must be at least 1.", "INVALID_ARGUMENT")
     found = api.memory_search_accessed(
         caller=dialect.caller(), query=api.SearchQuery(query, types=["fact"], limit=limit)
     )
