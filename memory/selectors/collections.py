@@ -408,6 +408,13 @@ def _metadata_filter(metadata: Mapping[str, Any] | None) -> tuple[Q, datetime | 
     validation.json_value(metadata, field="metadata")
     condition, after = Q(), None
     for key, value in metadata.items():
+        if key.startswith("$"):
+            # ChromaDB's logical operators ($and, $or): not taken, rather than read as a field name
+            # that no memory has, which found nothing and said nothing.
+            raise InvalidArgument(
+                f"metadata filter keys name metadata fields to equal; {key[:50]!r} is an operator, "
+                "which this filter does not take (several keys must all match)."
+            )
         if key in DATE_FIELDS:
             date_condition, date_after = _date_filter(key, value)
             condition &= date_condition

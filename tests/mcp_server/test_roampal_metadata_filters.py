@@ -164,3 +164,17 @@ async def test_any_other_value_on_a_date_field_is_refused_and_changes_nothing(me
         assert (result.meta or {}).get(ERROR_CODE_META_KEY) == "INVALID_ARGUMENT"
     assert hooked.status_code == 422 and hooked.json() == {"error": message, "code": "INVALID_ARGUMENT"}
     assert await sync_to_async(_snapshot)() == before
+
+
+@pytest.mark.parametrize("metadata", [{"$where": "1"}, {"$or": [{"tags": "a"}, {"tags": "b"}]}, {"$and": []}])
+async def test_an_operator_at_the_top_of_the_filter_is_refused_not_read_as_a_field(member, mcp_client_for, metadata):
+    """ChromaDB's logical operators are not taken: refused, rather than read as
+    a metadata field no memory has (which found nothing and said nothing)."""
+    await sync_to_async(_store)(member.caller, _day_start(3))
+    async with mcp_client_for(member, "roampal") as client:
+        result = await client.call_tool("search_memory", {"query": "deploy", "metadata": metadata})
+    hooked = await sync_to_async(_search)(member, {"query": "deploy", "metadata_filters": metadata})
+    (key,) = metadata
+    assert result.is_error and block_text(result).startswith("Error: metadata filter keys name metadata fields")
+    assert repr(key) in block_text(result)
+    assert hooked.status_code == 422 and hooked.json()["code"] == "INVALID_ARGUMENT"
