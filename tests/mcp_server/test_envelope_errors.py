@@ -27,19 +27,26 @@ BODIES = [
 
 
 async def post(identity: Any, toolset: str, body: str) -> httpx.Response:
+    return await request(identity, toolset, "POST", body)
+
+
+async def request(identity: Any, toolset: str, method: str, body: str = "", **headers: str) -> httpx.Response:
     from memproj.asgi import Router
 
     router = Router()
-    headers = {
+    sent = {
         "Authorization": f"Bearer {identity.token}",
         "Accept": "application/json, text/event-stream",
         "Content-Type": "application/json",
+        **headers,
     }
     async with (
         router.servers[toolset].session_manager.run(),
         httpx.AsyncClient(transport=asgi_transport(router), base_url="http://testserver") as client,
     ):
-        return await client.post(f"/mcp/{toolset}", content=body.encode("utf-8", "surrogatepass"), headers=headers)
+        return await client.request(
+            method, f"/mcp/{toolset}", content=body.encode("utf-8", "surrogatepass"), headers=sent
+        )
 
 
 @pytest.mark.parametrize("toolset", ["memory", "pce"])
@@ -74,23 +81,6 @@ async def test_a_tool_call_whose_params_are_malformed_gets_the_dialects_coded_er
     assert answer["error"]["data"]["code"] == "INVALID_ARGUMENT", (what, answer)
     assert "params" in answer["error"]["message"], (what, answer)
     assert await Memory.objects.acount() == 0
-
-
-async def request(identity: Any, toolset: str, method: str, body: str = "", **headers: str) -> httpx.Response:
-    from memproj.asgi import Router
-
-    router = Router()
-    sent = {
-        "Authorization": f"Bearer {identity.token}",
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-        **headers,
-    }
-    async with (
-        router.servers[toolset].session_manager.run(),
-        httpx.AsyncClient(transport=asgi_transport(router), base_url="http://testserver") as client,
-    ):
-        return await client.request(method, f"/mcp/{toolset}", content=body.encode(), headers=sent)
 
 
 PING = '{"jsonrpc": "2.0", "id": 3, "method": "ping"}'
