@@ -139,16 +139,16 @@ def _closed_by_server(sock: socket.socket, within: float) -> bool:
 
 # --- bodies --------------------------------------------------------------------------
 
+# A path of each surface, and the shape its errors take.
+SURFACES = [
+    ("/api/memory/memory_search", "rest"),
+    ("/mcp/memory/", "mcp"),
+    ("/api/hooks/stop", "roampal"),
+    ("/healthz", "plain"),
+]
 
-@pytest.mark.parametrize(
-    ("path", "kind"),
-    [
-        ("/api/memory/memory_search", "rest"),
-        ("/mcp/memory/", "mcp"),
-        ("/api/hooks/stop", "roampal"),
-        ("/healthz", "plain"),
-    ],
-)
+
+@pytest.mark.parametrize(("path", "kind"), SURFACES)
 def test_a_huge_declared_body_gets_413_before_a_byte_of_it_is_sent_and_without_a_token(server, path, kind):
     """2 GB declared, none sent, no token: the answer comes at once (the server
     never waits for the body, nor asks who is calling)."""
@@ -228,15 +228,7 @@ def _trickle_until_answered(sock: socket.socket, within: float) -> float:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(
-    ("path", "kind"),
-    [
-        ("/api/memory/memory_search", "rest"),
-        ("/mcp/memory/", "mcp"),
-        ("/api/hooks/stop", "roampal"),
-        ("/healthz", "plain"),
-    ],
-)
+@pytest.mark.parametrize(("path", "kind"), SURFACES)
 def test_a_trickled_body_gets_a_coded_408_at_the_body_timeout_and_its_connection_closed(server, member, path, kind):
     """A valid token, a body that never completes, a byte of it every 0.2 s:
     the deadline is the whole body's, so the trickle does not stretch it."""
