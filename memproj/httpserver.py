@@ -14,8 +14,9 @@ process with it: ``--http memproj.httpserver:GuardedH11Protocol``).
   closing it sooner, while a pooled client still counts it fresh, races the
   client's next request, which then ends without an answer.
 - Body timeout: from the end of a request's headers, a client has
-  ``MEMPROJ_HTTP_BODY_TIMEOUT`` seconds to send its whole body (one deadline,
-  not an idle timeout between chunks, so trickling cannot stretch it). Not
+  ``MEMPROJ_HTTP_BODY_TIMEOUT`` seconds, plus its declared length at 64 KiB/s,
+  to send its whole body (one deadline, not an idle timeout between chunks,
+  so trickling cannot stretch it). Not
   answered yet, it gets a coded 408 in the vocabulary of the path's surface
   (``memproj.edge.body_timed_out``) and the app is told the client has gone;
   answered already (a 401 or 413 given before the body was read), the
@@ -50,6 +51,8 @@ from policy.middleware import surface_error
 logger = logging.getLogger("uvicorn.error")
 # Seconds a client refused for the connection limit should wait.
 BUSY_RETRY_AFTER = 1
+# The slowest upload a body's deadline allows for beyond MEMPROJ_HTTP_BODY_TIMEOUT.
+BODY_MIN_BYTES_PER_SECOND = 64 * 1024
 
 
 def _raw_response(
@@ -143,9 +146,22 @@ class GuardedH11Protocol(H11Protocol):
         is not; stop it once the body is complete."""
         if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
             if self.body_timer is None:
-                self.body_timer = self.loop.call_later(self.body_timeout, self._body_timed_out)
+                self.body_timer = self.loop.call_later(self._body_deadline(), self._body_timed_out)
         else:
             self._stop_body_timer()
+
+    def _body_deadline(self) -> float:
+        """The body timeout, and the time its declared length takes at
+        ``BODY_MIN_BYTES_PER_SECOND``: a large upload the route allows (an
+        admin import, a roampal document) over a slow link is not cut off,
+        while a trickled one stays bounded (the edge refuses a declared
+        length over the route's limit before this)."""
+        declared = 0
+        if self.cycle is not None:
+            for name, value in self.cycle.scope.get("headers", []):
+                if name == b"content-length" and value.isdigit():
+                    declared = int(value)
+        return self.body_timeout + declared / BODY_MIN_BYTES_PER_SECOND
 
     def _stop_body_timer(self) -> None:
         if self.body_timer is not None:

@@ -380,9 +380,10 @@ SETTINGS: tuple[Setting, ...] = (
         "MEMPROJ_HTTP_BODY_TIMEOUT",
         "float",
         30.0,
-        "Seconds a client has to send a whole request body, from the end of its headers (a coded 408 in the "
-        "route's error shape, or, once the request is answered, the connection closed). A deadline for the whole "
-        "body, not between chunks: a body trickled a byte at a time cannot stretch it.",
+        "Seconds a client has to send a whole request body, from the end of its headers, plus its declared "
+        "length at 64 KiB/s (a coded 408 in the route's error shape, or, once the request is answered, the "
+        "connection closed). A deadline for the whole body, not between chunks: a body trickled a byte at a "
+        "time cannot stretch it.",
         "HTTP edge",
     ),
     _S(

@@ -23,6 +23,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from memproj.httpserver import BODY_MIN_BYTES_PER_SECOND
 from memproj.serve import PROCESSES
 from tests.conftest import call
 from tests.harness.ports import HeldPort, on_held_port, serve_until_ready, stop_server
@@ -201,13 +202,16 @@ def test_a_chunked_body_is_cut_off_at_the_limit(server, member):
     assert status == 413 and json.loads(body)["error"]["code"] == "INVALID_ARGUMENT"
 
 
-def _send_part_of_a_body(server: tuple[str, int], path: str, token: str | None = None) -> socket.socket:
-    """Headers declaring a 1000-byte body, and 3 bytes of it."""
+def _send_part_of_a_body(
+    server: tuple[str, int], path: str, token: str | None = None, declared: int = 1000
+) -> socket.socket:
+    """Headers declaring a ``declared``-byte body, and 3 bytes of it."""
     sock = _connect(server)
     authorization = f"Authorization: Bearer {token}\r\n" if token else ""
     sock.sendall(
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\nContent-Type: application/json\r\n"
-        f'Accept: application/json, text/event-stream\r\n{authorization}Content-Length: 1000\r\n\r\n{{"q'.encode()
+        f"Accept: application/json, text/event-stream\r\n{authorization}Content-Length: {declared}\r\n\r\n"
+        '{"q'.encode()
     )
     return sock
 
@@ -250,6 +254,18 @@ def test_a_trickled_body_gets_a_coded_408_at_the_body_timeout_and_its_connection
     assert _closed_by_server(sock, 1)
     sock.close()
     assert httpx.get(f"http://127.0.0.1:{server[1]}/healthz", timeout=10).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_large_declared_body_gets_the_time_its_length_takes_at_the_slowest_allowed_rate(server, member):
+    """An upload the route allows, over a slow link: its deadline grows with its
+    declared length (64 KiB/s), so it is not cut at the bare body timeout."""
+    declared = 4 * BODY_MIN_BYTES_PER_SECOND  # four more seconds
+    sock = _send_part_of_a_body(server, "/api/memory/memory_search", member.token, declared=declared)
+    elapsed = _trickle_until_answered(sock, BODY_TIMEOUT * 10)
+    status, _, _ = _read_response(sock, timeout=5)
+    sock.close()
+    assert status == 408 and BODY_TIMEOUT + 4 - 0.5 < elapsed < BODY_TIMEOUT * 3 + 4, (status, elapsed)
 
 
 @pytest.mark.parametrize("token", [None, "mp_made-up-token"])
