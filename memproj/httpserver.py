@@ -46,11 +46,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from memproj.edge import body_timed_out
-from policy.middleware import surface_error
+from policy.middleware import BUSY_RETRY_AFTER, surface_error
 
 logger = logging.getLogger("uvicorn.error")
-# Seconds a client refused for the connection limit should wait.
-BUSY_RETRY_AFTER = 1
 # The slowest upload a body's deadline allows for beyond MEMPROJ_HTTP_BODY_TIMEOUT.
 BODY_MIN_BYTES_PER_SECOND = 64 * 1024
 

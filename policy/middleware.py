@@ -32,8 +32,9 @@ overload error, the one the server answers over its connection limit
 (``TIMEOUT`` in a dialect's vocabulary, ``SERVER_BUSY`` on plain paths; over
 MCP a JSON-RPC server error, -32000, answering the request's id). Any other
 failure of the check (Redis down, unreachable or not answering in time, or the
-token's rule not resolvable) serves the request without a limit and without rate-limit headers (fail open, logged
-at most once a minute): a broken counter must not take the whole API down.
+token's rule not resolvable) serves the request without a limit and without
+rate-limit headers (fail open, logged at most once a minute): a broken counter
+must not take the whole API down.
 
 Install by wrapping the ASGI application: ``application = RateLimitMiddleware(Router())``.
 """
@@ -73,8 +74,8 @@ MAX_BODY_FOR_ID = 64 * 1024
 # probe would be a write to Redis. Exact paths: anything else is counted.
 UNMETERED_PATHS = frozenset({"/healthz", "/readyz"})
 
-# Seconds a request refused for a saturated limiter should wait (as the
-# server's connection limit's, memproj/httpserver.py's BUSY_RETRY_AFTER).
+# Seconds a request refused for overload should wait: a saturated limiter's
+# 503 here, and the server's over its connection limit (memproj/httpserver.py).
 BUSY_RETRY_AFTER = 1
 
 
