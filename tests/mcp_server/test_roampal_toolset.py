@@ -243,6 +243,23 @@ async def test_get_context_insights_and_self_audit(member, mcp_client_for):
     assert re.search(r"• User's name is Ada \[id:memory_bank_[0-9a-f]{12}\] \(0m, memory_bank\)", text)
 
 
+async def test_a_bidirectional_override_in_a_memory_cannot_reorder_the_id_tags_of_its_line(member, mcp_client_for):
+    """U+202E (right-to-left override) in a memory's text would display the
+    [id:...] tag after it reversed in KNOWN CONTEXT and in search results: the
+    lines show the text without explicit bidirectional controls; the memory
+    itself (its structured content) keeps what was stored."""
+    stored = "User prefers tea \u202eeeffoc\u202c and \u2067biscuits\u2069"
+    async with mcp_client_for(member, "roampal") as client:
+        await text_call(client, "add_to_memory_bank", content=stored, always_inject=True)
+        context, _ = await text_call(client, "get_context_insights", query="what does the user drink?")
+        found, out = await text_call(client, "search_memory", query="tea")
+    for text in (context, found):
+        assert not any(0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069 for c in text), text
+    assert "• User prefers tea eeffoc and biscuits [id:memory_bank_" in context, context
+    assert re.search(r"\[id:memory_bank_[0-9a-f]{12}\] User prefers tea eeffoc and biscuits", found), found
+    assert out["results"][0]["content"] == stored
+
+
 async def test_days_back_window_and_sort_by_score(member, mcp_client_for):
     async with mcp_client_for(member, "roampal") as client:
         with time_machine.travel(timezone.now() - timedelta(days=10)):

@@ -303,13 +303,27 @@ def result_line(number: int, hit: api.CollectionHit, now: datetime | None = None
         parts += [f"s:{m.outcome_score:.2f}", f"w:{hit.wilson:.2f}", f"{m.applied_count} uses"]
         if hit.outcomes:
             parts.append(outcome_marks(hit.outcomes))
-    return f"{number}. [{hit.collection}] ({', '.join(parts)}) [id:{hit.id}] {memory_text(m)}"
+    return f"{number}. [{hit.collection}] ({', '.join(parts)}) [id:{hit.id}] {memory_text(m).translate(_BIDI_CONTROLS)}"
+
+
+# Explicit bidirectional embeddings, overrides and isolates (U+202A-U+202E,
+# U+2066-U+2069): in a line that shows a memory's text beside its [id:...] tag,
+# an override in the text would display the tag and what follows reordered
+# (spoofing which id a line names). Right-to-left text keeps its natural
+# direction without them.
+_BIDI_CONTROLS = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+
+
+def line_text(memory: Any) -> str:
+    """A memory's text as one line of a block: its whitespace runs one space,
+    without explicit bidirectional controls (``_BIDI_CONTROLS``)."""
+    return " ".join(memory_text(memory).translate(_BIDI_CONTROLS).split())
 
 
 def context_line(hit: api.CollectionHit, now: datetime | None = None) -> str:
     """KNOWN CONTEXT line: `• {content} [id:{doc_id}] ({age}, {NN% proven, }{collection})`."""
     m = hit.memory
-    content = " ".join(memory_text(m).split())
+    content = line_text(m)
     if len(content) > CONTEXT_CONTENT_CHARS:
         content = content[: CONTEXT_CONTENT_CHARS - 3] + "..."
     parts = [age(m.created_at, now)]
