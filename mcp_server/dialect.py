@@ -331,9 +331,10 @@ class Dialect:
                 if selection is None:
                     raise PermissionDenied("no credentials: send Authorization: Bearer <token>.")
                 if not self.takes_connection_options and self.options():
+                    names = ", ".join(repr(name[:50]) for name in sorted(self.options())[:5])
                     raise api.InvalidArgument(
-                        f"unknown connection option {', '.join(map(repr, sorted(self.options())))}; this endpoint "
-                        "takes none (the tenant and principal come from the token)."
+                        f"unknown connection option {names}; this endpoint takes none "
+                        "(the tenant and principal come from the token)."
                     )
                 acting = resolve_caller(selection)
                 token = _acting.set(acting)

@@ -145,8 +145,10 @@ class _EnvelopeErrors:
             error = answer["error"]
             text, jsonrpc_code = str(error["message"]), int(error.get("code") or JSONRPC_INVALID_REQUEST)
         except (ValueError, KeyError, TypeError):
-            # A plain-text refusal (a Content-Type other than JSON).
-            answer, text, jsonrpc_code = {}, NOT_JSON_CONTENT, JSONRPC_INVALID_REQUEST
+            # A plain-text refusal: a Content-Type other than JSON, or another of the transport's.
+            plain = body[:200].decode("utf-8", "replace").strip()
+            text = NOT_JSON_CONTENT if b"content-type" in body.lower() or not plain else plain
+            answer, jsonrpc_code = {}, JSONRPC_INVALID_REQUEST
         for prefix, message in _ENVELOPE_ERRORS.items():
             if text.startswith(prefix):
                 text = message
