@@ -58,17 +58,22 @@ def assert_refused(answer: dict[str, Any], request_id: int | None, key: str) -> 
     assert TWICE.format(key=key) in error["message"], answer
 
 
-def stored(member: Any) -> int:
-    return Memory.objects.filter(tenant_id=member.caller.tenant_id).count()
-
-
-def test_streamable_http_refuses_a_repeated_key_with_the_requests_id(http_server, member):  # noqa: F811
+def mcp_http(base: str, member: Any) -> httpx.Client:
+    """Raw streamable HTTP to an MCP endpoint with the member's token."""
     headers = {
         "Authorization": f"Bearer {member.token}",
         "Accept": "application/json, text/event-stream",
         "Content-Type": "application/json",
     }
-    with httpx.Client(base_url=http_server, headers=headers, timeout=60) as client:
+    return httpx.Client(base_url=base, headers=headers, timeout=60)
+
+
+def stored(member: Any) -> int:
+    return Memory.objects.filter(tenant_id=member.caller.tenant_id).count()
+
+
+def test_streamable_http_refuses_a_repeated_key_with_the_requests_id(http_server, member):  # noqa: F811
+    with mcp_http(http_server, member) as client:
         for body, request_id, key in REPEATED:
             response = client.post("/mcp/memory", content=body.encode())
             assert response.status_code == 400, response.text
@@ -135,12 +140,7 @@ def assert_refused_id(answer: dict[str, Any], kind: str) -> None:
 
 
 def test_streamable_http_answers_a_request_whose_id_is_no_string_or_integer(http_server, member):  # noqa: F811
-    headers = {
-        "Authorization": f"Bearer {member.token}",
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-    }
-    with httpx.Client(base_url=http_server, headers=headers, timeout=60) as client:
+    with mcp_http(http_server, member) as client:
         for request_id, kind in BAD_IDS:
             response = client.post("/mcp/memory", content=call_with_id(request_id).encode())
             assert response.status_code == 400, (request_id, response.status_code, response.text)
