@@ -124,6 +124,17 @@ class LimiterBusy(Exception):  # noqa: N818 - a state of the limiter, as StaleRu
     request was not counted, and must not be served as if Redis were down."""
 
 
+def _pool_options(max_connections: int, timeout: float) -> dict[str, Any]:
+    """What both clients' pools are made with: their bound, the wait for a
+    free connection, and the sockets' timeouts."""
+    return {
+        "max_connections": max_connections,
+        "timeout": timeout,
+        "socket_timeout": SOCKET_TIMEOUT_SECONDS,
+        "socket_connect_timeout": SOCKET_TIMEOUT_SECONDS,
+    }
+
+
 def _async_pool(url: str, max_connections: int, timeout: float) -> Any:
     """A redis.asyncio BlockingConnectionPool whose wait for a free connection,
     when it runs out, raises LimiterBusy instead of the redis ConnectionError
@@ -145,13 +156,7 @@ def _async_pool(url: str, max_connections: int, timeout: float) -> Any:
                     raise LimiterBusy(f"no Redis connection free within {timeout:g} s") from error
                 raise
 
-    return Pool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=timeout,
-        socket_timeout=SOCKET_TIMEOUT_SECONDS,
-        socket_connect_timeout=SOCKET_TIMEOUT_SECONDS,
-    )
+    return Pool.from_url(url, **_pool_options(max_connections, timeout))
 
 
 def _sync_pool(url: str, max_connections: int, timeout: float) -> Any:
@@ -172,13 +177,7 @@ def _sync_pool(url: str, max_connections: int, timeout: float) -> Any:
                     raise LimiterBusy(f"no Redis connection free within {timeout:g} s") from error
                 raise
 
-    return Pool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=timeout,
-        socket_timeout=SOCKET_TIMEOUT_SECONDS,
-        socket_connect_timeout=SOCKET_TIMEOUT_SECONDS,
-    )
+    return Pool.from_url(url, **_pool_options(max_connections, timeout))
 
 
 class StaleRule(Exception):  # noqa: N818 - a signal to re-resolve, not a failure
