@@ -166,6 +166,8 @@ def memory_bank_update(
     chain ends in a forgotten version: not found, nothing stored. Each attempt
     names a version no attempt named before, so the loop ends."""
     require_write(caller)
+    # Roampal's 0-1 scale, the core's 0-10 one; checked once, whatever the attempts.
+    scaled = None if importance is None else validation.number(importance, field="importance", low=0, high=1) * 10
     tried: set[uuid.UUID] = set()
     while True:
         try:
@@ -188,9 +190,7 @@ def memory_bank_update(
                 predicate=old.predicate,
                 namespace=old.namespace,
                 content=content,
-                importance=old.importance
-                if importance is None
-                else validation.number(importance, field="importance", low=0, high=1) * 10,
+                importance=old.importance if scaled is None else scaled,
                 confidence=old.confidence if confidence is None else confidence,
                 permanence=old.permanence or "permanent",
                 scope=old.scope,
