@@ -20,7 +20,8 @@ from typing import Any
 from tests.harness.generators.workloads import WRITE_KINDS, write_arguments
 from tests.harness.load.writes import Read, pending_follow_ups, read_load, texts_not_found, write_load
 from tests.harness.stack import Stack
-from tests.harness.surfaces.answers import Answer
+from tests.harness.surfaces.answers import Answer, answer_text
+from tests.harness.surfaces.mcp_http import mcp_call
 
 
 class FakeEmbeddingEndpoint:
@@ -161,6 +162,33 @@ EMBEDDER_FAULTS: dict[str, tuple[str, ...]] = {
     "embedder errors/malformed/hang": ("error", "malformed", "hang"),
 }
 FAULTS = ("worker SIGKILL", "web SIGKILL", "broker stop/restart", "PostgreSQL stop/restart")
+
+
+async def miss_diagnosis(stack: Stack, token: str, marker: str, text: str) -> str:
+    """What a search miss of an acknowledged write's own text came from: the
+    write's rows as the database holds them (a superseded, retracted or
+    pending row is another defect than a ranking miss), the keyword statistics
+    of its terms, and whether each channel alone finds it."""
+    import httpx
+
+    rows = stack.sql(
+        "SELECT kind, validity, embedding_status, superseded_by_id IS NOT NULL, scope, namespace, "
+        "boundary_class, expires_at, embedding IS NULL FROM memory_memory WHERE content LIKE %s",
+        [f"%{marker}%"],
+    )
+    terms = stack.sql(
+        "SELECT t.term, coalesce(sum(s.df), 0) FROM unnest(memproj_query_terms(%s)) AS t(term) "
+        "LEFT JOIN memory_termstat s ON s.term = t.term GROUP BY t.term",
+        [text],
+    )
+    found = {}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60, connect=5)) as http:
+        for mode, limit in (("keyword", 10), ("semantic", 10), ("semantic", 100), ("hybrid", 100)):
+            answer = await mcp_call(
+                http, f"{stack.url}/mcp/memory", token, "memory_search", {"query": text, "mode": mode, "limit": limit}
+            )
+            found[f"{mode}@{limit}"] = answer.outcome if answer.outcome != "ok" else text in answer_text(answer)
+    return f"miss of {marker}: rows {rows}; terms (term, df) {terms}; found alone {found}"
 
 
 def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clients: int, drain: float) -> FaultReport:
@@ -309,6 +337,7 @@ def fault_scenario(stack: Stack, token: str, fault: str, *, seconds: float, clie
         report.unsearchable += search is not None and search.outcome != "ok"
         if search is not None and len(report.samples) < 6:
             report.samples.append(f"not found: {texts[marker]}; search: {search.outcome} {search.text[:200]}")
+            report.samples.append(asyncio.run(miss_diagnosis(stack, token, marker, texts[marker])))
         report.duplicates += present > 1
         if ok == 0 and present:
             if any(a.outcome in ("hang", "exception") for a in attempts):
