@@ -375,6 +375,13 @@ class _Importer:
         known = alias_targets(
             tenant_id=self.caller.tenant_id, aliases=[r.source_id for r in records], system=self.system
         )
+        # An id that is the UUID of a memory this tenant holds (its own export
+        # imported back, a store whose ids are UUIDs) names that memory already:
+        # kept as an alias of a new memory it would take that id over, since an
+        # id is looked up among the aliases first (memory_pk).
+        here = self._tenant_memories(
+            {u for r in records if r.source_id not in known and (u := _uuid_or_none(r.source_id)) is not None}
+        )
         planned: list[_Planned] = []
         now = timezone.now()
         for record in records:
@@ -382,6 +389,9 @@ class _Importer:
                 self.report.skip("already imported (its id is an alias of a memory here)", record.source_id)
                 if record.superseded_by and storable_id(record.superseded_by):
                     self.pending_links[record.source_id] = record.superseded_by
+                continue
+            if _uuid_or_none(record.source_id) in here:
+                self.report.skip("already here (its id names a memory of this tenant)", record.source_id)
                 continue
             try:
                 values, notes = _validated(record, self.namespace, now)
@@ -406,6 +416,14 @@ class _Importer:
             self._forecast_quota(len(planned))
         elif planned:
             self._write(planned)
+
+    def _tenant_memories(self, ids: set[uuid.UUID]) -> set[uuid.UUID]:
+        """The ones of ``ids`` that are memories of the caller's tenant."""
+        if not ids:
+            return set()
+        return set(
+            Memory.objects.filter(tenant_id=self.caller.tenant_id, pk__in=list(ids)).values_list("pk", flat=True)
+        )
 
     def _forecast_quota(self, adding: int) -> None:
         """The dry run's side of the quota check every batch of a real run meets."""
@@ -469,6 +487,22 @@ class _Importer:
         for pk, item in wanted.items():
             if pk not in taken:
                 item.pk = pk
+        # An alias never names another memory of the tenant by its own UUID
+        # (one already here, or one of this batch): that memory would answer
+        # to it no more.
+        batch_pks = {p.pk for p in planned}
+        alias_uuids = {
+            u
+            for p in planned
+            for alias in (p.record.source_id, *p.record.extra_aliases, *(a for _, a in p.record.other_aliases))
+            if isinstance(alias, str) and (u := _uuid_or_none(alias)) is not None
+        }
+        named = self._tenant_memories(alias_uuids - batch_pks) | batch_pks
+
+        def shadows(alias: str, pk: uuid.UUID) -> bool:
+            target = _uuid_or_none(alias)
+            return target is not None and target != pk and target in named
+
         vectors = self._vectors(planned)
         model = get_embedder().model_name
         rows = []
@@ -511,13 +545,17 @@ class _Importer:
                         MemoryAlias(tenant_id=self.caller.tenant_id, memory_id=p.pk, system=self.system, alias=alias)
                         for p in planned
                         for alias in dict.fromkeys([p.record.source_id, *p.record.extra_aliases])
-                        if storable_id(alias)
+                        if storable_id(alias) and not shadows(alias, p.pk)
                     ]
                     + [
                         MemoryAlias(tenant_id=self.caller.tenant_id, memory_id=p.pk, system=system, alias=alias)
                         for p in planned
                         for system, alias in p.record.other_aliases
-                        if system and system != self.system and storable_id(system) and storable_id(alias)
+                        if system
+                        and system != self.system
+                        and storable_id(system)
+                        and storable_id(alias)
+                        and not shadows(alias, p.pk)
                     ],
                     ignore_conflicts=True,
                 )
