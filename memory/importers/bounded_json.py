@@ -14,6 +14,7 @@ records is more than an import reads in one go."""
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import re
@@ -43,6 +44,48 @@ _EXPECTED = {
 
 class RecordTooLarge(ImportSourceError):
     """One record is past the bounds (a reader may read the file another way)."""
+
+
+class NotUtf8Line(ImportSourceError):
+    """A JSON Lines file holds bytes that are not UTF-8 on ``line``."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def scan_lines(path: Path) -> tuple[int, int | None]:
+    """How many lines of ``path`` are not blank, and the number of the first
+    line that is not UTF-8 (None when every line is), read in one pass
+    without holding more than a chunk. A text file is decoded ahead of the
+    line being read, so the decoder's error does not say which line it met;
+    a newline byte is never part of a multibyte character, so each line is
+    decoded on its own."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    number, filled, blank = 1, 0, True
+    with path.open("rb") as handle:
+        while raw := handle.readline(CHUNK_CHARS):
+            ends = raw.endswith(b"\n")
+            blank = blank and not raw.strip()
+            try:
+                decoder.decode(raw, final=ends)
+            except UnicodeDecodeError:
+                return filled, number
+            if ends:
+                filled += 0 if blank else 1
+                number, blank = number + 1, True
+                decoder.reset()
+    filled += 0 if blank else 1
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return filled, number
+    return filled, None
+
+
+def undecodable_line(path: Path) -> int | None:
+    """The number of the first line of ``path`` that is not UTF-8 (None when every line is)."""
+    return scan_lines(path)[1]
 
 
 class JsonReader:
@@ -291,7 +334,8 @@ def json_lines(
             try:
                 line = handle.readline(max_chars + 1)
             except UnicodeDecodeError as exc:
-                raise ImportSourceError(f"{name}:{number + 1}: not JSON{parse_position(exc)}.") from exc
+                where = undecodable_line(path) or number + 1
+                raise NotUtf8Line(f"{name}:{where}: not JSON{parse_position(exc)}.", where) from exc
             if not line:
                 return
             number += 1

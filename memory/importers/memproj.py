@@ -26,7 +26,7 @@ from memory.importers.base import (
     text_field,
     text_list,
 )
-from memory.importers.bounded_json import json_lines
+from memory.importers.bounded_json import NotUtf8Line, json_lines, scan_lines
 
 EXPORT_FORMAT = "memproj-export/1"
 SYSTEM = "memproj"
@@ -47,10 +47,20 @@ class MemprojExport:
         refusal = ImportSourceError(f"{path} is not a {EXPORT_FORMAT} file (its first line must be the header).")
         try:
             header: Any = next((value for _, value in json_lines(path, max_lines=None)), {})
+        except NotUtf8Line as exc:
+            # The file is decoded ahead of its first line: a later line's bytes are that line's fault.
+            if exc.line != 1:
+                raise
+            raise refusal from exc.__cause__ or exc
         except ImportSourceError as exc:
             raise refusal from exc.__cause__ or exc
         if not isinstance(header, dict) or header.get("type") != "header" or header.get("format") != EXPORT_FORMAT:
             raise refusal
+        # Read through once, undecoded, before anything is written: a line that
+        # is not UTF-8 is refused saying where, and the lines are counted.
+        self.total, bad = scan_lines(path)
+        if bad is not None:
+            raise NotUtf8Line(f"{path.name}:{bad}: not JSON (it is not UTF-8 text).", bad)
 
     def _rows(self) -> Iterator[tuple[int, Any]]:
         """(line number, the line's JSON value), for every line after the header."""
@@ -59,8 +69,7 @@ class MemprojExport:
                 yield number_, value
 
     def estimate(self) -> int | None:
-        with self.path.open(encoding="utf-8") as handle:
-            return sum(1 for line in handle if line.strip()) - 1
+        return self.total - 1
 
     def close(self) -> None:
         return None
