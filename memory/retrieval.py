@@ -477,10 +477,13 @@ _TERMS_SQL = """
     )"""
 
 # BM25 over the candidates: IDF from the tenant's statistics, term frequency
-# from the lexeme's positions, document length in distinct lexemes. One scalar
-# subquery per candidate: as a join grouped by candidate, the planner expanded
-# each candidate's lexemes once per query term and sorted the lot to group it
-# (issue 13: 10-15% of the keyword statement at 100k; same scores).
+# from the lexeme's positions, document length in distinct lexemes. One
+# aggregate per candidate (a lateral subquery): as a join grouped by candidate,
+# the planner expanded each candidate's lexemes once per query term and sorted
+# the lot to group it (issue 13: 10-15% of the keyword statement at 100k; same
+# scores). Beside the score, each hit's coverage: the share of the query's IDF
+# its terms hold, whatever its length (a short memory's BM25 passes the IDF
+# sum, a long one's holding every term falls short of it).
 _BM25_SQL = """
     stats AS (
         SELECT greatest(docs, 1) AS docs, greatest(lexemes::float8 / greatest(docs, 1), 1) AS avgdl
@@ -491,21 +494,21 @@ _BM25_SQL = """
         FROM terms t, stats st WHERE t.df > 0
     ),
     txt AS (
-        SELECT id, session, score, (SELECT sum(idf) FROM weighted) AS idf_total FROM (
-            SELECT c.id, c.session, (
-                SELECT sum(w.idf * (coalesce(array_length(u.positions, 1), 1) * (%(k1)s::float8 + 1))
-                    / (coalesce(array_length(u.positions, 1), 1) + norm.k))
-                FROM unnest(ts_filter(setweight(c.search_vector, 'A', ARRAY(SELECT term FROM weighted)), '{{a}}'))
-                    AS u(lexeme, positions, weights)
-                JOIN weighted w ON w.term = u.lexeme
-            ) AS score
-            FROM cand c
-            CROSS JOIN LATERAL (
-                SELECT %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * length(c.search_vector) / st.avgdl) AS k
-                FROM stats st
-            ) norm
-        ) scored
-        ORDER BY score DESC, id
+        SELECT c.id, c.session, s.score, s.matched / nullif((SELECT sum(idf) FROM weighted), 0) AS coverage
+        FROM cand c
+        CROSS JOIN LATERAL (
+            SELECT %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * length(c.search_vector) / st.avgdl) AS k
+            FROM stats st
+        ) norm
+        CROSS JOIN LATERAL (
+            SELECT sum(w.idf * (coalesce(array_length(u.positions, 1), 1) * (%(k1)s::float8 + 1))
+                / (coalesce(array_length(u.positions, 1), 1) + norm.k)) AS score,
+                sum(w.idf) AS matched
+            FROM unnest(ts_filter(setweight(c.search_vector, 'A', ARRAY(SELECT term FROM weighted)), '{{a}}'))
+                AS u(lexeme, positions, weights)
+            JOIN weighted w ON w.term = u.lexeme
+        ) s
+        ORDER BY s.score DESC, c.id
         LIMIT %(k_txt)s
     )"""
 
@@ -514,7 +517,7 @@ _COVER_DENSITY_SQL = """
     txt AS (
         SELECT c.id, c.session,
             ts_rank_cd(c.search_vector, (SELECT memproj_any_query(ARRAY(SELECT term FROM terms))), 32) AS score,
-            NULL::float8 AS idf_total
+            NULL::float8 AS coverage
         FROM cand c
         ORDER BY score DESC, c.id
         LIMIT %(k_txt)s
@@ -632,7 +635,7 @@ def vector_rows_missed(
 ) -> list[tuple]:
     """Vector channel rows for the keyword hits the HNSW walk missed, and
     ``PENDING_CHANNEL`` rows for those without a vector (``_VECTOR_MISSED_SQL``),
-    in the channel rows' shape: (channel, id, score, idf_total, session, *columns)."""
+    in the channel rows' shape: (channel, id, score, coverage, session, *columns)."""
     walked = {row[1] for row in rows_vec}
     best_first = sorted(rows_txt, key=lambda row: (-float(row[2]), row[1]))[:MISSED_LOOKUP_TOP]
     keyword_only = {row[1]: row for row in best_first if row[1] not in walked}
@@ -903,14 +906,14 @@ def channel_statement(
             # for one kind the planner may still take that kind's graph.
             probes = _VECTOR_PROBE_SQL.format(where=where, kind=f" AND {GRAPH_GROUP_SQL}")
         ctes.append(_VECTOR_SQL.format(probes=probes))
-        selects.append("SELECT 'v' AS channel, id, score, NULL::float8 AS idf_total, session FROM vec")
+        selects.append("SELECT 'v' AS channel, id, score, NULL::float8 AS coverage, session FROM vec")
         params_sql.update(qvec=vector_literal(query_vector), k_vec=params.k_vec)
     if run_txt:
         txt_where = _where(caller, flt, kinds_sql=keyword_kinds_sql(flt.kinds))[0]
         ctes.append(_TERMS_SQL.format(where=txt_where, session=SESSION_SQL))
         scorer = _BM25_SQL if params.keyword_scorer == "bm25" else _COVER_DENSITY_SQL
         ctes.append(scorer.format())
-        selects.append("SELECT 't' AS channel, id, score, idf_total, session FROM txt")
+        selects.append("SELECT 't' AS channel, id, score, coverage, session FROM txt")
         params_sql.update(
             q=query_text, k_txt=params.k_txt, budget=params.txt_candidates, k1=params.bm25_k1, b=params.bm25_b
         )
@@ -928,13 +931,13 @@ def channel_statement(
 
 def _hits_from_rows(rows: list[tuple]) -> tuple[dict[uuid.UUID, ChannelHit], dict[uuid.UUID, tuple]]:
     by_channel: dict[str, list[tuple]] = {"v": [], "t": [], PENDING_CHANNEL: []}
-    idf_total: float | None = None
+    coverage: dict[uuid.UUID, float] = {}
     columns: dict[uuid.UUID, tuple] = {}
-    for channel, memory_id, score, total, _session, *values in rows:
+    for channel, memory_id, score, share, _session, *values in rows:
         by_channel[channel].append((memory_id, float(score)))
         columns[memory_id] = tuple(values)
-        if total is not None:
-            idf_total = float(total)
+        if share is not None:
+            coverage[memory_id] = min(1.0, float(share))
     hits: dict[uuid.UUID, ChannelHit] = {}
     # Best first, ties by id, as each channel's ORDER BY had them.
     for (memory_id, similarity), rank in _competition_ranks(sorted(by_channel["v"], key=lambda r: (-r[1], r[0]))):
@@ -946,7 +949,7 @@ def _hits_from_rows(rows: list[tuple]) -> tuple[dict[uuid.UUID, ChannelHit], dic
             vector_rank=previous.vector_rank,
             text_rank_value=value,
             text_rank=rank,
-            text_coverage=min(1.0, value / idf_total) if idf_total else None,
+            text_coverage=coverage.get(memory_id),
         )
     for memory_id, _ in by_channel[PENDING_CHANNEL]:
         hits[memory_id] = replace(hits[memory_id], vector_pending=True)

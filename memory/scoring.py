@@ -167,11 +167,11 @@ class ChannelHit:
     vector_rank: int | None = None
     text_rank_value: float | None = None
     text_rank: int | None = None
-    # BM25 over the sum of the query terms' IDF (capped at 1): how much of the
-    # query's rare-word mass this memory matches. Unlike the raw score, it is
-    # comparable across queries: a short question whose rare words all occur in
-    # one turn gets near 1, a long dialogue whose best match shares a few words
-    # gets little. None for cover density (no IDF).
+    # The share of the query terms' summed IDF that this memory's terms hold:
+    # how much of the query's rare-word mass it matches. Unlike the raw score,
+    # it is comparable across queries and memories: a memory holding every word
+    # of a question gets 1 however long it is, a long dialogue whose best match
+    # shares a few words gets little. None for cover density (no IDF).
     text_coverage: float | None = None
     # How well the memory's time fits the query's time expression, in [0, 1]
     # (memory/temporal.py); None when the query has none.
@@ -406,8 +406,10 @@ def spread_channels(
 
 def confidence_alpha(hits: Mapping[K, ChannelHit], alpha: float, gain: float) -> float:
     """The vector channel's weight for one query under ``conf`` fusion:
-    alpha / (alpha + (1 - alpha) * gain * c), c = the keyword channel's best
-    coverage of the query (ChannelHit.text_coverage). With c = 1 / gain it is
+    alpha / (alpha + (1 - alpha) * gain * c), c = the coverage of the query by
+    the keyword channel's first hit (ChannelHit.text_coverage): how far its
+    answer can be trusted, which a longer memory further down holding more of
+    the query's words does not tell. With c = 1 / gain it is
     ``alpha`` itself; a keyword hit holding all of a short question's rare
     words (c near 1) moves the weight towards the keyword channel, a long
     dialogue whose best keyword match shares a few of its words (c small)
@@ -416,7 +418,7 @@ def confidence_alpha(hits: Mapping[K, ChannelHit], alpha: float, gain: float) ->
     text_hits = [h for h in hits.values() if h.text_rank_value is not None]
     if not text_hits:
         return 1.0
-    coverages = [h.text_coverage for h in text_hits if h.text_coverage is not None]
+    coverages = [h.text_coverage for h in text_hits if h.text_coverage is not None and h.text_rank == 1]
     if not coverages:
         return alpha
     keyword_weight = (1.0 - alpha) * gain * max(coverages)

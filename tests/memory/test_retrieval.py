@@ -314,6 +314,23 @@ def test_conf_fusion_weighs_the_keyword_channel_by_its_coverage_of_the_query():
     assert scoring.confidence_alpha(hits(1 / 2.8), 0.65, 2.8) == pytest.approx(0.65)
     vector_only = {k: h for k, h in hits(1.0).items() if h.vector_rank is not None}
     assert scoring.fuse_all(vector_only, params)["vec"] == pytest.approx(1.0)
+    # The keyword channel's first hit is what its coverage vouches for: a
+    # memory further down holding more of the query's words moves nothing.
+    below = {**hits(0.1), "txt_long": ChannelHit(text_rank_value=0.5, text_rank=3, text_coverage=1.0)}
+    assert scoring.confidence_alpha(below, 0.65, 2.8) == scoring.confidence_alpha(hits(0.1), 0.65, 2.8)
+
+
+def test_with_the_policys_alpha_a_hit_holding_every_query_word_outranks_every_vector_only_hit():
+    """Coverage 1 (the first keyword hit holds every word of the query) leaves
+    the vector channel less than half the weight under the default policy's
+    alpha, whatever the vector channel's scores."""
+    hits = {
+        "own_text": ChannelHit(text_rank_value=8.2, text_rank=1, text_coverage=1.0),
+        "near_duplicate": ChannelHit(text_rank_value=2.9, text_rank=2, text_coverage=0.31),
+        **{f"vector_only_{n}": ChannelHit(vector_similarity=0.82 - n / 1000, vector_rank=n + 1) for n in range(96)},
+    }
+    fused = scoring.fuse_all(hits, RetrievalParams(fusion="conf", alpha=0.65, conf_gain=2.0))
+    assert max(fused, key=fused.__getitem__) == "own_text"
 
 
 def test_adaptive_fusion_sets_the_vector_weight_per_query_from_its_features():
@@ -346,16 +363,24 @@ def test_adaptive_fusion_sets_the_vector_weight_per_query_from_its_features():
 
 
 def test_keyword_hits_carry_their_coverage_of_the_query(caller):
+    """Coverage is the share of the query's IDF a hit's terms hold, whatever
+    the hit's length: BM25 over the IDF sum gave a long memory holding every
+    word less than 1, and conf fusion then handed the query to the vector
+    channel."""
     store(caller, "The zeppelin landed in Friedrichshafen")
     store(caller, "We talked about the weather")
+    store(caller, "A long note: the zeppelin hangar roof, the mooring mast, the hydrogen cells and the crew quarters")
     flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
     hits = channel_hits(caller=caller, flt=flt, query_text="zeppelin", query_vector=None, params=RetrievalParams())
-    [hit] = hits.values()
-    assert hit.text_coverage is not None and 0.5 < hit.text_coverage <= 1.0
+    assert [h.text_coverage for h in hits.values()] == [pytest.approx(1.0)] * 2
+    assert len({h.text_rank_value for h in hits.values()}) == 2  # BM25 still weighs their lengths
     both = channel_hits(
         caller=caller, flt=flt, query_text="zeppelin weather", query_vector=None, params=RetrievalParams()
     )
-    assert all(h.text_coverage is not None and h.text_coverage < 1.0 for h in both.values())
+    # zeppelin is in two memories, weather in one: the rarer word holds more of the query.
+    coverage = sorted(h.text_coverage for h in both.values())
+    assert coverage[0] == pytest.approx(coverage[1]) and coverage[0] < 0.5 < coverage[2] < 1.0
+    assert coverage[0] + coverage[2] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("iterative", [True, False], ids=["estimable-prefix", "slice-prefix"])
@@ -487,7 +512,7 @@ def test_a_failing_keyword_channel_still_awaits_the_query_vector(caller, monkeyp
     never awaited would pause the embedder for good), so it runs whatever the
     keyword channel does."""
     store(caller, *CHANNEL_TEXTS)
-    monkeypatch.setattr(retrieval, "_BM25_SQL", "txt AS (SELECT NULL::uuid AS id, 1 / 0 AS score, 1.0 AS idf_total)")
+    monkeypatch.setattr(retrieval, "_BM25_SQL", "txt AS (SELECT NULL::uuid AS id, 1 / 0 AS score, 1.0 AS coverage)")
     waited = []
     with pytest.raises(DatabaseError):
         retrieval.channel_search(
