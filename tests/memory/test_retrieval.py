@@ -378,7 +378,7 @@ def test_keyword_hits_carry_their_coverage_of_the_query(caller):
         caller=caller, flt=flt, query_text="zeppelin weather", query_vector=None, params=RetrievalParams()
     )
     # zeppelin is in two memories, weather in one: the rarer word holds more of the query.
-    coverage = sorted(h.text_coverage for h in both.values())
+    coverage = sorted(h.text_coverage or 0.0 for h in both.values())
     assert coverage[0] == pytest.approx(coverage[1]) and coverage[0] < 0.5 < coverage[2] < 1.0
     assert coverage[0] + coverage[2] == pytest.approx(1.0)
 
