@@ -108,22 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"keyword channel at {args.n} memories in one tenant (service layer, ms)")
     print(_common.table(["variant", "tenant size", "n", "p50_ms", "p95_ms", "max_ms"], rows))
     if args.explain:
-        where, sql_params = retrieval._where(caller, flt)
-        for name in ("bm25, budget 1000 (default)",):
-            params = variants[name]
-            scorer = retrieval._BM25_SQL if params.keyword_scorer == "bm25" else retrieval._COVER_DENSITY_SQL
-            sql = (
-                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) WITH"
-                + retrieval._TERMS_SQL.format(where=where)
-                + ","
-                + scorer.format()
-                + "\nSELECT 't', id, score FROM txt"
-            )
-            bound = dict(sql_params, q=queries[0], k_txt=48, budget=params.txt_candidates, k1=1.2, b=0.75)
-            with connection.cursor() as cursor:
-                cursor.execute(sql, bound)
-                plan = "\n".join(r[0] for r in cursor.fetchall())
-            print(f"\nEXPLAIN ANALYZE, {name}, query {queries[0]!r}\n{plan}")
+        name = "bm25, budget 1000 (default)"
+        statement = retrieval.channel_statement(
+            caller=caller, flt=flt, query_text=queries[0], query_vector=None, params=variants[name]
+        )
+        assert statement is not None
+        sql, bound, _ = statement
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, bound)
+            plan = "\n".join(r[0] for r in cursor.fetchall())
+        print(f"\nEXPLAIN ANALYZE, {name}, query {queries[0]!r}\n{plan}")
     return 0
 
 
