@@ -406,23 +406,28 @@ def spread_channels(
 
 def confidence_alpha(hits: Mapping[K, ChannelHit], alpha: float, gain: float) -> float:
     """The vector channel's weight for one query under ``conf`` fusion:
-    alpha / (alpha + (1 - alpha) * gain * c), c = the coverage of the query by
-    the keyword channel's first hit (ChannelHit.text_coverage): how far its
-    answer can be trusted, which a longer memory further down holding more of
-    the query's words does not tell. With c = 1 / gain it is
+    alpha / (alpha + (1 - alpha) * gain * c), c = ``keyword_coverage``. With c = 1 / gain it is
     ``alpha`` itself; a keyword hit holding all of a short question's rare
     words (c near 1) moves the weight towards the keyword channel, a long
     dialogue whose best keyword match shares a few of its words (c small)
     leaves it to the vector channel. No keyword hit: the vector channel alone;
     keyword hits without coverage (cover density): ``alpha``."""
-    text_hits = [h for h in hits.values() if h.text_rank_value is not None]
-    if not text_hits:
+    if not any(h.text_rank_value is not None for h in hits.values()):
         return 1.0
-    coverages = [h.text_coverage for h in text_hits if h.text_coverage is not None and h.text_rank == 1]
-    if not coverages:
+    coverage = keyword_coverage(hits)
+    if coverage is None:
         return alpha
-    keyword_weight = (1.0 - alpha) * gain * max(coverages)
+    keyword_weight = (1.0 - alpha) * gain * coverage
     return alpha / (alpha + keyword_weight) if alpha + keyword_weight > 0 else 1.0
+
+
+def keyword_coverage(hits: Mapping[K, ChannelHit]) -> float | None:
+    """How much of the query the keyword channel's answer covers: the coverage
+    of its first hit (ties: the best of them). A memory further down holding
+    more of the query's words does not make that answer more trustworthy.
+    None without keyword hits or without coverage (cover density)."""
+    coverages = [h.text_coverage for h in hits.values() if h.text_rank == 1 and h.text_coverage is not None]
+    return max(coverages) if coverages else None
 
 
 FUSION_FEATURES = ("bias", "coverage", "vec_gap", "txt_gap", "agree", "vec_top")
@@ -430,14 +435,14 @@ FUSION_FEATURES = ("bias", "coverage", "vec_gap", "txt_gap", "agree", "vec_top")
 
 def fusion_features(hits: Mapping[K, ChannelHit]) -> tuple[float, ...]:
     """What tells, per query, which channel to trust (FUSION_FEATURES): the
-    keyword channel's best coverage of the query's rare-word weight, how far
+    keyword channel's coverage of the query's rare-word weight, how far
     each channel's best stands out from its 10th (cosine difference; the
     share of the best BM25 score the 10th lacks), whether the channels agree
     on a top hit (one's first within the other's first five), and the best
     cosine similarity."""
     vec = sorted((h.vector_similarity for h in hits.values() if h.vector_similarity is not None), reverse=True)
     txt = sorted((h.text_rank_value for h in hits.values() if h.text_rank_value is not None), reverse=True)
-    coverage = max((h.text_coverage or 0.0 for h in hits.values()), default=0.0)
+    coverage = keyword_coverage(hits) or 0.0
     vec_gap = vec[0] - vec[min(9, len(vec) - 1)] if vec else 0.0
     txt_gap = 1.0 - txt[min(9, len(txt) - 1)] / txt[0] if txt and txt[0] > 0 else 0.0
     agree = any(
