@@ -75,7 +75,14 @@ _NEVER = ("inf", "never", "infinite")
 USE_TAG = re.compile(r"^(\*|[a-z][a-z0-9_.-]{0,63}(:(\*|[a-z0-9][a-z0-9_.-]{0,63}\*?))?)$")
 
 
-_EXCERPT = reprlib.Repr()
+class _Excerpt(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        # YAML's hex and octal literals build integers Python will not print (past
+        # its 4,300-digit limit); say how long one is instead, at any depth.
+        return f"<an integer of {x.bit_length()} bits>" if x.bit_length() > 256 else super().repr_int(x, level)
+
+
+_EXCERPT = _Excerpt()
 _EXCERPT.maxlevel, _EXCERPT.maxlist, _EXCERPT.maxtuple, _EXCERPT.maxdict = 2, 4, 4, 4
 _EXCERPT.maxstring = _EXCERPT.maxother = _EXCERPT.maxlong = EXCERPT_CHARS
 
@@ -308,7 +315,10 @@ def _number(
         kind = "an integer" if integer else "a number"
         problems.add(path, f"must be {kind} (got {_shown(value)})")
         return None
-    if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+    # An int compares with the float bounds exactly, however large; math.isfinite
+    # would convert it to a float and overflow.
+    not_finite = isinstance(value, float) and not math.isfinite(value)
+    if not_finite or value > high or value < low or (low_open and value == low):
         low_text = f"above {low:g}" if low_open else f"at least {low:g}"
         problems.add(path, f"must be {low_text} and at most {high:g} (got {_shown(value)})")
         return None
@@ -655,6 +665,10 @@ def _construct_mapping(loader: _PolicyLoader, node: yaml.MappingNode, deep: bool
     seen: set[Any] = set()
     for key_node, _value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if isinstance(key, list | dict | set):
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be a plain value, not a list or mapping", key_node.start_mark
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"key {_key_text(key)!r} appears twice in one mapping", key_node.start_mark
