@@ -55,7 +55,7 @@ from memory.admin.imports import import_body_limits  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
 from memory.errors import InvalidArgument, StorageUnavailable  # noqa: E402
 from memory.validation import json_document  # noqa: E402
-from memproj.edge import BodyLimit, Refusal, host_refusal, refuse  # noqa: E402
+from memproj.edge import BodyLimit, Refusal, SecurityHeaders, host_refusal, refuse  # noqa: E402
 from policy.middleware import (  # noqa: E402
     JSONRPC_INVALID_REQUEST,
     JSONRPC_SERVER_ERROR,
@@ -439,12 +439,14 @@ class Router:
 # over MCP and over its REST route.
 for _name, _dialect in TOOLSETS.items():
     register_dialect_rate_limit(_name, _dialect.render_error)
-# Outermost the body bound, so that no body is read past its route's limit,
-# neither by the rate limiter nor by authentication.
-application = BodyLimit(
+# The body bound outside the rate limiter and the router, so that no body is
+# read past its route's limit, neither by the rate limiter nor by authentication.
+body_limit = BodyLimit(
     RateLimitMiddleware(Router()),
     default=settings.MEMPROJ_HTTP["MAX_BODY_BYTES"],
     # A dialect's own routes may take more (roampal's /api/ingest: a 10 MB document),
     # and so does the admin's import page (an upload of up to its IMPORT_MAX_BYTES).
     limits={**dialect_body_limits(), **import_body_limits()},
 )
+# Outermost the security headers of every answer, the body bound's refusals included.
+application = SecurityHeaders(body_limit)

@@ -269,6 +269,47 @@ def host_refusal(scope: Scope, allowed_hosts: list[str]) -> Refusal | None:
     return None
 
 
+def security_headers() -> list[tuple[bytes, bytes]]:
+    """The headers Django's security and clickjacking middleware put on its
+    answers, as the settings configure them."""
+    from django.conf import settings
+
+    wanted = {
+        b"x-frame-options": getattr(settings, "X_FRAME_OPTIONS", "DENY"),
+        b"x-content-type-options": "nosniff" if getattr(settings, "SECURE_CONTENT_TYPE_NOSNIFF", True) else None,
+        b"referrer-policy": getattr(settings, "SECURE_REFERRER_POLICY", None),
+        b"cross-origin-opener-policy": getattr(settings, "SECURE_CROSS_ORIGIN_OPENER_POLICY", None),
+    }
+    return [(name, str(value).encode("latin-1")) for name, value in wanted.items() if value]
+
+
+class SecurityHeaders:
+    """Every answer carries the security headers Django's middleware gives its
+    own: the refusals made before Django runs (a body over its limit, a rate
+    limit, a token refused before its body is read, an unknown toolset, the
+    transport's framing errors) would go without them. A header the answer
+    already has is left as it is."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.headers = security_headers()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {key.lower() for key, _ in message.get("headers") or []}
+                missing = [(key, value) for key, value in self.headers if key not in present]
+                if missing:
+                    message = {**message, "headers": [*(message.get("headers") or []), *missing]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
 async def refuse(send: Send, refusal: Refusal) -> None:
     status, body, content_type, headers = refusal
     await _answer(send, status, body, content_type, close=False, headers=headers)

@@ -100,13 +100,13 @@ async def test_an_upload_past_the_default_body_limit_reaches_the_import_form(adm
 
 
 async def test_a_body_past_the_import_forms_limit_is_refused_at_the_edge():
-    from memproj.asgi import application
+    from memproj.asgi import application, body_limit
 
     path = reverse("admin:memory_memory_import")
-    assert application.limit_for(path) == admin_imports.IMPORT_MAX_BODY_BYTES > admin_imports.IMPORT_MAX_BYTES
+    assert body_limit.limit_for(path) == admin_imports.IMPORT_MAX_BODY_BYTES > admin_imports.IMPORT_MAX_BYTES
     # Only that page: not a path under it, nor its neighbours.
-    assert application.limit_for(path + "x/change/") == settings.MEMPROJ_HTTP["MAX_BODY_BYTES"]
-    assert application.limit_for(reverse("admin:memory_memory_add")) == settings.MEMPROJ_HTTP["MAX_BODY_BYTES"]
+    assert body_limit.limit_for(path + "x/change/") == settings.MEMPROJ_HTTP["MAX_BODY_BYTES"]
+    assert body_limit.limit_for(reverse("admin:memory_memory_add")) == settings.MEMPROJ_HTTP["MAX_BODY_BYTES"]
     async with httpx.AsyncClient(transport=asgi_transport(application), base_url=BASE) as client:
         refused = await client.post(path, content=b"x" * (admin_imports.IMPORT_MAX_BODY_BYTES + 1))
     assert refused.status_code == 413
