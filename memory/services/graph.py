@@ -125,5 +125,7 @@ def _resolve(caller: Caller, by_ref: Mapping[str, Entity], ref: str) -> Entity:
     except ValueError:
         found = None
     if found is None:
-        raise InvalidArgument(f"relation end {ref!r} is neither an entity of this request nor a known entity id.")
+        # Quoted short: the ref is the client's, up to the tool's payload limit.
+        shown = ref if len(ref) <= 80 else ref[:77] + "..."
+        raise InvalidArgument(f"relation end {shown!r} is neither an entity of this request nor a known entity id.")
     return found
