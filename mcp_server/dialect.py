@@ -241,8 +241,10 @@ class Dialect:
     # A schema violation of these arguments gets this code instead of
     # INVALID_ARGUMENT (e.g. pce's INVALID_SCOPE for `scope`).
     argument_codes: Mapping[str, str] = field(default_factory=dict)
-    # The HTTP status of an error text on the plain HTTP surface (mcp_server/rest.py).
-    http_status: Callable[[str], int] = lambda text: 400  # noqa: E731
+    # The HTTP status of an error text on the plain HTTP surface (mcp_server/rest.py),
+    # for a dialect whose specification names its own; None: by the core code
+    # (``rest.CORE_HTTP_STATUS``).
+    http_status: Callable[[str], int] | None = None
     # Resolve the tenant policy before validating, so that every answer,
     # errors included, can name the policy version (pce-memory's envelope).
     preload_policy: bool = False

@@ -74,6 +74,22 @@ def _body(code: str, text: str) -> str:
     return json.dumps({"error": {"code": code, "message": text}}, ensure_ascii=False)
 
 
+# The plain HTTP status of a tool error by its core code, for a dialect that
+# names no statuses of its own (``Dialect.http_status``): what a REST client
+# branches on (404 to stop looking, 403 to stop trying, 409 to read again).
+# A retryable code is a 503 and INTERNAL a 500 whatever the table (``_answer``).
+CORE_HTTP_STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "NOT_FOUND": 404,
+    "PERMISSION_DENIED": 403,
+    "QUOTA_EXCEEDED": 403,
+    "CONFLICT": 409,
+    "DUPLICATE": 409,
+    "GONE": 410,
+    "RATE_LIMIT": 429,
+}
+
+
 def _answer(dialect: Any, code: str, text: str, status: int) -> HttpResponse:
     # An unexpected failure is a 500 in every dialect, whatever its table says.
     status = 500 if code == "INTERNAL" else status
@@ -161,7 +177,8 @@ async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> 
     if result.is_error:
         text = " ".join(getattr(block, "text", "") for block in result.content)
         code = str((result.meta or {}).get(ERROR_CODE_META_KEY) or "INTERNAL")
-        return _answer(dialect, code, text, dialect.http_status(text))
+        status = dialect.http_status(text) if dialect.http_status else CORE_HTTP_STATUS.get(code, 400)
+        return _answer(dialect, code, text, status)
     structured = result.structured_content
     if structured is None:
         # A tool answering text alone (langmem's search_memory in its default
