@@ -275,10 +275,10 @@ def security_headers() -> list[tuple[bytes, bytes]]:
     from django.conf import settings
 
     wanted = {
-        b"x-frame-options": getattr(settings, "X_FRAME_OPTIONS", "DENY"),
-        b"x-content-type-options": "nosniff" if getattr(settings, "SECURE_CONTENT_TYPE_NOSNIFF", True) else None,
-        b"referrer-policy": getattr(settings, "SECURE_REFERRER_POLICY", None),
-        b"cross-origin-opener-policy": getattr(settings, "SECURE_CROSS_ORIGIN_OPENER_POLICY", None),
+        b"x-frame-options": settings.X_FRAME_OPTIONS,
+        b"x-content-type-options": "nosniff" if settings.SECURE_CONTENT_TYPE_NOSNIFF else None,
+        b"referrer-policy": settings.SECURE_REFERRER_POLICY,
+        b"cross-origin-opener-policy": settings.SECURE_CROSS_ORIGIN_OPENER_POLICY,
     }
     return [(name, str(value).encode("latin-1")) for name, value in wanted.items() if value]
 

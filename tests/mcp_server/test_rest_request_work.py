@@ -20,18 +20,12 @@ from policy.models import ApiToken
 from policy.services import tokens
 from policy.tokencache import token_cache_clear
 from tests.conftest import Identity
+from tests.harness.surfaces.answers import SECURITY_HEADERS
 from tests.harness.surfaces.asgi import asgi_transport
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SEARCH = "/api/memory/memory_search"
-# What Django's middleware adds to an answer of the tool route.
-MIDDLEWARE_HEADERS = {
-    "x-frame-options": "DENY",
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "same-origin",
-    "cross-origin-opener-policy": "same-origin",
-}
 
 
 async def _posts(identity: Any, count: int) -> list[httpx.Response]:
@@ -109,7 +103,7 @@ async def test_django_middleware_runs_on_the_event_loop_outside_the_admin(member
     seen = _record_threads(monkeypatch)
     [answer] = await _posts(member, 1)
     assert answer.status_code == 200, answer.text
-    for name, value in MIDDLEWARE_HEADERS.items():
+    for name, value in SECURITY_HEADERS.items():
         assert answer.headers.get(name) == value, name
     assert int(answer.headers["content-length"]) == len(answer.content)
     assert seen == {name: {threading.get_ident()} for name in ("process_request", "process_view", "process_response")}
@@ -125,7 +119,7 @@ async def test_the_admin_keeps_djangos_thread_hops(db, monkeypatch):
         page = await client.get("/admin/login/")
     assert page.status_code == 200
     assert "csrftoken" in page.cookies
-    for name, value in MIDDLEWARE_HEADERS.items():
+    for name, value in SECURITY_HEADERS.items():
         assert page.headers.get(name) == value, name
     assert set(seen) == {"process_request", "process_view", "process_response"}
     assert all(threading.get_ident() not in threads for threads in seen.values())

@@ -11,16 +11,11 @@ import httpx
 import pytest
 from django.test import override_settings
 
+from tests.harness.surfaces.answers import SECURITY_HEADERS
 from tests.harness.surfaces.asgi import asgi_transport
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-EXPECTED = {
-    "x-frame-options": "DENY",
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "same-origin",
-    "cross-origin-opener-policy": "same-origin",
-}
 JSON = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
@@ -34,7 +29,7 @@ def _client() -> httpx.AsyncClient:
 
 
 def _security(response: httpx.Response) -> dict[str, str]:
-    return {name: response.headers.get(name, "") for name in EXPECTED}
+    return {name: response.headers.get(name, "") for name in SECURITY_HEADERS}
 
 
 async def test_refusals_made_before_django_runs_carry_the_security_headers(member):
@@ -66,9 +61,9 @@ async def test_refusals_made_before_django_runs_carry_the_security_headers(membe
         "a Django route": 200,
     }
     for name, answer in answers.items():
-        assert _security(answer) == EXPECTED, name
+        assert _security(answer) == SECURITY_HEADERS, name
         # Each header once: Django's own answers are not given a second copy.
-        assert all(len(answer.headers.get_list(header)) == 1 for header in EXPECTED), name
+        assert all(len(answer.headers.get_list(header)) == 1 for header in SECURITY_HEADERS), name
 
 
 async def test_a_rate_limited_answer_carries_the_security_headers():
@@ -77,4 +72,4 @@ async def test_a_rate_limited_answer_carries_the_security_headers():
         async with _client() as client:
             answers = [await client.post("/api/memory/memory_search", json={"query": "x"}) for _ in range(3)]
     assert [a.status_code for a in answers] == [401, 429, 429], answers[-1].text
-    assert _security(answers[-1]) == EXPECTED
+    assert _security(answers[-1]) == SECURITY_HEADERS

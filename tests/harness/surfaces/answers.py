@@ -43,6 +43,14 @@ class Answer:
 # A tool error's result _meta key for the core code behind the dialect's text
 # (mcp_server.dialect.ERROR_CODE_META_KEY; spelled out so the bench needs no Django).
 ERROR_CODE_META_KEY = "io.memproj/error-code"
+# What Django's security and clickjacking middleware put on an answer, as the
+# settings configure them (memproj.edge.SecurityHeaders adds them where Django did not run).
+SECURITY_HEADERS = {
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "cross-origin-opener-policy": "same-origin",
+}
 
 
 def error_code(text: str, structured: Any = None) -> str | None:
