@@ -5,8 +5,9 @@ database's backends spent per answered call.
 
 The PostgreSQL figure counts only the backends connected to the measured
 database (pg_stat_activity), so other databases on the same server (other
-suites' test databases) do not inflate it; the web tier keeps its connections
-between calls, so a backend lives through a step and its CPU is seen.
+suites' test databases) do not inflate it; each backend is read as the step
+goes (``BackendWatch``), so one whose connection the web tier closes mid-step
+still counts.
 
 Several servers may be measured in one run (``servers``: label -> web pid and
 base URL), step by step in turn (A, B, A, B, ...): drift of the machine's load
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -95,27 +97,6 @@ CALL_KINDS: dict[str, CallKind] = {
 }
 
 
-def database_backends_cpu(database: str) -> float:
-    """CPU seconds of the live backends connected to ``database`` (any role)."""
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [database])
-        pids = [int(row[0]) for row in cur.fetchall()]
-    return _pids_cpu(pids)
-
-
-def _pids_cpu(pids: list[int]) -> float:
-    from tests.harness.load.cpu import _CLK_TCK
-
-    total = 0
-    for pid in pids:
-        stat = _proc_stat(pid)
-        if stat is not None:
-            total += int(stat[1][11]) + int(stat[1][12])
-    return total / _CLK_TCK
-
-
 def _backend_pids(database: str) -> dict[int, float]:
     """pid -> CPU seconds of each backend of ``database`` now."""
     from django.db import connection
@@ -133,10 +114,45 @@ def _backend_pids(database: str) -> dict[int, float]:
     return out
 
 
-def _backends_spent(before: dict[int, float], after: dict[int, float]) -> float:
-    """CPU the backends spent between two readings (a backend new in ``after`` from zero;
-    one gone by then is lost, which a web tier that keeps its connections avoids)."""
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+class BackendWatch:
+    """The CPU the backends of ``database`` spend while a step runs, each read
+    every ``interval`` seconds and kept as last seen. The web tier closes a
+    connection once it is DB_CONN_MAX_AGE old, mid-step as often as not; read
+    only before and after, such a backend's whole step would be lost (a step's
+    PostgreSQL CPU could read near zero); read as it goes, at most its last
+    interval is."""
+
+    def __init__(self, database: str, interval: float = 0.2) -> None:
+        self.database = database
+        self.interval = interval
+        self._start: dict[int, float] = {}
+        self._seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="backend-watch", daemon=True)
+
+    def __enter__(self) -> BackendWatch:
+        self._start = _backend_pids(self.database)
+        self._seen = dict(self._start)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._seen.update(_backend_pids(self.database))
+
+    def _watch(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self._stop.wait(self.interval):
+                self._seen.update(_backend_pids(self.database))
+        finally:
+            connection.close()  # this thread's own
+
+    def spent(self) -> float:
+        """CPU seconds spent since entering (a backend new since then from zero)."""
+        return sum(cpu - self._start.get(pid, 0.0) for pid, cpu in self._seen.items())
 
 
 async def _closed_loop(
@@ -208,12 +224,12 @@ def percall_step(server: Server, token: str, kind_name: str, clients: int, secon
     kind = CALL_KINDS[kind_name]
     database = server.database or database
     web0, loop0 = cpu_seconds(server.pid), loop_cpu_seconds(server.pid)
-    pg0 = _backend_pids(database)
-    step = asyncio.run(_closed_loop(server.base_url, token, kind, clients, seconds, seed))
+    with BackendWatch(database) as backends:
+        step = asyncio.run(_closed_loop(server.base_url, token, kind, clients, seconds, seed))
     calls = max(1, step["calls"])
     step["web_cpu_ms"] = (cpu_seconds(server.pid) - web0) * 1000.0 / calls
     step["loop_cpu_ms"] = (loop_cpu_seconds(server.pid) - loop0) * 1000.0 / calls
-    step["pg_cpu_ms"] = _backends_spent(pg0, _backend_pids(database)) * 1000.0 / calls
+    step["pg_cpu_ms"] = backends.spent() * 1000.0 / calls
     step["cpu_ms"] = step["web_cpu_ms"] + step["pg_cpu_ms"]
     return {"server": server.label, "kind": kind_name, "clients": clients, **step}
 
