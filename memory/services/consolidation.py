@@ -82,8 +82,13 @@ def _mark_consolidated(caller: Caller, ids: list[uuid.UUID], now: datetime, into
 def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, now: datetime) -> uuid.UUID | None:
     with transaction.atomic():
         tenant_write_lock(caller.tenant_id)
+        # Read under the lock, as retrieval would find them now: the consolidator
+        # planned from a snapshot (an LLM may take a minute), and meanwhile an
+        # episode may have been forgotten, merged or expired. What it said must
+        # not come back as (part of) a derived memory.
         sources = list(
-            Memory.objects.filter(
+            Memory.objects.retrievable(max(now, timezone.now()))
+            .filter(
                 pk__in=proposal.source_ids,
                 tenant_id=caller.tenant_id,
                 kind=Kind.EPISODE,
@@ -94,7 +99,9 @@ def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, no
             .values_list("pk", "created_at")
         )
         if len(sources) != len(set(proposal.source_ids)):
-            return None  # another run consolidated some of them first
+            # Another run consolidated some of them first, or some are no longer
+            # retrievable: the rest are offered again on a later run.
+            return None
         # What the episodes said holds as of the newest of them: a fact stored
         # since then about the same key is newer and must stay the active one.
         stated_at = max(created_at for _, created_at in sources)
@@ -192,6 +199,9 @@ def _consolidate_claimed(
     for scope, episodes in sorted(by_scope.items()):
         plan = consolidator.plan(episodes, now=now)
         offered = {e.id for e in episodes}
+        # Episodes of a proposal dropped because some of its sources changed
+        # meanwhile: offered again on a later run, without what was forgotten.
+        replan: set[uuid.UUID] = set()
         for proposal in plan.proposals:
             if not set(proposal.source_ids) <= offered:
                 logger.warning("consolidator %s proposed episodes it was not given; skipped", consolidator.name)
@@ -206,6 +216,8 @@ def _consolidate_claimed(
             if created is not None:
                 result.created.append(created)
                 result.consumed += len(proposal.source_ids)
+            else:
+                replan.update(proposal.source_ids)
         for group in plan.duplicates:
             members = [rows_by_id[pk] for pk in group if pk in offered]
             # Whatever a consolidator (an LLM) groups, only the same statement
@@ -221,7 +233,7 @@ def _consolidate_claimed(
                 except (InvalidArgument, NotFound) as exc:
                     logger.info("duplicate episode %s not merged into %s: %s", other, keeper.pk, exc)
         with transaction.atomic():
-            result.consumed += _mark_consolidated(caller, sorted(plan.consumed & offered), now, None)
+            result.consumed += _mark_consolidated(caller, sorted((plan.consumed & offered) - replan), now, None)
     # Re-enqueue only when this run made progress: a batch of young episodes that
     # form no cluster yet must not spin the worker.
     result.more = result.more and result.consumed > 0

@@ -1,0 +1,68 @@
+"""Consolidation in a real worker racing with a user's forget: the consolidator
+(here an LLM on a fake OpenAI-compatible endpoint, which can take a minute)
+plans from a snapshot of the episodes, and the user may forget one of them
+before the proposals are stored. A forgotten episode must not come back as
+(part of) a derived fact."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from memory.models import Kind, Memory, MemoryLink, Validity
+from memory.selectors.memories import SearchQuery, memory_search
+from memory.services.memories import episode_store, memory_forget
+from tests.conftest import make_identity
+from tests.workers.conftest import in_flight, wait_until
+from tests.workers.fakes import ChatStep, one_fact_from_all_episodes
+from workers import tasks
+
+pytestmark = pytest.mark.worker
+
+SECRET_EPISODES = [
+    "User said their locker code is 4471",
+    "The user mentioned the gym locker code 4471",
+    "User repeated that the locker combination is 4471",
+]
+
+
+def test_an_episode_forgotten_while_the_llm_plans_is_not_consolidated(start_worker, fake_openai, broker_queue):
+    member = make_identity("tenant-a", "member")
+    episodes = [episode_store(caller=member.caller, content=t, butler="assistant") for t in SECRET_EPISODES]
+    answer = one_fact_from_all_episodes(
+        content="The user's gym locker code is 4471", subject="user", predicate="locker code"
+    )
+    release = threading.Event()
+    fake_openai.chat_script = [ChatStep(content=answer, hold=release), ChatStep(content=answer)]
+    worker = start_worker(MEMPROJ_LLM_BASE_URL=fake_openai.base_url, MEMPROJ_LLM_TIMEOUT="60")
+    tasks.episodes_consolidate_task.delay()
+    wait_until(fake_openai.chat_started.is_set, what="the LLM call", worker=worker)
+
+    # While the LLM thinks, the user forgets one of the episodes it was sent.
+    memory_forget(caller=member.caller, kind=Kind.EPISODE, memory_id=episodes[0].pk)
+    release.set()
+    wait_until(lambda: not in_flight(broker_queue), what="the consolidation run", worker=worker)
+
+    forgotten = Memory.objects.get(pk=episodes[0].pk)
+    assert forgotten.validity == Validity.RETRACTED
+    # Nothing derived from the forgotten episode: no fact links to it ...
+    assert not MemoryLink.objects.filter(to_memory_id=episodes[0].pk).exists()
+
+    def derived() -> list[Memory]:
+        return list(Memory.objects.filter(kind=Kind.FACT, source="consolidation"))
+
+    assert all(str(episodes[0].pk) not in m.metadata.get("consolidated_from", []) for m in derived())
+    # ... and a search for what it said finds nothing the user did not keep.
+    hits = memory_search(caller=member.caller, query=SearchQuery("locker code 4471", mode="keyword"))
+    assert {h.memory.id for h in hits} <= {e.pk for e in episodes[1:]}
+    # The episodes still remembered are left for a later run.
+    assert all(Memory.objects.get(pk=e.pk).consolidated_at is None for e in episodes[1:])
+
+    # The next run consolidates what the user kept, and only that.
+    tasks.episodes_consolidate_task.delay()
+    wait_until(derived, what="the next consolidation run", worker=worker)
+    [fact] = derived()
+    assert set(MemoryLink.objects.filter(from_memory=fact).values_list("to_memory_id", flat=True)) == {
+        e.pk for e in episodes[1:]
+    }
