@@ -34,6 +34,7 @@ from memory.errors import InvalidArgument, NotFound
 from memory.models import Collection, Memory, Validity, collection_of
 from memory.selectors.aliases import alias_targets, aliases_of
 from memory.selectors.memories import (
+    QueryVectors,
     RankRow,
     SearchQuery,
     SearchRanking,
@@ -534,8 +535,10 @@ def _ranked_by_collection(
     condition: Q | None,
     limit: int,
     order: str,
+    vectors: QueryVectors | None = None,
 ) -> _CollectionRanking:
     ranking = memory_search_ranking(
+        vectors=vectors,
         caller=caller,
         query=SearchQuery(
             query,
@@ -611,10 +614,13 @@ def known_context(*, caller: Caller, query: str, facts: int = 3, memories: int =
     found: list[CollectionHit] = []
     relevant: list[CollectionHit] = []
     if query.strip():
-        # Two independent searches: side by side, each on its own connection;
-        # the rows both return are then loaded together.
+        # Two independent searches of one question (embedded once): side by
+        # side, each on its own connection; the rows both return are then loaded together.
+        vectors = QueryVectors()
+
         def ranked(chosen: list[str], limit: int) -> _CollectionRanking:
             return _ranked_by_collection(
+                vectors=vectors,
                 caller=caller,
                 query=query,
                 chosen=chosen,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -342,15 +343,42 @@ def query_vector_later(
     return result
 
 
+class QueryVectors:
+    """The query vectors of one request's searches: each question embedded once
+    however many searches of it the request runs. roampal's KNOWN CONTEXT runs
+    two (its memory_bank facts and its other collections); run in turn, as they
+    are when the process is busy, the second would embed the question again."""
+
+    def __init__(self) -> None:
+        self._waits: dict[tuple[str, str, float], Callable[[], list[float] | None]] = {}
+        self._lock = threading.Lock()
+
+    def later(self, caller: Caller, query: str, mode: str, params: RetrievalParams) -> Callable[[], list[float] | None]:
+        """``query_vector_later``, started by the first search that asks; a
+        wait can be called again for the same vector."""
+        key = (query, mode, params.vector_query_common_share)  # what decides the text embedded
+        with self._lock:
+            wait = self._waits.get(key)
+            if wait is None:
+                wait = self._waits[key] = query_vector_later(caller, query, mode, params)
+            return wait
+
+
 def _candidates(
-    *, caller: Caller, query: str, mode: str, flt: RetrievalFilter, params: RetrievalParams
+    *,
+    caller: Caller,
+    query: str,
+    mode: str,
+    flt: RetrievalFilter,
+    params: RetrievalParams,
+    vectors: QueryVectors | None = None,
 ) -> tuple[list[tuple[RankRow, ChannelHit]], BoundaryDecision]:
     decision = read_boundary(caller, flt.use_tags)
     hits, columns = channel_search(
         caller=caller,
         flt=flt,
         query_text=query if mode != "semantic" else None,
-        query_vector=None if mode == "keyword" else query_vector_later(caller, query, mode, params),
+        query_vector=None if mode == "keyword" else (vectors or QueryVectors()).later(caller, query, mode, params),
         params=params,
         columns=RankRow._fields[1:],
     )
@@ -416,7 +444,9 @@ class SearchRanking:
         return _hydrate(caller=caller, decision=self.decision, ranked_ids=ranked_ids, want=want)
 
 
-def memory_search_ranking(*, caller: Caller, query: SearchQuery) -> SearchRanking:
+def memory_search_ranking(*, caller: Caller, query: SearchQuery, vectors: QueryVectors | None = None) -> SearchRanking:
+    """``query``'s candidates ranked; ``vectors``: the request's query vectors,
+    when it runs several searches of one question."""
     require_read(caller)
     params = retrieval_params(caller, query.params)
     offset = _offset(query.offset)
@@ -451,7 +481,7 @@ def memory_search_ranking(*, caller: Caller, query: SearchQuery) -> SearchRankin
     )
     k = max(limit + offset, 1)
     params = params.with_(k_vec=max(params.k_vec, k), k_txt=max(params.k_txt, k))
-    candidates, decision = _candidates(caller=caller, query=text, mode=mode, flt=flt, params=params)
+    candidates, decision = _candidates(caller=caller, query=text, mode=mode, flt=flt, params=params, vectors=vectors)
     relevance = scoring.channel_relevance({row.id: hit for row, hit in candidates}, mode, params)
     ordered = sorted(candidates, key=lambda c: order_key(relevance[c[0].id], c[0].created_at, c[0].id))
     return SearchRanking(

@@ -13,6 +13,8 @@ from memory.selectors.collections import collection_search, known_context
 from memory.selectors.memories import _row_statement
 from memory.services.collections import memory_bank_store, working_store
 from tests.conftest import make_identity
+from memory.embeddings import ResilientEmbedder, set_embedder
+from tests.memory.test_retrieval import WordHashEmbedder
 from tests.memory.test_retrieval import fake_embedder  # noqa: F401 - autouse: bag-of-words vectors here too
 
 pytestmark = pytest.mark.django_db
@@ -61,3 +63,25 @@ def test_a_row_gone_since_its_section_was_ranked_is_replaced_by_the_next(caller,
     context = known_context(caller=caller, query=QUERY)
     deleted, following = gone
     assert [h.memory.id for h in context.relevant] == following
+
+
+class CountingEmbedder(WordHashEmbedder):
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        self.texts.extend(texts)
+        return super().embed(texts)
+
+
+def test_known_context_embeds_its_question_once_for_both_searches(caller):
+    # No query cache, as a server under load with distinct questions: only
+    # sharing the one question's vector between the two searches saves the pass.
+    counting = CountingEmbedder()
+    set_embedder(ResilientEmbedder(counting, cache_size=0))
+    context = known_context(caller=caller, query=QUERY)
+    assert context.user_facts and context.relevant
+    # In a test's transaction the two searches run in turn, the case where
+    # each would start its own pass. (What is embedded is the question without
+    # the words most of this tenant's memories share.)
+    assert len(counting.texts) == 1
