@@ -132,7 +132,9 @@ class MemprojStore(BaseStore):
     """A LangGraph ``BaseStore`` whose items live in memproj: each item is a
     fact in its namespace, found by memproj's hybrid search (vector + keyword)
     and by every memproj dialect that reads facts. ``filter`` matches value
-    attributes exactly (no operators); TTLs are not supported."""
+    attributes as PostgresStore does (equality, ``$eq``, ``$ne``, ``$gt``,
+    ``$gte``, ``$lt``, ``$lte``), and nested objects as InMemoryStore does;
+    TTLs are not supported."""
 
     supports_ttl = False
 

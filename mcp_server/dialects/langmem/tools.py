@@ -261,7 +261,10 @@ def search_memory(
     offset: Annotated[int, Field(ge=0, le=10_000, description="Results to skip.")] = 0,
     filter: Annotated[
         dict[str, Any] | None,
-        Field(description='Match stored attributes exactly, e.g. {"category": "preference"}.'),
+        Field(
+            description='Match stored attributes, e.g. {"category": "preference"}, {"profile": {"tone": "warm"}} '
+            'or {"score": {"$gte": 3}} (operators: $eq, $ne, $gt, $gte, $lt, $lte).'
+        ),
     ] = None,
 ) -> CallToolResult:
     """Search your long-term memories for information relevant to your current context."""

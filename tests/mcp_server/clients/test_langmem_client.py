@@ -124,8 +124,9 @@ def test_memproj_store_is_a_langgraph_base_store(http_server, member, outsider):
     assert replaced is not None and replaced.value["content"] == "Alice eats fish now"
     store.delete(("docs", "u1"), "trip")
     assert store.get(("docs", "u1"), "trip") is None
-    with pytest.raises(ValueError, match="filter"):
-        store.search(("docs",), query="x", filter={"category": {"$ne": "travel"}})
+    assert [h.key for h in store.search(("docs", "u1"), filter={"category": {"$ne": "travel"}})] == ["profile"]
+    with pytest.raises(ValueError, match="Unsupported operator: [$]in"):
+        store.search(("docs",), query="x", filter={"category": {"$in": ["travel"]}})
 
     # Another tenant's token: the same namespaces and keys are empty, and its writes stay its own.
     other = MemprojStore(url=http_server, token=outsider.token)
