@@ -27,7 +27,7 @@ import functools
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qsl
@@ -399,10 +399,32 @@ def strict_schema(parameters: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+# How much of a client's name (an argument, a key, a tool) an error quotes: a
+# name is the client's, as long as the body limit allows, and a refusal that
+# echoed it whole would send back (and log) up to that much again.
+NAME_EXCERPT_CHARS = 50
+# How many of a list of the client's names an error quotes.
+NAMES_QUOTED = 3
+
+
+def shown(name: object) -> str:
+    """A client's name as an error quotes it: at most ``NAME_EXCERPT_CHARS``
+    characters, the cut marked with an ellipsis."""
+    text = str(name)
+    return text if len(text) <= NAME_EXCERPT_CHARS else text[: NAME_EXCERPT_CHARS - 3] + "..."
+
+
+def quoted_names(names: Sequence[object]) -> str:
+    """The first ``NAMES_QUOTED`` names, each quoted short, and how many more."""
+    listed = ", ".join(repr(shown(name)) for name in names[:NAMES_QUOTED])
+    more = len(names) - NAMES_QUOTED
+    return f"{listed} and {more} more" if more > 0 else listed
+
+
 def _describe(error: SchemaError, schema: Mapping[str, Any]) -> str:
     """A schema violation as a sentence that names the argument and never echoes
-    the (possibly huge or hostile) value."""
-    where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+    the (possibly huge or hostile) value, nor more than an excerpt of a key."""
+    where = ".".join(shown(p) for p in error.absolute_path) or "arguments"
     if "propertyNames" in error.absolute_schema_path:
         # The violation is a key's, and the path names the object holding it.
         where = f"a key of {where}"
@@ -413,7 +435,7 @@ def _describe(error: SchemaError, schema: Mapping[str, Any]) -> str:
         holder = error.schema if isinstance(error.schema, Mapping) else schema
         allowed = sorted(holder.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
-        unknown = ", ".join(repr(e) for e in extra) or "an argument"
+        unknown = quoted_names(extra) or "an argument"
         if error.absolute_path:
             return f"unknown key {unknown} in {where}; it takes: {', '.join(allowed) or 'no keys'}."
         return f"unknown argument {unknown}; this tool takes: {', '.join(allowed)}."
@@ -464,7 +486,7 @@ def _text_problem(value: Any, where: str = "") -> str | None:
         return None
     if isinstance(value, dict):
         for key, item in value.items():
-            inner = f"{where}.{key}" if where else str(key)
+            inner = f"{where}.{shown(key)}" if where else shown(key)
             problem = _text_problem(key, name) or _text_problem(item, inner)
             if problem:
                 return problem
@@ -603,7 +625,7 @@ class DialectServer(MCPServer[Any]):
         spec = self.specs.get(name)
         if spec is None:
             return self._error(
-                "INVALID_ARGUMENT", f"unknown tool {name!r}; available: {', '.join(sorted(self.specs))}."
+                "INVALID_ARGUMENT", f"unknown tool {shown(name)!r}; available: {', '.join(sorted(self.specs))}."
             )
         try:
             caller = self._caller()

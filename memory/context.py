@@ -76,7 +76,9 @@ def _quotas(overrides: Mapping[str, float] | None) -> dict[str, float]:
     quotas = dict(settings.MEMPROJ["CONTEXT_QUOTAS"])
     for key, value in (overrides or {}).items():
         if key not in quotas:
-            raise validation.InvalidArgument(f"section quotas take facts, rules and episodes (got {key!r}).")
+            # Quoted short: the key is the client's, as long as the body allows.
+            shown = key if len(key) <= 50 else key[:47] + "..."
+            raise validation.InvalidArgument(f"section quotas take facts, rules and episodes (got {shown!r}).")
         quotas[key] = validation.number(value, field=f"quota for {key}", low=0, high=1)
     total = sum(quotas.values())
     if total <= 0:
