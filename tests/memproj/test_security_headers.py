@@ -73,3 +73,34 @@ async def test_a_rate_limited_answer_carries_the_security_headers():
             answers = [await client.post("/api/memory/memory_search", json={"query": "x"}) for _ in range(3)]
     assert [a.status_code for a in answers] == [401, 429, 429], answers[-1].text
     assert _security(answers[-1]) == SECURITY_HEADERS
+
+
+async def test_the_hooks_the_admin_and_the_health_checks_carry_the_security_headers(member):
+    bearer = {"Authorization": f"Bearer {member.token}"}
+    async with _client() as client:
+        answers = {
+            "roampal hook, no token": await client.post("/api/hooks/get-context", json={"query": "x"}),
+            "roampal hook": await client.post(
+                "/api/hooks/get-context", json={"query": "deploy", "conversation_id": "c1"}, headers=bearer
+            ),
+            "roampal hook, bad body": await client.post(
+                "/api/hooks/stop", content=b"{not json", headers={**JSON, **bearer}
+            ),
+            "admin login page": await client.get("/admin/login/"),
+            "admin, not signed in": await client.get("/admin/"),
+            "liveness": await client.get("/healthz"),
+            "readiness": await client.get("/readyz"),
+        }
+    statuses = {name: answer.status_code for name, answer in answers.items()}
+    assert statuses == {
+        "roampal hook, no token": 401,
+        "roampal hook": 200,
+        "roampal hook, bad body": 400,
+        "admin login page": 200,
+        "admin, not signed in": 302,
+        "liveness": 200,
+        "readiness": 200,
+    }, {name: answer.text[:200] for name, answer in answers.items()}
+    for name, answer in answers.items():
+        assert _security(answer) == SECURITY_HEADERS, name
+        assert all(len(answer.headers.get_list(header)) == 1 for header in SECURITY_HEADERS), name
