@@ -225,6 +225,10 @@ class ToolSpec:
     writes: bool = False
     # This tool's errors, if not in its dialect's vocabulary (``Dialect.render_error``).
     render_error: ErrorRenderer | None = None
+    # The name its idempotency keys are scoped by: one tool registered under two
+    # spellings (pce's pce.memory.upsert and pce_memory_upsert) is one tool, so a
+    # key sent to either replays the other's answer; the first spelling registered.
+    key_name: str = ""
 
 
 @dataclass
@@ -290,10 +294,13 @@ class Dialect:
         arguments' refusals included), when it speaks otherwise than its dialect."""
 
         def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+            spelled = name or fn.__name__
+            first = next((spec for spec in self.tools if getattr(spec.fn, "__wrapped__", None) is fn), None)
             self.tools.append(
                 ToolSpec(
                     fn=self._guard(fn),
-                    name=name or fn.__name__,
+                    name=spelled,
+                    key_name=first.key_name if first is not None else spelled,
                     payload_limit=payload_limit,
                     timeout=timeout,
                     aliases=dict(aliases or {}),
@@ -697,10 +704,16 @@ class DialectServer(MCPServer[Any]):
                     return self._error("INVALID_ARGUMENT", problem)
                 assert isinstance(key, str)
                 surface = "http" if _call_as.get() is not None else "mcp"
+                request: dict[str, Any] = {"arguments": arguments, "tenant": tenant}
+                if self.dialect.options():
+                    # The connection's options are part of the request: langmem's
+                    # namespace decides where a write goes, so the same key and
+                    # arguments sent for another namespace are another request.
+                    request["options"] = dict(self.dialect.options())
                 keyed = KeyedCall(
                     key=key,
-                    scope=f"{surface}:{self.dialect.name}.{name}",
-                    request={"arguments": arguments, "tenant": tenant},
+                    scope=f"{surface}:{self.dialect.name}.{spec.key_name or name}",
+                    request=request,
                     convert=tool.fn_metadata.convert_result,
                 )
         key_token = _keyed.set(keyed)
