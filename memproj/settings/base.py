@@ -197,8 +197,15 @@ CELERY_TIMEZONE = "UTC"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+_BROKER_SOCKET_TIMEOUT = read("CELERY_BROKER_SOCKET_TIMEOUT")
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": read("CELERY_VISIBILITY_TIMEOUT"),
+    # Without these a publish to a broker that stops answering without closing
+    # the connection waits for ever (kombu's Redis transport defaults to None):
+    # a write's after-commit enqueue would hold its answer, and a sweep that
+    # re-enqueues itself would hold the worker.
+    "socket_timeout": _BROKER_SOCKET_TIMEOUT,
+    "socket_connect_timeout": _BROKER_SOCKET_TIMEOUT,
 }
 CELERY_TASK_ALWAYS_EAGER = read("CELERY_TASK_ALWAYS_EAGER")
 CELERY_TASK_EAGER_PROPAGATES = True

@@ -292,6 +292,15 @@ SETTINGS: tuple[Setting, ...] = (
         "Broker and Celery",
     ),
     _S(
+        "CELERY_BROKER_SOCKET_TIMEOUT",
+        "float",
+        5.0,
+        "Seconds a broker connection or command (a write's enqueue, a sweep re-enqueueing itself) may take before "
+        "it fails. A broker that stops answering without closing the connection (frozen, a failover, a NAT or "
+        "firewall timeout) otherwise holds a write's answer for ever; a failed enqueue is left to the drain sweep.",
+        "Broker and Celery",
+    ),
+    _S(
         "CELERY_UNACKED_RESTORE_INTERVAL",
         "int",
         10,
