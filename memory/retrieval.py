@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import json
 import re
 import sys
 import time
@@ -24,7 +23,7 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from psycopg.sql import Literal
 
-from memory import temporal
+from memory import attribute_filter, temporal
 from memory.models import (
     COLLECTION_OF_KIND,
     EMBEDDING_DIM,
@@ -48,10 +47,6 @@ from policy.caller import Caller
 EFFECTIVE_CONFIDENCE_SQL = effective_confidence_sql("m", "%(now)s")
 
 
-# The attribute that names a memory's text rather than a metadata key.
-CONTENT_ATTRIBUTE = "content"
-
-
 @dataclass(frozen=True)
 class RetrievalFilter:
     kinds: Sequence[str]
@@ -70,10 +65,8 @@ class RetrievalFilter:
     use_tags: Sequence[str] = DEFAULT_USE_TAGS
     # LangGraph store semantics: namespaces starting with this tuple.
     namespace_prefix: Sequence[str] | None = None
-    # Equality on a stored value's attributes, as LangGraph's store filter
-    # (``filter={"category": ...}``): ``content`` is the memory's text, any other
-    # key a top-level key of ``metadata``, compared as JSON (a list equals a list).
-    attributes: Mapping[str, Any] | None = None
+    # A stored value's attributes, as LangGraph's store ``filter`` (memory.attribute_filter).
+    attributes: attribute_filter.AttributeFilter | None = None
 
 
 def boundary_where(caller: Caller, use_tags: Sequence[str]) -> tuple[str, dict]:
@@ -153,15 +146,10 @@ def _where(caller: Caller, flt: RetrievalFilter, *, kinds_sql: str | None = _KIN
     if flt.namespace_prefix:
         clauses.append(_NS_PREFIX_ESTIMABLE if iterative_scan_supported() else _NS_PREFIX_SLICE)
         params["ns_depth"], params["ns_prefix"] = len(flt.namespace_prefix), list(flt.namespace_prefix)
-    for index, (key, value) in enumerate((flt.attributes or {}).items()):
-        # memory_list_recent's ORM filter is the twin of these clauses.
-        if key == CONTENT_ATTRIBUTE:
-            clauses.append(f"m.content = %(attr_{index})s" if isinstance(value, str) else "false")
-        else:
-            clauses.append(f"m.metadata -> %(attr_key_{index})s = %(attr_{index})s::jsonb")
-            params[f"attr_key_{index}"] = key
-            value = json.dumps(value)
-        params[f"attr_{index}"] = value
+    if flt.attributes:
+        condition, attribute_params = attribute_filter.where(flt.attributes, table="m")
+        clauses.append(condition)
+        params.update(attribute_params)
     if flt.exclude_maturity:
         clauses.append("NOT (m.maturity = ANY(%(excl_maturity)s))")
         params["excl_maturity"] = list(flt.exclude_maturity)

@@ -13,10 +13,9 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Min, Q
-from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
-from memory import scoring, validation
+from memory import attribute_filter, scoring, validation
 from memory.embeddings import embed_query_later
 from memory.errors import EmbeddingUnavailable, InvalidArgument, NotFound, PermissionDenied
 from memory.models import (
@@ -30,7 +29,7 @@ from memory.models import (
     retrievable_q,
 )
 from memory.read_model import Rankable, effective_confidence_of
-from memory.retrieval import CONTENT_ATTRIBUTE, RetrievalFilter, channel_search, vector_query_text
+from memory.retrieval import RetrievalFilter, channel_search, vector_query_text
 from memory.scoring import ChannelHit, RetrievalParams
 from memory.selectors.aliases import memory_pk
 from policy.boundary import BoundaryDecision, boundary_for, redact_content
@@ -405,7 +404,7 @@ class SearchQuery:
     tags: Sequence[str] | None = None  # every one of them
     collections: Sequence[str] | None = None  # roampal v0.3.5 collections
     created_after: datetime | None = None
-    attributes: Mapping[str, Any] | None = None  # equality on ``content`` or a metadata key
+    attributes: Mapping[str, Any] | None = None  # LangGraph's store filter (memory.attribute_filter)
     use_tags: Sequence[str] | None = None  # the read's boundary use tags; None: answer:task
     params: RetrievalParams | None = None  # None: the tenant policy's retrieval parameters
 
@@ -450,7 +449,7 @@ def memory_search_ranking(*, caller: Caller, query: SearchQuery, vectors: QueryV
     require_read(caller)
     params = retrieval_params(caller, query.params)
     offset = _offset(query.offset)
-    attributes = _attributes(query.attributes)
+    attributes = attribute_filter.parse(query.attributes)
     text = validation.query(query.text)
     decision = read_boundary(caller, query.use_tags)
     kinds = [validation.kind(t) for t in (query.types or Kind.values)]
@@ -503,26 +502,6 @@ def _offset(value: object) -> int:
     return value
 
 
-def _attributes(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Attribute filters (LangGraph's ``filter`` without operators): equality
-    on ``content``, the text, or on a top-level metadata key, compared as JSON."""
-    if not value:
-        return None
-    if not isinstance(value, Mapping) or len(value) > 20:
-        raise InvalidArgument("filter must be an object of at most 20 attribute: value pairs.")
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if not isinstance(key, str) or not key or len(key) > 100:
-            raise InvalidArgument("filter keys must be attribute names of 1-100 characters.")
-        validation.encodable(key, field="a filter key")
-        if isinstance(item, dict):
-            raise InvalidArgument(
-                f"filter {key!r}: only equality with a value is supported (no operators such as $gt)."
-            )
-        out[key] = validation.json_value(item, field=f"filter {key!r}")
-    return out
-
-
 def memory_list_recent(
     *,
     caller: Caller,
@@ -539,7 +518,7 @@ def memory_list_recent(
     require_read(caller)
     limit = validation.limit(limit)
     offset = _offset(offset)
-    attributes = _attributes(attributes)
+    matching = attribute_filter.parse(attributes)
     decision = read_boundary(caller, use_tags)
     rows = (
         Memory.objects.for_caller(caller)
@@ -551,13 +530,8 @@ def memory_list_recent(
     if namespace_prefix:
         prefix = validation.namespace(namespace_prefix, field="namespace_prefix")
         rows = rows.filter(**{f"namespace__0_{len(prefix)}": prefix})
-    for index, (key, value) in enumerate((attributes or {}).items()):
-        # The twin of retrieval's attribute clauses (a search with a query).
-        if key == CONTENT_ATTRIBUTE:
-            rows = rows.filter(content=value) if isinstance(value, str) else rows.none()
-        else:
-            name = f"attribute_{index}"
-            rows = rows.alias(**{name: KeyTransform(key, "metadata")}).filter(**{name: value})
+    if matching:
+        rows = rows.filter(attribute_filter.expression(matching))
     found = list(rows.order_by("-created_at", "id")[offset : offset + limit])
     boundary_apply(decision, found)
     return found
