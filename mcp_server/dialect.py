@@ -44,7 +44,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, CallToolResult, TextContent
 from mcp_types import Tool as MCPTool
-from pydantic import AnyHttpUrl
+from pydantic import AnyHttpUrl, ValidationError
 
 import memproj
 from mcp_server.auth import MemprojTokenVerifier, current_caller
@@ -523,9 +523,33 @@ class _CodedCallParams:
         if ctx.method == "tools/call" and ctx.request_id is not None:
             problem = self._problem(ctx.params)
             if problem is not None:
-                message = self.dialect.render_error("INVALID_ARGUMENT", problem, {})
-                raise MCPError(code=INVALID_PARAMS, message=message, data={"code": "INVALID_ARGUMENT"})
-        return await call_next(ctx)
+                raise self._refusal(problem)
+        try:
+            return await call_next(ctx)
+        except ValidationError as exc:
+            # The SDK's check of a request's params against the MCP schema (a
+            # _meta that is no object, a progressToken that is neither a string
+            # nor an integer, ...), which it answers "Invalid request
+            # parameters", naming no field and no code. A tool's own failures
+            # never get here: they are results (DialectServer.call_tool).
+            if ctx.request_id is None:
+                raise
+            raise self._refusal(self._schema_problem(ctx.method, exc)) from exc
+
+    def _refusal(self, problem: str) -> MCPError:
+        message = self.dialect.render_error("INVALID_ARGUMENT", problem, {})
+        return MCPError(code=INVALID_PARAMS, message=message, data={"code": "INVALID_ARGUMENT"})
+
+    @staticmethod
+    def _schema_problem(method: str, exc: ValidationError) -> str:
+        """Where the params miss the MCP schema, without the value sent."""
+        first = exc.errors(include_url=False, include_input=False)[0] if exc.error_count() else None
+        if first is None:
+            return f"the params of {shown(method)} do not fit the MCP specification."
+        # The SDK validates the whole request, so its locations start at the message.
+        loc = [str(part) for part in first["loc"]]
+        where = ".".join(shown(part) for part in (loc[1:] if loc[:1] == ["params"] else loc)) or "params"
+        return f"the params of {shown(method)} do not fit the MCP specification: {where}: {first['msg']}."
 
     @staticmethod
     def _problem(params: Any) -> str | None:
