@@ -11,7 +11,7 @@ import sys
 import unicodedata
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
@@ -285,16 +285,27 @@ def http_url(value: object, *, field: str) -> str:
 def rfc3339(value: object, *, field: str) -> str:
     """An RFC 3339 date-time (JSON Schema's ``format: date-time``), returned as
     written. datetime.fromisoformat also reads a date alone, a time without an
-    offset, ISO 8601's basic and week forms: none of them is one."""
+    offset, ISO 8601's basic and week forms: none of them is one. A leap second
+    (``23:59:60`` UTC, RFC 3339 section 5.7: the last minute of a UTC day, in
+    any offset) is one; datetime cannot hold it, so it is checked as ``:59``."""
     match = _RFC3339.fullmatch(value) if isinstance(value, str) else None
     try:
         if match is None:
             raise ValueError(value)
         year, month, day, hour, minute, second, offset_hours, offset_minutes = match.groups()
-        datetime(int(year), int(month), int(day), int(hour), int(minute), int(second))
         if offset_hours is not None and (int(offset_hours) > 23 or int(offset_minutes) > 59):
             raise ValueError(value)
-    except ValueError:
+        leap = int(second) == 60
+        written = datetime(int(year), int(month), int(day), int(hour), int(minute), 59 if leap else int(second))
+        if leap:
+            offset = timedelta(0)
+            if offset_hours is not None:
+                sign = -1 if match.string[match.start(7) - 1] == "-" else 1
+                offset = sign * timedelta(hours=int(offset_hours), minutes=int(offset_minutes))
+            utc = written - offset  # OverflowError past year 1 or 9999: refused below
+            if (utc.hour, utc.minute) != (23, 59):
+                raise ValueError(value)
+    except (ValueError, OverflowError):
         raise InvalidArgument(f"{field} must be an RFC 3339 date-time, e.g. 2025-01-31T12:00:00Z.") from None
     return str(value)
 
