@@ -211,8 +211,31 @@ def main() -> None:
     supervisor.run()
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["web"]:
-        web()
-    else:
+USAGE = """usage: python -m memproj.serve [web]
+
+  (no argument)  make run: the web process, a Celery worker and Celery beat, restarted when they die
+  web            the web process alone (uvicorn: admin, MCP, the plain HTTP API), as deployed
+
+The port, host and the rest come from the environment (PORT, MEMPROJ_HOST, ...): docs/configuration.md."""
+
+
+def cli(argv: Sequence[str]) -> int:
+    """Dispatch the command line. Anything but nothing or ``web`` starts
+    nothing: ``--help`` printed no help but started the whole stack (a second
+    beat beside a running one sends every periodic task twice), and so did a
+    typo such as ``wbe``."""
+    if not argv:
         main()
+        return 0
+    if list(argv) == ["web"]:
+        web()
+        return 0
+    if list(argv) in (["-h"], ["--help"], ["help"]):
+        print(USAGE)
+        return 0
+    print(f"memproj.serve: unknown arguments {' '.join(argv)!r}; nothing started.\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(cli(sys.argv[1:]))
