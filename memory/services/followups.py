@@ -97,8 +97,8 @@ def followups_embedded(*, memory_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
     """Memories that may now have their vector (the embed task, the retry
     sweep): close their open embed follow-ups and record the conflict check of
     each fact and rule whose embed follow-up this call closed (or that never
-    had one), so two callers racing on one memory record one check. Returns
-    the memories whose check was recorded."""
+    had one, nor a check), so two callers racing on one memory record one
+    check. Returns the memories whose check was recorded."""
     if not memory_ids:
         return []
     now = timezone.now()
@@ -121,10 +121,19 @@ def followups_embedded(*, memory_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
                 "memory_id", flat=True
             )
         )
+        # A memory that was checked before and only lost its vector since (a
+        # re-embed the embedder failed, finished by the retry sweep) is not
+        # checked again: a second check would undo what review did meanwhile
+        # (a duplicate merge the admin restored is merged again).
+        checked = set(
+            FollowUp.objects.filter(memory_id__in=list(ready), kind=FollowUpKind.CONFLICT_CHECK).values_list(
+                "memory_id", flat=True
+            )
+        )
         checkable = set(
             Memory.objects.filter(pk__in=list(ready), kind__in=CONFLICT_CHECKED_KINDS).values_list("pk", flat=True)
         )
-        due = [pk for pk in ready if pk in checkable and (pk in closing or pk not in had_one)]
+        due = [pk for pk in ready if pk in checkable and (pk in closing or (pk not in had_one and pk not in checked))]
         _record([(pk, ready[pk]) for pk in due], FollowUpKind.CONFLICT_CHECK)
     return due
 
