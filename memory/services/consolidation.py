@@ -24,10 +24,10 @@ from django.utils import timezone
 
 from memory.consolidators import Consolidator, EpisodeView, Proposal, get_consolidator
 from memory.errors import InvalidArgument, NotFound
-from memory.models import EmbeddingStatus, Kind, LinkKind, Memory, MemoryLink
+from memory.models import EmbeddingStatus, Kind, LinkKind, Memory, MemoryEvent, MemoryLink, Validity
 from memory.services.events import EventType, event_append
 from memory.services.locks import tenant_write_lock
-from memory.services.memories import fact_store, memory_supersede, rule_store
+from memory.services.memories import fact_key, fact_store, memory_supersede, rule_store
 from memory.services.sweeps import sweep_claim
 from memory.services.system import pipeline_setting, system_caller
 from memory.statements import mergeable_into
@@ -79,6 +79,35 @@ def _mark_consolidated(caller: Caller, ids: list[uuid.UUID], now: datetime, into
     return len(marked)
 
 
+class KeyForgotten(Exception):
+    """A proposed fact whose subject and predicate the user forgot after its
+    episodes were said: storing it would bring the forgotten fact back."""
+
+
+def _refuse_if_forgotten_since(caller: Caller, proposal: Proposal, stated_at: datetime) -> None:
+    """Under the tenant's write lock (which every forget takes): a fact of the
+    proposal's key retracted after the newest source episode is newer
+    knowledge than the episodes, as an active fact stored after them is
+    (``fact_store``'s ``stated_at``)."""
+    subject, predicate = fact_key(proposal.subject, proposal.predicate)
+    retracted = Memory.objects.filter(
+        tenant_id=caller.tenant_id,
+        kind=Kind.FACT,
+        validity=Validity.RETRACTED,
+        namespace=[],
+        subject=subject,
+        predicate=predicate,
+    ).values("pk")
+    forgotten = MemoryEvent.objects.filter(
+        tenant_id=caller.tenant_id,
+        memory_id__in=retracted,
+        event_type=EventType.RETRACTED,
+        created_at__gt=stated_at,
+    )
+    if forgotten.exists():
+        raise KeyForgotten(f"the fact {subject!r} / {predicate!r} was forgotten after its episodes were said")
+
+
 def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, now: datetime) -> uuid.UUID | None:
     with transaction.atomic():
         tenant_write_lock(caller.tenant_id)
@@ -105,6 +134,8 @@ def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, no
         # What the episodes said holds as of the newest of them: a fact stored
         # since then about the same key is newer and must stay the active one.
         stated_at = max(created_at for _, created_at in sources)
+        if proposal.kind != Kind.RULE and proposal.subject:
+            _refuse_if_forgotten_since(caller, proposal, stated_at)
         metadata = {"consolidated_from": [str(pk) for pk in proposal.source_ids], "consolidator": consolidator}
         if proposal.kind == Kind.RULE:
             memory = rule_store(
@@ -212,6 +243,10 @@ def _consolidate_claimed(
                 # A proposal our validation refuses (e.g. an LLM's over-long subject) is
                 # dropped; its episodes stay for the next run unless the plan consumed them.
                 logger.warning("consolidator %s proposal refused: %s", consolidator.name, exc)
+                continue
+            except KeyForgotten as exc:
+                # Dropped like a refused one: asking again would only propose it again.
+                logger.info("consolidator %s proposal dropped: %s", consolidator.name, exc)
                 continue
             if created is not None:
                 result.created.append(created)

@@ -540,6 +540,11 @@ def _fact_key(subject: str | None, predicate: str | None) -> tuple[str, str]:
     return subject_value, predicate_value
 
 
+def fact_key(subject: str | None, predicate: str | None) -> tuple[str, str]:
+    """A fact's supersession key as ``fact_store`` stores it (``_fact_key``)."""
+    return _fact_key(subject, predicate)
+
+
 def fact_store(
     *,
     caller: Caller,

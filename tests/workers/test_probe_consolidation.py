@@ -12,7 +12,7 @@ import pytest
 
 from memory.models import Kind, Memory, MemoryLink, Validity
 from memory.selectors.memories import SearchQuery, memory_search
-from memory.services.memories import episode_store, memory_forget
+from memory.services.memories import episode_store, fact_store, memory_forget
 from tests.conftest import make_identity
 from tests.workers.conftest import in_flight, wait_until
 from tests.workers.fakes import ChatStep, one_fact_from_all_episodes
@@ -66,3 +66,32 @@ def test_an_episode_forgotten_while_the_llm_plans_is_not_consolidated(start_work
     assert set(MemoryLink.objects.filter(from_memory=fact).values_list("to_memory_id", flat=True)) == {
         e.pk for e in episodes[1:]
     }
+
+
+def test_a_fact_forgotten_after_the_episodes_is_not_brought_back_by_consolidating_them(start_worker, fake_openai):
+    member = make_identity("tenant-a", "member")
+    episodes = [
+        episode_store(caller=member.caller, content=t, butler="assistant")
+        for t in [
+            "User said they moved to Denver last month",
+            "The user mentioned their new flat in Denver",
+            "User talked about settling in Denver",
+        ]
+    ]
+    # After saying it, the user had it remembered as a fact, then asked for it to be forgotten.
+    kept = fact_store(caller=member.caller, subject="user", predicate="city", content="User lives in Denver").memory
+    memory_forget(caller=member.caller, kind=Kind.FACT, memory_id=kept.pk)
+
+    answer = one_fact_from_all_episodes(content="The user lives in Denver", subject="user", predicate="city")
+    fake_openai.chat_script = [ChatStep(content=answer)]
+    worker = start_worker(MEMPROJ_LLM_BASE_URL=fake_openai.base_url)
+    tasks.episodes_consolidate_task.delay()
+    wait_until(lambda: Memory.objects.get(pk=episodes[0].pk).consolidated_at is not None, what="the run", worker=worker)
+
+    # What the user forgot stays forgotten: no active fact of its key came back.
+    assert not Memory.objects.filter(
+        kind=Kind.FACT, subject="user", predicate="city", validity=Validity.ACTIVE
+    ).exists()
+    assert Memory.objects.get(pk=kept.pk).validity == Validity.RETRACTED
+    # The episodes themselves are untouched (the user did not forget them).
+    assert all(Memory.objects.get(pk=e.pk).validity == Validity.ACTIVE for e in episodes)
