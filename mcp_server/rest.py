@@ -161,7 +161,10 @@ async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> 
     try:
         arguments = api.json_document(request.body or b"{}")
         api.nesting(arguments, field="the arguments")
-    except (ValueError, UnicodeDecodeError, RecursionError):
+    except RecursionError:
+        # JSON, but deeper than the reader goes: saying "not a JSON object" misled.
+        return _error(dialect, "INVALID_ARGUMENT", api.TOO_DEEP_TO_READ, 400)
+    except (ValueError, UnicodeDecodeError):
         return _error(dialect, "INVALID_ARGUMENT", "the body must be a JSON object of the tool's arguments.", 400)
     except api.InvalidArgument as exc:
         return _error(dialect, exc.code, str(exc), 400)

@@ -34,6 +34,9 @@ MAX_NAMESPACE_SEGMENT_CHARS = 200
 MAX_NAMESPACE_BYTES = 1024
 # Metadata and attribute filters are JSON the database stores or compares as jsonb.
 MAX_JSON_DEPTH = 32
+# A body that is JSON but deeper than json.loads reads (RecursionError): the
+# refusal says so, rather than that the body is no JSON object.
+TOO_DEEP_TO_READ = f"the body is nested too deeply to read; JSON here is at most {MAX_JSON_DEPTH} levels deep."
 MAX_JSON_BYTES = 64 * 1024
 MAX_KEY_CHARS = 200
 # Characters that show nothing: controls, format characters (zero-width

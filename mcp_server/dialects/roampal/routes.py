@@ -154,7 +154,10 @@ def _json(request: HttpRequest, model: type[BaseModel], limit: int = HOOK_BODY_L
         return body
     try:
         data = api.json_document(body or b"{}")
-    except (ValueError, UnicodeDecodeError, RecursionError):
+    except RecursionError:
+        # JSON, but deeper than the reader goes: saying "not a JSON object" misled.
+        return _error(400, api.TOO_DEEP_TO_READ)
+    except (ValueError, UnicodeDecodeError):
         return _error(400, "the body must be a JSON object.")
     api.nesting(data)
     if not isinstance(data, dict):
