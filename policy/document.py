@@ -68,7 +68,8 @@ EXCERPT_CHARS = 40
 MAX_PROBLEMS = 20
 
 _SEMVER = re.compile(r"^(0|[1-9]\d*)(?:\.(0|[1-9]\d*))?(?:\.(0|[1-9]\d*))?(?:-([0-9A-Za-z.-]+))?$")
-_TTL = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+# ASCII digits only, as the version takes: float() also reads "١" or "７" as a digit.
+_TTL = re.compile(r"^([0-9]+(?:\.[0-9]+)?)[ \t]*([smhdw])$")
 _TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _NEVER = ("inf", "never", "infinite")
 # Use tags: '*', 'answer:task', 'tool:*', 'tool:contact-lookup' (pce-memory v0.14.0).
