@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from memory import scoring, validation
 from memory.errors import InvalidArgument, NotFound
-from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, Validity, collection_of
+from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, collection_of
 from memory.outcomes import collection_apply
 from memory.selectors.collections import collection_get
 from memory.selectors.memories import CONTINUED_IN, CONTINUES, exchange_parts
@@ -565,14 +565,20 @@ def collections_lifecycle(*, now: datetime | None = None, batch_size: int | None
     after 7 days) and anything scored while the rules differed."""
     now = now or timezone.now()
     batch_size = batch_size or settings.MEMPROJ_PIPELINE["SWEEP_BATCH"]
-    due = Memory.objects.filter(collection__in=scoring.SCORED_COLLECTIONS, validity=Validity.ACTIVE).filter(
-        _due_for_lifecycle(now)
+    # Only what a read can find (active, TTL not passed): a promotion sets a new
+    # TTL or none, so a memory that already left retrieval by its TTL would come
+    # back with it. The expiry sweep deletes such rows later.
+    due = (
+        Memory.objects.retrievable(now)
+        .filter(collection__in=scoring.SCORED_COLLECTIONS)
+        .filter(_due_for_lifecycle(now))
     )
     moved: list[uuid.UUID] = []
     with transaction.atomic():
         ids = list(due.order_by("created_at", "id").values_list("pk", flat=True)[:batch_size])
         memories_tenant_write_lock(ids)
-        for memory in Memory.objects.filter(pk__in=ids).without_vectors().select_for_update().order_by("pk"):
+        # Read again under the locks: a forget may have committed meanwhile.
+        for memory in due.filter(pk__in=ids).without_vectors().select_for_update().order_by("pk"):
             fields, before = collection_apply(memory, now)
             if before is None:
                 continue
