@@ -858,6 +858,14 @@ def walks_group_graph(tenant_id: uuid.UUID, kinds: Sequence[str]) -> bool:
     return group >= 0 and min(own) >= 0 and group < sum(own)
 
 
+# What a reader may ask the channel rows for besides memory_memory's columns
+# (``channel_search``'s ``columns``): a value read out of the row.
+ROW_EXPRESSIONS = {
+    # pce's claim kind as stored (jsonb, as its text; memory.claims.claim_kind_of).
+    "claim_kind": "m.metadata -> 'claim_kind'",
+}
+
+
 def channel_statement(
     *,
     caller: Caller,
@@ -911,7 +919,7 @@ def channel_statement(
     if columns:
         assert all(name.isidentifier() for name in columns), columns
         # The hits' own columns, by primary key (rows the channels just read).
-        wanted = ", ".join(f"m.{name}" for name in columns)
+        wanted = ", ".join(ROW_EXPRESSIONS.get(name, f"m.{name}") for name in columns)
         select = f"SELECT h.*, {wanted} FROM (\n{select}\n) h JOIN memory_memory m ON m.id = h.id"
     sql = "WITH" + ",".join(ctes) + "\n" + select
     return sql, params_sql, run_vec

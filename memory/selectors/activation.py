@@ -27,7 +27,7 @@ from memory import scoring, validation
 from memory.claims import claim_scopes
 from memory.errors import Gone, InvalidArgument, PermissionDenied
 from memory.models import ActiveContext, Kind, Memory
-from memory.retrieval import RetrievalFilter, channel_hits
+from memory.retrieval import RetrievalFilter, channel_search
 from memory.scoring import ActivationScore
 from memory.selectors.graph import claims_near
 from memory.selectors.memories import (
@@ -82,13 +82,15 @@ class ClaimRow(NamedTuple):
     success_count: float
     applied_count: int
     claim_kind: object  # metadata's claim_kind as stored (memory.claims.claim_kind_of)
+    boundary_class: str
 
 
 # The ranking columns of the caller's memories of some ids in the read's
 # visible classes: MemoryQuerySet.for_caller(...).visible_in(...) as one fixed
 # statement (no queryset to build and compile on every read).
 _CLAIM_ROWS_SQL = (
-    "SELECT id, kind, scope, utility, confidence, created_at, success_count, applied_count, metadata -> 'claim_kind'"
+    "SELECT id, kind, scope, utility, confidence, created_at, success_count, applied_count, metadata -> 'claim_kind',"
+    " boundary_class"
     " FROM memory_memory WHERE tenant_id = %s AND boundary_class = ANY(%s) AND id = ANY(%s)"
 )
 
@@ -102,20 +104,20 @@ class _Ranked(_Scored):
 
 
 def _claim_rows(caller: Caller, decision: BoundaryDecision, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, ClaimRow]:
-    """The ranking columns of these memories, filtered by tenant and by the
-    read's boundary (the channel statement filters by both already; filtered
-    again so a hit from any other source cannot leak)."""
+    """The ranking columns of these memories (graph neighbours, which no channel
+    returned), filtered by tenant and by the read's boundary."""
     if not ids:
         return {}
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM_ROWS_SQL, [caller.tenant_id, sorted(decision.visible), list(ids)])
         fetched = cursor.fetchall()
-    rows = [ClaimRow._make(row) for row in fetched]
+    return {row[0]: _claim_row(row) for row in fetched}
+
+
+def _claim_row(values: Sequence[Any]) -> ClaimRow:
+    row = ClaimRow._make(values)
     # jsonb arrives as its text (Django's loader), decoded as JSONField would.
-    return {
-        row.id: row._replace(claim_kind=json.loads(str(row.claim_kind)) if row.claim_kind is not None else None)
-        for row in rows
-    }
+    return row._replace(claim_kind=json.loads(str(row.claim_kind)) if row.claim_kind is not None else None)
 
 
 def _rank(caller: Caller, row: ClaimRow, channels: tuple[float, float], reason: str) -> _Ranked:
@@ -179,16 +181,20 @@ def _claims_ranked(
         scopes_excluded=chosen.exclude,
         use_tags=decision.use_tags,
     )
-    hits = channel_hits(
+    # The hits come with their ranking columns, from rows the channel statements
+    # filtered by tenant and by this read's boundary; the boundary is checked
+    # again here, so that no hit from any other source can leak or set the scale.
+    hits, columns = channel_search(
         caller=caller,
         flt=flt,
         query_text=query,
         query_vector=query_vector_later(caller, query, "hybrid", params),
         params=params,
+        columns=ClaimRow._fields[1:],
     )
     threshold = caller.policy.retrieval.threshold
-    rows = _claim_rows(caller, decision, list(hits))
-    visible = [(rows[pk], hit) for pk, hit in hits.items() if pk in rows]
+    candidates = ((_claim_row((pk, *columns[pk])), hit) for pk, hit in hits.items())
+    visible = [(row, hit) for row, hit in candidates if row.boundary_class in decision.visible]
     # Normalised over what this read may see, so no hidden memory sets the scale.
     channels = scoring.normalised_channels({row.id: hit for row, hit in visible})
     ranked = [

@@ -61,15 +61,16 @@ def test_a_memory_the_read_may_not_see_does_not_set_the_scale(caller, monkeypatc
     hidden = claim_upsert(
         caller=caller, text="Cancel the API subscription: secret steps", provenance=AT, boundary_class="secret"
     ).memory
-    real = activation.channel_hits
+    real = activation.channel_search
 
     def with_hidden_best(**kwargs):
-        # As if a channel had returned it: the read's boundary drops it when loading rows.
-        hits = real(**kwargs)
+        # As if a channel had returned it, with its columns: the read's boundary drops it.
+        hits, columns = real(**kwargs)
         hits[hidden.id] = ChannelHit(vector_similarity=1.0, vector_rank=1, text_rank_value=99.0, text_rank=1)
-        return hits
+        columns[hidden.id] = tuple(None if c == "claim_kind" else getattr(hidden, c) for c in kwargs["columns"])
+        return hits, columns
 
-    monkeypatch.setattr(activation, "channel_hits", with_hidden_best)
+    monkeypatch.setattr(activation, "channel_search", with_hidden_best)
     ranked = claims_rank(caller=caller, query="cancel the API subscription")
     assert hidden.id not in {r.memory.id for r in ranked}
     assert ranked[0].breakdown.vector == pytest.approx(1.0) and ranked[0].breakdown.text == pytest.approx(1.0)
