@@ -97,8 +97,13 @@ def _answer(dialect: Any, code: str, text: str, status: int) -> HttpResponse:
     return retry_later(response) if retryable(code) else response
 
 
-def _error(dialect: Any, code: str, message: str, status: int) -> HttpResponse:
-    return _answer(dialect, code, dialect.render_error(code, message, {}), status)
+def _error(dialect: Any, code: str, message: str, status: int, tool: str | None = None) -> HttpResponse:
+    """A refusal before the tool runs, in the words the tool answers its own
+    errors in: a tool that speaks otherwise than its dialect (memento's
+    remember and recall, plain sentences) has its own renderer."""
+    spec = next((spec for spec in dialect.tools if spec.name == tool), None) if tool else None
+    render = (spec.render_error if spec is not None else None) or dialect.render_error
+    return _answer(dialect, code, render(code, message, {}), status)
 
 
 @csrf_exempt
@@ -157,17 +162,17 @@ async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> 
     except ValueError:
         declared = MAX_BODY_BYTES + 1
     if declared > MAX_BODY_BYTES:
-        return _error(dialect, "INVALID_ARGUMENT", f"the body is over {MAX_BODY_BYTES} bytes.", 413)
+        return _error(dialect, "INVALID_ARGUMENT", f"the body is over {MAX_BODY_BYTES} bytes.", 413, tool)
     try:
         arguments = api.json_document(request.body or b"{}")
         api.nesting(arguments, field="the arguments")
     except RecursionError:
         # JSON, but deeper than the reader goes: saying "not a JSON object" misled.
-        return _error(dialect, "INVALID_ARGUMENT", api.TOO_DEEP_TO_READ, 400)
+        return _error(dialect, "INVALID_ARGUMENT", api.TOO_DEEP_TO_READ, 400, tool)
     except (ValueError, UnicodeDecodeError):
-        return _error(dialect, "INVALID_ARGUMENT", "the body must be a JSON object of the tool's arguments.", 400)
+        return _error(dialect, "INVALID_ARGUMENT", "the body must be a JSON object of the tool's arguments.", 400, tool)
     except api.InvalidArgument as exc:
-        return _error(dialect, exc.code, str(exc), 400)
+        return _error(dialect, exc.code, str(exc), 400, tool)
     # A write retried with the same Idempotency-Key replays its first answer (mcp_server.dialect).
     idempotency_key = request.headers.get("Idempotency-Key")
     options = connection_options.set(query_options(_query_string(request)))
