@@ -8,14 +8,16 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from memory.embeddings import ResilientEmbedder, set_embedder
 from memory.selectors import collections
 from memory.selectors.collections import collection_search, known_context
 from memory.selectors.memories import _row_statement
 from memory.services.collections import memory_bank_store, working_store
 from tests.conftest import make_identity
-from memory.embeddings import ResilientEmbedder, set_embedder
-from tests.memory.test_retrieval import WordHashEmbedder
-from tests.memory.test_retrieval import fake_embedder  # noqa: F401 - autouse: bag-of-words vectors here too
+from tests.memory.test_retrieval import (
+    WordHashEmbedder,
+    fake_embedder,  # noqa: F401 - autouse: bag-of-words vectors here too
+)
 
 pytestmark = pytest.mark.django_db
 
