@@ -27,7 +27,7 @@ from memory.models import EmbeddingStatus, FollowUp, FollowUpKind, Memory
 from memory.services.conflicts import ConflictCheckResult, memory_conflict_check
 from memory.services.followups import followups_close_missing, followups_embedded
 from memory.services.locks import tenant_write_lock
-from memory.services.sweeps import SweepResult, sweep_lock
+from memory.services.sweeps import SweepResult, sweep_claim
 from memory.services.vectors import memory_embed_batch
 
 logger = logging.getLogger(__name__)
@@ -82,12 +82,16 @@ def followups_drain(*, now: datetime | None = None, batch_size: int | None = Non
     due = FollowUp.objects.filter(done_at__isnull=True, created_at__lte=now - grace).filter(
         Q(kind=FollowUpKind.CONFLICT_CHECK) | ~Exists(waiting_for_vector)
     )
-    with transaction.atomic():
-        if not sweep_lock("followups_drain"):
+    # Single-flight across transactions: each follow-up runs in a transaction of
+    # its own, taking its tenant's write lock only for its own check. One
+    # transaction for the batch held the write lock of every tenant in it until
+    # the last of up to SWEEP_BATCH checks was done: after a broker lost its
+    # messages, a write to such a tenant waited for the whole batch (tens of
+    # seconds), longer than clients wait for an answer.
+    with sweep_claim("followups_drain") as claimed:
+        if not claimed:
             return SweepResult(skipped=True)
         rows = list(due.order_by("attempts", "id").values_list("pk", "memory_id", "kind")[:batch_size])
-        # Every tenant of the batch now, in order, not one by one as the rows come.
-        tenant_write_lock(FollowUp.objects.filter(pk__in=[r[0] for r in rows]).values_list("tenant_id", flat=True))
         processed = failed = 0
         for pk, memory_id, kind in rows:
             try:
