@@ -94,7 +94,7 @@ from memory.services.memories import (
     rule_store,
 )
 from memory.services.referencing import memory_get, memory_list_recent_accessed, memory_recall, memory_search_accessed
-from memory.validation import TOO_DEEP_TO_READ, json_document, nesting
+from memory.validation import TOO_DEEP_TO_READ, encodable, json_document, nesting
 from policy.boundary import BoundaryCheck, boundary_for, boundary_validate
 from policy.caller import Caller
 from policy.selectors.policies import policy_is_applied
@@ -192,6 +192,7 @@ __all__ = [
     "idempotent",
     "json_document",
     "nesting",
+    "encodable",
     "TOO_DEEP_TO_READ",
     "rule_store",
 ]

@@ -37,6 +37,7 @@ from mcp_server.dialect import (
     refused_value,
     retry_later,
     retryable,
+    shown,
     storage_failure,
 )
 from mcp_server.dialects.roampal import texts as text
@@ -129,7 +130,8 @@ def hook_view(limit: int = HOOK_BODY_LIMIT) -> Callable[[View], AsyncView]:
                 return view(request, caller)
             except ValidationError as exc:
                 first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "body"
+                # A location may be the client's key (an unknown field): quoted short.
+                where = ".".join(shown(p) for p in first["loc"]) or "body"
                 return _error(422, f"{where}: {first['msg']}")
             except Exception as exc:
                 domain = exc if isinstance(exc, DomainError) else refused_value(exc)
@@ -162,7 +164,23 @@ def _json(request: HttpRequest, model: type[BaseModel], limit: int = HOOK_BODY_L
     api.nesting(data)
     if not isinstance(data, dict):
         return _error(400, "the body must be a JSON object.")
+    _storable_text(data, "")
     return model.model_validate(data)
+
+
+def _storable_text(value: object, where: str) -> None:
+    """Every string of a body, keys too, is text (no NUL, no lone surrogate),
+    also in a field the route reads no further (get-context's
+    recent_messages), which took "\\ud800" without a word."""
+    if isinstance(value, str):
+        api.encodable(value, field=where or "the body")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            api.encodable(key, field=f"a key of {where or 'the body'}")
+            _storable_text(item, f"{where}.{shown(key)}" if where else shown(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _storable_text(item, f"{where}[{index}]")
 
 
 def _json_integer(value: object) -> object:
