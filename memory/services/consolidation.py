@@ -108,7 +108,9 @@ def _refuse_if_forgotten_since(caller: Caller, proposal: Proposal, stated_at: da
         raise KeyForgotten(f"the fact {subject!r} / {predicate!r} was forgotten after its episodes were said")
 
 
-def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, now: datetime) -> uuid.UUID | None:
+def _store(
+    caller: Caller, proposal: Proposal, scope: str, boundary_class: str, consolidator: str, now: datetime
+) -> uuid.UUID | None:
     with transaction.atomic():
         tenant_write_lock(caller.tenant_id)
         # Read under the lock, as retrieval would find them now: the consolidator
@@ -139,7 +141,12 @@ def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, no
         metadata = {"consolidated_from": [str(pk) for pk in proposal.source_ids], "consolidator": consolidator}
         if proposal.kind == Kind.RULE:
             memory = rule_store(
-                caller=caller, content=proposal.content, scope=scope, source="consolidation", metadata=metadata
+                caller=caller,
+                content=proposal.content,
+                scope=scope,
+                source="consolidation",
+                metadata=metadata,
+                boundary_class=boundary_class,
             )
         else:
             memory = fact_store(
@@ -152,6 +159,7 @@ def _store(caller: Caller, proposal: Proposal, scope: str, consolidator: str, no
                 scope=scope,
                 source="consolidation",
                 metadata=metadata,
+                boundary_class=boundary_class,
                 stated_at=stated_at,
             ).memory
         MemoryLink.objects.bulk_create(
@@ -213,9 +221,13 @@ def _consolidate_claimed(
     )
     result = ConsolidationResult(tenants=1, more=len(rows) > batch_size)
     rows_by_id = {row.pk: row for row in rows[:batch_size]}
-    by_scope: dict[str, list[EpisodeView]] = defaultdict(list)
+    # Planned per scope and boundary class: a derived memory quotes its episodes
+    # (the offline consolidator stores one verbatim), so it is never visible more
+    # widely than they were, to another scope or to a reader whose boundary
+    # hides their class (a pii or secret episode, e.g. imported).
+    by_scope: dict[tuple[str, str], list[EpisodeView]] = defaultdict(list)
     for row in rows[:batch_size]:
-        by_scope[row.scope].append(
+        by_scope[(row.scope, row.boundary_class)].append(
             EpisodeView(
                 id=row.pk,
                 content=row.content,
@@ -227,7 +239,7 @@ def _consolidate_claimed(
                 embedding=None if row.embedding is None else [float(x) for x in row.embedding],
             )
         )
-    for scope, episodes in sorted(by_scope.items()):
+    for (scope, boundary_class), episodes in sorted(by_scope.items()):
         plan = consolidator.plan(episodes, now=now)
         offered = {e.id for e in episodes}
         # Episodes of a proposal dropped because some of its sources changed
@@ -238,7 +250,7 @@ def _consolidate_claimed(
                 logger.warning("consolidator %s proposed episodes it was not given; skipped", consolidator.name)
                 continue
             try:
-                created = _store(caller, proposal, scope, consolidator.name, now)
+                created = _store(caller, proposal, scope, boundary_class, consolidator.name, now)
             except InvalidArgument as exc:
                 # A proposal our validation refuses (e.g. an LLM's over-long subject) is
                 # dropped; its episodes stay for the next run unless the plan consumed them.

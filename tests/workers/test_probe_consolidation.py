@@ -95,3 +95,21 @@ def test_a_fact_forgotten_after_the_episodes_is_not_brought_back_by_consolidatin
     assert Memory.objects.get(pk=kept.pk).validity == Validity.RETRACTED
     # The episodes themselves are untouched (the user did not forget them).
     assert all(Memory.objects.get(pk=e.pk).validity == Validity.ACTIVE for e in episodes)
+
+
+def test_a_memory_derived_from_secret_episodes_is_as_secret_as_they_are(start_worker):
+    member = make_identity("tenant-a", "member")
+    texts = [
+        "User prefers dark mode in the editor",
+        "The user likes dark mode for the editor",
+        "User said they prefer dark mode in editors",
+    ]
+    episodes = [episode_store(caller=member.caller, content=t, butler="assistant") for t in texts]
+    # Episodes of the secret class (an import of a pce-memory or memproj store keeps the class).
+    Memory.objects.filter(pk__in=[e.pk for e in episodes]).update(boundary_class="secret")
+    worker = start_worker()  # the offline consolidator: the fact quotes an episode verbatim
+    tasks.episodes_consolidate_task.delay()
+    wait_until(lambda: Memory.objects.filter(kind=Kind.FACT).exists(), what="the consolidated fact", worker=worker)
+    fact = Memory.objects.get(kind=Kind.FACT)
+    assert fact.content in texts
+    assert fact.boundary_class == "secret"
