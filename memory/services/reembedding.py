@@ -126,8 +126,12 @@ def memories_reembed(
     try:
         done = memory_embed_batch(memory_ids=[r[0] for r in rows])
     except EmbeddingUnavailable as exc:
+        # Stop here: going on would drop the vectors of every other memory,
+        # batch after batch, while the embedder is down, and leave the whole
+        # store to keyword search until the retry sweep caught up. This batch
+        # is finished by the retry sweep; the rest by the next run.
         logger.warning("re-embedding: embedder unavailable, %d memories left pending: %s", len(rows), exc)
-        return SweepResult(processed=0, failed=len(rows), more=stale.exists())
+        return SweepResult(processed=0, failed=len(rows), more=False)
     return SweepResult(processed=done, more=stale.exists(), ids=[r[0] for r in rows])
 
 

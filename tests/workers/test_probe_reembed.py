@@ -59,3 +59,26 @@ def test_a_restored_duplicate_stays_restored_when_the_embedder_was_down_during_a
     assert fresh(older).embedding_model == fresh(newer).embedding_model == "all-MiniLM-L6-v2"
     assert (fresh(older).validity, fresh(newer).validity) == (Validity.ACTIVE, Validity.ACTIVE)
     assert FollowUp.objects.filter(kind=FollowUpKind.CONFLICT_CHECK).count() == checks  # no second check
+
+
+def test_a_reembed_meeting_an_embedder_outage_stops_instead_of_dropping_every_vector(
+    start_worker, fake_openai, broker_queue
+):
+    member = make_identity("tenant-a", "member")
+    facts = [
+        fact_store(
+            caller=member.caller, subject="host", predicate=f"role {i}", content=f"Host h{i} runs the queue"
+        ).memory
+        for i in range(8)
+    ]
+    memories_mark_stale(tenant_id=member.caller.tenant_id)
+    fake_openai.embed_failures = 10_000  # down for the whole run
+    worker = start_worker(MEMPROJ_SWEEP_BATCH="2", MEMPROJ_SWEEP_PER_TENANT="2")
+    tasks.memories_reembed_task.delay()
+    wait_until(lambda: len(fake_openai.calls("/v1/embeddings")) >= 1, what="the re-embed", worker=worker)
+    wait_until(lambda: not in_flight(broker_queue), what="the re-embed run", worker=worker)
+    # One batch lost its (stale) vector and waits for the retry sweep; the sweep did not
+    # go on dropping the vectors of every other memory while the embedder was down.
+    dropped = Memory.objects.filter(pk__in=[f.pk for f in facts], embedding__isnull=True).count()
+    assert dropped == 2, dropped
+    assert len(fake_openai.calls("/v1/embeddings")) == 1
