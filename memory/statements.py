@@ -39,9 +39,13 @@ def same_reach(a: Any, b: Any) -> bool:
     """Whether every read that finds one memory finds the other: merged into
     a copy of another boundary class, collection, butler, source, tags or
     metadata, the text would be hidden from a reader, a filter or a
-    collection that found it before."""
+    collection that found it before. A rule's maturity too: a context shows
+    an anti-pattern as "AVOID (proven harmful)", so a restated anti-pattern
+    merged into its fresh candidate copy would turn the warning into advice
+    (and a proven rule would lose its record)."""
     return (
         a.boundary_class == b.boundary_class
+        and (a.maturity or "") == (b.maturity or "")
         and a.collection == b.collection
         and a.butler == b.butler
         and a.source == b.source

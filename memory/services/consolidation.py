@@ -211,6 +211,7 @@ def _consolidate_claimed(
             "embedding",
             # What a duplicate merge must find alike (memory.statements.mergeable_into).
             "boundary_class",
+            "maturity",
             "collection",
             "source",
             "tags",
