@@ -105,6 +105,7 @@ class GuardedH11Protocol(H11Protocol):
         self.header_timeout: float = settings.MEMPROJ_HTTP["HEADER_TIMEOUT"]
         self.header_timer: asyncio.TimerHandle | None = None
         self.header_bytes = 0
+        self.max_head_bytes: int = settings.MEMPROJ_HTTP["MAX_HEADER_BYTES"]
         self.body_timeout: float = settings.MEMPROJ_HTTP["BODY_TIMEOUT"]
         self.body_timer: asyncio.TimerHandle | None = None
         # The connection limit is checked here, so that its answer is ours.
@@ -198,6 +199,9 @@ class GuardedH11Protocol(H11Protocol):
                 # The first byte of a kept-alive connection's next request.
                 self._await_headers()
             self.header_bytes += len(data)
+            if self._head_too_large(data):
+                self.send_400_response("request head over MEMPROJ_HTTP_MAX_HEADER_BYTES")
+                return
         self.app = self._app_for_next_request()
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
@@ -230,6 +234,20 @@ class GuardedH11Protocol(H11Protocol):
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
             return server_busy
         return self.served_app
+
+    # --- request head size ------------------------------------------------------------------
+    def _head_too_large(self, data: bytes) -> bool:
+        """Whether the request head being read (request line and headers, up
+        to their blank line) is over ``MAX_HEADER_BYTES``. h11's
+        ``max_incomplete_event_size`` only bounds a head that is still
+        incomplete after a read: one that came whole in a single read (up to
+        asyncio's read size, 128 KiB and more) passed whatever its size."""
+        buffered = bytes(self.conn.trailing_data[0]) + data
+        window = buffered[: self.max_head_bytes + 4]
+        ends = [found for found in (window.find(b"\r\n\r\n"), window.find(b"\n\n")) if found >= 0]
+        if ends:
+            return min(ends) > self.max_head_bytes
+        return len(buffered) > self.max_head_bytes
 
     # --- unparseable requests -----------------------------------------------------------
     def send_400_response(self, msg: str) -> None:
