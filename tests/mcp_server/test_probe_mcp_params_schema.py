@@ -18,7 +18,8 @@ from tests.mcp_server.test_transports import http_server  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-CALL = {"name": "memory_store_episode", "arguments": {"content": "Deployed v9 to staging", "butler": "ops"}}
+CONTENT = "Deployed v9 to staging"
+CALL = {"name": "memory_store_episode", "arguments": {"content": CONTENT, "butler": "ops"}}
 
 
 @pytest.mark.parametrize(
@@ -53,4 +54,4 @@ def test_params_that_miss_the_mcp_schema_get_a_coded_refusal(http_server, member
         f"[INVALID_ARGUMENT] the params of {method} do not fit the MCP specification: "
     ), answer
     assert f": {where}" in error["message"], answer
-    assert Memory.objects.filter(content=CALL["arguments"]["content"]).count() == 0
+    assert Memory.objects.filter(content=CONTENT).count() == 0
