@@ -38,7 +38,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def own_broker(transactional_db: None, tmp_path: Path) -> Iterator[subprocess.Popen]:
+def own_broker(transactional_db: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen]:
     """A private redis-server, and this process's Celery pointed at it."""
     if REDIS is None:
         pytest.skip("redis-server is not installed")
@@ -61,6 +61,9 @@ def own_broker(transactional_db: None, tmp_path: Path) -> Iterator[subprocess.Po
     saved = (app.conf.task_always_eager, app.conf.broker_url, app.conf.task_default_queue)
     app.conf.task_always_eager = False
     app.conf.broker_url = f"redis://127.0.0.1:{port}/0"  # type: ignore[misc]
+    # Celery takes CELERY_BROKER_URL from the environment over its configuration
+    # (CI's second pass sets it): without this the writes would go to that broker.
+    monkeypatch.setenv("CELERY_BROKER_URL", app.conf.broker_url)
     app.conf.task_default_queue = f"probe-broker-{port}"
     _reset_amqp()
     try:

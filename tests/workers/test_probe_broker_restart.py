@@ -32,7 +32,9 @@ REDIS = shutil.which("redis-server")
 
 
 @pytest.fixture
-def restartable_broker(start_worker, tmp_path: Path) -> Iterator[tuple[str, Callable[[], None], Callable[[], None]]]:
+def restartable_broker(
+    start_worker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, Callable[[], None], Callable[[], None]]]:
     if REDIS is None:
         pytest.skip("redis-server is not installed")
     port = _free_port()
@@ -63,6 +65,9 @@ def restartable_broker(start_worker, tmp_path: Path) -> Iterator[tuple[str, Call
     start()
     saved = app.conf.broker_url
     app.conf.broker_url = url  # type: ignore[misc]
+    # Celery takes CELERY_BROKER_URL from the environment over its configuration
+    # (CI's second pass sets it): without this the writes would go to that broker.
+    monkeypatch.setenv("CELERY_BROKER_URL", url)
     _reset_amqp()
     try:
         yield url, kill, start
