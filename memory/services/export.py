@@ -9,13 +9,16 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, TextIO, TypeVar, cast
+from typing import Any, BinaryIO, TextIO, TypeVar, cast
 
-from django.db import models, transaction
+from django.core.exceptions import ValidationError
+from django.db import DataError, models, transaction
 from django.utils.dateparse import parse_datetime
 
 from memory import validation
 from memory.errors import InvalidArgument, NotFound
+from memory.importers.base import ImportSourceError
+from memory.importers.bounded_json import RECORD_MAX_CHARS, line_value
 from memory.models import ConflictCandidate, Memory, MemoryAlias, MemoryEvent, MemoryLink
 from memory.services.events import NewEvent, events_append
 from policy.models import Principal, Tenant
@@ -102,30 +105,127 @@ def _build(model: type[M], row: dict[str, Any], **override: Any) -> M:
         if f.attname not in row:
             continue
         value = row[f.attname]
-        if isinstance(f, models.DateTimeField) and isinstance(value, str):
+        if isinstance(f, models.DateTimeField) and value is not None:
+            if not isinstance(value, str):
+                raise InvalidArgument(f"a {model.__name__} row's {f.attname} must be an ISO 8601 time.")
             value = parse_datetime(value)
         values[f.attname] = value
     values.update(override)
     return model(**values)
 
 
+def export_lines(handle: BinaryIO) -> Iterator[str]:
+    """The lines of an export file (or stdin), read as bytes: each refused past
+    ``RECORD_MAX_CHARS`` before it is read whole, as the importers' readers
+    refuse a line (memory.importers.bounded_json), and decoded on its own, so
+    a line that is not UTF-8 is refused saying which (a newline byte is never
+    part of a multibyte character)."""
+    most = RECORD_MAX_CHARS * 4  # UTF-8 takes at most four bytes a character
+    number = 0
+    while raw := handle.readline(most + 1):
+        number += 1
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            if len(raw) > most:
+                line = raw.decode("utf-8", errors="ignore")  # cut inside a character: long anyway
+            else:
+                raise InvalidArgument(f"line {number} is not UTF-8 text.") from None
+        if len(raw) > most or len(line) > RECORD_MAX_CHARS:
+            raise InvalidArgument(
+                f"line {number} is longer than {RECORD_MAX_CHARS} characters, more than a row of an export holds."
+            )
+        yield line
+
+
+def _parsed(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, row) for every line that is not blank: each a JSON object
+    with a ``type``, decoded within the importers' bounds, else refused saying
+    which line."""
+    parsed = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = line_value(line, f"line {number}")
+        except ImportSourceError as exc:
+            raise InvalidArgument(str(exc)) from exc
+        if not isinstance(row, dict) or not isinstance(row.get("type"), str):
+            raise InvalidArgument(f"line {number}: not a row of a {EXPORT_FORMAT} file (a JSON object with a type).")
+        parsed.append((number, row))
+    return parsed
+
+
 def tenant_import(*, tenant_slug: str, lines: Iterable[str]) -> dict[str, int]:
     """Load an export into ``tenant_slug`` (created if missing), keeping every
     id and timestamp, so export -> purge -> import gives back the same tenant.
     One transaction: a bad line imports nothing. Event ids are assigned anew
-    (the log is shared by all tenants); their order is kept."""
-    parsed = [json.loads(line) for line in lines if line.strip()]
+    (the log is shared by all tenants); their order is kept. A row naming a
+    memory or principal of another tenant is refused: the file is not that
+    tenant's export, and the row would join the two tenants' data."""
+    parsed = [row for _, row in _parsed(lines)]
     if not parsed or parsed[0].get("type") != "header" or parsed[0].get("format") != EXPORT_FORMAT:
         raise InvalidArgument(f"not a {EXPORT_FORMAT} file: the first line must be its header.")
     by_type: dict[str, list[dict[str, Any]]] = {}
     for row in parsed[1:]:
         by_type.setdefault(row.pop("type"), []).append(row)
+    try:
+        return _tenant_import(tenant_slug, parsed[0], by_type)
+    except (TypeError, ValueError, AttributeError, KeyError, ValidationError, DataError) as exc:
+        # A row whose values do not fit its columns (an id that is no UUID, a
+        # vector of another dimension, a NUL in a text): nothing was imported.
+        raise InvalidArgument(f"a row of the file does not fit its table: {_short(exc)}") from exc
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _foreign_rows(tenant: Tenant, events: list[MemoryEvent]) -> str | None:
+    """What of the tenant's rows names another tenant's memory or principal (None: nothing)."""
+    here = tenant.pk
+    checks: list[tuple[str, models.QuerySet, str]] = [
+        (
+            "a memory's principal_id",
+            Memory.objects.filter(tenant=here, principal__isnull=False).exclude(principal__tenant=here),
+            "principal_id",
+        ),
+        (
+            "a memory's superseded_by_id",
+            Memory.objects.filter(tenant=here, superseded_by__isnull=False).exclude(superseded_by__tenant=here),
+            "superseded_by_id",
+        ),
+        ("an alias", MemoryAlias.objects.filter(tenant=here).exclude(memory__tenant=here), "memory_id"),
+        ("a link", MemoryLink.objects.filter(tenant=here).exclude(from_memory__tenant=here), "from_memory_id"),
+        ("a link", MemoryLink.objects.filter(tenant=here).exclude(to_memory__tenant=here), "to_memory_id"),
+        ("a conflict", ConflictCandidate.objects.filter(tenant=here).exclude(memory__tenant=here), "memory_id"),
+        ("a conflict", ConflictCandidate.objects.filter(tenant=here).exclude(other__tenant=here), "other_id"),
+    ]
+    for what, rows, column in checks:
+        found = rows.values_list(column, flat=True).first()
+        if found is not None:
+            return f"{what} names {found}, which belongs to another tenant"
+    memory_ids = {e.memory_id for e in events if e.memory_id is not None}
+    found = Memory.objects.filter(pk__in=memory_ids).exclude(tenant=here).values_list("pk", flat=True).first()
+    if found is not None:
+        return f"an event names memory {found}, which belongs to another tenant"
+    actors = {e.actor_principal_id for e in events if e.actor_principal_id is not None}
+    found = Principal.objects.filter(pk__in=actors).exclude(tenant=here).values_list("pk", flat=True).first()
+    if found is not None:
+        return f"an event names principal {found}, which belongs to another tenant"
+    return None
+
+
+def _tenant_import(
+    tenant_slug: str, header: dict[str, Any], by_type: dict[str, list[dict[str, Any]]]
+) -> dict[str, int]:
     counts = {
         kind: len(by_type.get(kind, [])) for kind in ("principal", "memory", "alias", "link", "conflict", "event")
     }
     with transaction.atomic(), _keep_timestamps():
         tenant, _ = Tenant.objects.get_or_create(
-            slug=tenant_slug, defaults={"name": json.loads(parsed[0]["tenant"]).get("name", "")}
+            slug=tenant_slug, defaults={"name": json.loads(header["tenant"]).get("name", "")}
         )
         for row in by_type.get("principal", []):
             existing = Principal.objects.filter(pk=row["id"]).first()
@@ -162,6 +262,9 @@ def tenant_import(*, tenant_slug: str, lines: Iterable[str]) -> dict[str, int]:
             _build(MemoryEvent, {k: v for k, v in r.items() if k != "id"}, tenant_id=tenant.pk)
             for r in by_type.get("event", [])
         ]
+        foreign = _foreign_rows(tenant, events)
+        if foreign is not None:
+            raise InvalidArgument(f"{foreign}: this file is not this tenant's export.")
         for start in range(0, len(events), 1000):
             events_append(
                 [

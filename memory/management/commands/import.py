@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
 from memory.errors import InvalidArgument
-from memory.services.export import tenant_import
+from memory.services.export import export_lines, tenant_import
 
 
 class Command(BaseCommand):
@@ -23,10 +23,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             if options["input"] == "-":
-                counts = tenant_import(tenant_slug=options["tenant"], lines=sys.stdin)
+                counts = tenant_import(tenant_slug=options["tenant"], lines=export_lines(sys.stdin.buffer))
             else:
-                with open(options["input"], encoding="utf-8") as lines:
-                    counts = tenant_import(tenant_slug=options["tenant"], lines=lines)
+                with open(options["input"], "rb") as handle:
+                    counts = tenant_import(tenant_slug=options["tenant"], lines=export_lines(handle))
         except (InvalidArgument, ValueError, KeyError, IntegrityError) as exc:
             raise CommandError(f"import failed, nothing was imported: {exc}") from exc
         self.stdout.write("imported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()))
