@@ -22,7 +22,8 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.contrib.admin.utils import NotRelationField, get_fields_from_path
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
 from django.db.models import Model, QuerySet
 from django.db.models.constants import LOOKUP_SEP
 from django.http import Http404, HttpRequest, HttpResponse
@@ -194,28 +195,41 @@ class TenantScopedAdminMixin:
         return access.is_superuser or self.tenant_admin_may_delete
 
     # --- what a request may ask of a list ---------------------------------------
-    def _offered_filters(self, request: HttpRequest | None) -> set[str]:
+    def _offered_lookups(self, request: HttpRequest | None) -> set[str]:
+        """The query-string names the list's own filters read: a simple
+        filter's ``parameter_name``; for a field filter, the lookups Django's
+        field filters build their links with (``kind__exact``, ``kind__isnull``,
+        and ``tenant__id__exact`` for a relation). Nothing else: the field's
+        name is not a licence for every lookup on it."""
         names: set[str] = set()
         list_filter = self.get_list_filter(request) if request is not None else self.list_filter  # type: ignore[attr-defined]
         for item in list_filter:
             if isinstance(item, type) and issubclass(item, admin.SimpleListFilter):
                 names.add(str(item.parameter_name))
-            elif isinstance(item, list | tuple):
-                names.add(str(item[0]))
-            else:
-                names.add(str(item))
+                continue
+            field_path = str(item[0] if isinstance(item, list | tuple) else item)
+            names.update((f"{field_path}{LOOKUP_SEP}exact", f"{field_path}{LOOKUP_SEP}isnull"))
+            try:
+                field = get_fields_from_path(self.model, field_path)[-1]  # type: ignore[attr-defined]
+            except (FieldDoesNotExist, NotRelationField):
+                continue
+            target = getattr(field, "target_field", None) if field.is_relation else None
+            if target is not None:
+                names.add(f"{field_path}{LOOKUP_SEP}{target.name}{LOOKUP_SEP}exact")
         return names
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         """A list is filtered only through the filters it offers (their own
         lookups, e.g. ``kind__exact``) and by values the database can take.
-        Django would take any lookup on the model's own fields: a scan of the
-        table (``?content__regex=``), or a query that fails while it is built
-        (``?created_at__year=0``). A refused lookup is Django's 400."""
+        Django would take any lookup on the model's own fields, and on a
+        filtered field any lookup at all: a scan of the table
+        (``?content__regex=``), a query that fails while it is built
+        (``?created_at__year=0``) or once it runs (``?scope__regex=(``, a
+        regular expression PostgreSQL refuses; ``?kind__unaccent=``, an
+        extension not installed). A refused lookup is Django's 400."""
         if holds_nul(lookup) or holds_nul(value):
             return False
-        offered = self._offered_filters(request)
-        if not any(lookup == name or lookup.startswith(name + LOOKUP_SEP) for name in offered):
+        if lookup not in self._offered_lookups(request):
             return False
         return bool(super().lookup_allowed(lookup, value, request))  # type: ignore[misc]
 
