@@ -166,9 +166,6 @@ async def _call(request: HttpRequest, dialect: Any, toolset: str, tool: str) -> 
     try:
         arguments = api.json_document(request.body or b"{}")
         api.nesting(arguments, field="the arguments")
-    except RecursionError:
-        # JSON, but deeper than the reader goes: saying "not a JSON object" misled.
-        return _error(dialect, "INVALID_ARGUMENT", api.TOO_DEEP_TO_READ, 400, tool)
     except (ValueError, UnicodeDecodeError):
         return _error(dialect, "INVALID_ARGUMENT", "the body must be a JSON object of the tool's arguments.", 400, tool)
     except api.InvalidArgument as exc:

@@ -140,11 +140,15 @@ def json_document(raw: bytes | str) -> Any:
     """A request body read as JSON, refusing an object that names a key twice,
     at any depth: json.loads keeps the last one, so ``{"content": "a",
     "content": "b"}`` was taken as "b" while another reader of the same bytes (a
-    proxy, a log, a policy check) may take "a". Raises what json.loads raises
-    for a body that is not JSON (ValueError, RecursionError); JSON with an
-    integer longer than Python converts is InvalidArgument, saying so."""
+    proxy, a log, a policy check) may take "a". Raises ValueError (what
+    json.loads raises) for a body that is not JSON; JSON nested deeper than
+    json.loads reads, or with an integer longer than Python converts, is
+    InvalidArgument saying so (one refusal for every surface, in its words)."""
     try:
         return json.loads(raw, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        # JSON, but deeper than the reader goes: "not a JSON object" would mislead.
+        raise InvalidArgument(TOO_DEEP_TO_READ) from None
     except ValueError as exc:
         if str(exc).startswith("Exceeds the limit"):
             raise InvalidArgument(

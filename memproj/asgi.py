@@ -268,8 +268,6 @@ async def message_refusal(path: str, receive: Any) -> tuple[Refusal | None, Any]
         problem = request_id_problem(json_document(body))
     except InvalidArgument as refusal:
         problem = str(refusal)
-    except RecursionError:
-        problem = "the message is nested too deeply to read: send one JSON-RPC 2.0 message of ordinary depth."
     except ValueError:
         problem = None  # no JSON: the SDK's transport answers that
     if problem is None:

@@ -219,7 +219,7 @@ def _handle(request: HttpRequest) -> HttpResponse:
     try:
         body = api.json_document(request.body)
         api.nesting(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+    except (ValueError, UnicodeDecodeError):
         return _error("INVALID_ARGUMENT", 'the body must be JSON: {"ops": [...]}.', 400)
     except api.InvalidArgument as exc:
         return _error(exc.code, str(exc), 400)

@@ -156,11 +156,12 @@ def _json(request: HttpRequest, model: type[BaseModel], limit: int = HOOK_BODY_L
         return body
     try:
         data = api.json_document(body or b"{}")
-    except RecursionError:
-        # JSON, but deeper than the reader goes: saying "not a JSON object" misled.
-        return _error(400, api.TOO_DEEP_TO_READ)
     except (ValueError, UnicodeDecodeError):
         return _error(400, "the body must be a JSON object.")
+    except api.InvalidArgument as exc:
+        # A body the reader refuses (too deep to read, a key twice) is a bad
+        # request like one that is no JSON: 422 is for a body read and invalid.
+        return _error(400, str(exc), exc.code)
     api.nesting(data)
     if not isinstance(data, dict):
         return _error(400, "the body must be a JSON object.")
