@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from policy import redaction
-from policy.document import BOUNDARY_CLASSES, USE_TAG, PolicyDocument
+from policy.document import BOUNDARY_CLASSES, USE_TAG, PolicyDocument, excerpt
 from policy.errors import InvalidUseTag
 
 DEFAULT_USE_TAGS: tuple[str, ...] = ("answer:task",)
@@ -38,7 +38,11 @@ def use_tags_validate(tags: Iterable[str] | None) -> tuple[str, ...]:
         return DEFAULT_USE_TAGS
     if isinstance(tags, str):
         raise InvalidUseTag("allow must be a list of use tags, e.g. ['answer:task'].")
-    out = tuple(dict.fromkeys(tags))
+    listed = list(tags)
+    for tag in listed:
+        if not isinstance(tag, str):  # before the set below: a list in the list is not hashable
+            raise _invalid(tag)
+    out = tuple(dict.fromkeys(listed))
     if not out:
         return DEFAULT_USE_TAGS
     if len(out) > MAX_USE_TAGS:
@@ -46,11 +50,16 @@ def use_tags_validate(tags: Iterable[str] | None) -> tuple[str, ...]:
     for tag in out:
         # A wildcard describes what a policy allows, not what a read does: a read
         # that could claim '*' would see every class the policy opens to anything.
-        if not isinstance(tag, str) or not USE_TAG.fullmatch(tag) or "*" in tag:
-            raise InvalidUseTag(
-                f"use tag {tag!r} is not valid: use concrete tags such as 'answer:task' or 'tool:contact-lookup'."
-            )
+        if not USE_TAG.fullmatch(tag) or "*" in tag:
+            raise _invalid(tag)
     return out
+
+
+def _invalid(tag: object) -> InvalidUseTag:
+    # The tag is the client's, of any length and kind: quoted as a plain excerpt.
+    return InvalidUseTag(
+        f"use tag {excerpt(tag)} is not valid: use concrete tags such as answer:task or tool:contact-lookup."
+    )
 
 
 def tag_allowed(pattern: str, tag: str) -> bool:

@@ -28,12 +28,12 @@ value, never the input itself.
 
 from __future__ import annotations
 
+import ast
 import math
 import re
-import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import date, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -76,29 +76,98 @@ _NEVER = ("inf", "never", "infinite")
 USE_TAG = re.compile(r"^(\*|[a-z][a-z0-9_.-]{0,63}(:(\*|[a-z0-9][a-z0-9_.-]{0,63}\*?))?)$")
 
 
-class _Excerpt(reprlib.Repr):
-    def repr_int(self, x: int, level: int) -> str:
-        # YAML's hex and octal literals build integers Python will not print (past
-        # its 4,300-digit limit); say how long one is instead, at any depth.
-        return f"<an integer of {x.bit_length()} bits>" if x.bit_length() > 256 else super().repr_int(x, level)
+def _plain_text(text: str) -> str:
+    """Text as a reader sees it, capped: characters that do not print (controls,
+    tabs, right-to-left overrides, zero-width marks, lone surrogates) as U+XXXX,
+    so an error can neither hide nor reorder what it quotes."""
+    shown = ""
+    for ch in text:  # stops after at most EXCERPT_CHARS + 1 characters
+        part = ch if ch.isprintable() else f"U+{ord(ch):04X}"
+        if len(shown) + len(part) > EXCERPT_CHARS:
+            return shown + "..."
+        shown += part
+    return shown
 
 
-_EXCERPT = _Excerpt()
-_EXCERPT.maxlevel, _EXCERPT.maxlist, _EXCERPT.maxtuple, _EXCERPT.maxdict = 2, 4, 4, 4
-_EXCERPT.maxstring = _EXCERPT.maxother = _EXCERPT.maxlong = EXCERPT_CHARS
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _shown(value: object) -> str:
-    """A short excerpt of an offending value for an error: reprlib stops at a few
-    items and levels instead of walking the whole value, and the result is capped."""
-    text = _EXCERPT.repr(value)
-    return text if len(text) <= EXCERPT_CHARS + 8 else text[: EXCERPT_CHARS + 5] + "..."
+    """An offending value for an error, in the policy's own terms (YAML's words
+    for what it read: text as written, true/false, null, numbers, dates, a list
+    or mapping by its size), never Python's repr (``'foo'``, ``None``,
+    ``b'...'``), and never more than a short excerpt."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        # YAML's hex and octal literals build integers Python will not print
+        # (past its 4,300-digit limit); say how long one is instead.
+        return f"an integer of {value.bit_length()} bits" if value.bit_length() > 128 else str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        return repr(value) if math.isfinite(value) else (".inf" if value > 0 else "-.inf")
+    if isinstance(value, str):
+        return _plain_text(value) if value.strip() else f"blank text of {_count(len(value), 'character')}"
+    if isinstance(value, bytes | bytearray):
+        return f"binary data of {_count(len(value), 'byte')}"
+    if isinstance(value, datetime | date):
+        return f"the date {value.isoformat()}"
+    if isinstance(value, Mapping):
+        return f"a mapping of {_count(len(value), 'key')}"
+    if isinstance(value, set | frozenset):
+        return f"a set of {_count(len(value), 'item')}"
+    if isinstance(value, list | tuple):
+        return f"a list of {_count(len(value), 'item')}"
+    return "a value of another kind"
+
+
+def excerpt(value: object) -> str:
+    """``_shown`` for the rest of the policy engine: a client's value in an error."""
+    return _shown(value)
+
+
+def _shown_items(values: list[Any]) -> str:
+    """The first few offending entries of a list, each as ``_shown`` says it."""
+    shown = ", ".join(_shown(v) for v in values[:4])
+    return shown if len(values) <= 4 else f"{shown} and {len(values) - 4} more"
+
+
+def _bound(number: float) -> str:
+    """A bound as the documentation writes it: 1000, 10,000,000 (not 1e+07)."""
+    if not float(number).is_integer():
+        return f"{number:g}"
+    return f"{int(number):,}" if abs(number) >= 10_000 else str(int(number))
 
 
 def _key_text(key: object) -> str:
     """A key as it appears in a key path, capped like any excerpt."""
-    text = key if isinstance(key, str) else _shown(key)
-    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
+    return _plain_text(key) if isinstance(key, str) else _shown(key)
+
+
+# A quoted literal in PyYAML's own problem text (``found character '\\t'``,
+# ``the tag '!foo'``): Python's repr of what it found.
+_PYTHON_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.){0,400}'")
+
+
+def _yaml_problem(text: str) -> str:
+    """PyYAML's description of a syntax error, with the Python literals it quotes
+    given as the plain text they stand for (a tab as U+0009, a tag without
+    Python's quotes and escapes); a printable character keeps its quotes."""
+
+    def plain(match: re.Match[str]) -> str:
+        try:
+            value = ast.literal_eval(match.group(0))
+        except (ValueError, SyntaxError):
+            return match.group(0)
+        if not isinstance(value, str) or (len(value) == 1 and value.isprintable()):
+            return match.group(0)  # "expected ':'" reads as it is
+        return _plain_text(value)
+
+    return _PYTHON_LITERAL.sub(plain, text[:4000])
 
 
 # --- versions -------------------------------------------------------------------------------
@@ -127,7 +196,7 @@ _VERSION_PRERELEASE_CHARS = 64
 def parse_version(value: object, *, path: str = "version") -> SemVer:
     """'0.1.3', '0.1' and YAML's number 0.1 all name semver 0.1.x; missing parts are 0."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise PolicyInvalid([(path, f"must be a semver string such as '0.1.3' (got {type(value).__name__})")])
+        raise PolicyInvalid([(path, f"must be a semver string such as '0.1.3' (got {_shown(value)})")])
     if isinstance(value, int) and abs(value) >= 10**_VERSION_PART_DIGITS:
         # Python refuses to print an int of more than 4300 digits: refuse it before.
         raise PolicyInvalid([(path, f"has a part over {_VERSION_PART_DIGITS} digits")])
@@ -291,7 +360,7 @@ def _mapping(value: object, path: str, problems: _Problems) -> Mapping[str, Any]
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        problems.add(path, f"must be a mapping (got {type(value).__name__})")
+        problems.add(path, f"must be a mapping (got {_shown(value)})")
         return None
     return value
 
@@ -320,8 +389,8 @@ def _number(
     # would convert it to a float and overflow.
     not_finite = isinstance(value, float) and not math.isfinite(value)
     if not_finite or value > high or value < low or (low_open and value == low):
-        low_text = f"above {low:g}" if low_open else f"at least {low:g}"
-        problems.add(path, f"must be {low_text} and at most {high:g} (got {_shown(value)})")
+        low_text = f"above {_bound(low)}" if low_open else f"at least {_bound(low)}"
+        problems.add(path, f"must be {low_text} and at most {_bound(high)} (got {_shown(value)})")
         return None
     return int(value) if integer else float(value)
 
@@ -398,7 +467,8 @@ def _classes(
                 if bad:
                     problems.add(
                         _join(entry_path, "allow"),
-                        f"use tags look like '*', 'answer:task', 'tool:*' or 'tool:contact-lookup' (got {_shown(bad)})",
+                        "use tags look like '*', 'answer:task', 'tool:*' or 'tool:contact-lookup' "
+                        f"(got {_shown_items(bad)})",
                     )
                 else:
                     allow = tuple(dict.fromkeys(tags))
@@ -411,7 +481,7 @@ def _classes(
                 if unknown:
                     problems.add(
                         _join(entry_path, "redact"),
-                        f"unknown redaction rules {_shown(unknown)}; known: {', '.join(redaction.ALL_RULES)}",
+                        f"unknown redaction rules {_shown_items(unknown)}; known: {', '.join(redaction.ALL_RULES)}",
                     )
                 else:
                     redact = tuple(dict.fromkeys(redaction.rule_name(n) or n for n in names))
@@ -672,7 +742,7 @@ def _construct_mapping(loader: _PolicyLoader, node: yaml.MappingNode, deep: bool
             )
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {_key_text(key)!r} appears twice in one mapping", key_node.start_mark
+                None, None, f"the key {_key_text(key)} appears twice in one mapping", key_node.start_mark
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
@@ -704,7 +774,7 @@ def parse_yaml(text: str, *, base: PolicyDocument | None = None) -> PolicyDocume
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         where = _at(getattr(exc, "problem_mark", None))
-        raise PolicyInvalid([("", f"the YAML does not parse{where}: {_capped(str(problem))}")]) from None
+        raise PolicyInvalid([("", f"the YAML does not parse{where}: {_capped(_yaml_problem(str(problem)))}")]) from None
     except (ValueError, OverflowError, TypeError, RecursionError):
         # A scalar YAML resolves but Python cannot build: an integer past the digit
         # limit, a timestamp out of range. Python's own text would give advice that

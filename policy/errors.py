@@ -36,6 +36,8 @@ class PolicyInvalid(PolicyError):
 
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         self.problems = problems
+        # The same problems, structured, for the dialects that answer with details.
+        self.details = {"problems": [{"path": path, "message": message} for path, message in problems]}
         super().__init__("; ".join(f"{path}: {message}" if path else message for path, message in problems))
 
 
