@@ -70,6 +70,7 @@ MAX_PROBLEMS = 20
 _SEMVER = re.compile(r"^(0|[1-9]\d*)(?:\.(0|[1-9]\d*))?(?:\.(0|[1-9]\d*))?(?:-([0-9A-Za-z.-]+))?$")
 # ASCII digits only, as the version takes: float() also reads "١" or "７" as a digit.
 _TTL = re.compile(r"^([0-9]+(?:\.[0-9]+)?)[ \t]*([smhdw])$")
+MIN_TTL_SECONDS, MAX_TTL_SECONDS = 1, 100 * 365 * 86400
 _TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _NEVER = ("inf", "never", "infinite")
 # Use tags: '*', 'answer:task', 'tool:*', 'tool:contact-lookup' (pce-memory v0.14.0).
@@ -400,12 +401,16 @@ def _ttl(value: object, path: str, problems: _Problems) -> tuple[timedelta | Non
         return None, "inf"
     if isinstance(value, str):
         match = _TTL.match(value.strip())
-        if match and float(match.group(1)) > 0:
+        if match:
             seconds = float(match.group(1)) * _TTL_UNITS[match.group(2)]
-            if seconds <= 100 * 365 * 86400:
+            # At least a second: '0.0000001s' passed a "more than 0" check and
+            # became a zero timedelta, so every memory of the scope was born expired.
+            if MIN_TTL_SECONDS <= seconds <= MAX_TTL_SECONDS:
                 return timedelta(seconds=seconds), value.strip()
     problems.add(
-        path, f"must be a duration such as '7d', '12h', '30m' (at most 100 years) or 'inf' (got {_shown(value)})"
+        path,
+        "must be a duration such as '7d', '12h', '30m' (at least 1 second, at most 100 years) or 'inf' "
+        f"(got {_shown(value)})",
     )
     return None
 
