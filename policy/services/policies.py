@@ -179,6 +179,10 @@ def policy_apply(
     approver = (approver or "").strip()
     if len(approver) > 200:
         raise PolicyInvalid([("approver", "at most 200 characters")])
+    if any(ch == "\x00" or "\ud800" <= ch <= "\udfff" for ch in approver):
+        # Stored as text with the version and every event: PostgreSQL refuses a
+        # NUL, UTF-8 a lone surrogate, both after the policy was checked.
+        raise PolicyInvalid([("approver", "must be text without NUL characters or lone surrogates")])
     try:
         return _apply(
             caller=caller,
