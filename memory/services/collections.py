@@ -186,8 +186,10 @@ def memory_bank_update(
             new = fact_store(
                 caller=caller,
                 replaces=old.pk,
-                subject=old.subject,
-                predicate=old.predicate,
+                # The key as stored: a part it has not is None (a memento memory has
+                # none, a LangGraph store key no predicate), not a blank text.
+                subject=old.subject or None,
+                predicate=old.predicate or None,
                 namespace=old.namespace,
                 content=content,
                 importance=old.importance if scaled is None else scaled,

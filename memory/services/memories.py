@@ -609,6 +609,17 @@ def fact_store(
                 .without_vectors()
                 .select_for_update()
             )
+        elif replaces is not None:
+            # A fact without a key (a memento memory) has no key lock to serialise
+            # its updates: the row it replaces is locked instead (after the
+            # tenant's write lock, the one lock order) and must still be active.
+            tenant_write_lock(caller.tenant_id)
+            previous = list(
+                Memory.objects.for_caller(caller)
+                .filter(kind=Kind.FACT, validity=Validity.ACTIVE, namespace=namespace, subject="", pk=replaces)
+                .without_vectors()
+                .select_for_update()
+            )
         if replaces is not None and replaces not in {p.pk for p in previous}:
             raise NotFound(
                 f"memory {replaces} is no longer the active fact of its subject and predicate "
