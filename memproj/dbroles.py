@@ -10,11 +10,16 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
-from django.db import connections
+from django.db import connections, transaction
 from psycopg import sql
 
 # The audit log: the app role may read and append, nothing else.
 APPEND_ONLY_TABLES = ("memory_memoryevent",)
+
+# Serialises concurrent re-grants (two hosts migrating at once): GRANT ON ALL
+# TABLES rewrites every table's catalog row, and two sessions doing that side by
+# side fail with "tuple concurrently updated". An arbitrary constant key.
+_GRANTS_LOCK_KEY = 0x6D656D70_67726E74
 
 
 def app_user() -> str:
@@ -54,7 +59,11 @@ def grant_app_privileges(*, using: str = "default", **_: Any) -> None:
     cannot TRUNCATE, ALTER, DISABLE TRIGGER or DROP. Nor may it call the purge
     function: a purge is an operator's act (`manage.py purge`, which connects as
     the owner), never something a compromised service connection could do; an
-    EXECUTE granted by an older version is revoked here. Idempotent."""
+    EXECUTE granted by an older version is revoked here. Idempotent.
+
+    One transaction: a migrate runs while web processes serve (an upgrade), and
+    one statement at a time the role briefly had no UPDATE (mac) on the audit
+    log (revoked with UPDATE, then granted again), failing every store meanwhile."""
     if not separate_roles():
         return
     app = sql.Identifier(app_user())
@@ -82,6 +91,7 @@ def grant_app_privileges(*, using: str = "default", **_: Any) -> None:
             "FROM PUBLIC, %I', {}); END IF; END $$"
         ).format(sql.Literal(app_user()))
     )
-    with connections[using].cursor() as cursor:
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_GRANTS_LOCK_KEY])
         for statement in statements:
             cursor.execute(statement)
