@@ -934,6 +934,12 @@ def memory_supersede(
             raise InvalidArgument(
                 f"the replacing memory {new_pk} is {new.validity}; only an active memory can replace another."
             )
+        if new.expires_at is not None and new.expires_at <= timezone.now():
+            # Past its TTL no read finds it: the memory it replaced would vanish with it.
+            raise InvalidArgument(
+                f"the replacing memory {new_pk} expired at {new.expires_at.isoformat()}; only an active memory "
+                "can replace another."
+            )
         if old.validity == Validity.SUPERSEDED and old.superseded_by_id == new.pk:
             return old  # already done: idempotent
         _supersede(caller=caller, old=[old], new_id=new.pk, reason=reason)
