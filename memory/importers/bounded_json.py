@@ -28,6 +28,9 @@ RECORD_MAX_CHARS = 8 * 1024 * 1024
 RECORD_MAX_VALUES = 100_000
 RECORDS_MAX = 1_000_000
 CHUNK_CHARS = 1024 * 1024
+# UTF-8, with the byte order mark some editors put in front (Notepad,
+# PowerShell's Out-File) read past: RFC 8259 lets a reader ignore it.
+ENCODING = "utf-8-sig"
 
 _WHITESPACE = re.compile(r"[ \t\r\n]*")
 _STRUCTURE = re.compile(r'["\[\]{},]')
@@ -315,7 +318,7 @@ class JsonReader:
 
 def open_json(path: Path, name: str | None = None) -> tuple[TextIO, JsonReader]:
     """The file opened for a ``JsonReader`` (to be closed by the caller)."""
-    handle = path.open(encoding="utf-8")
+    handle = path.open(encoding=ENCODING)
     return handle, JsonReader(handle, name or path.name)
 
 
@@ -328,7 +331,7 @@ def json_lines(
     memproj's and COGX's own exports, whose lines are a large tenant's every row)."""
     name = name or path.name
     max_chars = max_chars or RECORD_MAX_CHARS
-    with path.open(encoding="utf-8") as handle:
+    with path.open(encoding=ENCODING) as handle:
         number = 0
         while True:
             try:

@@ -47,7 +47,7 @@ from memory.importers.base import (
     parse_time,
     string_list,
 )
-from memory.importers.bounded_json import RECORD_MAX_CHARS, json_lines
+from memory.importers.bounded_json import ENCODING, RECORD_MAX_CHARS, json_lines
 
 COGX_VERSION = "0.1"
 SYSTEM = "cogx"
@@ -139,7 +139,7 @@ class CogxArchive:
         if manifest_path.stat().st_size > MANIFEST_MAX_BYTES:
             raise ImportSourceError(f"{MANIFEST_FILE} is over {MANIFEST_MAX_BYTES} bytes: not a COGX manifest.")
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            manifest = json.loads(manifest_path.read_text(encoding=ENCODING))
         except (ValueError, RecursionError) as exc:
             raise ImportSourceError(f"{MANIFEST_FILE} is not JSON{parse_position(exc)}.") from exc
         if not isinstance(manifest, dict):
