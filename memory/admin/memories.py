@@ -54,6 +54,20 @@ SEARCH_TENANT_CAP = 25
 SEARCH_LIMIT = 100
 CHAIN_CAP = 25
 SCOPE_SAMPLE = 2000
+# What the detail page's review forms post: an action, and an id or a maturity
+# with it (the reason is cut to 200 characters where it is read).
+REVIEW_ACTIONS = (
+    "confirm",
+    "retract",
+    "restore",
+    "supersede",
+    "set_maturity",
+    "reembed",
+    "conflict_accept",
+    "conflict_dismiss",
+)
+REVIEW_FIELDS = ("action", "replacement", "maturity", "conflict")
+REVIEW_FIELD_CHARS = 100
 
 
 class ScopeFilter(admin.SimpleListFilter):
@@ -383,6 +397,13 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
             # An id with one would reach the alias lookup of memory_pk and fail its query.
             messages.error(request, "A review cannot carry a NUL character: nothing was changed.")
             return HttpResponseRedirect(back)
+        if any(len(request.POST.get(name, "")) > REVIEW_FIELD_CHARS for name in REVIEW_FIELDS):
+            # The services quote a value they refuse: 50 KB typed as a replacement
+            # id came back whole in the message, kept in the session until shown.
+            messages.error(
+                request, f"A review field holds at most {REVIEW_FIELD_CHARS} characters: nothing was changed."
+            )
+            return HttpResponseRedirect(back)
         try:
             message = self._review(request, obj, action)
         except MemoryError_ as exc:
@@ -444,7 +465,7 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
             return "Re-embedded." if done else "Marked for re-embedding; the embedding worker will retry."
         if action in ("conflict_accept", "conflict_dismiss"):
             return self._review_conflict(request, obj.tenant_id, request.POST.get("conflict", ""), action)
-        raise MemoryReviewError(f"Unknown review action {action!r}.")
+        raise MemoryReviewError(f"Unknown review action; the page sends one of {', '.join(REVIEW_ACTIONS)}.")
 
     def _review_conflict(self, request: HttpRequest, tenant_id: uuid.UUID, conflict_id: str, action: str) -> str:
         try:
