@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from policy.admin_access import ADMIN_SCOPES
 from policy.caller import Caller
+from policy.document import excerpt
 from policy.errors import PolicyError
 from policy.models import Tenant
 from policy.services.policies import policy_apply
@@ -29,7 +30,7 @@ class Command(BaseCommand):
     def handle(self, *args: object, **options: object) -> None:
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()
         if tenant is None:
-            raise CommandError(f"no tenant {options['tenant']!r}")
+            raise CommandError(f"[NOT_FOUND] no tenant with the slug {excerpt(options['tenant'])}")
         path = str(options["file"])
         try:
             # Exact bytes (no newline translation): a signature covers them as they are.
@@ -38,8 +39,11 @@ class Command(BaseCommand):
             else:
                 with open(path, encoding="utf-8", newline="") as handle:
                     text = handle.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CommandError(f"cannot read {path}: {exc}") from None
+        except OSError as exc:
+            # OSError's own text quotes the path as Python's repr: say the reason alone.
+            raise CommandError(f"cannot read {path}: {(exc.strerror or 'not readable').lower()}") from None
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"cannot read {path}: not UTF-8 text (at byte {exc.start})") from None
         # The operator acts as an admin of the tenant with no principal; the
         # audit row names the operator as "manage.py policy_apply".
         operator = Caller(tenant_id=tenant.id, principal_id=None, role="admin", scopes=ADMIN_SCOPES)

@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from policy.admin_access import ADMIN_SCOPES
 from policy.caller import Caller
+from policy.document import excerpt
 from policy.errors import PolicyError
 from policy.models import Tenant
 from policy.services.signing import signing_key_clear, signing_key_set
@@ -20,7 +21,7 @@ class Command(BaseCommand):
     def handle(self, *args: object, **options: object) -> None:
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()
         if tenant is None:
-            raise CommandError(f"no tenant {options['tenant']!r}")
+            raise CommandError(f"[NOT_FOUND] no tenant with the slug {excerpt(options['tenant'])}")
         operator = Caller(tenant_id=tenant.id, principal_id=None, role="admin", scopes=ADMIN_SCOPES)
         try:
             if options["action"] == "set":
