@@ -67,7 +67,8 @@ MAX_YAML_DEPTH = 8
 EXCERPT_CHARS = 40
 MAX_PROBLEMS = 20
 
-_SEMVER = re.compile(r"^(0|[1-9]\d*)(?:\.(0|[1-9]\d*))?(?:\.(0|[1-9]\d*))?(?:-([0-9A-Za-z.-]+))?$")
+# ASCII digits: \d also takes "٣" or "３", which int() reads as 3.
+_SEMVER = re.compile(r"^(0|[1-9][0-9]*)(?:\.(0|[1-9][0-9]*))?(?:\.(0|[1-9][0-9]*))?(?:-([0-9A-Za-z.-]+))?$")
 # ASCII digits only, as the version takes: float() also reads "١" or "７" as a digit.
 _TTL = re.compile(r"^([0-9]+(?:\.[0-9]+)?)[ \t]*([smhdw])$")
 MIN_TTL_SECONDS, MAX_TTL_SECONDS = 1, 100 * 365 * 86400
@@ -172,6 +173,14 @@ def _yaml_problem(text: str) -> str:
 
 
 # --- versions -------------------------------------------------------------------------------
+def _prerelease_precedence(prerelease: str) -> tuple[tuple[int, int, str], ...]:
+    """Semver's order of pre-release identifiers: numeric ones compare as numbers
+    and before alphanumeric ones, which compare as text; more identifiers rank
+    higher when the ones before are equal (rc.9 < rc.10, 1 < alpha, alpha < alpha.1).
+    Compared as one string, rc.10 came before rc.9 and could never follow it."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in prerelease.split(".") if prerelease)
+
+
 @dataclass(frozen=True, order=True)
 class SemVer:
     major: int
@@ -179,7 +188,11 @@ class SemVer:
     patch: int
     # A pre-release sorts before its release (1.0.0-rc.1 < 1.0.0), as semver says.
     release_rank: int = 1
-    prerelease: str = ""
+    prerelease: str = field(default="", compare=False)
+    precedence: tuple[tuple[int, int, str], ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "precedence", _prerelease_precedence(self.prerelease))
 
     def __str__(self) -> str:
         base = f"{self.major}.{self.minor}.{self.patch}"
