@@ -27,7 +27,7 @@ BEFORE = "Deploy window closed just before the leap second"
 AFTER = "Deploy window opened just after the leap second"
 
 
-def _store(caller: object) -> None:
+def _store(caller: api.Caller) -> None:
     for text, when in (
         (BEFORE, datetime(2016, 12, 31, 23, 59, 59, 500_000, tzinfo=UTC)),
         (AFTER, datetime(2017, 1, 1, 0, 0, 0, 500_000, tzinfo=UTC)),
