@@ -3,6 +3,7 @@ token, searched by memory id, exported as CSV. The database refuses changes too.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -178,7 +179,8 @@ class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMi
                     e.memory_kind,
                     e.actor_principal_id or "",
                     e.actor_token_id or "",
-                    e.payload,
+                    # As the store holds it (JSON), not Python's repr of the dict ({'a': None}).
+                    json.dumps(e.payload, ensure_ascii=False),
                     e.created_at.isoformat(),
                 ]
                 for e in rows.iterator(chunk_size=500)
