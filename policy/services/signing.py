@@ -30,6 +30,10 @@ def policy_sign(*, key: str, yaml_text: str) -> str:
 
 def signature_matches(*, key: str, yaml_text: str, signature: str) -> bool:
     given = signature.strip().lower().removeprefix("sha256=")
+    if not given.isascii():
+        # compare_digest raises TypeError on text that is not ASCII; such a
+        # signature is no hex digest, so it simply does not match.
+        return False
     return hmac.compare_digest(given, policy_sign(key=key, yaml_text=yaml_text))
 
 
