@@ -768,6 +768,39 @@ def _construct_mapping(loader: _PolicyLoader, node: yaml.MappingNode, deep: bool
 
 _PolicyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)  # type: ignore[arg-type]
 
+# What a scalar of each tag is read as, in an error's words.
+_SCALAR_TAGS = {
+    "tag:yaml.org,2002:bool": "true or false",
+    "tag:yaml.org,2002:int": "an integer",
+    "tag:yaml.org,2002:float": "a number",
+    "tag:yaml.org,2002:timestamp": "a date",
+    "tag:yaml.org,2002:binary": "base64 binary data",
+}
+
+
+def _scalar_constructor(tag: str, words: str) -> Any:
+    """SafeLoader's constructor for ``tag``, with its failures as a YAML error
+    at the value's line. Written with an explicit tag, a text that is not of the
+    kind reaches these constructors as it is: ``!!bool maybe`` raised KeyError,
+    ``!!timestamp x`` AttributeError, ``!!int ''`` IndexError; and a plain value
+    can resolve to a kind Python cannot build (an integer past its digit limit,
+    2001-02-30). The value is not quoted: it may be thousands of digits."""
+    construct = yaml.SafeLoader.yaml_constructors[tag]
+
+    def build(loader: _PolicyLoader, node: yaml.ScalarNode) -> Any:
+        try:
+            return construct(loader, node)
+        except (ValueError, OverflowError, LookupError, AttributeError, TypeError):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"this value cannot be read as {words}", node.start_mark
+            ) from None
+
+    return build
+
+
+for _tag, _words in _SCALAR_TAGS.items():
+    _PolicyLoader.add_constructor(_tag, _scalar_constructor(_tag, _words))
+
 
 def _at(mark: Any) -> str:
     return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
