@@ -463,14 +463,16 @@ class _Importer:
                 return
             (item,) = planned
             logger.warning("the database refused %s record %r", self.system, item.record.source_id, exc_info=True)
-            self.report.created[item.values["kind"]] -= 1
-            if not self.report.created[item.values["kind"]]:
-                del self.report.created[item.values["kind"]]
-            self.created_ids.discard(item.record.source_id)
             self.pending_links.pop(item.record.source_id, None)
-            self.report.skip(
-                "not storable: the database refused it (the server log has the detail)", item.record.source_id
-            )
+            self._uncount(item, "not storable: the database refused it (the server log has the detail)")
+
+    def _uncount(self, item: _Planned, reason: str) -> None:
+        """A planned memory that was not stored after all, skipped with ``reason``."""
+        self.report.created[item.values["kind"]] -= 1
+        if not self.report.created[item.values["kind"]]:
+            del self.report.created[item.values["kind"]]
+        self.created_ids.discard(item.record.source_id)
+        self.report.skip(reason, item.record.source_id)
 
     def _write_batch(self, planned: list[_Planned]) -> None:
         wanted: dict[uuid.UUID, _Planned] = {}
@@ -504,6 +506,7 @@ class _Importer:
             return target is not None and target != pk and target in named
 
         vectors = self._vectors(planned)
+        late: list[_Planned] = []
         model = get_embedder().model_name
         rows = []
         for item, vector in zip(planned, vectors, strict=True):
@@ -530,6 +533,21 @@ class _Importer:
                 # waits for this batch instead of inserting the key's active
                 # fact between this read and the insert (memory/services/locks.py).
                 tenant_write_lock(self.caller.tenant_id)
+                # Another run of this import (the admin's Import clicked twice,
+                # the command started again) may have stored some of this batch
+                # since it was planned: under the lock they are skipped, as a
+                # re-run skips them, instead of being stored a second time.
+                done = alias_targets(
+                    tenant_id=self.caller.tenant_id, aliases=[p.record.source_id for p in planned], system=self.system
+                )
+                if done:
+                    fresh = [i for i, p in enumerate(planned) if p.record.source_id not in done]
+                    late = [planned[i] for i in range(len(planned)) if planned[i].record.source_id in done]
+                    planned, rows, vectors = (
+                        [planned[i] for i in fresh],
+                        [rows[i] for i in fresh],
+                        [vectors[i] for i in fresh],
+                    )
                 # Settled before the rows' values are built: it retires some of them.
                 self._settle_fact_keys(rows, planned)
                 new = memories_new(
@@ -565,6 +583,8 @@ class _Importer:
             raise self._quota_stop(
                 int(details.get("used", used)), int(details.get("limit", limit)), len(planned)
             ) from None
+        for item in late:
+            self._uncount(item, "already imported (its id is an alias of a memory here)")
         self.stored += len(planned)
         self.report.embedded += sum(1 for v in vectors if v is not None)
         self.report.pending_embeddings += sum(1 for v in vectors if v is None)
