@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import DataError, IntegrityError, transaction
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from memory import embedtext, scoring, validation
 from memory.embeddings import get_embedder
-from memory.errors import EmbeddingUnavailable, InvalidArgument, QuotaExceeded
+from memory.errors import EmbeddingUnavailable, InvalidArgument, QuotaExceeded, StorageUnavailable
 from memory.importers import open_source, systems
 from memory.importers.base import ImportedEntity, ImportedMemory, ImportedRelation, ImportSourceError, Skipped
 from memory.importers.cogx import CogxWriter
@@ -895,6 +895,19 @@ def memories_import(
             raise failed[0]
         if not report.stopped_at_limit:
             job.graph(entities, relations)
+    except (OperationalError, InterfaceError) as exc:
+        # The database went away: the batches committed before stay whole,
+        # and a re-run skips them (their aliases are there) and goes on.
+        logger.warning("the %s import lost its database", system, exc_info=True)
+        done = (
+            f"This import stored {job.stored} memories before it stopped, and they stay"
+            if job.stored
+            else "Nothing of this import was stored"
+        )
+        raise StorageUnavailable(
+            f"the database could not be reached during the import. {done}: run the same import again once "
+            "the database is back, and it goes on where it stopped."
+        ) from exc
     finally:
         source.close()
     return report
