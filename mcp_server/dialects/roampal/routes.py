@@ -159,8 +159,9 @@ def _json(request: HttpRequest, model: type[BaseModel], limit: int = HOOK_BODY_L
     except (ValueError, UnicodeDecodeError):
         return _error(400, "the body must be a JSON object.")
     except api.InvalidArgument as exc:
-        # A body the reader refuses (too deep to read, a key twice) is a bad
-        # request like one that is no JSON: 422 is for a body read and invalid.
+        if str(exc) != api.TOO_DEEP_TO_READ:
+            raise  # a key twice: 422, as any body read and found invalid
+        # JSON these routes cannot read at all: a bad request, as one that is no JSON.
         return _error(400, str(exc), exc.code)
     api.nesting(data)
     if not isinstance(data, dict):
