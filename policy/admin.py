@@ -110,6 +110,22 @@ class TokenCreateForm(forms.ModelForm):
         return chosen + [f"toolset:{t}" for t in toolsets]
 
 
+class TokenChangeForm(forms.ModelForm):
+    """A token's page: its name and expiry may change. Its revocation date is
+    shown read-only: a revocation is final (``ApiToken.save`` never writes it),
+    and revoking goes through ``token_revoke``, as the list's action does."""
+
+    revoke = forms.BooleanField(
+        required=False,
+        label="Revoke this token",
+        help_text="Final: a revoked token is never accepted again. To restore access, issue a new token.",
+    )
+
+    class Meta:
+        model = ApiToken
+        fields = ("name", "expires_at")
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     """Create issues a token through ``token_issue``: the plaintext is shown once
@@ -130,7 +146,16 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     )
     list_select_related = ("principal", "principal__tenant")
     search_fields = ("prefix", "name", "principal__name")
-    readonly_fields = ("id", "principal", "prefix", "scopes", "created_at", "last_used_at", "events_link")
+    readonly_fields = (
+        "id",
+        "principal",
+        "prefix",
+        "scopes",
+        "created_at",
+        "revoked_at",
+        "last_used_at",
+        "events_link",
+    )
     fields = (
         "id",
         "principal",
@@ -158,6 +183,7 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         if obj is not None:
+            kwargs["form"] = TokenChangeForm
             return super().get_form(request, obj, change=change, **kwargs)
         access = admin_access(request)
         allow_elevate = access is not None and access.is_superuser
@@ -173,6 +199,8 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
             return ("principal", "name", "scope_choices", "toolsets")
+        if obj.revoked_at is None:
+            return (*self.fields, "revoke")
         return self.fields
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
@@ -180,8 +208,12 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
         if change:
+            # ApiToken.save keeps the stored revoked_at whatever the POST said.
             super().save_model(request, obj, form, change)
-            tokens_changed()  # an edited revocation or expiry holds at once, as token_revoke's does
+            if form.cleaned_data.get("revoke"):
+                token_revoke(ApiToken.objects.filter(pk=obj.pk))
+                obj.refresh_from_db(fields=["revoked_at"])
+            tokens_changed()  # an edited expiry holds at once, as token_revoke's revocation does
             return
         principal: Principal = form.cleaned_data["principal"]
         issued = token_issue(

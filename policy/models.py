@@ -4,6 +4,7 @@ hashed API tokens that authenticate a principal."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
@@ -76,6 +77,27 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.principal})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A saved token never writes ``revoked_at``: revocation is
+        ``token_revoke``'s alone, and final. A revoked token may have leaked, so,
+        as with mem0's and Zep's API keys, access comes back only through a new
+        token. An edit that cleared the date (a change form, a crafted POST, a
+        shell) or an instance loaded before a revocation elsewhere therefore
+        leaves the stored date as it is; the instance is given the stored value
+        back. Naming ``revoked_at`` in ``update_fields`` is a programming error.
+        The database refuses any change to a set date as well (migration 0007)."""
+        if self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        update_fields = kwargs.pop("update_fields", None)
+        if update_fields is not None and "revoked_at" in update_fields:
+            raise ValueError("an API token's revoked_at is set by policy.services.tokens.token_revoke only")
+        if update_fields is None:
+            update_fields = [f.name for f in self._meta.concrete_fields if not f.primary_key and f.name != "revoked_at"]
+        super().save(*args, update_fields=update_fields, **kwargs)
+        stored = type(self).objects.filter(pk=self.pk).values_list("revoked_at", flat=True).first()
+        self.revoked_at = stored
 
 
 class PolicyVersion(models.Model):

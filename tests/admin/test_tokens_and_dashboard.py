@@ -117,14 +117,15 @@ def test_dashboard_charts_every_kind_book_chunks_too(client, admin_a):
     assert {row["kind"] for row in response.context["per_day"]["legend"]} == {"episode", "fact", "rule", "document"}
 
 
-def _edited(revoked_at: str, expires_at: str):  # type: ignore[no-untyped-def]
-    """Cut a token off in its change form: revoked, or its expiry moved into the past."""
+def _edited(revoke: bool, expires_at: str):  # type: ignore[no-untyped-def]
+    """Cut a token off in its change form: revoked (its *Revoke this token*
+    box), or its expiry moved into the past."""
 
     def edit(client, token_row: ApiToken) -> None:  # type: ignore[no-untyped-def]
-        post_data = {"name": token_row.name}
-        for field, value in (("revoked_at", revoked_at), ("expires_at", expires_at)):
-            date, _, time = value.partition(" ")
-            post_data |= {f"{field}_0": date, f"{field}_1": time}
+        date, _, time = expires_at.partition(" ")
+        post_data = {"name": token_row.name, "expires_at_0": date, "expires_at_1": time}
+        if revoke:
+            post_data["revoke"] = "on"
         response = client.post(reverse("admin:policy_apitoken_change", args=[token_row.pk]), post_data)
         assert response.status_code == 302, response.content.decode()[:2000]
 
@@ -137,7 +138,7 @@ def _deleted(client, token_row: ApiToken) -> None:
 
 
 @pytest.mark.parametrize(
-    "cut_off", [_edited(revoked_at="2026-01-01 00:00:00", expires_at=""), _edited("", "2026-01-01 00:00:00"), _deleted]
+    "cut_off", [_edited(revoke=True, expires_at=""), _edited(revoke=False, expires_at="2026-01-01 00:00:00"), _deleted]
 )
 def test_a_token_cut_off_in_the_admin_is_refused_at_once_by_the_http_tier(client, admin_a, cut_off):
     """The HTTP tier caches a token's caller for a few seconds; every way the
