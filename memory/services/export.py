@@ -114,15 +114,36 @@ def _build(model: type[M], row: dict[str, Any], **override: Any) -> M:
     return model(**values)
 
 
-def export_lines(handle: BinaryIO) -> Iterator[str]:
+# ``manage.py import`` restores a tenant in one transaction, so it holds every
+# row of the file decoded at once (a few times the file's size): a file larger
+# than this is refused before it is read (the command's --max-bytes raises it).
+TENANT_IMPORT_MAX_BYTES = 256 * 1024 * 1024
+
+
+def tenant_import_too_large(limit: int, size: int | None = None) -> InvalidArgument:
+    """The refusal of a file past ``limit`` bytes (``size``: its size, when known)."""
+    what = f"the file is {size} bytes" if size is not None else "the input is longer"
+    return InvalidArgument(
+        f"{what}, more than the {limit} bytes manage.py import reads (it restores a tenant in one "
+        "transaction, holding every row of the file in memory). Raise the limit with --max-bytes if this "
+        "machine has a few times that much memory free, or bring the memories in with "
+        "`manage.py import_memories --from memproj`, which reads the file a batch at a time."
+    )
+
+
+def export_lines(handle: BinaryIO, *, max_bytes: int | None = None) -> Iterator[str]:
     """The lines of an export file (or stdin), read as bytes: each refused past
     ``RECORD_MAX_CHARS`` before it is read whole, as the importers' readers
     refuse a line (memory.importers.bounded_json), and decoded on its own, so
     a line that is not UTF-8 is refused saying which (a newline byte is never
-    part of a multibyte character)."""
+    part of a multibyte character). Past ``max_bytes`` in all (stdin, whose
+    size is not known before it is read) the input is refused, no more of it read."""
     most = RECORD_MAX_CHARS * 4  # UTF-8 takes at most four bytes a character
-    number = 0
-    while raw := handle.readline(most + 1):
+    number = read = 0
+    while raw := handle.readline(most + 1 if max_bytes is None else min(most, max_bytes - read) + 1):
+        read += len(raw)
+        if max_bytes is not None and read > max_bytes:
+            raise tenant_import_too_large(max_bytes)
         number += 1
         try:
             line = raw.decode("utf-8")
