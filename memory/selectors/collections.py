@@ -436,17 +436,53 @@ def _metadata_filter(metadata: Mapping[str, Any] | None) -> tuple[Q, datetime | 
 def _iso(raw: object) -> datetime | None:
     """An ISO date-time as an instant in UTC. Python reads offsets up to
     +-23:59, PostgreSQL holds +-15:59: the instant is the same in UTC. One
-    beyond Python's years 1-9999 in UTC is at the end of that range."""
+    beyond Python's years 1-9999 in UTC is at the end of that range. A leap
+    second (``23:59:60`` UTC, in any offset, as validation.rfc3339 takes one) is
+    the next second, as PostgreSQL reads it: ``2016-12-31T23:59:60Z`` is
+    2017-01-01 00:00:00 UTC; a second 60 at any other time is refused."""
     if not isinstance(raw, str):
         return None
     try:
         when = datetime.fromisoformat(raw)
     except ValueError:
-        return None
+        return _leap_second(raw)
     if not when.tzinfo:
         when = timezone.make_aware(when, timezone.get_current_timezone())
     try:
         return when.astimezone(UTC)
+    except OverflowError:
+        edge = datetime.min if when.year == datetime.min.year else datetime.max
+        return edge.replace(tzinfo=UTC)
+
+
+# The seconds of a date-time as fromisoformat writes them (hh:mm:ss, an
+# optional fraction, then an offset or nothing), when they are 60.
+_LEAP_SECOND = re.compile(r"(.+[T ][0-9]{2}:[0-9]{2}):60((?:[.,][0-9]+)?(?:[Zz]|[+-].*)?)", re.ASCII | re.DOTALL)
+
+
+def _leap_second(raw: str) -> datetime | None:
+    """``_iso`` of a time whose second is 60: read as :59, and then one second
+    later, if it falls in the last minute of a UTC day (a time with no offset
+    is in the current timezone, as ``_iso`` reads one). datetime cannot hold
+    second 60, so fromisoformat refuses it."""
+    match = _LEAP_SECOND.fullmatch(raw)
+    if match is None:
+        return None
+    try:
+        when = datetime.fromisoformat(f"{match[1]}:59{match[2]}")
+    except ValueError:
+        return None
+    if not when.tzinfo:
+        when = timezone.make_aware(when, timezone.get_current_timezone())
+    offset = when.utcoffset() or timedelta(0)
+    # The minute in UTC from the time of day alone: converting the date could
+    # leave Python's years 1-9999 though the instant one second on does not.
+    utc_second_of_day = (when.hour * 3600 + when.minute * 60 - int(offset.total_seconds())) % 86400
+    if utc_second_of_day != 86400 - 60:
+        return None
+    try:
+        # One addition, so only an instant beyond years 1-9999 overflows.
+        return (when.replace(tzinfo=None) + (timedelta(seconds=1) - offset)).replace(tzinfo=UTC)
     except OverflowError:
         edge = datetime.min if when.year == datetime.min.year else datetime.max
         return edge.replace(tzinfo=UTC)

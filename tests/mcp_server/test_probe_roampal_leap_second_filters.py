@@ -6,8 +6,9 @@ client: {"$lt": "2016-12-31T23:59:60Z"} was refused as no ISO date-time,
 because datetime cannot hold second 60. The instant is PostgreSQL's reading of
 it (the next day's 00:00:00 in UTC). A second 60 anywhere else stays refused.
 
-The parsing lives in memory/selectors/collections.py (``_iso``), which this
-change may not edit: strict xfail until it reads a leap second."""
+The parsing lives in memory/selectors/collections.py (``_iso``); its cases
+alone (no offset, fractions, the ends of Python's years) are in
+tests/memory/selectors/test_iso_leap_second.py."""
 
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ def _store(caller: api.Caller) -> None:
         Memory.objects.filter(pk=memory.pk).update(created_at=when, occurred_at=when)
 
 
-@pytest.mark.xfail(strict=True, reason="memory/selectors/collections.py _iso reads no second 60")
 @pytest.mark.parametrize("leap", ["2016-12-31T23:59:60Z", "2016-12-31T18:59:60-05:00", "2016-12-31T23:59:60.5+00:00"])
 async def test_a_leap_second_bounds_a_date_filter(member, mcp_client_for, leap):
     await sync_to_async(_store)(member.caller)
