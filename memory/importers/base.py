@@ -72,6 +72,17 @@ class ImportedMemory:
     # is a UUID no other memory has.
     keep_id: bool = True
     own_id: str = ""
+    # What the reader changed to fit (history cut to its bound), for the report's notes.
+    notes: tuple[str, ...] = ()
+
+
+# The longest upstream id memproj keeps as an alias, and the longest system
+# name an alias carries (MemoryAlias.alias and .system): a reader holding ids
+# (an export's alias and outcome rows) keeps none longer.
+ID_MAX_CHARS = 300
+SYSTEM_MAX_CHARS = 32
+# The outcome signals an imported memory's history is kept in (as marked_<signal> events).
+OUTCOME_SIGNALS = ("worked", "partial", "failed", "unknown", "helpful", "harmful", "outdated", "duplicate")
 
 
 # The import service holds a store's entities and relations until its memories

@@ -8,13 +8,19 @@ audit log are not memories: ``manage.py import`` restores a whole tenant."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+import os
+import shutil
+import sqlite3
+import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from memory.importers.base import (
+    ID_MAX_CHARS,
+    OUTCOME_SIGNALS,
+    SYSTEM_MAX_CHARS,
     BadRecord,
     ImportedMemory,
     ImportSourceError,
@@ -75,37 +81,153 @@ class MemprojExport:
         return None
 
     def records(self) -> Iterator[Record]:
-        outcomes: dict[str, list[tuple[str, datetime | None]]] = defaultdict(list)
-        aliases: dict[str, list[tuple[str, str]]] = defaultdict(list)
-        for _, row in self._rows():
-            if not isinstance(row, dict) or not isinstance(row.get("memory_id"), str):
-                continue
-            kind = row.get("type")
-            if kind == "event" and isinstance(row.get("event_type"), str) and row["event_type"].startswith("marked_"):
-                outcomes[row["memory_id"]].append((row["event_type"][7:], parse_time(row.get("created_at"))))
-            elif kind == "alias" and isinstance(row.get("system"), str) and isinstance(row.get("alias"), str):
-                aliases[row["memory_id"]].append((row["system"], row["alias"]))
-        for line, row in self._rows():
-            if not isinstance(row, dict):
-                yield Skipped(f"line {line}", "a line that is not a JSON object")
-                continue
-            kind = row.get("type")
-            if kind == "memory":
-                memory_id = row.get("id")
-                if not isinstance(memory_id, str) or not memory_id:
-                    yield Skipped(f"line {line}", "a memory row without an id")
+        history = _History()
+        try:
+            # The outcome and alias rows come after the memory rows (in the
+            # export's order): a first pass keeps them, bounded, on disk.
+            yield from history.fill(self._rows())
+            for line, row in self._rows():
+                if not isinstance(row, dict):
+                    yield Skipped(f"line {line}", "a line that is not a JSON object")
                     continue
-                try:
-                    yield _memory(row, outcomes.get(memory_id, []), aliases.get(memory_id, []))
-                except BadRecord as exc:
-                    yield Skipped(memory_id, f"not storable: {exc}")
-            elif kind in _NOT_MEMORIES:
-                yield Skipped(str(row.get("id", "")), _NOT_MEMORIES[kind])
+                kind = row.get("type")
+                if kind == "memory":
+                    memory_id = row.get("id")
+                    if not isinstance(memory_id, str) or not memory_id:
+                        yield Skipped(f"line {line}", "a memory row without an id")
+                        continue
+                    if not _storable(memory_id, ID_MAX_CHARS):
+                        yield Skipped(f"line {line}", _LONG_ID)
+                        continue
+                    outcomes, aliases, notes = history.of(memory_id)
+                    try:
+                        yield _memory(row, outcomes, aliases, notes)
+                    except BadRecord as exc:
+                        yield Skipped(memory_id, f"not storable: {exc}")
+                elif kind in _NOT_MEMORIES:
+                    shown = row.get("id")
+                    where = shown if _storable(shown, ID_MAX_CHARS) else f"line {line}"
+                    yield Skipped(where, _NOT_MEMORIES[kind])
+        finally:
+            history.close()
 
 
-def _memory(row: dict[str, Any], outcomes: list[tuple[str, datetime | None]], aliases: list[tuple[str, str]]) -> Record:
+_LONG_ID = f"a memory row whose id is not an id memproj keeps (text of at most {ID_MAX_CHARS} characters)"
+_BAD_OUTCOME = (
+    f"an outcome event whose memory_id is not an id memproj keeps (text of at most {ID_MAX_CHARS} characters) "
+    f"or whose signal is none of {', '.join(OUTCOME_SIGNALS)}"
+)
+_BAD_ALIAS = (
+    f"an alias row whose memory_id or alias is not an id memproj keeps (text of at most {ID_MAX_CHARS} "
+    f"characters) or whose system is not a name of at most {SYSTEM_MAX_CHARS}"
+)
+# What one memory brings of its history: its latest outcome events (the
+# counters and scores are columns of the memory row, whole) and its first aliases.
+OUTCOMES_PER_MEMORY = 1000
+ALIASES_PER_MEMORY = 100
+_FILL_CHUNK = 10_000
+
+
+def _storable(value: Any, most: int) -> TypeGuard[str]:
+    """Text of 1 to ``most`` characters PostgreSQL can hold (no NUL, no lone surrogate)."""
+    if not isinstance(value, str) or not 0 < len(value) <= most or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class _History:
+    """The outcome and alias rows of an export, kept in a scratch SQLite file
+    until their memories are read: a file of millions of them (an export is
+    not bounded in lines) holds none of them in memory. Only what an import
+    can store is kept (ids of an alias's length, known signals), each row
+    bounded; the rest is skipped with its reason as the file is read."""
+
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="memproj-import-")
+        self.db = sqlite3.connect(os.path.join(self.directory, "history.sqlite3"))
+        self.db.execute("PRAGMA journal_mode=OFF")
+        self.db.execute("PRAGMA synchronous=OFF")
+        self.db.execute("CREATE TABLE outcome (line INTEGER, memory_id TEXT, signal TEXT, at TEXT)")
+        self.db.execute("CREATE TABLE alias (line INTEGER, memory_id TEXT, system TEXT, alias TEXT)")
+
+    def fill(self, rows: Iterator[tuple[int, Any]]) -> Iterator[Skipped]:
+        outcomes: list[tuple[int, str, str, str | None]] = []
+        aliases: list[tuple[int, str, str, str]] = []
+        for line, row in rows:
+            if not isinstance(row, dict):
+                continue
+            kind, memory_id = row.get("type"), row.get("memory_id")
+            event_type = row.get("event_type")
+            if kind == "event" and isinstance(event_type, str) and event_type.startswith("marked_"):
+                signal = event_type[len("marked_") :]
+                if signal in OUTCOME_SIGNALS and _storable(memory_id, ID_MAX_CHARS):
+                    at = parse_time(row.get("created_at"))
+                    outcomes.append((line, memory_id, signal, at.isoformat() if at else None))
+                else:
+                    yield Skipped(f"line {line}", _BAD_OUTCOME)
+            elif kind == "alias" and memory_id is not None:
+                system, alias = row.get("system"), row.get("alias")
+                storable = _storable(system, SYSTEM_MAX_CHARS) and _storable(alias, ID_MAX_CHARS)
+                if not (storable and _storable(memory_id, ID_MAX_CHARS)):
+                    yield Skipped(f"line {line}", _BAD_ALIAS)
+                elif system != SYSTEM and isinstance(system, str) and isinstance(alias, str):
+                    # (An id it had in an earlier memproj is not kept: the import keeps its id now.)
+                    aliases.append((line, memory_id, system, alias))
+            if len(outcomes) >= _FILL_CHUNK:
+                self.db.executemany("INSERT INTO outcome VALUES (?, ?, ?, ?)", outcomes)
+                outcomes = []
+            if len(aliases) >= _FILL_CHUNK:
+                self.db.executemany("INSERT INTO alias VALUES (?, ?, ?, ?)", aliases)
+                aliases = []
+        self.db.executemany("INSERT INTO outcome VALUES (?, ?, ?, ?)", outcomes)
+        self.db.executemany("INSERT INTO alias VALUES (?, ?, ?, ?)", aliases)
+        self.db.execute("CREATE INDEX outcome_memory ON outcome (memory_id, line)")
+        self.db.execute("CREATE INDEX alias_memory ON alias (memory_id, line)")
+
+    def of(self, memory_id: str) -> tuple[list[tuple[str, datetime | None]], list[tuple[str, str]], tuple[str, ...]]:
+        """A memory's outcome history (oldest first, its latest
+        ``OUTCOMES_PER_MEMORY``), its aliases (the first ``ALIASES_PER_MEMORY``)
+        and notes saying what was left out."""
+        latest = self.db.execute(
+            "SELECT signal, at FROM outcome WHERE memory_id = ? ORDER BY line DESC LIMIT ?",
+            (memory_id, OUTCOMES_PER_MEMORY + 1),
+        ).fetchall()
+        first = self.db.execute(
+            "SELECT system, alias FROM alias WHERE memory_id = ? ORDER BY line LIMIT ?",
+            (memory_id, ALIASES_PER_MEMORY + 1),
+        ).fetchall()
+        notes = []
+        if len(latest) > OUTCOMES_PER_MEMORY:
+            notes.append(
+                f"an outcome history of more than {OUTCOMES_PER_MEMORY} events: its latest "
+                f"{OUTCOMES_PER_MEMORY} were kept (the counters and scores are whole)"
+            )
+        if len(first) > ALIASES_PER_MEMORY:
+            notes.append(f"more than {ALIASES_PER_MEMORY} aliases: the first {ALIASES_PER_MEMORY} were kept")
+        outcomes = [
+            (signal, datetime.fromisoformat(at) if at else None)
+            for signal, at in reversed(latest[:OUTCOMES_PER_MEMORY])
+        ]
+        return outcomes, [(system, alias) for system, alias in first[:ALIASES_PER_MEMORY]], tuple(notes)
+
+    def close(self) -> None:
+        self.db.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _memory(
+    row: dict[str, Any],
+    outcomes: list[tuple[str, datetime | None]],
+    aliases: list[tuple[str, str]],
+    notes: tuple[str, ...] = (),
+) -> Record:
     created = parse_time(row.get("created_at"))
     return ImportedMemory(
+        notes=notes,
         source_id=str(row["id"]),
         kind=text_field(row.get("kind"), "kind"),
         content=text_field(row.get("content"), "content"),

@@ -42,7 +42,16 @@ from memory import embedtext, scoring, validation
 from memory.embeddings import get_embedder
 from memory.errors import EmbeddingUnavailable, InvalidArgument, QuotaExceeded, StorageUnavailable
 from memory.importers import open_source, systems
-from memory.importers.base import ImportedEntity, ImportedMemory, ImportedRelation, ImportSourceError, Skipped
+from memory.importers.base import (
+    ID_MAX_CHARS,
+    OUTCOME_SIGNALS,
+    SYSTEM_MAX_CHARS,
+    ImportedEntity,
+    ImportedMemory,
+    ImportedRelation,
+    ImportSourceError,
+    Skipped,
+)
 from memory.importers.cogx import CogxWriter
 from memory.models import (
     EMBEDDING_DIM,
@@ -71,7 +80,6 @@ BATCH_DEFAULT = 200
 BATCH_MAX = 1000
 EMBED_CHUNK = 64
 EXAMPLES_PER_REASON = 5
-OUTCOME_SIGNALS = ("worked", "partial", "failed", "unknown", "helpful", "harmful", "outdated", "duplicate")
 
 Progress = Callable[[int, int | None], None]
 # harmful_count, applied_count and reference_count are PostgreSQL integers.
@@ -92,7 +100,7 @@ CLAMPED_TIMES = (
     "last_referenced_at",
     "accessed_at",
 )
-ALIAS_MAX_CHARS = 300
+ALIAS_MAX_CHARS = ID_MAX_CHARS
 
 logger = logging.getLogger(__name__)
 
@@ -405,6 +413,7 @@ class _Importer:
             vector, problem = _checked_vector(record)
             if problem:
                 notes.append(f"{problem} was not kept: memproj embeds the text instead")
+            notes.extend(record.notes)
             for note in notes:
                 self.report.note(note, record.source_id)
             planned.append(_Planned(record, values, uuid.uuid4(), vector))
@@ -572,6 +581,7 @@ class _Importer:
                         if system
                         and system != self.system
                         and storable_id(system)
+                        and len(system) <= SYSTEM_MAX_CHARS
                         and storable_id(alias)
                         and not shadows(alias, p.pk)
                     ],
