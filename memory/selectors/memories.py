@@ -774,26 +774,31 @@ def memory_stats(*, caller: Caller, scope: str | None = None) -> dict:
         scope = validation.label(scope, field="scope")
     now = timezone.now()
     base = Memory.objects.for_caller(caller).in_scopes(scope)
-    live = Q(validity=Validity.ACTIVE)
-    backlog = retrievable_q(now) & Q(consolidated_at__isnull=True)
+    # Active as every read sees it: a memory past its TTL is never retrieved,
+    # though it keeps validity=ACTIVE until the expiry sweep deletes it.
+    live = retrievable_q(now)
+    past_ttl = Q(expires_at__lte=now)
+    backlog = live & Q(consolidated_at__isnull=True)
 
     fact_rows = base.filter(kind=Kind.FACT).aggregate(
         total=Count("id"),
         superseded=Count("id", filter=Q(validity=Validity.SUPERSEDED)),
         retracted=Count("id", filter=Q(validity=Validity.RETRACTED)),
     )
+    # A fact not yet deleted past its TTL is expired, whatever its confidence:
+    # the states still add up to the facts neither superseded nor retracted.
     states = (
-        base.filter(kind=Kind.FACT)
-        .filter(live)
+        base.filter(kind=Kind.FACT, validity=Validity.ACTIVE)
         .with_effective_confidence(now)
         .aggregate(
-            active=Count("id", filter=Q(effective_confidence__gte=scoring.FADING_BELOW)),
+            active=Count("id", filter=live & Q(effective_confidence__gte=scoring.FADING_BELOW)),
             fading=Count(
                 "id",
-                filter=Q(effective_confidence__gte=scoring.EXPIRED_BELOW)
+                filter=live
+                & Q(effective_confidence__gte=scoring.EXPIRED_BELOW)
                 & Q(effective_confidence__lt=scoring.FADING_BELOW),
             ),
-            expired=Count("id", filter=Q(effective_confidence__lt=scoring.EXPIRED_BELOW)),
+            expired=Count("id", filter=past_ttl | Q(effective_confidence__lt=scoring.EXPIRED_BELOW)),
         )
     )
 
@@ -805,7 +810,7 @@ def memory_stats(*, caller: Caller, scope: str | None = None) -> dict:
     episodes = base.filter(kind=Kind.EPISODE).aggregate(
         total=Count("id"),
         unconsolidated=Count("id", filter=backlog),
-        expired=Count("id", filter=Q(expires_at__lte=now)),
+        expired=Count("id", filter=past_ttl),
         oldest_unconsolidated=Min("created_at", filter=backlog),
     )
     oldest = episodes.pop("oldest_unconsolidated")
