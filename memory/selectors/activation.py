@@ -5,13 +5,15 @@ boundary-first by the read's use tags, with the tenant policy's parameters.
 through until it expires; the ``active-contexts-expire`` beat sweep deletes it
 after that (``sweeps.active_contexts_expire``). Building one is a write, so it
 needs the 'write' scope; ``claims_search`` gives a read-only token the same
-ranking without one."""
+ranking without one, its cursor a keyset (the last claim shown) into the
+ranking computed again."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
+import math
 import re
 import uuid
 from collections.abc import Sequence
@@ -28,7 +30,7 @@ from memory.claims import claim_scopes
 from memory.errors import Gone, InvalidArgument, PermissionDenied
 from memory.models import ActiveContext, Kind, Memory
 from memory.retrieval import RetrievalFilter, channel_search
-from memory.scoring import ActivationScore
+from memory.scoring import ActivationScore, ChannelHit
 from memory.selectors.graph import claims_near
 from memory.selectors.memories import (
     boundary_apply,
@@ -120,7 +122,20 @@ def _claim_row(values: Sequence[Any]) -> ClaimRow:
     return row._replace(claim_kind=json.loads(str(row.claim_kind)) if row.claim_kind is not None else None)
 
 
-def _rank(caller: Caller, row: ClaimRow, channels: tuple[float, float], reason: str) -> _Ranked:
+class _Ranking(NamedTuple):
+    """A ranking (``_claims_ranked``), the read's boundary decision, and what the
+    scores were computed with: the instant the recency is taken at and each
+    channel's best raw score (what normalisation divides by). A search cursor
+    carries the last two, so the next page's claims score as they did on the
+    first page."""
+
+    ranked: list[_Ranked]
+    decision: BoundaryDecision
+    now: datetime
+    scale: tuple[float, float]
+
+
+def _rank(caller: Caller, row: ClaimRow, channels: tuple[float, float], reason: str, now: datetime) -> _Ranked:
     """``channels``: the claim's (S_vec, S_text), each channel's score over the
     query's best in that channel (scoring.normalised_channels): pce-memory's
     scores normalised to [0, 1]. Through pce's own write and activate this ranks
@@ -128,7 +143,6 @@ def _rank(caller: Caller, row: ClaimRow, channels: tuple[float, float], reason: 
     upstream's (cos + 1) / 2 with a squashed keyword score (a vector term
     confined to a fraction of its range, a keyword term near 1 for any match)."""
     policy = caller.policy.retrieval
-    now = timezone.now()
     s_vec, s_text = channels
     # memory.claims.claim_kind_of on the row's columns.
     claim_kind = str(row.claim_kind or ("policy_hint" if row.kind == Kind.RULE else "fact"))
@@ -160,23 +174,41 @@ def claims_rank(
     """Every claim (fact or rule of any dialect) the read may see, best first:
     score DESC, created_at DESC, id ASC; claims whose hybrid score is below the
     policy's threshold are dropped (as upstream)."""
-    ranked, decision = _claims_ranked(caller=caller, query=query, query_field="query", scopes=scopes, use_tags=use_tags)
-    return _with_rows(caller, decision, ranked)
+    ranking = _claims_ranked(caller=caller, query=query, query_field="query", scopes=scopes, use_tags=use_tags)
+    return _with_rows(caller, ranking.decision, ranking.ranked)
+
+
+def _order(r: _Ranked) -> tuple[float, int, str]:
+    """The ranking's order: score DESC, created_at DESC, id ASC (the score to 12
+    places, so float noise ties as equal)."""
+    return (-round(r.score, 12), -_micros(r.created_at), str(r.id))
 
 
 def _claims_ranked(
-    *, caller: Caller, query: str, query_field: str, scopes: Sequence[str] | None, use_tags: Sequence[str] | None
-) -> tuple[list[_Ranked], BoundaryDecision]:
+    *,
+    caller: Caller,
+    query: str,
+    query_field: str,
+    scopes: Sequence[str] | None,
+    use_tags: Sequence[str] | None,
+    now: datetime | None = None,
+    scale: tuple[float, float] | None = None,
+) -> _Ranking:
     """``claims_rank`` on the ranking columns alone, and the read's boundary
-    decision; ``query_field`` is what the caller calls the query, for its errors."""
+    decision; ``query_field`` is what the caller calls the query, for its errors.
+    ``now`` and ``scale``: the instant and channel scale of an earlier page's
+    ranking (``_Ranking``), by default this read's."""
     require_read(caller)
     query = validation.query(query, field=query_field)
+    read_at = timezone.now()
+    now = now or read_at
     chosen = claim_scopes(scopes)
     decision = read_boundary(caller, use_tags)
     params = retrieval_params(caller)
     flt = RetrievalFilter(
         kinds=[Kind.FACT, Kind.RULE],
-        now=timezone.now(),
+        # What is retrievable is decided at the read, whatever instant the scores are taken at.
+        now=read_at,
         scopes=chosen.include,
         scopes_excluded=chosen.exclude,
         use_tags=decision.use_tags,
@@ -196,10 +228,16 @@ def _claims_ranked(
     candidates = ((_claim_row((pk, *columns[pk])), hit) for pk, hit in hits.items())
     visible = [(row, hit) for row, hit in candidates if row.boundary_class in decision.visible]
     # Normalised over what this read may see, so no hidden memory sets the scale.
-    channels = scoring.normalised_channels({row.id: hit for row, hit in visible})
+    visible_hits = {row.id: hit for row, hit in visible}
+    best = (
+        max((max(0.0, h.vector_similarity or 0.0) for h in visible_hits.values()), default=0.0),
+        max((max(0.0, h.text_rank_value or 0.0) for h in visible_hits.values()), default=0.0),
+    )
+    scale = best if scale is None else (max(scale[0], best[0]), max(scale[1], best[1]))
+    channels = _normalised(visible_hits, scale)
     ranked = [
         r
-        for r in (_rank(caller, row, channels[row.id], "hybrid match") for row, _ in visible)
+        for r in (_rank(caller, row, channels[row.id], "hybrid match", now) for row, _ in visible)
         if r.breakdown.combined >= threshold
     ]
     hops = settings.MEMPROJ.get("PCE_GRAPH_HOPS", 0)
@@ -208,18 +246,84 @@ def _claims_ranked(
         near = [pk for pk in claims_near(caller=caller, claim_ids=list(found), hops=hops) if pk not in found]
         neighbours = _claim_rows(caller, decision, near)
         ranked += [
-            _rank(caller, row, (0.0, 0.0), f"graph neighbour within {hops} hop(s)")
+            _rank(caller, row, (0.0, 0.0), f"graph neighbour within {hops} hop(s)", now)
             for pk in near
             if (row := neighbours.get(pk)) is not None
             and row.kind in (Kind.FACT, Kind.RULE)
             and chosen.matches(row.scope)
         ]
-    ranked.sort(key=lambda r: (-round(r.score, 12), -r.created_at.timestamp(), str(r.id)))
-    return ranked[:MAX_RANKED], decision
+    ranked.sort(key=_order)
+    return _Ranking(ranked[:MAX_RANKED], decision, now, scale)
 
 
-def _cursor(kind: str, handle: str, offset: int) -> str:
-    return base64.urlsafe_b64encode(f"{kind}:{handle}:{offset}".encode()).decode().rstrip("=")
+# The key normalised_channels is given the scale under: no claim's id.
+_SCALE_KEY = uuid.UUID(int=0)
+
+
+def _normalised(hits: dict[uuid.UUID, ChannelHit], scale: tuple[float, float]) -> dict[uuid.UUID, tuple[float, float]]:
+    """scoring.normalised_channels with each channel divided by the scale's best
+    (at least the best of these hits): a hit holding the scale's raw scores
+    takes part in the normalisation and is left out of the answer."""
+    channels = scoring.normalised_channels(
+        {**hits, _SCALE_KEY: ChannelHit(vector_similarity=scale[0], text_rank_value=scale[1])}
+    )
+    channels.pop(_SCALE_KEY)
+    return channels
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(when: datetime) -> int:
+    return (when - _EPOCH) // timedelta(microseconds=1)
+
+
+def _search_cursor(ranking: _Ranking, last: _Ranked) -> str:
+    """A search cursor: the ranking's instant and scale, and the last claim shown
+    (score, created_at, id), as text that float() and int() read back exactly."""
+    fields = [_micros(ranking.now), repr(ranking.scale[0]), repr(ranking.scale[1])]
+    fields += [repr(last.score), _micros(last.created_at), last.id.hex]
+    return _cursor("s", "k", ",".join(map(str, fields)))
+
+
+class _Keyset(NamedTuple):
+    now: datetime
+    scale: tuple[float, float]
+    after: tuple[float, int, str]  # the last claim shown, as _order keys it
+
+
+_ID_HEX = re.compile(r"[0-9a-f]{32}")
+
+
+def _parse_search_cursor(cursor: str) -> _Keyset:
+    """A search cursor exactly as _search_cursor writes it: each number must read
+    back to the text it was written as (so no sign, space, underscore or
+    non-ASCII digit int() or float() would also take), finite and in range."""
+    garbage = InvalidArgument("cursor is not one this tool returned; start again without a cursor.")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, handle, position = raw.split(":", 2)
+        now_us, vec, txt, score, created_us, id_hex = position.split(",", 5)
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise garbage from exc
+    if (kind, handle) != ("s", "k") or not position.isascii() or _ID_HEX.fullmatch(id_hex) is None:
+        raise garbage
+    try:
+        micros = [int(now_us), int(created_us)]
+        floats = [float(vec), float(txt), float(score)]
+        written = [*map(str, micros), *map(repr, floats)]
+        if written != [now_us, created_us, vec, txt, score] or not all(math.isfinite(f) and f >= 0 for f in floats):
+            raise ValueError(position)
+        now, created_at = (_EPOCH + timedelta(microseconds=m) for m in micros)
+    except (ValueError, OverflowError) as exc:
+        raise garbage from exc
+    # Sorted as _order sorts a claim of that score, created_at and id.
+    after = (-round(floats[2], 12), -micros[1], str(uuid.UUID(hex=id_hex)))
+    return _Keyset(now=now, scale=(floats[0], floats[1]), after=after)
+
+
+def _cursor(kind: str, handle: str, position: int | str) -> str:
+    return base64.urlsafe_b64encode(f"{kind}:{handle}:{position}".encode()).decode().rstrip("=")
 
 
 def _parse_cursor(cursor: str, kind: str) -> tuple[str, int]:
@@ -295,18 +399,31 @@ def claims_search(
     cursor: str | None = None,
     query_field: str = "query",
 ) -> ActivationPage:
-    """Ranked claims without an active context; the cursor is stateless (the
-    ranking is computed again and the page taken from it). ``query_field``:
-    the name the caller gave the query (pce's search: query, activate: q)."""
+    """Ranked claims without an active context (pce's search stores nothing).
+    The cursor is stateless: a keyset, the last claim shown, into the ranking
+    computed again at the first page's instant and channel scale, so the claims
+    still there score as they did. A page starts after that claim's place
+    (score, created_at, id), whether or not it is still there: a claim shown
+    and since forgotten moves no other claim to another page (an offset into
+    the new ranking skipped one). A claim stored since that matches better than
+    every claim of the first page sets a new scale, and the scores move.
+    ``query_field``: the name the caller gave the query (pce's search: query,
+    activate: q)."""
     top_k = validation.limit(top_k or caller.policy.retrieval.k_final, field="top_k", maximum=MAX_TOP_K)
-    offset = 0
-    if cursor:
-        _, offset = _parse_cursor(cursor, "s")
-    ranked, decision = _claims_ranked(
-        caller=caller, query=query, query_field=query_field, scopes=scopes, use_tags=use_tags
+    keyset = _parse_search_cursor(cursor) if cursor else None
+    ranking = _claims_ranked(
+        caller=caller,
+        query=query,
+        query_field=query_field,
+        scopes=scopes,
+        use_tags=use_tags,
+        now=keyset.now if keyset else None,
+        scale=keyset.scale if keyset else None,
     )
-    page, next_cursor, more = _page(ranked, offset, top_k, "s", "q")
-    return ActivationPage(items=_with_rows(caller, decision, page), next_cursor=next_cursor, has_more=more)
+    rest = [r for r in ranking.ranked if keyset is None or _order(r) > keyset.after]
+    page, more = rest[:top_k], len(rest) > top_k
+    next_cursor = _search_cursor(ranking, page[-1]) if more else None
+    return ActivationPage(items=_with_rows(caller, ranking.decision, page), next_cursor=next_cursor, has_more=more)
 
 
 def claims_activate(
@@ -348,9 +465,8 @@ def claims_activate(
             "this token is read-only and an active context is stored state: search claims for the same ranking "
             "without one (pce.memory.search), or ask an admin for a token with the 'write' scope."
         )
-    ranked, decision = _claims_ranked(
-        caller=caller, query=query, query_field=query_field, scopes=scopes, use_tags=use_tags
-    )
+    ranking = _claims_ranked(caller=caller, query=query, query_field=query_field, scopes=scopes, use_tags=use_tags)
+    ranked, decision = ranking.ranked, ranking.decision
     ttl = timedelta(seconds=settings.MEMPROJ["ACTIVE_CONTEXT_TTL_SECONDS"])
     context = ActiveContext.objects.create(
         tenant_id=caller.tenant_id,
