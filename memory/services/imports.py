@@ -101,6 +101,8 @@ CLAMPED_TIMES = (
     "accessed_at",
 )
 ALIAS_MAX_CHARS = ID_MAX_CHARS
+# Entities (and relations) stored per transaction of an import's graph step.
+GRAPH_CHUNK = 500
 
 logger = logging.getLogger(__name__)
 
@@ -779,45 +781,65 @@ class _Importer:
             system=self.system,
         )
         by_source: dict[str, Entity] = {}
-        with transaction.atomic():
-            for item in entities:
-                entity_type = item.type if item.type in EntityType.values else EntityType.CONCEPT
-                attrs = dict(item.attrs)
-                if entity_type != item.type:
-                    attrs.setdefault("type", item.type)
-                name = item.name[:500]
-                key = (item.canonical_key or canonical_key_for(EntityInput(ref="", type=entity_type, name=name)))[:500]
-                entity, created = Entity.objects.get_or_create(
-                    tenant_id=self.caller.tenant_id,
-                    canonical_key=key,
-                    defaults={"type": entity_type, "name": name, "attrs": attrs},
-                )
-                if not created and attrs:
-                    merged = {**attrs, **entity.attrs}
-                    if merged != entity.attrs:
-                        entity.attrs = merged
-                        entity.save(update_fields=["attrs", "updated_at"])
-                self.report.entities += int(created)
-                linked = [claims[c] for c in item.claims if c in claims]
-                if linked:
-                    entity.claims.add(*Memory.objects.filter(pk__in=linked))
-                by_source[item.source_id] = entity
-            for rel in relations:
-                src, dst = by_source.get(rel.src), by_source.get(rel.dst)
-                if src is None or dst is None:
-                    self.report.skip("relation end is not an imported entity", rel.source_id)
-                    continue
-                _, created = Relation.objects.get_or_create(
-                    tenant_id=self.caller.tenant_id,
-                    src=src,
-                    dst=dst,
-                    type=rel.type[:200],
-                    defaults={
-                        "props": dict(rel.props),
-                        "evidence_id": claims.get(rel.evidence) if rel.evidence else None,
-                    },
-                )
-                self.report.relations += int(created)
+        # A chunk at a time, each one transaction under the tenant's write lock
+        # (memory/services/locks.py), as claim_upsert takes it before it merges
+        # entities (graph_merge): another import's graph step or a claim's merge
+        # then waits for the chunk instead of holding entity rows in the other
+        # order (a deadlock, which ended one import as a lost database) or
+        # inserting the same key meanwhile; and the tenant's other writes wait
+        # for one chunk at most, not the whole graph.
+        for start in range(0, len(entities), GRAPH_CHUNK):
+            with transaction.atomic():
+                tenant_write_lock(self.caller.tenant_id)
+                created = sum(self._entity(item, claims, by_source) for item in entities[start : start + GRAPH_CHUNK])
+            self.report.entities += created
+        for start in range(0, len(relations), GRAPH_CHUNK):
+            with transaction.atomic():
+                tenant_write_lock(self.caller.tenant_id)
+                created = sum(self._relation(rel, claims, by_source) for rel in relations[start : start + GRAPH_CHUNK])
+            self.report.relations += created
+
+    def _entity(self, item: ImportedEntity, claims: dict[str, uuid.UUID], by_source: dict[str, Entity]) -> bool:
+        """Store one entity (merged into the tenant's entity of its key); True when it is new."""
+        entity_type = item.type if item.type in EntityType.values else EntityType.CONCEPT
+        attrs = dict(item.attrs)
+        if entity_type != item.type:
+            attrs.setdefault("type", item.type)
+        name = item.name[:500]
+        key = (item.canonical_key or canonical_key_for(EntityInput(ref="", type=entity_type, name=name)))[:500]
+        entity, created = Entity.objects.get_or_create(
+            tenant_id=self.caller.tenant_id,
+            canonical_key=key,
+            defaults={"type": entity_type, "name": name, "attrs": attrs},
+        )
+        if not created and attrs:
+            merged = {**attrs, **entity.attrs}
+            if merged != entity.attrs:
+                entity.attrs = merged
+                entity.save(update_fields=["attrs", "updated_at"])
+        linked = [claims[c] for c in item.claims if c in claims]
+        if linked:
+            entity.claims.add(*Memory.objects.filter(pk__in=linked))
+        by_source[item.source_id] = entity
+        return created
+
+    def _relation(self, rel: ImportedRelation, claims: dict[str, uuid.UUID], by_source: dict[str, Entity]) -> bool:
+        """Store one relation (unless the tenant has it); True when it is new."""
+        src, dst = by_source.get(rel.src), by_source.get(rel.dst)
+        if src is None or dst is None:
+            self.report.skip("relation end is not an imported entity", rel.source_id)
+            return False
+        _, created = Relation.objects.get_or_create(
+            tenant_id=self.caller.tenant_id,
+            src=src,
+            dst=dst,
+            type=rel.type[:200],
+            defaults={
+                "props": dict(rel.props),
+                "evidence_id": claims.get(rel.evidence) if rel.evidence else None,
+            },
+        )
+        return created
 
 
 def _uuid_or_none(value: str) -> uuid.UUID | None:
