@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from psycopg.sql import Literal
 
-from memory import attribute_filter, temporal
+from memory import attribute_filter, embedtext, temporal
 from memory.models import (
     COLLECTION_OF_KIND,
     EMBEDDING_DIM,
@@ -653,21 +653,28 @@ def vector_rows_missed(
 # the reader may not see (a boundary class, another namespace) counted as a
 # neighbour, whether a visible hit is raised would reveal that hidden turn.
 _NEIGHBOURS_SQL = """
-    SELECT n.id, p.id
+    SELECT n.id, p.id, n.after AND length(p.content) <= %(short_turn)s AND right(p.content, 8) ~ %(asks)s
     FROM memory_memory p
     CROSS JOIN LATERAL (
-        (SELECT m.id FROM memory_memory m
+        (SELECT m.id, false AS after FROM memory_memory m
          WHERE {where} AND m.kind = 'episode' AND m.session_id = p.session_id AND m.session_id <> ''
            AND (m.created_at, m.id) < (p.created_at, p.id)
          ORDER BY m.created_at DESC, m.id DESC LIMIT 1)
         UNION ALL
-        (SELECT m.id FROM memory_memory m
+        (SELECT m.id, true AS after FROM memory_memory m
          WHERE {where} AND m.kind = 'episode' AND m.session_id = p.session_id AND m.session_id <> ''
            AND (m.created_at, m.id) > (p.created_at, p.id)
          ORDER BY m.created_at, m.id LIMIT 1)
     ) n
     WHERE p.id = ANY(%(parents)s::uuid[]) AND p.tenant_id = %(tenant)s AND p.kind = 'episode' AND p.session_id <> ''
 """
+
+# A short turn that ends by asking (a question mark, then at most closing
+# quotes, brackets or spaces): the next turn of its session answers it. A long
+# turn that ends by asking also tells (a user's plans, then "what would you
+# recommend?"), and the reply to it holds less of what is asked about.
+SHORT_TURN_CHARS = embedtext.PREVIOUS_CHARS
+_ASKS = "[?？][\"”」』’')\\]\\s]*$"
 
 
 def with_neighbours(
@@ -692,15 +699,19 @@ def with_neighbours(
     where, params_sql = _where(caller, flt)
     sql = _NEIGHBOURS_SQL.format(where=where)
     params_sql["parents"] = "{" + ",".join(str(pk) for pk in parents) + "}"
+    params_sql.update(asks=_ASKS, short_turn=SHORT_TURN_CHARS)
     rows = _read_rows(sql, params_sql)
-    raised = [(memory_id, parent) for memory_id, parent in rows if memory_id in hits]
+    raised = [(memory_id, parent, answers) for memory_id, parent, answers in rows if memory_id in hits]
     if not raised:
         return hits
     hits = dict(hits)
-    for memory_id, parent in raised:
+    for memory_id, parent, answers in raised:
         hit = hits[memory_id]
         if parent not in hit.context_of:
-            hits[memory_id] = replace(hit, context_of=(*hit.context_of, parent))
+            hit = replace(hit, context_of=(*hit.context_of, parent))
+        if answers and parent not in hit.answers:
+            hit = replace(hit, answers=(*hit.answers, parent))
+        hits[memory_id] = hit
     return hits
 
 

@@ -179,6 +179,9 @@ class ChannelHit:
     # The top hits whose previous or next turn of the same session this memory
     # is (retrieval.channel_search's second pass, ``with_context``).
     context_of: tuple[Any, ...] = ()
+    # Those of ``context_of`` that end by asking a question this memory, their
+    # next turn, answers (``with_context``).
+    answers: tuple[Any, ...] = ()
     # A keyword hit whose memory has no vector yet (written while the embedder
     # was away, or not yet reached by the worker): the vector channel could
     # not judge it, so the fusions weigh it in that channel as the keyword
@@ -224,6 +227,10 @@ class RetrievalParams:
     # bench/fusion_fit.py --levers measures them.
     context_top: int = 1
     context_decay: float = 0.8
+    # A top hit that asks a question whose answer (the next turn) is a hit: the
+    # answer takes the question's score and the question keeps this share of it;
+    # 0 leaves both as they are.
+    question_yield: float = 0.8
     # The vector channel embeds the question without its words that are in more
     # than this share of the tenant's memories (``retrieval.vector_query_text``);
     # 0 embeds the question as asked. bench/fusion_fit.py --vector-query measures it.
@@ -255,6 +262,8 @@ class RetrievalParams:
             raise ValueError(f"context_top must be an integer between 0 and 100 (got {self.context_top!r})")
         if not 0.0 <= self.context_decay <= 1.0:
             raise ValueError(f"context_decay must be between 0 and 1 (got {self.context_decay})")
+        if not 0.0 <= self.question_yield <= 1.0:
+            raise ValueError(f"question_yield must be between 0 and 1 (got {self.question_yield})")
         if not 0.0 <= self.vector_query_common_share <= 1.0:
             raise ValueError(
                 f"vector_query_common_share must be between 0 and 1 (got {self.vector_query_common_share})"
@@ -473,10 +482,14 @@ def adaptive_alpha(hits: Mapping[K, ChannelHit], weights: tuple[float, ...]) -> 
 def fuse_all(hits: Mapping[K, ChannelHit], params: RetrievalParams) -> dict[K, float]:
     """The fusion (``_fuse``), then the query's time preference if it has one,
     then the neighbouring turns of the top hits (``with_context``)."""
-    return with_context(time_boosted(_fuse(hits, params), hits, params.time_boost), hits, params.context_decay)
+    return with_context(
+        time_boosted(_fuse(hits, params), hits, params.time_boost), hits, params.context_decay, params.question_yield
+    )
 
 
-def with_context(fused: dict[K, float], hits: Mapping[K, ChannelHit], decay: float) -> dict[K, float]:
+def with_context(
+    fused: dict[K, float], hits: Mapping[K, ChannelHit], decay: float, question_yield: float = 0.0
+) -> dict[K, float]:
     """A turn next to a top hit in the same session (``ChannelHit.context_of``)
     scores at least ``decay`` x that hit's score: in a conversation of short
     turns the answer is often the reply to the turn that matches ("What did you
@@ -488,6 +501,12 @@ def with_context(fused: dict[K, float], hits: Mapping[K, ChannelHit], decay: flo
         for parent in hit.context_of:
             if parent in fused and key in out:
                 out[key] = max(out[key], decay * fused[parent])
+    if question_yield > 0:
+        for key, hit in hits.items():
+            for parent in hit.answers:
+                if parent in fused and key in out:
+                    out[key] = max(out[key], fused[parent])
+                    out[parent] = min(out[parent], question_yield * fused[parent])
     return out
 
 

@@ -1009,7 +1009,7 @@ def test_the_evidence_floor_is_the_configured_models(settings, caller):
 
 
 HIKING_SESSION = [
-    "Frank said, can you recommend a hiking spot near the city?",
+    "Frank said, please recommend a hiking spot near the city.",
     "AI companion said, try the Xiangshan trail, a fine hiking day out",
     "Frank said, thanks, and what should I cook tonight?",
     "AI companion said, hiking boots need breaking in before a long walk",
@@ -1047,6 +1047,80 @@ def test_hybrid_search_raises_the_hits_next_to_its_top_hit_in_the_same_session(c
     for mode in ("keyword", "semantic"):
         alone = memory_search(caller=caller, query=SearchQuery(query, mode=mode))
         assert not any(h.hit.context_of for h in alone)
+
+
+CUISINE_SESSION = [
+    "Lucy said, I have been learning to cook lately",
+    "AI companion said, cooking is fun. What kind of cuisine do you like?",
+    "Lucy said, Sichuan and Cantonese food, the spicier the better",
+    "AI companion said, then try a classic Sichuan menu",
+]
+
+
+def test_the_answer_to_a_question_that_is_the_top_hit_takes_its_place(caller):
+    """A turn that asks what the query asks ("What kind of cuisine do you
+    like?") matches it best, but the next turn of its session holds the answer:
+    when that turn is a hit, it takes the question's score and the question
+    keeps ``question_yield`` of it. A top hit that asks nothing raises its
+    neighbours as before; off (``question_yield`` 0), the question stays first."""
+    before, question, answer, after = (
+        episode_store(caller=caller, content=text, butler="general", session_id="day-1") for text in CUISINE_SESSION
+    )
+    query = "What kind of cuisine does Lucy like?"
+
+    def scores(**overrides: object) -> dict:
+        params = RetrievalParams.resolve(overrides)
+        return {h.memory.id: h for h in memory_search(caller=caller, query=SearchQuery(query, params=params))}
+
+    off = scores(question_yield=0.0)
+    assert max(off, key=lambda pk: off[pk].score) == question.id
+    assert answer.id in off and off[answer.id].score < off[question.id].score
+    assert off[answer.id].hit.answers == (question.id,)
+    assert before.id not in off or not off[before.id].hit.answers  # the turn before answers nothing
+
+    yield_ = RetrievalParams().question_yield
+    assert 0 < yield_ < 1
+    found = scores()
+    ranked = sorted(found, key=lambda pk: -found[pk].score)
+    assert ranked[:2] == [answer.id, question.id]
+    assert found[answer.id].score == pytest.approx(off[question.id].score)
+    assert found[question.id].score == pytest.approx(yield_ * off[question.id].score)
+    for mode in ("keyword", "semantic"):
+        alone = memory_search(caller=caller, query=SearchQuery(query, mode=mode))
+        assert not any(h.hit.answers for h in alone)
+
+
+def test_a_long_turn_that_ends_by_asking_keeps_its_place(caller):
+    """A long turn that ends by asking also tells ("I am planning ... what
+    would you recommend?"): past a short turn's length it is no question
+    answered by the next turn, and ranks by its own score."""
+    plans = "Lucy said, I am planning a dinner for my parents next week. " * 6
+    assert len(plans) > retrieval.SHORT_TURN_CHARS
+    question = episode_store(
+        caller=caller, content=plans + "What kind of cuisine do you like?", butler="general", session_id="day-1"
+    )
+    reply = episode_store(caller=caller, content=CUISINE_SESSION[2], butler="general", session_id="day-1")
+    found = {
+        h.memory.id: h for h in memory_search(caller=caller, query=SearchQuery("What kind of cuisine does Lucy like?"))
+    }
+    assert max(found, key=lambda pk: found[pk].score) == question.id
+    assert found[reply.id].hit.context_of == (question.id,) and not found[reply.id].hit.answers
+
+
+def test_a_question_whose_next_turn_matches_nothing_keeps_its_place(caller, settings):
+    """The answer must be a hit of its own (evidence in a channel): a question
+    followed by a turn that matches nothing stays the first result."""
+    # Turns embedded as they are: with the question in its text, the next
+    # turn would match the query through it.
+    settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_TEXT": "plain"}
+    question = episode_store(
+        caller=caller, content="Frank said, which hiking spot do you recommend?", butler="g", session_id="d"
+    )
+    episode_store(caller=caller, content="AI companion said, zeppelin hangar roof", butler="g", session_id="d")
+    episode_store(caller=caller, content="Frank said, I recommend the lake trail", butler="g", session_id="other")
+    found = memory_search(caller=caller, query=SearchQuery("recommend a hiking spot"))
+    assert found[0].memory.id == question.id
+    assert not any(h.hit.answers for h in found)
 
 
 def test_a_turn_the_reader_may_not_see_does_not_change_which_hits_are_neighbours(caller):
@@ -1176,6 +1250,13 @@ def test_a_neighbouring_turn_keeps_its_own_score_when_that_is_higher():
     assert out["next"] == pytest.approx(0.8 * fused["top"]) and fused["next"] < out["next"]
     assert out["own"] == fused["own"] > 0.8 * fused["top"]
     assert scoring.with_context(fused, hits, 0.0) == fused
+    asked = {**hits, "next": replace(hits["next"], answers=("top",))}
+    answered = scoring.with_context(fused, asked, 0.8, 0.5)
+    assert answered["next"] == fused["top"] and answered["top"] == pytest.approx(0.5 * fused["top"])
+    assert answered["own"] == out["own"]
+    assert scoring.with_context(fused, asked, 0.8, 0.0) == out
+    with pytest.raises(ValueError):
+        RetrievalParams(question_yield=1.5)
     with pytest.raises(ValueError):
         RetrievalParams(context_top=-1)
     with pytest.raises(ValueError):
