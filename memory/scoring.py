@@ -352,15 +352,27 @@ def impute_pending(
     return channels
 
 
-def normalised_channels(hits: Mapping[K, ChannelHit]) -> dict[K, tuple[float, float]]:
+def channel_bests(hits: Mapping[K, ChannelHit]) -> tuple[float, float]:
+    """The best (vector similarity, keyword score) among ``hits``, at least 0."""
+    return (
+        max((max(0.0, h.vector_similarity or 0.0) for h in hits.values()), default=0.0),
+        max((max(0.0, h.text_rank_value or 0.0) for h in hits.values()), default=0.0),
+    )
+
+
+def normalised_channels(
+    hits: Mapping[K, ChannelHit], scale: tuple[float, float] | None = None
+) -> dict[K, tuple[float, float]]:
     """(S_vec, S_text) in [0, 1] for every candidate of one query: each channel's
     score divided by the best in that channel, so the best hit of a channel
     scores 1 in it whatever the channel's raw scale (cosine similarities cluster
     in 0.2-0.7 with MiniLM; BM25 is unbounded). What a formula that blends the
     channels (the hybrid fusion, pce-memory's S = alpha S_vec + (1 - alpha) S_text)
-    takes as its inputs."""
-    vec_max = max((max(0.0, h.vector_similarity or 0.0) for h in hits.values()), default=0.0)
-    txt_max = max((max(0.0, h.text_rank_value or 0.0) for h in hits.values()), default=0.0)
+    takes as its inputs. ``scale``: bests of an earlier page of the same ranking,
+    divided by when above these hits' own."""
+    vec_max, txt_max = channel_bests(hits)
+    if scale is not None:
+        vec_max, txt_max = max(vec_max, scale[0]), max(txt_max, scale[1])
     channels = {
         key: (
             max(0.0, hit.vector_similarity or 0.0) / vec_max if vec_max > 0 else 0.0,

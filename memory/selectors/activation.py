@@ -30,7 +30,7 @@ from memory.claims import claim_scopes
 from memory.errors import Gone, InvalidArgument, PermissionDenied
 from memory.models import ActiveContext, Kind, Memory
 from memory.retrieval import RetrievalFilter, channel_search
-from memory.scoring import ActivationScore, ChannelHit
+from memory.scoring import ActivationScore
 from memory.selectors.graph import claims_near
 from memory.selectors.memories import (
     boundary_apply,
@@ -229,12 +229,9 @@ def _claims_ranked(
     visible = [(row, hit) for row, hit in candidates if row.boundary_class in decision.visible]
     # Normalised over what this read may see, so no hidden memory sets the scale.
     visible_hits = {row.id: hit for row, hit in visible}
-    best = (
-        max((max(0.0, h.vector_similarity or 0.0) for h in visible_hits.values()), default=0.0),
-        max((max(0.0, h.text_rank_value or 0.0) for h in visible_hits.values()), default=0.0),
-    )
+    best = scoring.channel_bests(visible_hits)
     scale = best if scale is None else (max(scale[0], best[0]), max(scale[1], best[1]))
-    channels = _normalised(visible_hits, scale)
+    channels = scoring.normalised_channels(visible_hits, scale)
     ranked = [
         r
         for r in (_rank(caller, row, channels[row.id], "hybrid match", now) for row, _ in visible)
@@ -254,21 +251,6 @@ def _claims_ranked(
         ]
     ranked.sort(key=_order)
     return _Ranking(ranked[:MAX_RANKED], decision, now, scale)
-
-
-# The key normalised_channels is given the scale under: no claim's id.
-_SCALE_KEY = uuid.UUID(int=0)
-
-
-def _normalised(hits: dict[uuid.UUID, ChannelHit], scale: tuple[float, float]) -> dict[uuid.UUID, tuple[float, float]]:
-    """scoring.normalised_channels with each channel divided by the scale's best
-    (at least the best of these hits): a hit holding the scale's raw scores
-    takes part in the normalisation and is left out of the answer."""
-    channels = scoring.normalised_channels(
-        {**hits, _SCALE_KEY: ChannelHit(vector_similarity=scale[0], text_rank_value=scale[1])}
-    )
-    channels.pop(_SCALE_KEY)
-    return channels
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

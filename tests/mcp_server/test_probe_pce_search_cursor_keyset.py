@@ -14,21 +14,18 @@ from asgiref.sync import sync_to_async
 
 from memory.models import Kind, Memory
 from memory.services.memories import memory_forget
+from tests.mcp_server import test_pce_cursors
 from tests.mcp_server.test_pce_active_contexts import AT, _error, _ok
+from tests.mcp_server.test_pce_cursors import GARBAGE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CLAIMS = [
-    "Cancel API endpoints are named POST /subscriptions/{id}/cancel",
-    "Cancel requests are processed asynchronously by a worker queue",
-    "The cancel endpoint requires an idempotency key header",
-    "Cancel API responses carry the subscription's final state",
-    "A cancel API call on a cancelled subscription answers 409",
+    *test_pce_cursors.CLAIMS,
     "Cancel API errors are logged with the subscription id",
     "The cancel API is rate limited to ten calls a minute",
 ]
 QUERY = "cancel API subscription"
-GARBAGE = "cursor is not one this tool returned; start again without a cursor."
 
 
 def _texts(page: dict) -> list[str]:
