@@ -289,6 +289,13 @@ def http_url(value: object, *, field: str) -> str:
     return value
 
 
+def last_minute_of_utc_day(hour: int, minute: int, offset: timedelta) -> bool:
+    """Whether the time of day hour:minute at UTC ``offset`` is 23:59 UTC, the
+    only minute a leap second can end (RFC 3339 section 5.7). From the time of
+    day alone: converting the date could leave Python's years 1-9999."""
+    return (hour * 3600 + minute * 60 - int(offset.total_seconds())) % 86400 == 86400 - 60
+
+
 def rfc3339(value: object, *, field: str) -> str:
     """An RFC 3339 date-time (JSON Schema's ``format: date-time``), returned as
     written. datetime.fromisoformat also reads a date alone, a time without an
@@ -309,9 +316,9 @@ def rfc3339(value: object, *, field: str) -> str:
             if offset_hours is not None:
                 sign = -1 if match.string[match.start(7) - 1] == "-" else 1
                 offset = sign * timedelta(hours=int(offset_hours), minutes=int(offset_minutes))
-            utc = written - offset  # OverflowError past year 1 or 9999: refused below
-            if (utc.hour, utc.minute) != (23, 59):
+            if not last_minute_of_utc_day(int(hour), int(minute), offset):
                 raise ValueError(value)
+            _ = written - offset  # an instant past year 1 or 9999 (OverflowError) is refused below
     except (ValueError, OverflowError):
         raise InvalidArgument(f"{field} must be an RFC 3339 date-time, e.g. 2025-01-31T12:00:00Z.") from None
     return str(value)

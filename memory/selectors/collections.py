@@ -475,10 +475,7 @@ def _leap_second(raw: str) -> datetime | None:
     if not when.tzinfo:
         when = timezone.make_aware(when, timezone.get_current_timezone())
     offset = when.utcoffset() or timedelta(0)
-    # The minute in UTC from the time of day alone: converting the date could
-    # leave Python's years 1-9999 though the instant one second on does not.
-    utc_second_of_day = (when.hour * 3600 + when.minute * 60 - int(offset.total_seconds())) % 86400
-    if utc_second_of_day != 86400 - 60:
+    if not validation.last_minute_of_utc_day(when.hour, when.minute, offset):
         return None
     try:
         # One addition, so only an instant beyond years 1-9999 overflows.
