@@ -505,14 +505,17 @@ def with_context(
     """A turn next to a top hit in the same session (``ChannelHit.context_of``)
     scores at least ``decay`` x that hit's score: in a conversation of short
     turns the answer is often the reply to the turn that matches ("What did you
-    recommend?" matches the request, the reply holds it), or the turn before."""
-    if decay <= 0 or not any(hit.context_of for hit in hits.values()):
+    recommend?" matches the request, the reply holds it), or the turn before.
+    A next turn that answers a top hit's question (``ChannelHit.answers``)
+    takes its score, and the question keeps ``question_yield`` of it."""
+    if not any(hit.context_of for hit in hits.values()):
         return fused
     out = dict(fused)
-    for key, hit in hits.items():
-        for parent in hit.context_of:
-            if parent in fused and key in out:
-                out[key] = max(out[key], decay * fused[parent])
+    if decay > 0:
+        for key, hit in hits.items():
+            for parent in hit.context_of:
+                if parent in fused and key in out:
+                    out[key] = max(out[key], decay * fused[parent])
     if question_yield > 0:
         for key, hit in hits.items():
             for parent in hit.answers:
