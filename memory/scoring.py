@@ -352,11 +352,13 @@ def impute_pending(
     return channels
 
 
-def channel_bests(hits: Mapping[K, ChannelHit]) -> tuple[float, float]:
-    """The best (vector similarity, keyword score) among ``hits``, at least 0."""
+def channel_bests(hits: Mapping[K, ChannelHit], at_least: tuple[float, float] | None = None) -> tuple[float, float]:
+    """The best (vector similarity, keyword score) among ``hits``, at least 0
+    and at least ``at_least`` (an earlier page's bests)."""
+    low_vec, low_txt = at_least or (0.0, 0.0)
     return (
-        max((max(0.0, h.vector_similarity or 0.0) for h in hits.values()), default=0.0),
-        max((max(0.0, h.text_rank_value or 0.0) for h in hits.values()), default=0.0),
+        max([max(0.0, low_vec), *(h.vector_similarity or 0.0 for h in hits.values())]),
+        max([max(0.0, low_txt), *(h.text_rank_value or 0.0 for h in hits.values())]),
     )
 
 
@@ -370,9 +372,7 @@ def normalised_channels(
     channels (the hybrid fusion, pce-memory's S = alpha S_vec + (1 - alpha) S_text)
     takes as its inputs. ``scale``: bests of an earlier page of the same ranking,
     divided by when above these hits' own."""
-    vec_max, txt_max = channel_bests(hits)
-    if scale is not None:
-        vec_max, txt_max = max(vec_max, scale[0]), max(txt_max, scale[1])
+    vec_max, txt_max = channel_bests(hits, at_least=scale)
     channels = {
         key: (
             max(0.0, hit.vector_similarity or 0.0) / vec_max if vec_max > 0 else 0.0,

@@ -229,8 +229,8 @@ def _claims_ranked(
     visible = [(row, hit) for row, hit in candidates if row.boundary_class in decision.visible]
     # Normalised over what this read may see, so no hidden memory sets the scale.
     visible_hits = {row.id: hit for row, hit in visible}
-    best = scoring.channel_bests(visible_hits)
-    scale = best if scale is None else (max(scale[0], best[0]), max(scale[1], best[1]))
+    # An earlier page's scale, raised by a better hit stored since.
+    scale = scoring.channel_bests(visible_hits, at_least=scale)
     channels = scoring.normalised_channels(visible_hits, scale)
     ranked = [
         r

@@ -595,31 +595,21 @@ def fact_store(
     )
     with transaction.atomic():
         previous: list[Memory] = []
+        active_facts = (
+            Memory.objects.for_caller(caller)
+            .filter(kind=Kind.FACT, validity=Validity.ACTIVE, namespace=namespace)
+            .without_vectors()
+            .select_for_update()
+        )
         if subject:
             _lock_fact_key(caller.tenant_id, namespace, subject, predicate)
-            previous = list(
-                Memory.objects.for_caller(caller)
-                .filter(
-                    kind=Kind.FACT,
-                    validity=Validity.ACTIVE,
-                    namespace=namespace,
-                    subject=subject,
-                    predicate=predicate,
-                )
-                .without_vectors()
-                .select_for_update()
-            )
+            previous = list(active_facts.filter(subject=subject, predicate=predicate))
         elif replaces is not None:
             # A fact without a key (a memento memory) has no key lock to serialise
             # its updates: the row it replaces is locked instead (after the
             # tenant's write lock, the one lock order) and must still be active.
             tenant_write_lock(caller.tenant_id)
-            previous = list(
-                Memory.objects.for_caller(caller)
-                .filter(kind=Kind.FACT, validity=Validity.ACTIVE, namespace=namespace, subject="", pk=replaces)
-                .without_vectors()
-                .select_for_update()
-            )
+            previous = list(active_facts.filter(subject="", pk=replaces))
         if replaces is not None and replaces not in {p.pk for p in previous}:
             raise NotFound(
                 f"memory {replaces} is no longer the active fact of its subject and predicate "
