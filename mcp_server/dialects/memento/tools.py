@@ -87,13 +87,20 @@ class Memory(BaseModel):
     id: str
     content: str
     confidence: float = Field(description="0-1 score.")
-    source: str = Field(description="explicit or extracted.")
+    source: Literal["explicit", "extracted"] = Field(description="explicit or extracted.")
     created_at: datetime
     updated_at: datetime
     accessed_at: datetime = Field(description="When a search or list last returned this memory.")
     supersedes: str | None = Field(default=None, description="ID of the memory this replaces.")
     superseded_by: str | None = Field(default=None, description="ID of the memory that replaces this.")
     relevance_score: float | None = Field(default=None, description="Only in search results.")
+
+
+def _source(stored: str) -> Literal["explicit", "extracted"]:
+    """The specification's two sources. Facts other dialects, the worker or an
+    import wrote carry no source or their own ("pce", "consolidation",
+    "langgraph", ...): none was an explicit "remember", so they read as extracted."""
+    return "explicit" if stored == "explicit" else "extracted"
 
 
 def _records(rows: list[Any], scores: list[float] | None = None) -> list[Memory]:
@@ -106,8 +113,7 @@ def _records(rows: list[Any], scores: list[float] | None = None) -> list[Memory]
                 id=str(memory.id),
                 content=memory.content,
                 confidence=memory.confidence,
-                # Facts other dialects wrote carry no source: they were not an explicit "remember".
-                source=memory.source or "extracted",
+                source=_source(memory.source),
                 created_at=memory.created_at,
                 updated_at=memory.updated_at,
                 accessed_at=view.accessed_at,
