@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from functools import wraps
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qsl
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
@@ -111,10 +112,27 @@ def _read_body(request: HttpRequest, limit: int) -> bytes | JsonResponse:
     return data
 
 
-def hook_view(limit: int = HOOK_BODY_LIMIT) -> Callable[[View], AsyncView]:
-    """POST only, authenticated, bounded body, errors as coded JSON and never a
-    traceback; a storage failure (authentication reads the database too) is a
-    503 with Retry-After."""
+def _query_refusal(request: HttpRequest, allowed: tuple[str, ...]) -> JsonResponse | None:
+    """A query parameter these routes do not take is refused, never ignored:
+    ``?tenant=other`` (or ``?tenant=``, ``?tenant``) must not look as if it
+    chose a tenant. Only a raw document's ``?title=`` is read (``ingest``)."""
+    query = request.META.get("QUERY_STRING", "")
+    names = [name for name, _ in parse_qsl(query, keep_blank_values=True, errors="replace")]
+    unknown = [name for name in names if name not in allowed]
+    if not unknown and (names or not query.strip("&")):
+        return None
+    name = shown(unknown[0]) if unknown else shown(query)
+    takes = f"it takes only {', '.join('?' + a + '=' for a in allowed)}" if allowed else "it takes none"
+    return _error(
+        422,
+        f"query parameter {name!r} is not taken here; {takes} (the tenant and principal come from the token).",
+    )
+
+
+def hook_view(limit: int = HOOK_BODY_LIMIT, query: tuple[str, ...] = ()) -> Callable[[View], AsyncView]:
+    """POST only, authenticated, bounded body, no query parameter but those
+    named in ``query``, errors as coded JSON and never a traceback; a storage
+    failure (authentication reads the database too) is a 503 with Retry-After."""
 
     def decorate(view: View) -> AsyncView:
         @csrf_exempt
@@ -127,6 +145,9 @@ def hook_view(limit: int = HOOK_BODY_LIMIT) -> Callable[[View], AsyncView]:
                 caller = _caller(request)
                 if isinstance(caller, JsonResponse):
                     return caller
+                refusal = _query_refusal(request, query)
+                if refusal is not None:
+                    return refusal
                 return view(request, caller)
             except ValidationError as exc:
                 first = exc.errors()[0]
@@ -353,7 +374,7 @@ def search(request: HttpRequest, caller: Caller) -> HttpResponse:
     return JsonResponse({"count": len(hits), "results": [text.shape(h, now) for h in hits]})
 
 
-@hook_view(limit=INGEST_LIMIT)
+@hook_view(limit=INGEST_LIMIT, query=("title",))
 @idempotent_view("http:roampal.ingest", INGEST_BODY_LIMIT)
 def ingest(request: HttpRequest, caller: Caller) -> HttpResponse:
     """A text or Markdown document as ``books``: upstream's JSON ``{content,
@@ -364,6 +385,11 @@ def ingest(request: HttpRequest, caller: Caller) -> HttpResponse:
     chunking: dict[str, Any] = {}
     source = ""
     if request.content_type == "application/json":
+        if _query_refusal(request, ()) is not None:
+            # A ?title= beside a JSON body (which names its own) would be dropped unread.
+            return _error(
+                422, "a JSON body takes no query parameter: its title goes in the body (?title= names a raw document)."
+            )
         body = _json(request, IngestRequest, limit=INGEST_BODY_LIMIT)
         if isinstance(body, JsonResponse):
             return body
