@@ -17,7 +17,8 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic.json_schema import SkipJsonSchema
 
 from mcp_server.dialect import Dialect, DialectFailure
 from memory import api
@@ -81,6 +82,21 @@ REMEMBER_MAX_CHARS = 4000
 MemoryId = Annotated[str, Field(max_length=100)]
 
 
+# The specification's optional members (``supersedes?: string``,
+# ``relevance_score?: number // Only in search results``): a member with nothing
+# to say is left out of the answer, never sent as null, and the outputSchema
+# advertises the one type it has when present.
+Absent = SkipJsonSchema[None]
+
+
+def _not_required(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def _without_absent(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if not (key in names and value is None)}
+
+
 class Memory(BaseModel):
     """The Memento spec's Memory object."""
 
@@ -91,9 +107,19 @@ class Memory(BaseModel):
     created_at: datetime
     updated_at: datetime
     accessed_at: datetime = Field(description="When a search or list last returned this memory.")
-    supersedes: str | None = Field(default=None, description="ID of the memory this replaces.")
-    superseded_by: str | None = Field(default=None, description="ID of the memory that replaces this.")
-    relevance_score: float | None = Field(default=None, description="Only in search results.")
+    supersedes: str | Absent = Field(
+        default=None, description="ID of the memory this replaces.", json_schema_extra=_not_required
+    )
+    superseded_by: str | Absent = Field(
+        default=None, description="ID of the memory that replaces this.", json_schema_extra=_not_required
+    )
+    relevance_score: float | Absent = Field(
+        default=None, description="Only in search results.", json_schema_extra=_not_required
+    )
+
+    @model_serializer(mode="wrap")
+    def _leave_out_absent(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_absent(handler(self), ("supersedes", "superseded_by", "relevance_score"))
 
 
 def _source(stored: str) -> Literal["explicit", "extracted"]:
@@ -129,7 +155,16 @@ class StoreResult(BaseModel):
     created: Memory = Field(description="The newly created memory.")
     similar: list[Memory] = Field(description="Existing memories similar to the new one that might be outdated.")
     action_required: str | None = Field(description="The call to make if an old memory is now outdated, else null.")
-    note: str | None = Field(default=None, description="Set when similar memories could not be checked.")
+    # memproj's addition, only when it has something to say.
+    note: str | Absent = Field(
+        default=None,
+        description="Present only when similar memories could not be checked.",
+        json_schema_extra=_not_required,
+    )
+
+    @model_serializer(mode="wrap")
+    def _leave_out_absent(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_absent(handler(self), ("note",))
 
 
 class SupersedeResult(BaseModel):
