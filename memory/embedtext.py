@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -90,13 +92,20 @@ def embedding_text(content: str, *, kind: str, previous: str | None = None, vers
     return f"{content}\n(previous turn: {previous[:PREVIOUS_CHARS]})"
 
 
-# The previous episode of the same session, by (created_at, id), for a set of
-# memories: one index probe each (memory_session_turn_idx, migration 0031).
-_PREVIOUS_SQL = """
-    SELECT m.id, prev.content
+# An episode's previous turn is the latest active episode of its session before
+# it, by (created_at, id); its text goes in only while that turn is within its
+# TTL (a turn past it has left retrieval: what left must not be found through
+# the turn after it). The turn after an episode is the inverse: the first
+# active episode of its session after it (``following_turns``). One index probe
+# each (memory_session_turn_idx, migration 0031, holds exactly the active
+# episodes of sessions).
+_LIVE = "({alias}.expires_at IS NULL OR {alias}.expires_at > {now})"
+
+_PREVIOUS_SQL = f"""
+    SELECT m.id, prev.id, CASE WHEN {_LIVE.format(alias="prev", now="now()")} THEN prev.content END
     FROM memory_memory m
     LEFT JOIN LATERAL (
-        SELECT p.content FROM memory_memory p
+        SELECT p.id, p.content, p.expires_at FROM memory_memory p
         WHERE p.tenant_id = m.tenant_id AND p.kind = 'episode' AND p.session_id = m.session_id
           AND p.session_id <> '' AND p.validity = 'active'
           AND (p.created_at, p.id) < (m.created_at, m.id)
@@ -104,16 +113,30 @@ _PREVIOUS_SQL = """
         LIMIT 1
     ) prev ON m.kind = 'episode' AND m.session_id <> ''
     WHERE m.id = ANY(%s)
-"""
+"""  # noqa: S608 - only constants are spliced in
+
+# The same probe for one row ``m`` of an UPDATE: the id of its previous turn
+# now (NULL: none). A vector made from a previous turn is written only while
+# that turn is still the previous one (memory/services/vectors.py).
+PREVIOUS_ID_SQL = """(
+    SELECT p.id FROM memory_memory p
+    WHERE m.kind = 'episode' AND m.session_id <> ''
+      AND p.tenant_id = m.tenant_id AND p.kind = 'episode' AND p.session_id = m.session_id
+      AND p.session_id <> '' AND p.validity = 'active'
+      AND (p.created_at, p.id) < (m.created_at, m.id)
+    ORDER BY p.created_at DESC, p.id DESC
+    LIMIT 1
+)"""
 
 
-def previous_turns(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str | None]:
-    """Content of each memory's previous episode in its session (None: none)."""
+def previous_turns(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[uuid.UUID | None, str | None]]:
+    """Each memory's previous episode in its session: (its id, its content
+    when it may go into the text), (None, None) when there is none."""
     if not memory_ids:
         return {}
     with connection.cursor() as cursor:
         cursor.execute(_PREVIOUS_SQL, [list(memory_ids)])
-        return {pk: content for pk, content in cursor.fetchall()}
+        return {pk: (previous, content) for pk, previous, content in cursor.fetchall()}
 
 
 # The latest episode of each of a tenant's sessions, by (created_at, id): one
@@ -123,18 +146,19 @@ _LATEST_SQL = """
     SELECT s.session_id, latest.content
     FROM unnest(%s::text[]) AS s(session_id)
     JOIN LATERAL (
-        SELECT content FROM memory_memory
+        SELECT content, expires_at FROM memory_memory
         WHERE tenant_id = %s AND kind = 'episode' AND session_id = s.session_id AND session_id <> ''
           AND validity = 'active'
         ORDER BY created_at DESC, id DESC
         LIMIT 1
-    ) latest ON true
+    ) latest ON (latest.expires_at IS NULL OR latest.expires_at > now())
 """
 
 
 def latest_turns(*, tenant_id: uuid.UUID, session_ids: Collection[str]) -> dict[str, str]:
-    """Content of each session's latest stored episode (sessions without one
-    are left out), for episodes about to be stored into them."""
+    """Content of each session's latest stored episode (sessions without one,
+    or whose latest is past its TTL, are left out), for episodes about to be
+    stored into them."""
     wanted = sorted(sid for sid in session_ids if sid)
     if not wanted or text_version() == "plain":
         return {}
@@ -168,8 +192,112 @@ def texts_for_new_episodes(
 
 def texts_for_embedding(rows: Sequence[tuple[uuid.UUID, str, str]]) -> list[str]:
     """The texts to embed for stored memories given as (id, kind, content), in order."""
+    return [text for text, _, _ in texts_with_previous(rows)]
+
+
+def texts_with_previous(rows: Sequence[tuple[uuid.UUID, str, str]]) -> list[tuple[str, uuid.UUID | None, bool]]:
+    """Each text to embed, with the id of the memory's previous turn (None:
+    none, or the plain version) and whether the text holds it."""
     version = text_version()
     previous = previous_turns([pk for pk, kind, _ in rows if kind == "episode"]) if version != "plain" else {}
-    return [
-        embedding_text(content, kind=kind, previous=previous.get(pk), version=version) for pk, kind, content in rows
-    ]
+    out: list[tuple[str, uuid.UUID | None, bool]] = []
+    for pk, kind, content in rows:
+        previous_id, previous_text = previous.get(pk, (None, None))
+        text = embedding_text(content, kind=kind, previous=previous_text, version=version)
+        out.append((text, previous_id, text != content))
+    return out
+
+
+# --- The turns after turns that leave retrieval --------------------------------------------
+
+# For each turn among %(turns)s, the turn after it (the first active episode of
+# its session after it), when that one is retrievable, not itself among the
+# turns that leave, and its text may hold the turn before it: it is short
+# enough to take context (CONTEXT_MAX_CHARS), and either it waits for a vector
+# (one being made now may read the turn before it) or its vector was made under
+# a contextual version that takes a turn of this length. {condition} says which
+# turns leave (and, for expiry, whether the vector was made before they left).
+_FOLLOWING_SQL = """
+    WITH leaving AS (SELECT unnest(%(turns)s::uuid[]) AS id)
+    SELECT DISTINCT nxt.id, nxt.tenant_id
+    FROM memory_memory t
+    JOIN LATERAL (
+        SELECT n.id, n.tenant_id, n.content, n.expires_at, n.embedding_status, n.embedding_model, n.updated_at
+        FROM memory_memory n
+        WHERE n.tenant_id = t.tenant_id AND n.kind = 'episode' AND n.session_id = t.session_id
+          AND n.session_id <> '' AND n.validity = 'active'
+          AND (n.created_at, n.id) > (t.created_at, t.id)
+        ORDER BY n.created_at, n.id
+        LIMIT 1
+    ) nxt ON true
+    WHERE t.id IN (SELECT id FROM leaving) AND t.kind = 'episode' AND t.session_id <> '' AND t.validity = 'active'
+      AND nxt.id NOT IN (SELECT id FROM leaving)
+      AND (nxt.expires_at IS NULL OR nxt.expires_at > %(now)s)
+      AND char_length(nxt.content) <= %(context_max)s
+      AND (
+        nxt.embedding_status <> 'ready'
+        OR nxt.embedding_model LIKE '%%+ctx1'
+        OR (nxt.embedding_model LIKE '%%+ctx1short' AND char_length(t.content) <= %(previous_chars)s)
+      )
+      {condition}
+"""
+
+# The active turns of sessions whose TTL passed after ``since`` (memory_expires_at_idx).
+_EXPIRED_SQL = """
+    SELECT id FROM memory_memory
+    WHERE expires_at > %(since)s AND expires_at <= %(now)s
+      AND kind = 'episode' AND session_id <> '' AND validity = 'active'
+"""
+
+
+def following_turns(
+    *, memory_ids: Sequence[uuid.UUID], now: datetime, tenant_id: uuid.UUID | None = None
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """The (id, tenant id) of the turns whose vector may hold one of these
+    memories as its previous turn, for memories about to leave retrieval (a
+    forget, a supersession, a purge): the active episodes of sessions among
+    them (of ``tenant_id`` when given), each followed by a retrievable turn
+    that stays. One statement."""
+    if tenant_id is None:
+        return _following(memory_ids, now, condition="")
+    return _following(memory_ids, now, condition="AND t.tenant_id = %(tenant)s", tenant=tenant_id)
+
+
+def turns_after_expired(*, since: datetime, now: datetime, limit: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """The (id, tenant id) of up to ``limit`` retrievable turns whose previous
+    turn's TTL passed (after ``since``) and whose vector was made before it did
+    (its ``updated_at``: a vector made after leaves the expired turn out). Once
+    embedded again a turn is not found here again."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _FOLLOWING_SQL.replace("unnest(%(turns)s::uuid[]) AS id", f"id FROM ({_EXPIRED_SQL}) AS expired").replace(
+                "{condition}",
+                "AND t.expires_at <= %(now)s AND nxt.updated_at <= t.expires_at",
+            )
+            + " LIMIT %(limit)s",
+            {**_following_params(now), "since": since, "limit": limit},
+        )
+        return [(pk, tenant_id) for pk, tenant_id in cursor.fetchall()]
+
+
+def expired_turns_following(*, memory_ids: Sequence[uuid.UUID], now: datetime) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """``turns_after_expired`` for the given expired turns (the expiry sweep's
+    deletions): what an earlier run did not get to."""
+    return _following(memory_ids, now, condition="AND t.expires_at <= %(now)s AND nxt.updated_at <= t.expires_at")
+
+
+def _following_params(now: datetime) -> dict[str, Any]:
+    return {"now": now, "context_max": CONTEXT_MAX_CHARS, "previous_chars": PREVIOUS_CHARS}
+
+
+def _following(
+    memory_ids: Sequence[uuid.UUID], now: datetime, *, condition: str, **params: Any
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    if not memory_ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _FOLLOWING_SQL.replace("{condition}", condition),
+            {**_following_params(now), **params, "turns": [str(pk) for pk in memory_ids]},
+        )
+        return [(pk, tenant_id) for pk, tenant_id in cursor.fetchall()]
