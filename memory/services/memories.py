@@ -34,6 +34,7 @@ from memory.services.events import EventType, NewEvent, caller_event, event_appe
 from memory.services.followups import followups_for_writes
 from memory.services.locks import memory_rows_lock, memory_rows_update, tenant_write_lock
 from memory.services.quotas import quota_memories_check
+from memory.services.vectors import turns_unembed
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
@@ -779,12 +780,19 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
     require_write(caller)
     kind = validation.kind(kind)
     with transaction.atomic():
-        parts = exchange_parts(caller.tenant_id, memory_pk(caller, memory_id))
+        pk = memory_pk(caller, memory_id)
+        parts = exchange_parts(caller.tenant_id, pk)
         part_ids = list(parts.values_list("pk", flat=True))
-        if part_ids:
+        tenant_write_lock(caller.tenant_id)
+        # The turns after it and its parts, whose vectors hold their text as a
+        # previous turn's: under the tenant's write lock no turn is stored,
+        # forgotten or replaced until this commits.
+        following = embedtext.following_turns(
+            memory_ids=[pk, *part_ids], now=timezone.now(), tenant_id=caller.tenant_id
+        )
+        if part_ids or following:
             # Every row it changes locked in primary-key order, as a vector write locks them.
-            tenant_write_lock(caller.tenant_id)
-            memory_rows_lock([memory_pk(caller, memory_id), *part_ids])
+            memory_rows_lock([pk, *part_ids, *(turn for turn, _ in following)])
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=[kind])
         # The parts it locked, read again under the locks: those not yet retracted or replaced.
         continuing = parts.filter(pk__in=part_ids, validity=Validity.ACTIVE) if part_ids else []
@@ -793,6 +801,7 @@ def memory_forget(*, caller: Caller, kind: str, memory_id: object) -> Memory:
         head = [] if memory.validity == Validity.RETRACTED else [memory]
         for each in [*head, *continuing]:
             _retract(caller, each)
+        turns_unembed(following)
     return memory
 
 
@@ -902,6 +911,11 @@ def memory_supersede(
         raise InvalidArgument("a memory cannot supersede itself; pass two different ids.")
     with transaction.atomic():
         tenant_write_lock(caller.tenant_id)
+        # A replaced turn leaves retrieval as a forgotten one does: the turn
+        # after it is embedded again without it (``memory_forget``).
+        following = embedtext.following_turns(memory_ids=[old_pk], now=timezone.now(), tenant_id=caller.tenant_id)
+        if following:
+            memory_rows_lock([old_pk, new_pk, *(turn for turn, _ in following)])
         # Lock both rows in a stable order so two opposite supersessions cannot deadlock.
         candidates = Memory.objects.for_caller(caller).filter(pk__in=[old_pk, new_pk])
         if kinds is not None:
@@ -933,6 +947,7 @@ def memory_supersede(
         if old.validity == Validity.SUPERSEDED and old.superseded_by_id == new.pk:
             return old  # already done: idempotent
         _supersede(caller=caller, old=[old], new_id=new.pk, reason=reason)
+        turns_unembed(following)
     return old
 
 

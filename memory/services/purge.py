@@ -11,11 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, models, transaction
+from django.utils import timezone
 
+from memory import embedtext
 from memory.errors import NotFound, PermissionDenied
 from memory.models import ConflictCandidate, FollowUp, Memory, MemoryLink
 from memory.services.events import EventType, events_reseal, events_sealed_state
 from memory.services.locks import tenant_write_lock
+from memory.services.vectors import turns_unembed
 from memproj.dbroles import owner_user, separate_roles
 from policy.models import Principal, Tenant
 
@@ -121,6 +124,13 @@ def principal_purge(
     with transaction.atomic():
         tenant_write_lock(tenant_id)
         memory_ids = list(Memory.objects.filter(principal_id=principal_id).values_list("pk", flat=True))
+        # A session may hold other principals' turns (an assistant's beside a
+        # user's): a turn that follows one of theirs holds its text in its
+        # vector, and is embedded again without it. Under the tenant's write
+        # lock, so no turn comes or goes in between. A tenant purge leaves no
+        # turn behind to do this for.
+        following = embedtext.following_turns(memory_ids=memory_ids, now=timezone.now(), tenant_id=tenant_id)
+        turns_unembed(following)
         memories, conflicts, links = _delete_memories(memory_ids)
         principal.delete()
         counts = {"memories": memories, "conflicts": conflicts, "links": links}

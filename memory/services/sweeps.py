@@ -23,12 +23,13 @@ from django.db.models import F, Window
 from django.db.models.functions import Random, RowNumber
 from django.utils import timezone
 
-from memory import scoring
+from memory import embedtext, scoring
 from memory.models import ActiveContext, IdempotencyKey, Kind, Maturity, Memory, Validity
 from memory.outcomes import maturity_set
 from memory.services.events import EventType, NewEvent, events_append
-from memory.services.locks import memories_tenant_write_lock
+from memory.services.locks import memories_tenant_write_lock, memory_rows_lock
 from memory.services.system import pipeline_setting
+from memory.services.vectors import turns_unembed
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ def memories_expire(
     own event; a superseded row is never left pointing at nothing."""
     now = now or timezone.now()
     batch_size, per_tenant = sweep_sizes(batch_size, per_tenant)
+    turns = expired_turns_unembed(now=now, batch_size=batch_size)
     cutoff = now - timedelta(days=pipeline_setting("EXPIRED_RETENTION_DAYS"))
     due = Memory.objects.filter(expires_at__lte=cutoff)
     with transaction.atomic():
@@ -146,6 +148,11 @@ def memories_expire(
             )
             history += older
             successors = set(older)
+        # The turns after expired turns whose vectors were made before those
+        # expired and that an earlier run did not get to (``expired_turns_unembed``
+        # looks back a day): locked with the rows deleted, in one order.
+        following = embedtext.expired_turns_following(memory_ids=expired, now=now)
+        memory_rows_lock([*expired, *history, *(turn for turn, _ in following)])
         deleted = list(
             Memory.objects.filter(pk__in=expired + history).order_by("pk").select_for_update().values_list(*fields)
         )
@@ -162,9 +169,33 @@ def memories_expire(
                 for pk, _, _, expires_at, digest, validity, successor in deleted
             ],
         )
+        turns_unembed(following)
         Memory.objects.filter(pk__in=[row[0] for row in deleted]).delete()
         more = due.exists()
-    return SweepResult(processed=len(deleted), more=more, ids=[row[0] for row in deleted])
+    return SweepResult(processed=len(deleted), more=more or turns.more, ids=[row[0] for row in deleted])
+
+
+# How far back ``expired_turns_unembed`` looks for turns whose TTL passed: a
+# day of runs the beat missed. A turn that expired before that is found when
+# the sweep deletes it (``memories_expire``).
+EXPIRED_TURNS_LOOKBACK = timedelta(days=1)
+
+
+def expired_turns_unembed(*, now: datetime | None = None, batch_size: int | None = None) -> SweepResult:
+    """A turn of a session leaves retrieval when its TTL passes; the turn after
+    it, if still retrievable, was embedded with its text (memory/embedtext.py)
+    and would still be found by it. That turn loses its vector and is embedded
+    again without it (``vectors.turns_unembed``), a bounded batch per run, in
+    a transaction of its own before the deletions (it takes memory rows only,
+    no tenant lock). Part of the expiry sweep's run."""
+    now = now or timezone.now()
+    batch_size, _ = sweep_sizes(batch_size, None)
+    with transaction.atomic():
+        if not sweep_lock("expired_turns_unembed"):
+            return SweepResult(skipped=True)
+        turns = embedtext.turns_after_expired(since=now - EXPIRED_TURNS_LOOKBACK, now=now, limit=batch_size)
+        turns_unembed(turns)
+    return SweepResult(processed=len(turns), more=len(turns) >= batch_size, ids=[pk for pk, _ in turns])
 
 
 # --- Confidence decay ----------------------------------------------------------------------
