@@ -113,3 +113,50 @@ def test_a_read_of_facts_walks_the_smaller_of_its_group_graph_and_the_kinds_grap
                 assert len(contents) == 5 and all(found in c for c in contents), (kinds, contents)
     finally:
         retrieval.forget_graph_sizes()
+
+
+def _estimated_read_rows(caller, flt: RetrievalFilter) -> float:  # type: ignore[no-untyped-def]
+    """The planner's row estimate for the read's own filter (``retrieval._where``)
+    with its tenant's graph group, as the vector channel's statement names them."""
+    where, params = retrieval._where(caller, flt)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"EXPLAIN (FORMAT JSON) SELECT m.id FROM memory_memory m WHERE {where} AND {GRAPH_GROUP_SQL}", params
+        )
+        plan = cursor.fetchone()[0]
+    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"]
+
+
+NAMESPACED = 200
+
+
+def test_a_namespace_only_its_tenant_uses_is_estimated_at_its_own_rows(owner_connection):
+    """langmem keeps a user's memories under ("memories", <user>), a namespace
+    no other tenant has. Counted as independent conditions, tenant x kind x
+    namespace shrank such a namespace to a tenth of its rows, and the planner
+    sorted all of them instead of walking the facts' graph. With the
+    namespace statistics (migration 0047) the estimate is the namespace's, for
+    the namespace itself and for its prefixes; a namespace nobody uses still
+    estimates near zero (so a rare one keeps the exact sort)."""
+    alice = make_identity("ns-stats-alice", "member").caller
+    bob = make_identity("ns-stats-bob", "member").caller
+    for who, user in ((alice, "alice"), (bob, "bob")):
+        for i in range(NAMESPACED):
+            fact_store(
+                caller=who, subject=None, predicate=None, content=f"note {i} of {user}", namespace=("memories", user)
+            )
+        episodes_store_bulk(
+            caller=who, episodes=[{"content": f"turn {i} of {user}", "butler": "general"} for i in range(ROWS)]
+        )
+    owner_connection.execute("ANALYZE memory_memory")
+    now = timezone.now()
+    reads = {
+        "namespace": RetrievalFilter(kinds=["fact"], now=now, namespace=("memories", "alice")),
+        "prefix of depth 2": RetrievalFilter(kinds=["fact"], now=now, namespace_prefix=("memories", "alice")),
+        "prefix of depth 1": RetrievalFilter(kinds=["fact"], now=now, namespace_prefix=("memories",)),
+    }
+    for name, flt in reads.items():
+        estimated = _estimated_read_rows(alice, flt)
+        assert estimated >= NAMESPACED / 2, (name, estimated)
+    nobody = RetrievalFilter(kinds=["fact"], now=now, namespace_prefix=("memories", "nobody"))
+    assert _estimated_read_rows(alice, nobody) < NAMESPACED / 10
