@@ -26,7 +26,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from django.conf import settings
 from mcp_types import CallToolResult, TextContent
@@ -217,21 +217,36 @@ def item(memory: Any, score: float | None = None, *, with_score: bool = True) ->
 
 
 Content = Annotated[str, Field(max_length=settings.MEMPROJ["MAX_CONTENT_CHARS"])]
+# The longest action there is, with room: a longer one is refused before a
+# refusal could quote it.
+ACTION_MAX_CHARS = 20
+# LangMem's action is a Literal of the permitted actions with a default: a
+# string, never null. Which strings depends on the connection (adapt_tools
+# advertises them); the tool refuses the others in upstream's words, which name
+# only the permitted ones.
+MANAGE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "content": {
+            "anyOf": [{"type": "string", "maxLength": settings.MEMPROJ["MAX_CONTENT_CHARS"]}, {"type": "null"}],
+            "default": None,
+            "description": "Content for a new or updated memory.",
+        },
+        "action": {"type": "string", "maxLength": ACTION_MAX_CHARS, "description": "What to do with the memory."},
+        "id": {
+            "anyOf": [{"type": "string", "maxLength": 100}, {"type": "null"}],
+            "default": None,
+            "description": "MEMORY ID of an existing memory (update or delete).",
+        },
+    },
+}
 
 
-@dialect.tool(writes=True)
-def manage_memory(
-    content: Annotated[Content | None, Field(description="Content for a new or updated memory.")] = None,
-    action: Annotated[
-        Literal["create", "update", "delete"] | None, Field(description="What to do with the memory.")
-    ] = None,
-    id: Annotated[
-        str | None, Field(max_length=100, description="MEMORY ID of an existing memory (update or delete).")
-    ] = None,
-) -> str:
+@dialect.tool(writes=True, input_schema=MANAGE_SCHEMA)
+def manage_memory(content: Content | None = None, action: str | None = None, id: str | None = None) -> str:
     """Create, update, or delete a memory to persist across conversations."""
     config = connection_config(dialect.options())
-    chosen = action or ns.default_action(config.actions)
+    chosen = ns.default_action(config.actions) if action is None else action
     try:
         ns.check_manage_call(chosen, config.actions, id)
     except ValueError as exc:
