@@ -99,7 +99,7 @@ def last_exchange(transcript_path: str) -> tuple[str, str, str]:
     """(last user prompt, the assistant's text after it, the transcript's tail) from Claude Code's JSONL.
     Read a line at a time (a long session's transcript is not held whole); a
     byte that is not UTF-8 is read as U+FFFD, not a reason to record nothing."""
-    user, assistant = "", []
+    user, assistant = "", list[str]()
     tail: deque[str] = deque()
     kept = 0
     try:
