@@ -86,6 +86,9 @@ def boundary_where(caller: Caller, use_tags: Sequence[str]) -> tuple[str, dict]:
 # their real share and the HNSW scan is kept; a namespace that really is rare
 # still estimates small and gets the exact scan, which is the faster plan there
 # and the only complete one (an iterative scan stops at hnsw.max_scan_tuples).
+# The namespace statistics (migration 0047) count tenant, kind, namespace and its
+# slices of depth 1 to 3 together, so both disjuncts are estimated at the rows the
+# tenant has there, not at the namespace's share of every tenant's rows.
 # Without iterative scans (pgvector < 0.8) the slice stays alone: there an HNSW
 # scan would return only the prefix's share of the ef_search nearest rows.
 _NS_PREFIX_SLICE = "m.namespace[1:%(ns_depth)s] = %(ns_prefix)s::varchar[]"
