@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -200,10 +201,38 @@ def web(host: str | None = None, port: int | None = None) -> None:
     )
 
 
+def address_in_use(host: str, port: int) -> str | None:
+    """Why the web process could not bind ``host:port`` (as uvicorn binds it,
+    with SO_REUSEADDR), or None when it could."""
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memproj.settings.base")
     from django.conf import settings
 
+    # Checked before any child starts: with the port taken (most often by a
+    # running make run) the web process could only fail and be restarted
+    # again and again, while this worker and a second beat (which sends every
+    # periodic task twice) ran beside the other stack's.
+    problem = address_in_use(settings.MEMPROJ_HOST, settings.MEMPROJ_PORT)
+    if problem is not None:
+        print(
+            f"memproj: cannot serve on {settings.MEMPROJ_HOST}:{settings.MEMPROJ_PORT} ({problem}): is another "
+            "make run or server using it? Stop it, or set PORT to a free port; nothing started.",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(2)
     supervisor = Supervisor(commands_for(os.geteuid()), backoff_max=read("MEMPROJ_RESTART_BACKOFF_MAX"))
     supervisor.log(f"admin at http://127.0.0.1:{settings.MEMPROJ_PORT}/admin/, MCP at /mcp/<toolset>/")
     if os.geteuid() == 0:
