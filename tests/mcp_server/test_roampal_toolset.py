@@ -42,7 +42,7 @@ async def test_tool_list_and_seed_descriptions(member, mcp_client_for):
     assert insights.startswith("You have outcome-based persistent memory that learns across sessions.")
     assert "MEMORY HYGIENE (your responsibility):" in insights
     assert insights.index("YOUR ROLE:") < insights.index("MEMORY HYGIENE") < insights.index("WORKFLOW:")
-    assert "score ≥0.9 + 3 uses + 5 proven successes → patterns (permanent)" in insights
+    assert "score ≥0.9 + uses ≥3 + 5 proven successes → patterns (permanent)" in insights
     search = tools["search_memory"].description
     assert search.index("READING RESULTS:") < search.index("VERIFICATION USE:")
     score = tools["score_response"].description

@@ -36,14 +36,14 @@ SELF-AUDIT: Review any memory_bank items in KNOWN CONTEXT.
 If any look outdated, wrong, or redundant, use update_memory or
 delete_memory to clean them up. Good assistants maintain their own memory."""
 
-# roampal v0.3.5's get_context_insights description (its system overview, with `uses ≥3` for patterns),
+# roampal v0.3.5's get_context_insights description (its system overview, with its audit's `uses ≥3` for patterns),
 # and its memory-hygiene section after YOUR ROLE.
 GET_CONTEXT_INSIGHTS = """\
 You have outcome-based persistent memory that learns across sessions.
 
 HOW IT WORKS:
 Your memories are scored every time they surface. Scores drive the lifecycle:
-• working (new, 24h) → score ≥0.7 + 2 uses → history (30d) → score ≥0.9 + 3 uses + 5 proven successes → patterns (permanent)
+• working (new, 24h) → score ≥0.7 + 2 uses → history (30d) → score ≥0.9 + uses ≥3 + 5 proven successes → patterns (permanent)
 • Score drops below 0.4 → demoted. Below 0.2 → deleted.
 • memory_bank: permanent facts you store manually (not outcome-scored — ranked by importance × confidence, with Wilson weighting blended into ranking after 3 uses)
 • books: reference documents (not scored, permanent)
