@@ -14,6 +14,7 @@ plain HTTP surface (/api/pce/<tool>)."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -179,11 +180,44 @@ def _audit(tool: str, **payload: Any) -> None:
     api.tool_call_audit(caller=dialect.caller(), tool=tool, payload=payload)
 
 
+# The spec's date-time (RFC 3339), an evidence's `at`; a leap second is one too.
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def _date_time(value: object) -> bool:
+    if not isinstance(value, str) or _DATE_TIME.fullmatch(value) is None:
+        return False
+    seconds = value[17:19].replace("60", "59")
+    try:
+        datetime.fromisoformat(value[:17] + seconds + value[19:].upper().replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
+def _claim_kind(memory: Any) -> str:
+    """The claim kind a memory shows with: the one pce stored, else by its core kind.
+    Another dialect's metadata (a LangGraph item's attributes, an imported store's
+    column) may carry any `claim_kind`; the spec's claim has one of four."""
+    kind = api.claim_kind_of(memory)
+    if kind in schemas.KINDS:
+        return kind
+    return "policy_hint" if memory.kind == "rule" else "fact"
+
+
+def _provenance(memory: Any) -> dict[str, Any] | None:
+    """The claim's provenance object. pce's upsert checked the one it stored, but
+    another dialect's metadata may hold any JSON under that key (a LangGraph
+    item's attribute), and a read that took it for an object failed whole."""
+    provenance = memory.metadata.get("provenance") if isinstance(memory.metadata, dict) else None
+    return provenance if isinstance(provenance, dict) and provenance else None
+
+
 def _claim(memory: Any, ids: Mapping[uuid.UUID, str]) -> dict[str, Any]:
     return {
         "id": ids[memory.id],
         "text": memory.content,
-        "kind": api.claim_kind_of(memory),
+        "kind": _claim_kind(memory),
         "scope": api.claim_scope_of(memory.scope),
         "boundary_class": memory.boundary_class,
         "created_at": memory.created_at.isoformat(),
@@ -192,17 +226,19 @@ def _claim(memory: Any, ids: Mapping[uuid.UUID, str]) -> dict[str, Any]:
 
 
 def _evidences(memory: Any, ids: Mapping[uuid.UUID, str]) -> list[dict[str, Any]]:
-    provenance = memory.metadata.get("provenance") or {}
-    if not provenance:
+    """The provenance as the spec's evidence: `at` only when it is a date-time and
+    `source_id` only when it is text (the git commit, else the URL)."""
+    provenance = _provenance(memory)
+    if provenance is None:
         return []
     evidence: dict[str, Any] = {"id": ids[memory.id], "source_type": "provenance", "snippet": memory.content[:200]}
-    if provenance.get("at"):
+    if _date_time(provenance.get("at")):
         evidence["at"] = provenance["at"]
-    git = provenance.get("git") or {}
-    if git.get("commit"):
-        evidence["source_id"] = git["commit"]
-    elif provenance.get("url"):
-        evidence["source_id"] = provenance["url"]
+    git = provenance.get("git")
+    commit = git.get("commit") if isinstance(git, dict) else None
+    source = commit if isinstance(commit, str) and commit else provenance.get("url")
+    if isinstance(source, str) and source:
+        evidence["source_id"] = source
     return [evidence]
 
 
@@ -269,7 +305,7 @@ def activate(
         "expires_at": context.expires_at.isoformat(),
         "has_more": page.has_more,
         "policy_version": caller.policy.version,
-        "provenance": [p for item in page.items if (p := item.memory.metadata.get("provenance"))],
+        "provenance": [p for item in page.items if (p := _provenance(item.memory)) is not None],
         "scoring_params": {
             "alpha": retrieval.alpha,
             "k_txt": retrieval.k_txt,
