@@ -2,7 +2,10 @@
 against upstream's code where the notes are silent (each test says which).
 
 - The system overview's lifecycle names the patterns criterion ``uses ≥3``
-  (the notes' audit fix: "Added `uses ≥3` to lifecycle description")."""
+  (the notes' audit fix: "Added `uses ≥3` to lifecycle description").
+- ``NN% proven`` in a KNOWN CONTEXT line is the Wilson lower bound, shown from
+  0.7 (upstream's ``get_context_for_injection``): the notes call Wilson the
+  measure of "more proven useful"; a memory scored once is not proven."""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ import json
 
 import pytest
 from django.test import Client as DjangoClient
+
+from memory.models import Memory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,3 +43,26 @@ async def test_the_lifecycle_names_uses_at_least_3_for_patterns(member, mcp_clie
         "→ patterns (permanent)"
     )
     assert line in overview.splitlines()
+
+
+# --- Feature 1: the KNOWN CONTEXT line's "NN% proven" ---------------------------------------------
+
+
+async def test_proven_is_the_wilson_lower_bound_from_70_percent(member, mcp_client_for):
+    async with mcp_client_for(member, "roampal") as client:
+        _, once = await text_call(client, "record_response", key_takeaway="Deploys run through make release")
+        _, tried = await text_call(client, "record_response", key_takeaway="Deploys need a signed release tag")
+        await text_call(client, "score_response", outcome="unknown", memory_scores={once["id"]: "worked"})
+        # Wilson(10, 10) = 0.7225: proven; Wilson(6, 10) = 0.3127: used often, not proven.
+        await Memory.objects.filter(content="Key takeaway: Deploys need a signed release tag").aupdate(
+            applied_count=10, success_count=10.0, outcome_score=0.95
+        )
+        text, _ = await text_call(client, "get_context_insights", query="how do deploys run?")
+        await Memory.objects.filter(content="Key takeaway: Deploys need a signed release tag").aupdate(
+            success_count=6.0
+        )
+        later, _ = await text_call(client, "get_context_insights", query="how do deploys run?")
+    # Scored worked once: score 0.9, Wilson 0.2065, not "90% proven".
+    assert f"[id:{once['id']}] (0m, working)" in text, text
+    assert f"[id:{tried['id']}] (0m, 72% proven, working)" in text, text
+    assert f"[id:{tried['id']}] (0m, working)" in later, later

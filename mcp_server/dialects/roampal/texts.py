@@ -23,6 +23,10 @@ permanent facts with add_to_memory_bank.
 
 CONTENT_HINT_CHARS = 30  # the content hint of the OpenCode scoring reference
 CONTEXT_CONTENT_CHARS = 500  # a KNOWN CONTEXT line's content, at most
+# A KNOWN CONTEXT line says "NN% proven" from this Wilson lower bound on (roampal
+# v0.3.5's get_context_for_injection): proven means proven useful over its uses,
+# so a memory scored "worked" once (Wilson 0.21) is not, whatever its score.
+PROVEN_WILSON = 0.7
 
 PREAMBLE = (
     "You have persistent memory about this user via Roampal. Scored memories include Wilson confidence and "
@@ -321,14 +325,15 @@ def line_text(memory: Any) -> str:
 
 
 def context_line(hit: api.CollectionHit, now: datetime | None = None) -> str:
-    """KNOWN CONTEXT line: `• {content} [id:{doc_id}] ({age}, {NN% proven, }{collection})`."""
+    """KNOWN CONTEXT line: `• {content} [id:{doc_id}] ({age}, {NN% proven, }{collection})`,
+    NN the Wilson lower bound in percent (truncated, as upstream), from PROVEN_WILSON."""
     m = hit.memory
     content = line_text(m)
     if len(content) > CONTEXT_CONTENT_CHARS:
         content = content[: CONTEXT_CONTENT_CHARS - 3] + "..."
     parts = [age(m.created_at, now)]
-    if hit.collection not in ("memory_bank", "books") and m.applied_count > 0:
-        parts.append(f"{round(m.outcome_score * 100)}% proven")
+    if hit.wilson >= PROVEN_WILSON:
+        parts.append(f"{int(hit.wilson * 100)}% proven")
     parts.append(hit.collection)
     return f"• {content} [id:{hit.id}] ({', '.join(parts)})"
 
