@@ -8,8 +8,11 @@ appended when that turn is short enough to go in whole (``PREVIOUS_CHARS``):
 an exchange of short turns. After a long answer (a short user question
 following an assistant's page, as in LongMemEval) the turn is embedded alone:
 ``ctx1`` appends the answer's first characters too, and ranked worse there
-(bench/quality.py --embed-text ctx1). A turn long enough to fill the model's
-window itself is embedded alone; facts, rules and episodes without a session
+(bench/quality.py --embed-text ctx1). The previous turn goes in only while it
+is retrievable (within its TTL) and of the turn's own boundary class
+(``_SHAREABLE``: a reader who may see the turn but not the previous one must
+not find the turn by the previous one's words). A turn long enough to fill the
+model's window itself is embedded alone; facts, rules and episodes without a session
 are embedded as stored. The stored content never changes: only the text given
 to the embedder does. The turn comes first because the model truncates at 256
 tokens.
@@ -37,6 +40,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.db.models import Q
+
+from policy.document import DEFAULT_BOUNDARY_CLASS
 
 # ctx1short: ctx1 only when the previous turn is short enough to go in whole
 # (at most PREVIOUS_CHARS): an exchange of short turns, not a short question
@@ -95,17 +100,40 @@ def embedding_text(content: str, *, kind: str, previous: str | None = None, vers
 # An episode's previous turn is the latest active episode of its session before
 # it, by (created_at, id); its text goes in only while that turn is within its
 # TTL (a turn past it has left retrieval: what left must not be found through
-# the turn after it). The turn after an episode is the inverse: the first
-# active episode of its session after it (``following_turns``). One index probe
-# each (memory_session_turn_idx, migration 0031, holds exactly the active
-# episodes of sessions).
+# the turn after it) and only when it is of the turn's own boundary class
+# (``_SHAREABLE``). The turn after an episode is the inverse: the first active
+# episode of its session after it (``following_turns``). One index probe each
+# (memory_session_turn_idx, migration 0031, holds exactly the active episodes
+# of sessions).
 _LIVE = "({alias}.expires_at IS NULL OR {alias}.expires_at > {now})"
 
+# A turn's vector is found by every reader who may see the turn, so a previous
+# turn's text goes into it only when every such reader may see that turn too,
+# with the same redaction: otherwise a reader who may not see a secret turn
+# finds the reply after it by the secret's words. Which reader sees which class
+# is the tenant policy's (policy/boundary.py), and a policy may open any class
+# to any use tag, redact any class, deny any class (``public`` too), and change
+# at any time without the vectors being made again. The one rule that holds
+# for every policy, now and after any change, is the same class: two memories
+# of one class are seen by exactly the same reads, redacted alike. (A "least
+# restricted" class would depend on the policy of the moment.) The turns of an
+# ordinary session share their class, so their texts are as without the rule.
+_SHAREABLE = "{previous}.boundary_class = {turn_class}"
+
+# The same conditions on a previous turn ``p`` of a row ``m`` of an UPDATE, for
+# a vector whose text holds ``p``: written only if ``p`` may still go in.
+PREVIOUS_SHAREABLE_SQL = (
+    f"{_LIVE.format(alias='p', now='now()')} AND {_SHAREABLE.format(previous='p', turn_class='m.boundary_class')}"
+)
+
+
 _PREVIOUS_SQL = f"""
-    SELECT m.id, prev.id, CASE WHEN {_LIVE.format(alias="prev", now="now()")} THEN prev.content END
+    SELECT m.id, prev.id,
+        CASE WHEN {_LIVE.format(alias="prev", now="now()")}
+            AND {_SHAREABLE.format(previous="prev", turn_class="m.boundary_class")} THEN prev.content END
     FROM memory_memory m
     LEFT JOIN LATERAL (
-        SELECT p.id, p.content, p.expires_at FROM memory_memory p
+        SELECT p.id, p.content, p.expires_at, p.boundary_class FROM memory_memory p
         WHERE p.tenant_id = m.tenant_id AND p.kind = 'episode' AND p.session_id = m.session_id
           AND p.session_id <> '' AND p.validity = 'active'
           AND (p.created_at, p.id) < (m.created_at, m.id)
@@ -143,10 +171,10 @@ def previous_turns(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[uui
 # index probe each (memory_session_turn_idx, whose predicate the planner
 # proves only from the spelled-out session_id <> '').
 _LATEST_SQL = """
-    SELECT s.session_id, latest.content
+    SELECT s.session_id, latest.content, latest.boundary_class
     FROM unnest(%s::text[]) AS s(session_id)
     JOIN LATERAL (
-        SELECT content, expires_at FROM memory_memory
+        SELECT content, expires_at, boundary_class FROM memory_memory
         WHERE tenant_id = %s AND kind = 'episode' AND session_id = s.session_id AND session_id <> ''
           AND validity = 'active'
         ORDER BY created_at DESC, id DESC
@@ -155,32 +183,50 @@ _LATEST_SQL = """
 """
 
 
-def latest_turns(*, tenant_id: uuid.UUID, session_ids: Collection[str]) -> dict[str, str]:
-    """Content of each session's latest stored episode (sessions without one,
-    or whose latest is past its TTL, are left out), for episodes about to be
-    stored into them."""
+def latest_turns(
+    *, tenant_id: uuid.UUID, session_ids: Collection[str], boundary_class: str = DEFAULT_BOUNDARY_CLASS
+) -> dict[str, str]:
+    """Content of each session's latest stored episode, for episodes of
+    ``boundary_class`` about to be stored into them. A session is left out
+    when it has none, when its latest is past its TTL, or when its latest may
+    not go into the text of a turn of that class (``_SHAREABLE``)."""
     wanted = sorted(sid for sid in session_ids if sid)
     if not wanted or text_version() == "plain":
         return {}
     with connection.cursor() as cursor:
         cursor.execute(_LATEST_SQL, [wanted, tenant_id])
-        return dict(cursor.fetchall())
+        # ``_SHAREABLE`` on a turn not stored yet.
+        return {session: content for session, content, its_class in cursor.fetchall() if its_class == boundary_class}
 
 
 def texts_for_new_episodes(
-    *, tenant_id: uuid.UUID, episodes: Sequence[tuple[str, str]], latest: dict[str, str] | None = None
+    *,
+    tenant_id: uuid.UUID,
+    episodes: Sequence[tuple[str, str]],
+    latest: dict[str, str] | None = None,
+    boundary_class: str = DEFAULT_BOUNDARY_CLASS,
 ) -> list[str]:
-    """The texts to embed for episodes about to be stored in this order, given
-    as (content, session_id): an episode's previous turn is the one before it
-    in the list, or for the first of its session the session's latest stored
-    episode. ``latest`` carries each session's last turn from one batch of a
-    stream to the next (the batch before may not be committed yet), and is
-    updated with this batch's."""
+    """The texts to embed for episodes of ``boundary_class`` about to be
+    stored in this order, given as (content, session_id): an episode's
+    previous turn is the one before it in the list (of the same class), or for
+    the first of its session the session's latest stored episode when it may
+    go in (``latest_turns``). ``latest`` carries each session's last turn from
+    one batch of a stream to the next (the batch before may not be committed
+    yet), and is updated with this batch's.
+
+    Made before the write's transaction: the write checks under its lock that
+    they are still the texts it would make (``texts_still_current``)."""
     version = text_version()
     if version == "plain":
         return [content for content, _ in episodes]
     latest = {} if latest is None else latest
-    latest.update(latest_turns(tenant_id=tenant_id, session_ids={sid for _, sid in episodes} - latest.keys()))
+    latest.update(
+        latest_turns(
+            tenant_id=tenant_id,
+            session_ids={sid for _, sid in episodes} - latest.keys(),
+            boundary_class=boundary_class,
+        )
+    )
     texts = []
     for content, session_id in episodes:
         previous = latest.get(session_id) if session_id else None
@@ -188,6 +234,26 @@ def texts_for_new_episodes(
         if session_id:
             latest[session_id] = content
     return texts
+
+
+def texts_still_current(
+    *,
+    tenant_id: uuid.UUID,
+    episodes: Sequence[tuple[str, str]],
+    texts: Sequence[str],
+    boundary_class: str = DEFAULT_BOUNDARY_CLASS,
+) -> list[bool]:
+    """For texts ``texts_for_new_episodes`` made before the write's
+    transaction: whether each is still the text it makes now. Called under the
+    tenant's write lock, which every forget, supersession and store takes: a
+    previous turn forgotten, replaced or past its TTL since then must not be
+    written into the new turn's vector (the turn is stored pending instead,
+    and the worker embeds it from what is visible). One index probe per
+    session; nothing for the plain version."""
+    if text_version() == "plain":
+        return [True] * len(texts)
+    now = texts_for_new_episodes(tenant_id=tenant_id, episodes=episodes, boundary_class=boundary_class)
+    return [then == current for then, current in zip(texts, now, strict=True)]
 
 
 def texts_for_embedding(rows: Sequence[tuple[uuid.UUID, str, str]]) -> list[str]:

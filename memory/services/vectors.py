@@ -44,12 +44,12 @@ def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
         raise
     # One statement for the whole batch. Conditional on the same content (an
     # edit in between wins over a stale vector), on the row still waiting, and
-    # on the same previous turn, still retrievable if the text holds it: a turn
-    # forgotten, replaced or expired while the model ran must not be written
-    # into the vector of the turn after it (that turn stays pending and is
-    # embedded again from what is visible then). The row locks come first, in
-    # a statement of their own, so the UPDATE sees whatever the writer that
-    # held them committed.
+    # on the same previous turn, still retrievable and of the turn's boundary
+    # class if the text holds it: a turn forgotten, replaced, expired or
+    # reclassified while the model ran must not be written into the vector of
+    # the turn after it (that turn stays pending and is embedded again from
+    # what is visible then). The row locks come first, in a statement of their
+    # own, so the UPDATE sees whatever the writer that held them committed.
     rows = ", ".join(["(%s::uuid, %s, %s::vector, %s, %s::uuid, %s)"] * len(pending))
     params: list[Any] = []
     for (pk, _, digest, kind, session_id), vector, (_, previous, holds) in zip(pending, vectors, inputs, strict=True):
@@ -66,8 +66,7 @@ def memory_embed_batch(*, memory_ids: Sequence[uuid.UUID]) -> int:
             WHERE m.id = v.id AND m.content_hash = v.content_hash AND m.embedding_status <> 'ready'
               AND (v.previous IS NULL OR v.previous IS NOT DISTINCT FROM {embedtext.PREVIOUS_ID_SQL})
               AND (NOT v.holds OR EXISTS (
-                SELECT 1 FROM memory_memory p
-                WHERE p.id = v.previous AND (p.expires_at IS NULL OR p.expires_at > now())
+                SELECT 1 FROM memory_memory p WHERE p.id = v.previous AND {embedtext.PREVIOUS_SHAREABLE_SQL}
               ))
             """,  # noqa: S608 - only placeholders and a constant are spliced in
             [timezone.now(), *params],
