@@ -52,28 +52,54 @@ class _Embedding:
     error: str = ""
 
 
-def _embed_for_store(content: str, *, kind: str, caller: Caller | None = None, session_id: str = "") -> _Embedding:
+_PENDING = _Embedding(None, EmbeddingStatus.PENDING, "")
+
+
+def _embed_for_store(content: str, *, kind: str, text: str | None = None, session_id: str = "") -> _Embedding:
     """Embed before the transaction opens. A failure never loses the write: the
     memory is stored keyword-searchable and marked pending for the worker.
-    What is embedded is memory.embedtext's text (an episode of a session with
-    its previous turn under a contextual text version: one index probe)."""
+    What is embedded is memory.embedtext's text: ``text`` (an episode of a
+    session with its previous turn under a contextual text version,
+    ``_episode_text``), else the content as that kind is embedded."""
     if settings.MEMPROJ["EMBED_MODE"] == "async":
         return _Embedding(None, EmbeddingStatus.PENDING, "")
     embedder = get_embedder()
-    if kind == Kind.EPISODE and caller is not None:
-        text = embedtext.texts_for_new_episodes(tenant_id=caller.tenant_id, episodes=[(content, session_id)])[0]
-    else:
-        text = embedtext.embedding_text(content, kind=kind)
     try:
         # Any failure (load error, bad JSON, timeout, open breaker) arrives as
         # EmbeddingUnavailable with a bounded wait: the write is kept pending.
         return _Embedding(
-            embedder.embed_document(text),
+            embedder.embed_document(text if text is not None else embedtext.embedding_text(content, kind=kind)),
             EmbeddingStatus.READY,
             embedtext.embedding_identity(embedder.model_name, in_session=embedtext.in_session(kind, session_id)),
         )
     except EmbeddingUnavailable as exc:
         return _Embedding(None, EmbeddingStatus.PENDING, "", str(exc)[:2000])
+
+
+def _episode_text(caller: Caller, content: str, session_id: str) -> str:
+    """The text to embed for a new episode of the caller, of the class its
+    rows default to (one index probe for an episode of a session)."""
+    return embedtext.texts_for_new_episodes(tenant_id=caller.tenant_id, episodes=[(content, session_id)])[0]
+
+
+def _embeddings_still_current(
+    caller: Caller,
+    episodes: Sequence[tuple[str, str]],
+    texts: Sequence[str],
+    embeddings: Sequence[_Embedding],
+) -> list[_Embedding]:
+    """Under the tenant's write lock, for new episodes given as (content,
+    session_id) in the order they are stored and the texts their vectors were
+    made from before it: a vector whose text is no longer the episode's (its
+    previous turn was forgotten, replaced or expired meanwhile) is dropped,
+    the episode stored pending for the worker, which embeds it from what is
+    visible then. Nothing is asked when no episode of a session has a vector;
+    else one index probe per session."""
+    ready = [e.status == EmbeddingStatus.READY for e in embeddings]
+    if not any(session and vector for (_, session), vector in zip(episodes, ready, strict=True)):
+        return list(embeddings)
+    current = embedtext.texts_still_current(tenant_id=caller.tenant_id, episodes=episodes, texts=texts)
+    return [e if same else _PENDING for e, same in zip(embeddings, current, strict=True)]
 
 
 def _after_commit(memory: Memory) -> None:
@@ -183,8 +209,12 @@ def episode_store(
         metadata=metadata,
         ttl=ttl,
     )
-    embedding = _embed_for_store(values["content"], kind=Kind.EPISODE, caller=caller, session_id=values["session_id"])
+    episode = (values["content"], values["session_id"])
+    text = values["content"] if settings.MEMPROJ["EMBED_MODE"] == "async" else _episode_text(caller, *episode)
+    embedding = _embed_for_store(values["content"], kind=Kind.EPISODE, text=text, session_id=values["session_id"])
     with transaction.atomic():
+        tenant_write_lock(caller.tenant_id)  # taken by _new_memory too: the text is checked under it
+        (embedding,) = _embeddings_still_current(caller, [episode], [text], [embedding])
         memory = _new_memory(
             caller=caller,
             kind=Kind.EPISODE,
@@ -271,12 +301,12 @@ def _episode_texts(caller: Caller, validated: Sequence[Mapping[str, Any]], lates
 
 def _episodes_embed(texts: Sequence[str], session_ids: Sequence[str], *, embed: bool) -> list[_Embedding]:
     if not embed:
-        return [_Embedding(None, EmbeddingStatus.PENDING, "") for _ in session_ids]
+        return [_PENDING for _ in session_ids]
     return _embed_many_for_store(texts, session_ids)
 
 
 def _episodes_write(
-    caller: Caller, validated: Sequence[Mapping[str, Any]], embeddings: Sequence[_Embedding]
+    caller: Caller, validated: Sequence[Mapping[str, Any]], embeddings: Sequence[_Embedding], texts: Sequence[str]
 ) -> list[Memory]:
     rows = [
         _memory_row(caller=caller, kind=Kind.EPISODE, embedding=embedding, **values)
@@ -289,6 +319,15 @@ def _episodes_write(
     dated = {row.pk: (now + timedelta(microseconds=index), None) for index, row in enumerate(rows)}
     new = memories_new(caller=caller, rows=rows, dated=dated)
     with transaction.atomic():
+        tenant_write_lock(caller.tenant_id)  # taken by memories_insert too: the texts are checked under it
+        checked = _embeddings_still_current(
+            caller, [(v["content"], v["session_id"]) for v in validated], texts, embeddings
+        )
+        for index, (made, kept) in enumerate(zip(embeddings, checked, strict=True)):
+            if kept is not made:  # rare: its values were built before the lock
+                row = rows[index]
+                row.embedding, row.embedding_status, row.embedding_model = None, kept.status, kept.model
+                new.values[index] = _copy_values([row], dated)[0]
         memories_insert(caller=caller, new=new)
     return rows
 
@@ -305,7 +344,7 @@ def episodes_store_bulk(*, caller: Caller, episodes: Sequence[Mapping[str, Any]]
     validated = _episodes_validated(caller, episodes)
     texts = _episode_texts(caller, validated, {}) if embed else []
     sessions = [v["session_id"] for v in validated]
-    return _episodes_write(caller, validated, _episodes_embed(texts, sessions, embed=embed))
+    return _episodes_write(caller, validated, _episodes_embed(texts, sessions, embed=embed), texts)
 
 
 def episodes_store_batches(
@@ -323,7 +362,7 @@ def episodes_store_batches(
     # Each session's last turn so far in this stream: the next batch's texts
     # are made while this one is still being written.
     latest: dict[str, str] = {}
-    ahead: tuple[list[dict[str, Any]], Future[list[_Embedding]]] | None = None
+    ahead: tuple[list[dict[str, Any]], Future[list[_Embedding]], list[str]] | None = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bulk-embed") as pool:
         while True:
             error: Exception | None = None
@@ -336,11 +375,12 @@ def episodes_store_batches(
                     following = (
                         validated,
                         pool.submit(_episodes_embed, texts, [v["session_id"] for v in validated], embed=embed),
+                        texts,
                     )
             except Exception as exc:  # noqa: BLE001 - raised once the batch before it is stored
                 error = exc
             if ahead is not None:
-                yield _episodes_write(caller, ahead[0], ahead[1].result())
+                yield _episodes_write(caller, ahead[0], ahead[1].result(), ahead[2])
             if error is not None:
                 raise error
             if following is None:
