@@ -5,7 +5,9 @@ against upstream's code where the notes are silent (each test says which).
   (the notes' audit fix: "Added `uses ≥3` to lifecycle description").
 - ``NN% proven`` in a KNOWN CONTEXT line is the Wilson lower bound, shown from
   0.7 (upstream's ``get_context_for_injection``): the notes call Wilson the
-  measure of "more proven useful"; a memory scored once is not proven."""
+  measure of "more proven useful"; a memory scored once is not proven.
+- The KNOWN CONTEXT preamble comes before the block ("The context below..."),
+  whose header is followed by the memories, as every example in the notes has it."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import json
 import pytest
 from django.test import Client as DjangoClient
 
+from mcp_server.dialects.roampal import texts
 from memory.models import Memory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,3 +69,22 @@ async def test_proven_is_the_wilson_lower_bound_from_70_percent(member, mcp_clie
     assert f"[id:{once['id']}] (0m, working)" in text, text
     assert f"[id:{tried['id']}] (0m, 72% proven, working)" in text, text
     assert f"[id:{tried['id']}] (0m, working)" in later, later
+
+
+# --- Feature 1 / Feature 4: the block -------------------------------------------------------------
+
+
+def test_the_preamble_comes_before_the_known_context_block(member):
+    post(member, "/api/hooks/get-context", {"query": "q", "conversation_id": "c"})
+    from memory import api
+
+    fact = api.memory_bank_store(caller=member.caller, content="User deploys with make release", always_inject=True)
+    answer = post(member, "/api/hooks/get-context", {"query": "how to deploy", "conversation_id": "c"}).json()
+    expected = (
+        texts.PREAMBLE
+        + "\n\n═══ KNOWN CONTEXT ═══\n"
+        + f"• User deploys with make release [id:{api.display_id(fact)}] (0m, memory_bank)\n"
+        + "═══ END CONTEXT ═══"
+    )
+    assert answer["context_only"] == expected
+    assert answer["formatted_injection"] == expected

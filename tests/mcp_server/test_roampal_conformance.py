@@ -54,7 +54,8 @@ def test_context_only_is_the_known_context_block_without_the_scoring_prompt(memb
     fid = api.display_id(fact)
     first = post(member, "/api/hooks/get-context", {"query": "how to deploy", "conversation_id": "c"}).json()
     assert isinstance(first["context_only"], str)
-    assert first["context_only"].startswith("═══ KNOWN CONTEXT ═══\nYou have persistent memory about this user")
+    assert first["context_only"].startswith("You have persistent memory about this user")
+    assert "you DO remember.\n\n═══ KNOWN CONTEXT ═══\n• " in first["context_only"]
     assert first["context_only"].endswith("═══ END CONTEXT ═══")
     assert f"• User deploys with make release [id:{fid}] (0m, memory_bank)" in first["context_only"]
     assert first["context_only"] == first["formatted_injection"]  # no scoring turn: the same text
@@ -62,7 +63,7 @@ def test_context_only_is_the_known_context_block_without_the_scoring_prompt(memb
     second = post(member, "/api/hooks/get-context", {"query": "deploy again", "conversation_id": "c"}).json()
     assert second["scoring_required"] is True and second["scoring_prompt"]
     context = second["context_only"]
-    assert context.startswith("═══ KNOWN CONTEXT ═══") and "<roampal-score-required>" not in context
+    assert context.startswith("You have persistent memory") and "<roampal-score-required>" not in context
     assert second["formatted_injection"] == second["scoring_prompt"] + "\n\n" + context
 
 

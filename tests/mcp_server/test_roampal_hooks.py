@@ -153,11 +153,12 @@ def test_get_context_answers_upstream_shape_and_scoring_prompt(member):
     }
     fid = api.display_id(fact)
     assert first["scoring_required"] is False and first["scoring_exchange"] is None
-    assert first["formatted_injection"].startswith("═══ KNOWN CONTEXT ═══\nYou have persistent memory about this user")
+    assert first["formatted_injection"].startswith("You have persistent memory about this user")
+    assert "you DO remember.\n\n═══ KNOWN CONTEXT ═══\n• " in first["formatted_injection"]
     assert f"• User deploys with make release [id:{fid}] (0m, memory_bank)" in first["formatted_injection"]
     post(member, "/api/hooks/stop", {"conversation_id": "c", "user_message": "how?", "assistant_response": "make"})
     second = post(member, "/api/hooks/get-context", {"query": "thanks", "conversation_id": "c"}).json()
-    assert second["scoring_required"] is True and second["context_only"].startswith("═══ KNOWN CONTEXT ═══")
+    assert second["scoring_required"] is True and second["context_only"].startswith("You have persistent memory")
     assert second["scoring_exchange"] == {"user": "how to deploy", "assistant": "make"}
     assert second["scoring_memories"] == [
         {"id": fid, "content": "User deploys with make release", "content_hint": "User deploys with make release"}
@@ -233,7 +234,7 @@ async def test_five_turn_session_through_the_claude_code_hooks(http_server, memb
 
     # Turn 1: the memory is injected with its id; nothing to score yet.
     injected = await sync_to_async(prompt)("How do I deploy the service?")
-    assert injected.startswith("═══ KNOWN CONTEXT ═══") and f"[id:{wid}] (" in injected
+    assert injected.startswith("You have persistent memory") and f"[id:{wid}] (" in injected
     assert "<roampal-score-required>" not in injected
     assert await sync_to_async(answer)("How do I deploy the service?", "Run make release on the build host.") == ""
 

@@ -339,10 +339,12 @@ def context_line(hit: api.CollectionHit, now: datetime | None = None) -> str:
 
 
 def known_context_block(context: api.KnownContext, now: datetime | None = None) -> str:
+    """The preamble, then the block: its header followed by the memories, as
+    every block in roampal v0.3.5's release notes reads ("The context below...")."""
     lines = [context_line(h, now) for h in (*context.user_facts, *context.relevant)]
     if not lines:
         return ""
-    return "═══ KNOWN CONTEXT ═══\n" + PREAMBLE + "\n\n" + "\n".join(lines) + "\n═══ END CONTEXT ═══"
+    return PREAMBLE + "\n\n═══ KNOWN CONTEXT ═══\n" + "\n".join(lines) + "\n═══ END CONTEXT ═══"
 
 
 def scores_template(ids: Iterable[str]) -> str:
