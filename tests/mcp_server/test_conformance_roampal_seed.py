@@ -7,14 +7,18 @@ against upstream's code where the notes are silent (each test says which).
   0.7 (upstream's ``get_context_for_injection``): the notes call Wilson the
   measure of "more proven useful"; a memory scored once is not proven.
 - The KNOWN CONTEXT preamble comes before the block ("The context below..."),
-  whose header is followed by the memories, as every example in the notes has it."""
+  whose header is followed by the memories, as every example in the notes has it.
+- A memory's ``created_at`` and ``age`` are the time ``days_back`` and the
+  ``created_at`` filter select on and recency sorts by."""
 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.test import Client as DjangoClient
+from django.utils import timezone
 
 from mcp_server.dialects.roampal import texts
 from memory.models import Memory
@@ -88,3 +92,29 @@ def test_the_preamble_comes_before_the_known_context_block(member):
     )
     assert answer["context_only"] == expected
     assert answer["formatted_injection"] == expected
+
+
+# --- Feature 2: created_at and age are the time days_back selects on ------------------------------
+
+
+async def test_created_at_and_age_are_the_time_days_back_filters_on(member, mcp_client_for):
+    """A memory dated when it happened (an import keeps upstream's created_at;
+    a butlers fact its valid_at) shows that date, the one days_back and the
+    created_at filter select on, not when the row was written."""
+    async with mcp_client_for(member, "roampal") as client:
+        _, note = await text_call(client, "record_response", key_takeaway="The release train leaves on Tuesdays")
+        happened = timezone.now() - timedelta(days=10)
+        await Memory.objects.filter(content__endswith="leaves on Tuesdays").aupdate(occurred_at=happened)
+        _, recent = await text_call(client, "search_memory", days_back=3)
+        text, wide = await text_call(client, "search_memory", days_back=30)
+        _, by_filter = await text_call(
+            client, "search_memory", query="release train", metadata={"created_at": happened.date().isoformat()}
+        )
+        context, _ = await text_call(client, "get_context_insights", query="when does the release train leave?")
+    assert recent["count"] == 0
+    shown = wide["results"][0]
+    assert shown["id"] == note["id"] and shown["age"] == "10d"
+    assert shown["created_at"] == happened.isoformat()
+    assert f"1. [working] (10d, s:0.70, w:0.50, 0 uses) [id:{note['id']}]" in text
+    assert by_filter["results"][0]["created_at"] == happened.isoformat()
+    assert f"[id:{note['id']}] (10d, working)" in context

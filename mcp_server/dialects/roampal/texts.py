@@ -267,6 +267,14 @@ def memory_text(memory: Any) -> str:
     return f"{subject} {predicate}: {memory.content}"
 
 
+def created_at(memory: Any) -> datetime:
+    """roampal's created_at of a memory: when it happened (``occurred_at``: an
+    import keeps upstream's created_at there, a butlers fact its valid_at), the
+    time ``days_back`` and the ``created_at`` filter select on and recency sorts
+    by, so that a memory shows the date it was found by."""
+    return memory.occurred_at or memory.created_at
+
+
 def shape(hit: api.CollectionHit, now: datetime | None = None) -> dict[str, Any]:
     """roampal v0.3.5's normalized memory, as a dict (optional keys absent, not null)."""
     m = hit.memory
@@ -274,8 +282,8 @@ def shape(hit: api.CollectionHit, now: datetime | None = None) -> dict[str, Any]
         "id": hit.id,
         "collection": hit.collection,
         "content": memory_text(m),
-        "created_at": m.created_at.isoformat(),
-        "age": age(m.created_at, now),
+        "created_at": created_at(m).isoformat(),
+        "age": age(created_at(m), now),
         "score": round(m.outcome_score, 4),
         "wilson_score": round(hit.wilson, 4),
         "uses": m.applied_count,
@@ -300,7 +308,7 @@ def result_line(number: int, hit: api.CollectionHit, now: datetime | None = None
     """`1. [patterns] (2d, s:0.72, w:0.68, 8 uses, [YY~N]) [id:patterns_abc123] ...` /
     `1. [memory_bank] (5d, imp:0.9, conf:0.8) [id:memory_bank_abc123] ...`."""
     m = hit.memory
-    parts = [age(m.created_at, now)]
+    parts = [age(created_at(m), now)]
     if hit.collection == "memory_bank":
         parts += [f"imp:{m.importance / 10:.1f}", f"conf:{m.confidence:.1f}"]
     elif hit.collection != "books":
@@ -331,7 +339,7 @@ def context_line(hit: api.CollectionHit, now: datetime | None = None) -> str:
     content = line_text(m)
     if len(content) > CONTEXT_CONTENT_CHARS:
         content = content[: CONTEXT_CONTENT_CHARS - 3] + "..."
-    parts = [age(m.created_at, now)]
+    parts = [age(created_at(m), now)]
     if hit.wilson >= PROVEN_WILSON:
         parts.append(f"{int(hit.wilson * 100)}% proven")
     parts.append(hit.collection)
