@@ -9,7 +9,9 @@ against upstream's code where the notes are silent (each test says which).
 - The KNOWN CONTEXT preamble comes before the block ("The context below..."),
   whose header is followed by the memories, as every example in the notes has it.
 - A memory's ``created_at`` and ``age`` are the time ``days_back`` and the
-  ``created_at`` filter select on and recency sorts by."""
+  ``created_at`` filter select on and recency sorts by.
+- Ages past a month read in months and past a year in years (upstream's
+  ``_humanize_age``)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import json
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.test import Client as DjangoClient
 from django.utils import timezone
 
@@ -118,3 +121,23 @@ async def test_created_at_and_age_are_the_time_days_back_filters_on(member, mcp_
     assert f"1. [working] (10d, s:0.70, w:0.50, 0 uses) [id:{note['id']}]" in text
     assert by_filter["results"][0]["created_at"] == happened.isoformat()
     assert f"[id:{note['id']}] (10d, working)" in context
+
+
+# --- ages: months and years (upstream _humanize_age) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("days", "shown"), [(30, "30d"), (31, "1mo"), (45, "1mo"), (365, "12mo"), (366, "1y"), (800, "2y")]
+)
+def test_ages_past_a_month_read_in_months_and_past_a_year_in_years(days, shown):
+    now = timezone.now()
+    assert texts.age(now - timedelta(days=days, minutes=1), now) == shown
+
+
+async def test_an_old_memory_bank_fact_shows_its_age_in_years(member, mcp_client_for):
+    async with mcp_client_for(member, "roampal") as client:
+        with time_machine.travel(timezone.now() - timedelta(days=400)):
+            _, fact = await text_call(client, "add_to_memory_bank", content="User's first language is Portuguese")
+        text, found = await text_call(client, "search_memory", query="first language Portuguese")
+    assert found["results"][0]["age"] == "1y"
+    assert f"1. [memory_bank] (1y, imp:0.7, conf:0.7) [id:{fact['id']}]" in text

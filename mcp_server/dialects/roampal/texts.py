@@ -241,12 +241,19 @@ BLOCK_MESSAGE = (
 
 
 def age(when: datetime, now: datetime | None = None) -> str:
+    """`5m`, `5h`, `5d`; past 30 days in months of 30 days, past 365 in years,
+    as roampal v0.3.5's normalize_memory writes it (`2mo`, `1y`)."""
     seconds = max(0.0, ((now or timezone.now()) - when).total_seconds())
     if seconds < 3600:
         return f"{int(seconds // 60)}m"
     if seconds < 86400:
         return f"{int(seconds // 3600)}h"
-    return f"{int(seconds // 86400)}d"
+    days = int(seconds // 86400)
+    if days > 365:
+        return f"{days // 365}y"
+    if days > 30:
+        return f"{days // 30}mo"
+    return f"{days}d"
 
 
 MARKS = {"worked": "Y", "partial": "~", "failed": "N", "unknown": "?"}
