@@ -9,6 +9,7 @@ Admin reads; every write is a service call. Tenant access is decided in
 from __future__ import annotations
 
 import csv
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 from django.urls import reverse
 from django.utils.functional import cached_property
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from memory.errors import MemoryError_
 from memory.models import Memory, MemoryEvent
@@ -228,6 +229,28 @@ def memory_anchor(memory_id: uuid.UUID | None) -> str:
         return "-"
     url = reverse("admin:memory_memory_change", args=[memory_id])
     return format_html('<a href="{}">{}</a>', url, str(memory_id)[:8])
+
+
+# --- what agents wrote, shown beside the admin's own words -------------------------------------
+# Unicode's explicit direction controls (embeddings, overrides and their end,
+# isolates): one in an agent's text reorders what follows it on the same line,
+# the admin's words and the next tag or JSON member included.
+BIDI_CONTROLS = {ord(c): f"\\u{ord(c):04x}" for c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"}
+
+
+def json_text(value: Any) -> str:
+    """JSON as stored (a memory's metadata, an event's payload), with direction
+    controls written as JSON escapes: the same JSON, and a key or value cannot
+    turn the members after it around on the page."""
+    return json.dumps(value, ensure_ascii=False, indent=None).translate(BIDI_CONTROLS)
+
+
+def isolated_list(values: Any) -> str:
+    """A list of agents' labels (a memory's tags), each isolated from the others."""
+    items = list(values or [])
+    if not items:
+        return "-"
+    return format_html_join(", ", '<bdi class="mp-text">{}</bdi>', ((item,) for item in items))
 
 
 # A spreadsheet reads a cell starting with one of these as a formula (or, for

@@ -18,6 +18,7 @@ from memory.admin.common import (
     TenantFilter,
     actor_label,
     csv_response,
+    json_text,
     memory_anchor,
     with_actor_labels,
 )
@@ -111,9 +112,11 @@ class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMi
         "actor_principal_id",
         "token",
         "actor_token_id",
-        "payload",
+        "payload_json",
         "created_at",
     )
+    # Only these: the payload is shown as JSON (payload_json), not also as the model's field.
+    fields = readonly_fields
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
         term = (search_term or "").strip()
@@ -123,6 +126,10 @@ class MemoryEventAdmin(NoCountListMixin, ReadOnlyAdminMixin, TenantScopedAdminMi
             return queryset.filter(memory_id=uuid.UUID(term)), False
         except ValueError:
             return queryset.filter(event_type=term), False
+
+    @admin.display(description="payload")
+    def payload_json(self, obj: MemoryEvent) -> str:
+        return json_text(obj.payload)
 
     @admin.display(description="memory")
     def memory_link(self, obj: MemoryEvent) -> str:

@@ -24,6 +24,8 @@ from memory.admin.common import (
     NoCountListMixin,
     TenantFilter,
     csv_response,
+    isolated_list,
+    json_text,
     run_bulk,
     run_review,
     with_actor_labels,
@@ -160,7 +162,10 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
                 )
             },
         ),
-        ("Partition", {"fields": ("scope", "namespace", "butler", "session_id", "tags", "source", "metadata")}),
+        (
+            "Partition",
+            {"fields": ("scope", "namespace", "butler", "session_id", "tag_list", "source", "metadata_json")},
+        ),
         (
             "Lifecycle",
             {
@@ -210,6 +215,14 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
     def short_content(self, obj: Memory) -> str:
         text = obj.content if len(obj.content) <= 90 else obj.content[:87] + "..."
         return text
+
+    @admin.display(description="tags")
+    def tag_list(self, obj: Memory) -> str:
+        return isolated_list(obj.tags)
+
+    @admin.display(description="metadata")
+    def metadata_json(self, obj: Memory) -> str:
+        return json_text(obj.metadata)
 
     @admin.display(description="kind", ordering="kind")
     def kind_and_maturity(self, obj: Memory) -> str:
@@ -335,6 +348,8 @@ class MemoryAdmin(NoCountListMixin, TenantScopedAdminMixin, admin.ModelAdmin):
         events = with_actor_labels(
             list(MemoryEvent.objects.filter(tenant_id=obj.tenant_id, memory_id=obj.pk).order_by("-id")[:200])
         )
+        for event in events:
+            event.payload_json = json_text(event.payload)  # type: ignore[attr-defined]
         return {
             "memory": obj,
             "scores": {

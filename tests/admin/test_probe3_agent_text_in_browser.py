@@ -1,7 +1,10 @@
 """Probe 3, in a real browser (headless Debian chromium, Playwright): what an
 agent wrote is shown whole and in its place. A memory of one word of 16,000
 characters (a subject, a tag, a metadata value of hundreds) widened the review
-page by some 180,000 px, and a read-only field's row cut its text off."""
+page by some 180,000 px, and a read-only field's row cut its text off; a
+direction override (U+202E) in a memory's text, a tag or a metadata value
+turned the admin's own words after it around (the supersession chain's date,
+the next tag, the next JSON member)."""
 
 from __future__ import annotations
 
@@ -29,6 +32,32 @@ TOO_WIDE = """() => {
             .slice(0, 5)
             .map(e => `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().width)} px`),
     };
+}"""
+
+# Each text holding a direction control: the text after it, up to the end of the
+# box its reordering stops at (a block, a table cell, or an isolating element
+# such as <bdi>), must be empty; otherwise the admin's own words are reordered.
+REORDERED = r"""() => {
+    const controls = /[\u202a-\u202e\u2066-\u2069]/;
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    const found = [];
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        if (!controls.test(node.data)) continue;
+        let box = node.parentElement;
+        while (box !== document.body) {
+            const style = getComputedStyle(box);
+            if (!style.display.startsWith('inline') || style.unicodeBidi.includes('isolate')
+                || style.unicodeBidi === 'plaintext') break;
+            box = box.parentElement;
+        }
+        const after = document.createRange();
+        after.setStartAfter(node);
+        after.setEnd(box, box.childNodes.length);
+        const rest = after.toString().trim();
+        const text = JSON.stringify(node.data.slice(-20));
+        if (rest) found.push(`${box.tagName}.${box.className}: ${text} then ${JSON.stringify(rest.slice(0, 40))}`);
+    }
+    return found;
 }"""
 
 
@@ -85,5 +114,42 @@ def test_one_long_word_widens_no_page(chromium, live_server, admin_a, browser_en
             page.goto(f"{live_server.url}/admin/memory/memory/{newer.pk}/change/")
             assert page.inner_text("#mp-content") == "N" * 16_000
             assert page.inner_text(".field-content div.readonly") == "N" * 16_000
+        finally:
+            browser.close()
+
+
+def test_a_direction_override_turns_round_only_the_agents_own_text(chromium, live_server, admin_a, browser_env):  # noqa: F811
+    from playwright.sync_api import sync_playwright
+
+    caller = admin_a.caller
+    override = "\u202e"
+    subject, predicate = f"deploy{override}", f"day{override}"
+    older = fact_store(
+        caller=caller,
+        subject=subject,
+        predicate=predicate,
+        content=f"Deploys happen on Tuesdays {override}",
+        tags=[f"ops{override}", "billing"],
+        metadata={"note": f"see{override}", "owner": "alice"},
+    ).memory
+    newer = fact_store(
+        caller=caller, subject=subject, predicate=predicate, content=f"Deploys happen on Thursdays {override}"
+    ).memory
+    rule = rule_store(caller=caller, content=f"Never deploy on Fridays {override}")
+    conflict = ConflictCandidate.objects.create(
+        tenant=admin_a.tenant, memory=newer, other=rule, kind="contradiction", similarity=0.5, reason=f"why{override}"
+    )
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS, headless=True)
+        try:
+            page = log_in(browser, live_server, admin_a.user.username)
+            for url in review_pages(live_server, newer, older, conflict):
+                assert page.goto(url).status == 200, url
+                assert page.evaluate(REORDERED) == [], url
+            # The text itself is kept: the override is in the page, the metadata's as its JSON escape.
+            page.goto(f"{live_server.url}/admin/memory/memory/{older.pk}/change/")
+            assert page.inner_text(".field-tag_list div.readonly") == f"ops{override}, billing"
+            assert page.inner_text(".field-metadata_json div.readonly") == '{"note": "see\\u202e", "owner": "alice"}'
         finally:
             browser.close()
