@@ -175,10 +175,12 @@ def query_options(query_string: bytes | str) -> Mapping[str, str]:
     bytes are read as the ASGI scope carries them (latin-1; the options
     themselves are percent-encoded UTF-8). A percent-encoded byte that is not
     UTF-8 stays a lone surrogate (surrogateescape) for the dialect to refuse:
-    decoded with replacement, %FF and %FE were both U+FFFD, one value."""
+    decoded with replacement, %FF and %FE were both U+FFFD, one value. A
+    blank parameter (``?tenant=``, a bare ``?tenant``) is an option too, so
+    that an endpoint taking none refuses it rather than never seeing it."""
     if isinstance(query_string, bytes):
         query_string = query_string.decode("latin-1")
-    return dict(parse_qsl(query_string, errors="surrogateescape"))
+    return dict(parse_qsl(query_string, keep_blank_values=True, errors="surrogateescape"))
 
 
 class DialectFailure(ToolError):

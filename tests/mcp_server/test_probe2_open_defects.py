@@ -63,7 +63,6 @@ def test_roampal_routes_refuse_missing_credentials_before_the_body(http_server, 
     assert _status_before_the_body_ends(http_server, path, None) == 401
 
 
-@pytest.mark.xfail(strict=True, reason="mcp_server/dialect.py query_options drops a blank query parameter")
 @pytest.mark.parametrize("query", ["tenant=", "tenant"])
 def test_a_blank_tenant_parameter_is_refused_not_ignored(http_server, member, query):  # noqa: F811
     headers = {"Authorization": f"Bearer {member.token}"}
