@@ -75,6 +75,8 @@ WRITES = frozenset({"activate", "upsert", "feedback", "policy.apply"})
 # The spec: feedback is idempotent per (claim_id, ts_bucket); a bucket is one
 # UTC minute, so a client's retry within the minute is applied once.
 FEEDBACK_BUCKET_SECONDS = 60
+# The places of a claim's score: those the ranking orders by.
+SCORE_PLACES = 12
 ACTIVE_CONTEXT_PREFIX = "ac_"
 CLAIM_PREFIX = "clm_"
 # The import that keeps pce-memory's claim ids (manage.py import_memories --from pce).
@@ -245,7 +247,11 @@ def _evidences(memory: Any, ids: Mapping[uuid.UUID, str]) -> list[dict[str, Any]
 def _scored(item: Any, include_meta: bool, ids: Mapping[uuid.UUID, str]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "claim": _claim(item.memory, ids),
-        "score": round(item.score, 6),
+        # To the places the ranking orders by (memory.selectors.activation._order):
+        # two scores equal at fewer places but ordered by the hidden digits
+        # showed a tie broken against created_at, where the spec breaks ties
+        # by created_at descending.
+        "score": round(item.score, SCORE_PLACES),
         "evidences": _evidences(item.memory, ids),
         "reason": item.reason,
     }
