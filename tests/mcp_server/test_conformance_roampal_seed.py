@@ -11,11 +11,13 @@ against upstream's code where the notes are silent (each test says which).
 - A memory's ``created_at`` and ``age`` are the time ``days_back`` and the
   ``created_at`` filter select on and recency sorts by.
 - Ages past a month read in months and past a year in years (upstream's
-  ``_humanize_age``)."""
+  ``_humanize_age``).
+- get_context_insights refuses an empty query (upstream: "'query' is required")."""
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -25,6 +27,7 @@ from django.utils import timezone
 
 from mcp_server.dialects.roampal import texts
 from memory.models import Memory
+from tests.conftest import call_error
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,3 +144,15 @@ async def test_an_old_memory_bank_fact_shows_its_age_in_years(member, mcp_client
         text, found = await text_call(client, "search_memory", query="first language Portuguese")
     assert found["results"][0]["age"] == "1y"
     assert f"1. [memory_bank] (1y, imp:0.7, conf:0.7) [id:{fact['id']}]" in text
+
+
+# --- get_context_insights: a query is required ----------------------------------------------------
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+async def test_get_context_insights_refuses_an_empty_query(member, mcp_client_for, query):
+    async with mcp_client_for(member, "roampal") as client:
+        await text_call(client, "add_to_memory_bank", content="User's name is Ada", always_inject=True)
+        assert await call_error(client, "get_context_insights", query=query) == "Error: 'query' is required"
+        text, _ = await text_call(client, "get_context_insights", query="who am I?")
+    assert re.search(r"• User's name is Ada \[id:memory_bank_[0-9a-f]{12}\] \(0m, memory_bank\)", text)

@@ -134,6 +134,9 @@ Tag = Annotated[str, Field(max_length=64)]
 def get_context_insights(
     query: Annotated[str, Field(max_length=2000, description="What the user asked (the topic to recall).")],
 ) -> Annotated[CallToolResult, ContextResult]:
+    if not query.strip():
+        # roampal v0.3.5 answers an empty query so, rather than the always-injected facts alone.
+        raise dialect.failure("INVALID_ARGUMENT", "'query' is required")
     caller = dialect.caller()
     now = timezone.now()
     context = api.known_context(caller=caller, query=query)
