@@ -321,9 +321,14 @@ def following_turns(
 ) -> list[tuple[uuid.UUID, uuid.UUID]]:
     """The (id, tenant id) of the turns whose vector may hold one of these
     memories as its previous turn, for memories about to leave retrieval (a
-    forget, a supersession, a purge): the active episodes of sessions among
-    them (of ``tenant_id`` when given), each followed by a retrievable turn
-    that stays. One statement."""
+    forget, a supersession, a roampal deletion, a purge): the active episodes
+    of sessions among them (of ``tenant_id`` when given), each followed by a
+    retrievable turn that stays. One statement.
+
+    The turn after is found whatever the two turns' boundary classes: a vector
+    made before ``_SHAREABLE`` held a previous turn of any class. A write that
+    changes a turn's class must re-embed the turn after it (found here) and the
+    turn itself (whose previous turn may go in or out)."""
     if tenant_id is None:
         return _following(memory_ids, now, condition="")
     return _following(memory_ids, now, condition="AND t.tenant_id = %(tenant)s", tenant=tenant_id)

@@ -19,7 +19,9 @@ from datetime import datetime
 from enum import StrEnum
 
 from memory import scoring
+from memory.embedtext import following_turns
 from memory.models import Collection, Kind, Maturity, Memory, Validity
+from memory.services.vectors import turns_unembed
 
 
 class Signal(StrEnum):
@@ -105,11 +107,17 @@ def signal_apply(memory: Memory, signal: Signal, now: datetime) -> tuple[list[st
     return fields + maturity_set(memory, after, now), before
 
 
-def collection_apply(memory: Memory, now: datetime) -> tuple[list[str], str | None]:
+def collection_apply(memory: Memory, now: datetime, *, unembed_next_turn: bool = True) -> tuple[list[str], str | None]:
     """roampal v0.3.5's lifecycle for one memory of a collection (not saved): promotion,
     demotion or deletion by its learned score, uses and successes. Returns the
     changed fields and the collection it left (None: nothing moved). Deletion is
-    memproj's forget: the row is retracted (retrieval-excluded, audited)."""
+    memproj's forget: the row is retracted (retrieval-excluded, audited), and,
+    as ``memory_forget`` does, the turn after it in its session (a working or
+    history memory of a conversation) loses the vector made with its text and
+    is embedded again (``vectors.turns_unembed``), inside the caller's
+    transaction, which holds the tenant's write lock and the memory's row; a
+    caller that deletes many at once passes ``unembed_next_turn=False`` and
+    does it for all of them (``collections.collections_lifecycle``)."""
     before = memory.collection
     target = scoring.collection_next(
         collection=before,
@@ -121,6 +129,9 @@ def collection_apply(memory: Memory, now: datetime) -> tuple[list[str], str | No
     if target is None:
         return [], None
     if target == scoring.DELETED:
+        if unembed_next_turn:
+            # Read while the row is still active in the database (saved by the caller).
+            turns_unembed(following_turns(memory_ids=[memory.pk], now=now, tenant_id=memory.tenant_id))
         memory.validity = Validity.RETRACTED
         return ["validity"], before
     fields = ["collection", "kind", "expires_at", "maturity"]

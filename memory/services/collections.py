@@ -22,15 +22,15 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from memory import scoring, validation
+from memory import embedtext, scoring, validation
 from memory.errors import InvalidArgument, NotFound
-from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, collection_of
+from memory.models import Collection, EmbeddingStatus, Exchange, Kind, Memory, Validity, collection_of
 from memory.outcomes import collection_apply
 from memory.selectors.collections import collection_get
 from memory.selectors.memories import CONTINUED_IN, CONTINUES, exchange_parts
 from memory.services.events import EventType, event_append
 from memory.services.feedback import collection_event
-from memory.services.locks import memories_tenant_write_lock, tenant_write_lock
+from memory.services.locks import memories_tenant_write_lock, memory_rows_lock, tenant_write_lock
 from memory.services.memories import (
     episode_store,
     fact_store,
@@ -43,6 +43,7 @@ from memory.services.memories import (
 from memory.services.quotas import quota_ingest_check
 from memory.services.sweeps import SweepResult
 from memory.services.system import system_caller
+from memory.services.vectors import turns_unembed
 from policy.caller import Caller
 
 BUTLER = "roampal"
@@ -579,11 +580,24 @@ def collections_lifecycle(*, now: datetime | None = None, batch_size: int | None
     with transaction.atomic():
         ids = list(due.order_by("created_at", "id").values_list("pk", flat=True)[:batch_size])
         memories_tenant_write_lock(ids)
+        # The turns after them, whose vectors hold their text as a previous
+        # turn's (those after the ones deleted lose them below): under the
+        # tenant locks no turn is stored, forgotten or replaced until this
+        # commits, so they are read first and locked with the memories, in one
+        # primary-key order, as memory_forget locks them.
+        memory_rows_lock([*ids, *(turn for turn, _ in embedtext.following_turns(memory_ids=ids, now=now))])
         # Read again under the locks: a forget may have committed meanwhile.
+        changed: list[tuple[Memory, list[str], str]] = []
         for memory in due.filter(pk__in=ids).without_vectors().select_for_update().order_by("pk"):
-            fields, before = collection_apply(memory, now)
-            if before is None:
-                continue
+            fields, before = collection_apply(memory, now, unembed_next_turn=False)
+            if before is not None:
+                changed.append((memory, fields, before))
+        # Deletion is a forget (memory_forget): the turns after the deleted
+        # ones are embedded again without them. Read before the rows are saved
+        # retracted; one statement each, for the whole batch.
+        deleted = [memory.pk for memory, _, _ in changed if memory.validity == Validity.RETRACTED]
+        turns_unembed(embedtext.following_turns(memory_ids=deleted, now=now))
+        for memory, fields, before in changed:
             memory.save(update_fields=[*fields, "updated_at"])
             collection_event(
                 caller=system_caller(memory.tenant_id), memory=memory, before=before, reason="lifecycle sweep"

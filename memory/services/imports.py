@@ -70,9 +70,10 @@ from memory.models import (
 from memory.selectors.aliases import alias_targets
 from memory.services.events import EventType, NewEvent, caller_event, events_append
 from memory.services.graph import EntityInput, canonical_key_for
-from memory.services.locks import tenant_write_lock
+from memory.services.locks import memory_rows_lock, tenant_write_lock
 from memory.services.memories import memories_insert, memories_new, require_write
 from memory.services.quotas import tenant_memory_count
+from memory.services.vectors import turns_unembed
 from policy.caller import Caller
 from policy.document import BOUNDARY_CLASSES, DEFAULT_BOUNDARY_CLASS
 
@@ -720,6 +721,17 @@ class _Importer:
             if old in targets and new in targets and targets[old] != targets[new]
         ]
         with transaction.atomic():
+            # A replaced turn leaves retrieval as a forgotten one does: the
+            # turns after the active ones it replaces are embedded again
+            # without them (``memory_supersede``). Under the tenant's write
+            # lock no turn is stored, forgotten or replaced until this commits;
+            # they are locked with the replaced rows, in primary-key order.
+            tenant_write_lock(self.caller.tenant_id)
+            following = embedtext.following_turns(
+                memory_ids=[old for old, _ in pairs], now=timezone.now(), tenant_id=self.caller.tenant_id
+            )
+            if following:
+                memory_rows_lock([*(old for old, _ in pairs), *(turn for turn, _ in following)])
             for old_pk, new_pk in pairs:
                 changed = (
                     Memory.objects.for_caller(self.caller)
@@ -729,6 +741,7 @@ class _Importer:
                     .update(validity=Validity.SUPERSEDED, superseded_by_id=new_pk)
                 )
                 self.report.superseded_links += changed
+            turns_unembed(following)
 
     def _graph_checked(
         self, entities: Sequence[ImportedEntity], relations: Sequence[ImportedRelation]
