@@ -10,8 +10,10 @@ tests cover it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import import_module
 
+from django.http import HttpResponse
 from django.urls import URLPattern, URLResolver, include, path
 
 from mcp_server.dialect import Dialect
@@ -51,3 +53,14 @@ def dialect_body_limits() -> dict[str, int]:
         if d.routes:
             limits.update(getattr(import_module(d.routes), "body_limits", {}))
     return limits
+
+
+def dialect_unauthenticated_answers() -> dict[str, Callable[[str], HttpResponse]]:
+    """The 401 each dialect route answers a request whose ``Authorization``
+    header (the argument) names no caller (path -> answer), so that the router
+    refuses it before the body is read."""
+    answers: dict[str, Callable[[str], HttpResponse]] = {}
+    for d in TOOLSETS.values():
+        if d.routes:
+            answers.update(getattr(import_module(d.routes), "unauthenticated_answers", {}))
+    return answers

@@ -16,6 +16,7 @@ A dialect's per-connection options (langmem's ``namespace`` and
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -137,6 +138,12 @@ def _unauthenticated(dialect: Any, header: str) -> HttpResponse:
     response = _error(dialect, "PERMISSION_DENIED", "send Authorization: Bearer <token>.", 401)
     response["WWW-Authenticate"] = "Bearer"
     return response
+
+
+async def route_credentials_refusal(unauthenticated: Callable[[str], HttpResponse], header: str) -> HttpResponse | None:
+    """``unauthenticated(header)``, a dialect route's own 401, unless the
+    header names a caller (``credentials_refusal`` for the dialects' own routes)."""
+    return None if await _caller(header) is not None else unauthenticated(header)
 
 
 async def credentials_refusal(toolset: str, header: str) -> HttpResponse | None:

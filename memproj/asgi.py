@@ -48,8 +48,8 @@ from mcp_server.http import (  # noqa: E402
     request_id_problem,
     storage_failure,
 )
-from mcp_server.registry import TOOLSETS, dialect_body_limits  # noqa: E402
-from mcp_server.rest import credentials_refusal  # noqa: E402
+from mcp_server.registry import TOOLSETS, dialect_body_limits, dialect_unauthenticated_answers  # noqa: E402
+from mcp_server.rest import credentials_refusal, route_credentials_refusal  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 from memory.admin.imports import import_body_limits  # noqa: E402
 from memory.embeddings import warm_up  # noqa: E402
@@ -294,24 +294,33 @@ def as_refusal(response: HttpResponse) -> Refusal:
     return response.status_code, response.content, response["Content-Type"], headers
 
 
+# The dialects' own routes (roampal's hooks, langmem's store): path -> their 401.
+_ROUTE_UNAUTHENTICATED = dialect_unauthenticated_answers()
+
+
 async def rest_credentials_refusal(scope: Scope) -> Refusal | None:
-    """The 401 of a ``POST /api/<toolset>/<tool>`` without valid credentials,
-    answered before Django runs: Django reads the whole body before any view,
-    so the route's own check would wait for a body that may never come. The
-    same answer the route gives (``mcp_server.rest.credentials_refusal``);
-    None for any other request, a valid token, or a store the token look-up
-    cannot reach (the route answers that: 503)."""
+    """The 401 of a ``POST /api/<toolset>/<tool>`` or of a dialect's own route
+    without valid credentials, answered before Django runs: Django reads the
+    whole body before any view, so the route's own check would wait for a body
+    that may never come, holding a connection for anyone without a token. The
+    same answer the route gives (``mcp_server.rest.credentials_refusal``, the
+    route's ``unauthenticated_answers``); None for any other request, a valid
+    token, or a store the token look-up cannot reach (the route answers that: 503)."""
     path: str = scope.get("path", "")
     if scope.get("method") != "POST" or not path.startswith("/api/"):
         return None
+    header = authorization_header(scope)
     try:
-        match = resolve(path)
-    except Resolver404:
-        return None
-    if match.url_name != "tool_call":
-        return None  # a dialect's own route (roampal's hooks, langmem's store) authenticates its own way
-    try:
-        response = await credentials_refusal(str(match.kwargs["toolset"]), authorization_header(scope))
+        if path in _ROUTE_UNAUTHENTICATED:
+            response = await route_credentials_refusal(_ROUTE_UNAUTHENTICATED[path], header)
+        else:
+            try:
+                match = resolve(path)
+            except Resolver404:
+                return None
+            if match.url_name != "tool_call":
+                return None
+            response = await credentials_refusal(str(match.kwargs["toolset"]), header)
     except Exception as exc:
         if storage_failure(exc):
             return None

@@ -191,6 +191,18 @@ def langmem_store(request: HttpRequest) -> HttpResponse:
         return _error("INTERNAL", "unexpected internal error; it has been logged.", 500)
 
 
+def unauthenticated(header: str) -> HttpResponse:
+    """The 401 of a request whose ``Authorization`` header names no caller: a
+    refused token is told so, a missing one is asked for."""
+    if bearer_token(header):
+        refused = _error("INVALID_TOKEN", CREDENTIALS_REFUSED, 401)
+        refused["WWW-Authenticate"] = REFUSED_CHALLENGE
+        return refused
+    missing = _error("UNAUTHENTICATED", "send Authorization: Bearer <token>.", 401)
+    missing["WWW-Authenticate"] = "Bearer"
+    return missing
+
+
 def _handle(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         response = _error("METHOD_NOT_ALLOWED", "use POST.", 405)
@@ -198,14 +210,8 @@ def _handle(request: HttpRequest) -> HttpResponse:
         return response
     header = request.headers.get("Authorization", "")
     caller = bearer_caller(header)
-    if caller is None and bearer_token(header):
-        refused = _error("INVALID_TOKEN", CREDENTIALS_REFUSED, 401)
-        refused["WWW-Authenticate"] = REFUSED_CHALLENGE
-        return refused
     if caller is None:
-        missing = _error("UNAUTHENTICATED", "send Authorization: Bearer <token>.", 401)
-        missing["WWW-Authenticate"] = "Bearer"
-        return missing
+        return unauthenticated(header)
     if not caller.may_use_toolset(langmem.dialect.name):
         return _error("PERMISSION_DENIED", "this token is not allowed to use the 'langmem' toolset.", 403)
     too_large = _error("PAYLOAD_TOO_LARGE", f"the body exceeds {MAX_BODY} bytes.", 413)
@@ -262,3 +268,5 @@ def _results(caller: Caller, ops: list[dict[str, Any]]) -> JsonResponse:
 urlpatterns = [
     path("api/langmem/store/", langmem_store, name="langmem_store"),
 ]
+# The route's 401, which the router answers before the body is read.
+unauthenticated_answers = {"/api/langmem/store/": unauthenticated}

@@ -80,18 +80,24 @@ def _error(status: int, message: str, code: str = INVALID, **headers: str) -> Js
     return response
 
 
+def unauthenticated(header: str) -> JsonResponse:
+    """The 401 of a request whose ``Authorization`` header names no caller: a
+    refused token is told so, a missing one is asked for."""
+    if bearer_token(header):
+        return _error(401, CREDENTIALS_REFUSED, REFUSED, **{"WWW-Authenticate": REFUSED_CHALLENGE})
+    return _error(
+        401,
+        "send Authorization: Bearer <token> (a memproj API token).",
+        UNAUTHENTICATED,
+        **{"WWW-Authenticate": "Bearer"},
+    )
+
+
 def _caller(request: HttpRequest) -> Caller | JsonResponse:
     header = request.headers.get("Authorization", "")
     caller = bearer_caller(header)
-    if caller is None and bearer_token(header):
-        return _error(401, CREDENTIALS_REFUSED, REFUSED, **{"WWW-Authenticate": REFUSED_CHALLENGE})
     if caller is None:
-        return _error(
-            401,
-            "send Authorization: Bearer <token> (a memproj API token).",
-            UNAUTHENTICATED,
-            **{"WWW-Authenticate": "Bearer"},
-        )
+        return unauthenticated(header)
     if not caller.may_use_toolset(TOOLSET):
         return _error(403, "this token is not allowed to use the roampal toolset.", "PERMISSION_DENIED")
     return caller
@@ -445,3 +451,5 @@ urlpatterns = [
 body_limits = {"/api/ingest": INGEST_BODY_LIMIT}
 # Every route's error body, for what is refused before it runs (a rate limit).
 route_errors = {f"/{route.pattern}": error_body for route in urlpatterns}
+# Every route's 401, which the router answers before the body is read.
+unauthenticated_answers = {f"/{route.pattern}": unauthenticated for route in urlpatterns}

@@ -1,20 +1,14 @@
-"""Defects found by probing whose fix lies outside the files of the probe that
-found them: each pinned by a strict xfail, to be lifted with the fix.
+"""Two refusals a probe found missing, each answered where the request enters:
 
-1. A request without valid credentials to roampal's hook routes (and langmem's
-   LangGraph store) is answered only once its whole body has come: Django
-   reads the body before any view, and the router's early refusal
-   (memproj/asgi.py ``rest_credentials_refusal``) covers ``tool_call`` alone.
-   So anyone, without a token, holds a connection (one of
-   MEMPROJ_HTTP_LIMIT_CONCURRENCY) for the body timeout plus the declared
-   length at 64 KiB/s: about 3 minutes for a 10 MB /api/ingest. The plain
-   tool routes answer 401 at once.
-2. ``?tenant=`` (blank) and a bare ``?tenant`` are silently ignored on
-   ``/api/<toolset>/<tool>`` and ``/mcp/<toolset>/`` (``?tenant=x`` is
-   refused): mcp_server/dialect.py ``query_options`` reads the query with
-   ``parse_qsl`` without ``keep_blank_values``, so a blank parameter is
-   dropped before the dialect sees it, though docs/connecting.md says any
-   query parameter, ``?tenant=`` included, is refused."""
+1. A request without valid credentials to a dialect's own route (roampal's
+   hooks, langmem's LangGraph store) is refused before its body has come, as
+   ``/api/<toolset>/<tool>`` already was: Django reads the whole body before
+   any view, so the route's own check let anyone, without a token, hold a
+   connection (one of MEMPROJ_HTTP_LIMIT_CONCURRENCY) for the body timeout
+   (memproj/asgi.py ``rest_credentials_refusal``).
+2. ``?tenant=`` (blank) and a bare ``?tenant`` are refused on
+   ``/api/<toolset>/<tool>`` and ``/mcp/<toolset>/``, as ``?tenant=x`` is
+   (mcp_server/dialect.py ``query_options`` keeps blank parameters)."""
 
 from __future__ import annotations
 
@@ -57,10 +51,12 @@ def test_the_plain_tool_route_refuses_missing_credentials_before_the_body(http_s
     assert _status_before_the_body_ends(http_server, "/api/memory/memory_search", authorization) == 401
 
 
-@pytest.mark.xfail(strict=True, reason="memproj/asgi.py refuses credentials before the body for tool_call only")
-@pytest.mark.parametrize("path", ["/api/hooks/stop", "/api/ingest"])
-def test_roampal_routes_refuse_missing_credentials_before_the_body(http_server, path):  # noqa: F811
-    assert _status_before_the_body_ends(http_server, path, None) == 401
+@pytest.mark.parametrize("authorization", [None, "Bearer mp_not-a-token"])
+@pytest.mark.parametrize(
+    "path", ["/api/hooks/stop", "/api/hooks/get-context", "/api/search", "/api/ingest", "/api/langmem/store/"]
+)
+def test_the_dialects_own_routes_refuse_missing_credentials_before_the_body(http_server, path, authorization):  # noqa: F811
+    assert _status_before_the_body_ends(http_server, path, authorization) == 401
 
 
 @pytest.mark.parametrize("query", ["tenant=", "tenant"])
