@@ -12,7 +12,10 @@ against upstream's code where the notes are silent (each test says which).
   ``created_at`` filter select on and recency sorts by.
 - Ages past a month read in months and past a year in years (upstream's
   ``_humanize_age``).
-- get_context_insights refuses an empty query (upstream: "'query' is required")."""
+- get_context_insights refuses an empty query (upstream: "'query' is required").
+- The tools the notes do not rewrite keep upstream's descriptions, the notes'
+  additions "after the existing ALWAYS_INJECT and SIZE GUIDANCE sections"
+  included, and the parameters upstream's words."""
 
 from __future__ import annotations
 
@@ -156,3 +159,64 @@ async def test_get_context_insights_refuses_an_empty_query(member, mcp_client_fo
         assert await call_error(client, "get_context_insights", query=query) == "Error: 'query' is required"
         text, _ = await text_call(client, "get_context_insights", query="who am I?")
     assert re.search(r"• User's name is Ada \[id:memory_bank_[0-9a-f]{12}\] \(0m, memory_bank\)", text)
+
+
+# --- where the notes are silent: upstream's descriptions ------------------------------------------
+
+UPSTREAM_PARAMETERS = {
+    ("get_context_insights", "query"): "Query/topic you're considering (use user's exact words)",
+    ("search_memory", "query"): "Search query - use the users EXACT words/phrases, do NOT simplify or extract keywords",
+    ("search_memory", "days_back"): (
+        "Only return memories from the last N days. Can be used alone (no query needed) or combined with a "
+        "semantic query."
+    ),
+    ("search_memory", "id"): (
+        "Look up a specific memory by its doc_id (e.g., 'patterns_abc123'). Returns the full memory with all "
+        "metadata. Bypasses semantic search."
+    ),
+    ("search_memory", "collections"): (
+        "Which collections to search. Omit for auto-routing (recommended). Manual: books, working, history, "
+        "patterns, memory_bank"
+    ),
+    ("search_memory", "limit"): "Number of results (1-20)",
+    ("add_to_memory_bank", "content"): "The fact to remember",
+    ("add_to_memory_bank", "tags"): "Categories: identity, preference, goal, project, system_mastery, agent_growth",
+    ("add_to_memory_bank", "importance"): "How critical (0.0-1.0)",
+    ("add_to_memory_bank", "confidence"): "How certain (0.0-1.0)",
+    (
+        "add_to_memory_bank",
+        "always_inject",
+    ): "If true, this memory appears in EVERY context (use for core identity only)",
+    ("update_memory", "old_content"): "Old/incorrect fact to find",
+    ("update_memory", "new_content"): "Corrected/updated fact",
+    ("delete_memory", "content"): "Memory to delete (semantic match)",
+    ("score_response", "outcome"): "Exchange outcome based on user's reaction",
+    ("score_response", "memory_scores"): (
+        "Score for each memory: doc_id -> outcome. MUST include all cached memories. MAY include extras from context."
+    ),
+    ("record_response", "key_takeaway"): "1-2 sentence summary of the important learning",
+}
+
+
+async def test_parameters_and_descriptions_the_notes_leave_as_they_were(member, mcp_client_for):
+    async with mcp_client_for(member, "roampal") as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    described = {
+        (name, parameter): tools[name].input_schema["properties"][parameter].get("description")
+        for name, parameter in UPSTREAM_PARAMETERS
+    }
+    assert described == UPSTREAM_PARAMETERS
+    bank = tools["add_to_memory_bank"].description
+    assert bank.startswith("Store PERMANENT facts that help maintain continuity across sessions.")
+    sections = ["WHAT BELONGS HERE:", "TAG MEANINGS:", "ALWAYS_INJECT:", "SIZE GUIDANCE:", "STORAGE DISCIPLINE:"]
+    assert [bank.index(s) for s in sections] == sorted(bank.index(s) for s in sections)
+    assert "• identity - name, role, background (REQUIRED for cold start detection)" in bank.splitlines()
+    record = tools["record_response"].description
+    assert record.startswith("Store a key takeaway when the transcript alone won't capture important learning.")
+    assert record.endswith(
+        "Scoring happens via score_response on the next turn: +0.2 worked, +0.05 partial, -0.3 failed."
+    )
+    assert tools["update_memory"].description.startswith(
+        "Update existing memory when information changes or needs correction.\n\nWHEN TO USE:"
+    )
+    assert tools["delete_memory"].description.startswith("Delete outdated/irrelevant memories from memory_bank.")

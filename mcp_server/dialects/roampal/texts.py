@@ -1,8 +1,10 @@
 # ruff: noqa: E501 - roampal's texts are kept verbatim, long lines included
-"""roampal v0.3.5's words, verbatim: the server instructions, the tool
-descriptions, the KNOWN CONTEXT block, the scoring prompts, the result lines
-and the normalized memory its tools and hook server answer with. The tools
-(tools.py) and the hook server (routes.py) both render with these functions."""
+"""roampal v0.3.5's words, verbatim: the tool descriptions, the KNOWN CONTEXT
+block, the scoring prompts, the result lines and the normalized memory its
+tools and hook server answer with. The server instructions, score_memories (a
+newer clients' tool) and the lines on naming a memory by id are ours. The
+tools (tools.py) and the hook server (routes.py) both render with these
+functions."""
 
 from __future__ import annotations
 
@@ -192,25 +194,61 @@ exchange_outcome: how the user reacted to your previous answer (worked / failed 
 exchange_summary: optional one-line summary of the exchange, stored as a working memory (noun_tags become its tags).
 facts: optional permanent facts learned in the exchange, each stored in memory_bank."""
 
+# roampal v0.3.5's record_response description.
 RECORD_RESPONSE = """\
-Record a significant learning from this exchange as a working memory (starts at score 0.7, so it
-surfaces and earns its way to history and patterns by scoring).
+Store a key takeaway when the transcript alone won't capture important learning.
 
-Use for: decisions made, problems solved, approaches that worked or failed, project context worth keeping.
-Not for: permanent facts about the user (use add_to_memory_bank) or routine chatter.
-Write one self-contained takeaway: it will be read later without this conversation."""
+OPTIONAL - Only use for significant exchanges:
+• Major decisions made
+• Complex solutions that worked
+• User corrections (what you got wrong and why)
+• Important context that would be lost
 
-# roampal v0.3.5's add_to_memory_bank description, with its storage-discipline section after SIZE GUIDANCE.
+Most routine exchanges don't need this - the transcript is enough.
+
+Key takeaways start at 0.7 (user explicitly asked to remember = higher confidence).
+Scoring happens via score_response on the next turn: +0.2 worked, +0.05 partial, -0.3 failed."""
+
+# roampal v0.3.5's add_to_memory_bank description: its ALWAYS_INJECT and SIZE GUIDANCE sections, then
+# STORAGE DISCIPLINE.
 ADD_TO_MEMORY_BANK = """\
-Store a permanent fact in memory_bank: who the user is, preferences, goals, project context,
-verified technical facts. memory_bank is never deleted by scoring; it is ranked by importance × confidence
-(with Wilson weighting blended in after 3 uses).
+Store PERMANENT facts that help maintain continuity across sessions.
+
+WHAT BELONGS HERE:
+• User identity (name, role, background) - MUST use tags=["identity"]
+• Preferences (communication style, tools, workflows)
+• Goals and projects (what they're working on, priorities)
+• Progress tracking (what worked, what failed, strategy iterations)
+• Useful context that would be lost between sessions
+
+WHAT DOES NOT BELONG:
+• Raw conversation exchanges (auto-captured in working/history)
+• Temporary session facts (current task details)
+• Every fact you hear - be SELECTIVE, this is for PERMANENT knowledge
+
+TAG MEANINGS:
+• identity - name, role, background (REQUIRED for cold start detection)
+• preference - communication style, tools they like, how they work
+• goal - what they're trying to achieve long-term
+• project - current projects, codebases, repos
+• system_mastery - things you learned about being effective for THIS user
+• agent_growth - meta-learning about how to improve as an assistant
 
 ALWAYS_INJECT:
-always_inject=true puts the fact in every KNOWN CONTEXT block (identity, hard preferences). Use sparingly.
+Use sparingly. Only for facts needed on EVERY message (core identity).
+Most facts should NOT be always_inject - they surface via semantic search when relevant.
 
 SIZE GUIDANCE:
-One or two sentences. Longer material belongs in books (ingested documents).
+• Keep facts AS SMALL AS POSSIBLE - aim for ~300 chars or less
+• The first ~300 chars of each fact appear in cold start profile summaries
+• Longer facts work but only the beginning shows on cold start - put the key info first
+• Research dumps belong in books collection, not memory_bank
+• If you notice massive facts (1000+ chars), offer to condense them
+• One concept per fact - split multi-topic content into separate memories
+
+Rule of thumb: If it helps maintain continuity across sessions OR enables learning/improvement, store it. If it's session-specific, don't.
+
+Note: memory_bank is NOT outcome-scored. Facts persist until deleted.
 
 STORAGE DISCIPLINE:
 • confidence=0.9+ is reserved for facts you VERIFIED against source
@@ -222,13 +260,25 @@ STORAGE DISCIPLINE:
   it doesn't belong in memory_bank — let working/history handle it
 • One fact per memory. Don't combine unrelated information"""
 
+# roampal v0.3.5's update_memory and delete_memory descriptions, and how to name a memory by id (the
+# newer clients' form, which upstream's later releases took).
 UPDATE_MEMORY = """\
-Correct a memory_bank fact that is outdated or wrong. Name it by id (the [id:memory_bank_...] tag) or by
-old_content (matched by meaning); new_content replaces it (the old version is kept for audit, not retrieved)."""
+Update existing memory when information changes or needs correction.
+
+WHEN TO USE: When you discover a memory_bank fact is outdated, wrong, or incomplete — fix it immediately. Don't wait to be told. If you gave wrong info because of a stale memory, update it in the same turn you discover the error. This is YOUR memory — maintain it.
+
+UPDATE vs DELETE: Update when the fact is still relevant but details changed (version, path, status). Delete when the fact is no longer relevant at all or has been replaced by a different memory.
+
+Name the memory by old_content (matched by meaning against memory_bank) or by id (its [id:memory_bank_...] tag). The old version is kept for audit, never retrieved."""
 
 DELETE_MEMORY = """\
-Delete a memory that is wrong, outdated or redundant. Name it by id (an [id:...] tag) or by content
-(matched by meaning against memory_bank). Deleted memories are archived for audit and never retrieved."""
+Delete outdated/irrelevant memories from memory_bank.
+
+WHEN TO USE: When a memory_bank fact is wrong, stale, redundant, or harmful. Deleting bad memories is as important as storing good ones. If a memory has been misleading you across sessions, don't just score it 'failed' — delete it. memory_bank is not outcome-scored, so scoring alone won't remove it. You must act directly.
+
+UPDATE vs DELETE: Delete when the fact is completely wrong or no longer relevant. Update (use update_memory instead) when the fact is still relevant but details changed.
+
+Name the memory by content (matched by meaning against memory_bank) or by id (its [id:...] tag, any collection). A deleted memory is kept for audit, never retrieved."""
 
 # The Stop hook's answer while the previous exchange is still unscored.
 BLOCK_MESSAGE = (

@@ -132,7 +132,9 @@ Tag = Annotated[str, Field(max_length=64)]
 
 @dialect.tool(description=GET_CONTEXT_INSIGHTS)
 def get_context_insights(
-    query: Annotated[str, Field(max_length=2000, description="What the user asked (the topic to recall).")],
+    query: Annotated[
+        str, Field(max_length=2000, description="Query/topic you're considering (use user's exact words)")
+    ],
 ) -> Annotated[CallToolResult, ContextResult]:
     if not query.strip():
         # roampal v0.3.5 answers an empty query so, rather than the always-injected facts alone.
@@ -195,7 +197,11 @@ def find(
 @dialect.tool(description=SEARCH_MEMORY)
 def search_memory(
     query: Annotated[
-        str | None, Field(max_length=2000, description="What to search for (semantic). Optional with days_back or id.")
+        str | None,
+        Field(
+            max_length=2000,
+            description="Search query - use the users EXACT words/phrases, do NOT simplify or extract keywords",
+        ),
     ] = None,
     days_back: Annotated[
         int | None,
@@ -216,7 +222,11 @@ def search_memory(
     ] = None,
     collections: Annotated[
         list[CollectionName] | None,
-        Field(max_length=5, description="Collections to search; omit for auto-routing (recommended)."),
+        Field(
+            max_length=5,
+            description="Which collections to search. Omit for auto-routing (recommended). Manual: books, working, "
+            "history, patterns, memory_bank",
+        ),
     ] = None,
     metadata: Annotated[
         dict[str, Any] | None,
@@ -230,7 +240,7 @@ def search_memory(
         Literal["relevance", "recency", "score"] | None,
         Field(description="relevance (default with a query), recency (default without), or score."),
     ] = None,
-    limit: Annotated[int, Field(ge=1, le=20, description="How many results (1-20).")] = 5,
+    limit: Annotated[int, Field(ge=1, le=20, description="Number of results (1-20)")] = 5,
 ) -> Annotated[CallToolResult, SearchResult]:
     now = timezone.now()
     hits = find(
@@ -301,14 +311,15 @@ ScoreMap = Annotated[
     dict[Annotated[str, Field(max_length=200)], Outcome] | None,
     Field(
         max_length=MAX_SCORES,
-        description='Per-memory outcomes: {"<id from [id:...]>": "worked|partial|unknown|failed"}.',
+        description="Score for each memory: doc_id -> outcome. MUST include all cached memories. MAY include extras "
+        "from context.",
     ),
 ]
 
 
 @dialect.tool(description=SCORE_RESPONSE, writes=True)
 def score_response(
-    outcome: Annotated[Outcome, Field(description="How the user reacted to your previous answer.")],
+    outcome: Annotated[Outcome, Field(description="Exchange outcome based on user's reaction")],
     memory_scores: ScoreMap = None,
 ) -> Annotated[CallToolResult, ScoreResult]:
     scored, skipped = _apply_scores(memory_scores)
@@ -357,7 +368,9 @@ def score_memories(
 
 @dialect.tool(description=RECORD_RESPONSE, writes=True)
 def record_response(
-    key_takeaway: Annotated[str, Field(min_length=1, max_length=2000, description="The learning, self-contained.")],
+    key_takeaway: Annotated[
+        str, Field(min_length=1, max_length=2000, description="1-2 sentence summary of the important learning")
+    ],
 ) -> Annotated[CallToolResult, StoredResult]:
     memory = api.takeaway_store(caller=dialect.caller(), takeaway=key_takeaway)
     return _result(
@@ -368,15 +381,19 @@ def record_response(
 
 @dialect.tool(description=ADD_TO_MEMORY_BANK, writes=True)
 def add_to_memory_bank(
-    content: Annotated[str, Field(min_length=1, max_length=2000, description="One fact.")],
+    content: Annotated[str, Field(min_length=1, max_length=2000, description="The fact to remember")],
     tags: Annotated[
-        list[Tag] | None, Field(max_length=20, description="Labels such as identity, preference, goal, project.")
+        list[Tag] | None,
+        Field(
+            max_length=20,
+            description="Categories: identity, preference, goal, project, system_mastery, agent_growth",
+        ),
     ] = None,
-    importance: Annotated[float, Field(ge=0, le=1, description="How much it matters (0-1).")] = 0.7,
-    confidence: Annotated[
-        float, Field(ge=0, le=1, description="How sure you are (0-1); see STORAGE DISCIPLINE.")
-    ] = 0.7,
-    always_inject: Annotated[bool, Field(description="Show in every KNOWN CONTEXT block.")] = False,
+    importance: Annotated[float, Field(ge=0, le=1, description="How critical (0.0-1.0)")] = 0.7,
+    confidence: Annotated[float, Field(ge=0, le=1, description="How certain (0.0-1.0)")] = 0.7,
+    always_inject: Annotated[
+        bool, Field(description="If true, this memory appears in EVERY context (use for core identity only)")
+    ] = False,
 ) -> Annotated[CallToolResult, StoredResult]:
     memory = api.memory_bank_store(
         caller=dialect.caller(),
@@ -409,10 +426,8 @@ MATCH_SIMILARITY = 0.6
 # Newer upstream clients call update_memory(id=..., content=...).
 @dialect.tool(description=UPDATE_MEMORY, aliases={"content": "new_content"}, writes=True)
 def update_memory(
-    new_content: Annotated[str, Field(min_length=1, max_length=2000, description="The corrected fact.")],
-    old_content: Annotated[
-        str | None, Field(max_length=2000, description="The fact to replace (matched by meaning).")
-    ] = None,
+    new_content: Annotated[str, Field(min_length=1, max_length=2000, description="Corrected/updated fact")],
+    old_content: Annotated[str | None, Field(max_length=2000, description="Old/incorrect fact to find")] = None,
     id: Annotated[str | None, Field(max_length=200, description="The id of the memory to replace.")] = None,
 ) -> Annotated[CallToolResult, StoredResult]:
     caller = dialect.caller()
@@ -434,9 +449,7 @@ def update_memory(
 
 @dialect.tool(description=DELETE_MEMORY, writes=True)
 def delete_memory(
-    content: Annotated[
-        str | None, Field(max_length=2000, description="The memory_bank fact to delete (matched by meaning).")
-    ] = None,
+    content: Annotated[str | None, Field(max_length=2000, description="Memory to delete (semantic match)")] = None,
     id: Annotated[str | None, Field(max_length=200, description="The id of the memory to delete.")] = None,
 ) -> Annotated[CallToolResult, DeletedResult]:
     caller = dialect.caller()
