@@ -42,12 +42,13 @@ def test_the_limits_and_timeouts_are_the_specs():
 
 
 def _sized(base: dict[str, Any], key: str, size: int) -> dict[str, Any]:
-    """The arguments at exactly ``size`` bytes of UTF-8 JSON, the padding Japanese."""
-    empty = len(json.dumps({**base, key: ""}, ensure_ascii=False).encode())
+    """The arguments at exactly ``size`` bytes of compact UTF-8 JSON (what a
+    client sends: no space after a separator), the padding Japanese."""
+    empty = len(json.dumps({**base, key: ""}, ensure_ascii=False, separators=(",", ":")).encode())
     room = size - empty
     value = "命名規約" * (room // 12) + "x" * (room % 12)
     arguments = {**base, key: value}
-    assert len(json.dumps(arguments, ensure_ascii=False).encode()) == size
+    assert len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")).encode()) == size
     return arguments
 
 
