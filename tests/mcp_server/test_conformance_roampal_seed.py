@@ -13,6 +13,9 @@ against upstream's code where the notes are silent (each test says which).
 - Ages past a month read in months and past a year in years (upstream's
   ``_humanize_age``).
 - get_context_insights refuses an empty query (upstream: "'query' is required").
+- score_response applies one outcome to a memory however many of its ids the
+  model names (the prefix a scoring prompt listed and the one it has after a
+  promotion, its UUID), the exchange's outcome included.
 - The tools the notes do not rewrite keep upstream's descriptions, the notes'
   additions "after the existing ALWAYS_INJECT and SIZE GUIDANCE sections"
   included, and the parameters upstream's words."""
@@ -25,6 +28,7 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from asgiref.sync import sync_to_async
 from django.test import Client as DjangoClient
 from django.utils import timezone
 
@@ -159,6 +163,40 @@ async def test_get_context_insights_refuses_an_empty_query(member, mcp_client_fo
         assert await call_error(client, "get_context_insights", query=query) == "Error: 'query' is required"
         text, _ = await text_call(client, "get_context_insights", query="who am I?")
     assert re.search(r"• User's name is Ada \[id:memory_bank_[0-9a-f]{12}\] \(0m, memory_bank\)", text)
+
+
+# --- score_response: one outcome per memory -------------------------------------------------------
+
+
+async def test_one_outcome_per_memory_whatever_ids_name_it(member, mcp_client_for):
+    async with mcp_client_for(member, "roampal") as client:
+        _, note = await text_call(client, "record_response", key_takeaway="Staging deploys need VPN access")
+        row = await Memory.objects.aget(content="Key takeaway: Staging deploys need VPN access")
+        names = {
+            note["id"]: "worked",
+            "history_" + note["id"].removeprefix("working_"): "worked",  # its id once promoted
+            str(row.id): "failed",
+            "working_" + row.id.hex: "partial",
+        }
+        text, out = await text_call(client, "score_response", outcome="unknown", memory_scores=names)
+    row = await Memory.objects.aget(pk=row.pk)
+    assert (row.applied_count, row.success_count, round(row.outcome_score, 4)) == (1, 1.0, 0.9)
+    assert out["scored"] == {note["id"]: "worked"} and out["skipped"] == list(names)[1:]
+    assert text == "Scored (outcome=unknown, 1 memories updated)" and out["updated"] == 1
+
+
+async def test_the_exchange_outcome_skips_the_exchange_scored_under_another_id(member, mcp_client_for):
+    stop = {"conversation_id": "c", "user_message": "port?", "assistant_response": "8443"}
+    await sync_to_async(post)(member, "/api/hooks/stop", stop)
+    await sync_to_async(post)(member, "/api/hooks/get-context", {"query": "thanks", "conversation_id": "c"})
+    exchange = await Memory.objects.aget(content__startswith="User: port?")
+    async with mcp_client_for(member, "roampal") as client:
+        _, out = await text_call(
+            client, "score_response", outcome="worked", memory_scores={"working_" + exchange.id.hex: "failed"}
+        )
+    exchange = await Memory.objects.aget(pk=exchange.pk)
+    assert exchange.applied_count == 1 and exchange.success_count == 0.0  # the model's "failed" only
+    assert out["updated"] == 1
 
 
 # --- where the notes are silent: upstream's descriptions ------------------------------------------

@@ -7,6 +7,7 @@ takes."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -95,7 +96,9 @@ class ScoreResult(BaseModel):
     outcome: str | None = None
     updated: int
     scored: dict[str, str] = Field(description="memory id -> outcome applied")
-    skipped: list[str] = Field(description="ids not found, or books (not scored)")
+    skipped: list[str] = Field(
+        description="ids not found, books (not scored), or naming a memory another id of this call scored"
+    )
     exchange_id: str | None = Field(default=None, description="the previous exchange the outcome was applied to")
     stored: list[str] = Field(default_factory=list, description="ids stored from exchange_summary / facts")
 
@@ -261,14 +264,24 @@ def search_memory(
     return _result(text, SearchResult(count=len(hits), results=[MemoryShape(**shape(h, now)) for h in hits]))
 
 
-def _apply_scores(memory_scores: Mapping[str, str] | None) -> tuple[dict[str, str], list[str]]:
+def _apply_scores(memory_scores: Mapping[str, str] | None) -> tuple[dict[str, str], list[str], set[uuid.UUID]]:
+    """Each named memory's outcome, once: several ids can name one memory (the
+    prefix it had when a scoring prompt listed it and the one it shows now
+    after a promotion, its UUID), and a second outcome would count a second
+    use. The first id given wins; the others are skipped. Also returns the
+    memories scored."""
     caller = dialect.caller()
     scored: dict[str, str] = {}
     skipped: list[str] = []
+    applied: set[uuid.UUID] = set()
     found = api.collection_ids(caller, list(memory_scores or {}))
     for given, outcome in (memory_scores or {}).items():
         memory = found.get(given)
-        if memory is None or api.collection_of(memory) == "books":  # books are reference material, never scored
+        if (
+            memory is None
+            or api.collection_of(memory) == "books"  # books are reference material, never scored
+            or memory.id in applied
+        ):
             skipped.append(given)
             continue
         try:
@@ -277,14 +290,16 @@ def _apply_scores(memory_scores: Mapping[str, str] | None) -> tuple[dict[str, st
             skipped.append(given)
             continue
         scored[given] = outcome
-    return scored, skipped
+        applied.add(memory.id)
+    return scored, skipped, applied
 
 
-def _score_exchange(outcome: str | None, already: Iterable[str]) -> tuple[str | None, int]:
+def _score_exchange(outcome: str | None, already: Iterable[uuid.UUID]) -> tuple[str | None, int]:
     """The outcome of the previous exchange applies to its stored working memory,
     and to the parts that continue it when the exchange was longer than one
-    memory holds (each once; not to one the model scored itself). Returns the
-    exchange's memory id and how many memories the outcome updated."""
+    memory holds (each once; not to one the model scored itself, under any of
+    its ids). Returns the exchange's memory id and how many memories the
+    outcome updated."""
     caller = dialect.caller()
     previous = api.exchange_mark_scored(caller=caller)
     if previous is None or previous.memory_id is None or outcome is None:
@@ -297,7 +312,7 @@ def _score_exchange(outcome: str | None, already: Iterable[str]) -> tuple[str | 
     named = set(already)
     updated = 0
     for each in [memory, *parts.values()]:
-        if api.display_id(each) in named or str(each.id) in named:
+        if each.id in named:
             continue
         try:
             api.memory_feedback(caller=caller, memory_id=each.id, signal=outcome)
@@ -322,8 +337,8 @@ def score_response(
     outcome: Annotated[Outcome, Field(description="Exchange outcome based on user's reaction")],
     memory_scores: ScoreMap = None,
 ) -> Annotated[CallToolResult, ScoreResult]:
-    scored, skipped = _apply_scores(memory_scores)
-    exchange, exchange_updated = _score_exchange(outcome, scored)
+    scored, skipped, applied = _apply_scores(memory_scores)
+    exchange, exchange_updated = _score_exchange(outcome, applied)
     updated = len(scored) + exchange_updated
     return _result(
         f"Scored (outcome={outcome}, {updated} memories updated)",
@@ -340,8 +355,8 @@ def score_memories(
     facts: Annotated[list[Annotated[str, Field(max_length=2000)]] | None, Field(max_length=10)] = None,
 ) -> Annotated[CallToolResult, ScoreResult]:
     caller = dialect.caller()
-    scored, skipped = _apply_scores(memory_scores)
-    exchange, exchange_updated = _score_exchange(exchange_outcome, scored)
+    scored, skipped, applied = _apply_scores(memory_scores)
+    exchange, exchange_updated = _score_exchange(exchange_outcome, applied)
     stored: list[str] = []
     if exchange_summary and exchange_summary.strip():
         summary = api.working_store(caller=caller, content=exchange_summary, tags=noun_tags)
