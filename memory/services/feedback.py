@@ -11,11 +11,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from memory import validation
+from memory import embedtext, validation
 from memory.models import Kind, Memory, OutcomeReport, Validity
 from memory.outcomes import Signal, collection_apply, signal_apply
+from memory.selectors.aliases import memory_pk
 from memory.selectors.memories import boundary_view
 from memory.services.events import EventType, event_append
+from memory.services.locks import memory_rows_lock, tenant_write_lock
 from memory.services.memories import memory_lock, memory_require_live, require_write
 from policy.caller import Caller
 
@@ -45,6 +47,16 @@ def memory_feedback(
     if idempotency_key is not None:
         idempotency_key = validation.text(idempotency_key, field="idempotency_key", max_chars=200)
     with transaction.atomic():
+        pk = memory_pk(caller, memory_id)
+        tenant_write_lock(caller.tenant_id)
+        # roampal's lifecycle may delete the memory (collection_apply), which
+        # drops the vector of the turn after it: that row is locked first, with
+        # the memory's, in primary-key order, as every writer of several rows
+        # locks them (a search's bookkeeping, a vector write); locked after the
+        # memory's, two such writers could each hold what the other waits for.
+        following = embedtext.following_turns(memory_ids=[pk], now=timezone.now(), tenant_id=caller.tenant_id)
+        if following:
+            memory_rows_lock([pk, *(turn for turn, _ in following)])
         memory = memory_lock(caller=caller, memory_id=memory_id, kinds=kinds)
         now = timezone.now()
         # No counter, maturity or collection of a memory no read returns (forgotten,
