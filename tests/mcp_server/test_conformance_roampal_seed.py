@@ -16,8 +16,6 @@ against upstream's code where the notes are silent (each test says which).
 - score_response applies one outcome to a memory however many of its ids the
   model names (the prefix a scoring prompt listed and the one it has after a
   promotion, its UUID), the exchange's outcome included.
-- A memory_bank memory's score is 1.0 whatever its outcomes ("memory_bank is
-  NOT outcome-scored (score stays at 1.0)"; the notes' table: "Always 1.0").
 - The tools the notes do not rewrite keep upstream's descriptions, the notes'
   additions "after the existing ALWAYS_INJECT and SIZE GUIDANCE sections"
   included, and the parameters upstream's words."""
@@ -199,23 +197,6 @@ async def test_the_exchange_outcome_skips_the_exchange_scored_under_another_id(m
     exchange = await Memory.objects.aget(pk=exchange.pk)
     assert exchange.applied_count == 1 and exchange.success_count == 0.0  # the model's "failed" only
     assert out["updated"] == 1
-
-
-# --- Feature 2: memory_bank's score ---------------------------------------------------------------
-
-
-async def test_a_memory_bank_score_is_1_whatever_its_outcomes(member, mcp_client_for):
-    async with mcp_client_for(member, "roampal") as client:
-        _, fact = await text_call(client, "add_to_memory_bank", content="User's home city is Lisbon", importance=0.9)
-        _, fresh = await text_call(client, "search_memory", id=fact["id"])
-        await text_call(client, "score_response", outcome="unknown", memory_scores={fact["id"]: "failed"})
-        _, scored = await text_call(client, "search_memory", query="Lisbon home city")
-        _, context = await text_call(client, "get_context_insights", query="where does the user live?")
-    for shown in (fresh["results"][0], scored["results"][0], context["user_facts"][0]):
-        assert shown["id"] == fact["id"]
-        assert (shown["score"], shown["learned_score"], shown["importance"]) == (1.0, 1.0, 0.9)
-    # The outcome is counted (Wilson blends into its ranking after 3 uses).
-    assert (scored["results"][0]["uses"], scored["results"][0]["outcome_history"]) == (1, "[N]")
 
 
 # --- where the notes are silent: upstream's descriptions ------------------------------------------

@@ -332,29 +332,20 @@ def created_at(memory: Any) -> datetime:
     return memory.occurred_at or memory.created_at
 
 
-# memory_bank is not outcome-scored: its score is 1.0 and stays there (roampal
-# v0.3.5's memory_bank_service stores "score: 1.0, Never decays"); outcomes on
-# it count uses and successes, which its ranking blends in as Wilson.
-MEMORY_BANK_SCORE = 1.0
-
-
 def shape(hit: api.CollectionHit, now: datetime | None = None) -> dict[str, Any]:
-    """roampal v0.3.5's normalized memory, as a dict (optional keys absent, not null).
-    learned_score is the score, as its normalize_memory sets it where no
-    ranking computed another."""
+    """roampal v0.3.5's normalized memory, as a dict (optional keys absent, not null)."""
     m = hit.memory
-    score = MEMORY_BANK_SCORE if hit.collection == "memory_bank" else round(m.outcome_score, 4)
     out: dict[str, Any] = {
         "id": hit.id,
         "collection": hit.collection,
         "content": memory_text(m),
         "created_at": created_at(m).isoformat(),
         "age": age(created_at(m), now),
-        "score": score,
+        "score": round(m.outcome_score, 4),
         "wilson_score": round(hit.wilson, 4),
         "uses": m.applied_count,
         "success_count": float(m.success_count),
-        "learned_score": score,
+        "learned_score": round(m.outcome_score, 4),
         "last_outcome": hit.outcomes[-1] if hit.outcomes else "",
         "outcome_history": outcome_marks(hit.outcomes),
         "tags": list(m.tags) if hit.collection == "memory_bank" else [],
