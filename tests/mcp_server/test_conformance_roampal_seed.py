@@ -199,6 +199,75 @@ async def test_the_exchange_outcome_skips_the_exchange_scored_under_another_id(m
     assert out["updated"] == 1
 
 
+# --- the notes' texts, word for word (held before this audit; no test pinned them) ---------------
+
+SEED_LEAN_PROMPT = """<roampal-score-required>
+Score the previous exchange before responding.
+
+Look at your previous response and the user's follow-up below.
+The memories injected last turn had IDs shown in [id:...] tags in KNOWN CONTEXT.
+
+Score each memory:
+
+Call score_response(
+    outcome="worked|failed|partial|unknown",
+    memory_scores={
+        "{doc_id_1}": "___",
+        "{doc_id_2}": "___",
+        "{doc_id_3}": "___"
+    }
+)
+
+SCORING GUIDE:
+• worked = this memory was helpful
+• partial = somewhat helpful
+• unknown = didn't use this memory
+• failed = this memory was MISLEADING
+
+You MUST score every memory listed above.
+</roampal-score-required>"""
+
+SEED_SIMPLE_PROMPT = """<roampal-score-required>
+Score the memories listed in SCORING REFERENCE above.
+
+Call score_response(
+    outcome="worked|failed|partial|unknown",
+    memory_scores={
+        "patterns_abc123": "___",
+        "history_def456": "___"
+    }
+)
+</roampal-score-required>"""
+
+SEED_PREAMBLE = (
+    "You have persistent memory about this user via Roampal. Scored memories include Wilson confidence and outcome "
+    "history. [id:...] tags can be looked up with search_memory(id=...). Memories may be outdated or wrong. Verify "
+    "before treating as ground truth. The context below was retrieved from past conversations. If the user "
+    "references past interactions or asks if you remember them, use this context — you DO remember."
+)
+
+SEED_SELF_AUDIT = """SELF-AUDIT: Review any memory_bank items in KNOWN CONTEXT.
+If any look outdated, wrong, or redundant, use update_memory or
+delete_memory to clean them up. Good assistants maintain their own memory."""
+
+
+def test_the_scoring_prompts_preamble_and_self_audit_are_the_notes_words():
+    assert texts.scoring_prompt(["{doc_id_1}", "{doc_id_2}", "{doc_id_3}"]) == SEED_LEAN_PROMPT
+    assert texts.scoring_prompt_simple(["patterns_abc123", "history_def456"]) == SEED_SIMPLE_PROMPT
+    assert texts.PREAMBLE == SEED_PREAMBLE
+    assert texts.SELF_AUDIT == SEED_SELF_AUDIT
+    # The OpenCode scoring reference's content hint: 30 characters.
+    assert texts.content_hint("User prefers direct communication style") == "User prefers direct communicat..."
+
+
+async def test_the_self_audit_text_closes_the_answer_when_it_is_due(member, mcp_client_for):
+    async with mcp_client_for(member, "roampal") as client:
+        for fact in ("User's name is Ada", "User codes in Rust", "User's editor is Helix"):
+            await text_call(client, "add_to_memory_bank", content=fact, always_inject=True)
+        text, out = await text_call(client, "get_context_insights", query="what editor does Ada use?")
+    assert out["self_audit"] is True and text.endswith("\n\n" + SEED_SELF_AUDIT)
+
+
 # --- where the notes are silent: upstream's descriptions ------------------------------------------
 
 UPSTREAM_PARAMETERS = {
