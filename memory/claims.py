@@ -58,5 +58,15 @@ def claim_scopes(scopes: Sequence[str] | None) -> ClaimScopes:
     return ClaimScopes(include=tuple(sorted(chosen)))
 
 
+def claim_kind_from(stored: object, kind: str) -> str:
+    """A claim's kind: the one pce stored (``metadata.claim_kind``), else by its
+    core kind. Another dialect's metadata (a LangGraph item's attributes, an
+    imported store's column) may carry any ``claim_kind``: only one of
+    CLAIM_KINDS counts, for what a claim shows and for its half-life."""
+    if isinstance(stored, str) and stored in CLAIM_KINDS:
+        return stored
+    return "policy_hint" if kind == Kind.RULE else "fact"
+
+
 def claim_kind_of(memory: Memory) -> str:
-    return str(memory.metadata.get("claim_kind") or ("policy_hint" if memory.kind == Kind.RULE else "fact"))
+    return claim_kind_from(memory.metadata.get("claim_kind"), memory.kind)

@@ -26,7 +26,7 @@ from django.db import connection
 from django.utils import timezone
 
 from memory import scoring, validation
-from memory.claims import claim_scopes
+from memory.claims import claim_kind_from, claim_scopes
 from memory.errors import Gone, InvalidArgument, PermissionDenied
 from memory.models import ActiveContext, Kind, Memory
 from memory.retrieval import RetrievalFilter, channel_search
@@ -144,8 +144,7 @@ def _rank(caller: Caller, row: ClaimRow, channels: tuple[float, float], reason: 
     confined to a fraction of its range, a keyword term near 1 for any match)."""
     policy = caller.policy.retrieval
     s_vec, s_text = channels
-    # memory.claims.claim_kind_of on the row's columns.
-    claim_kind = str(row.claim_kind or ("policy_hint" if row.kind == Kind.RULE else "fact"))
+    claim_kind = claim_kind_from(row.claim_kind, row.kind)
     breakdown = scoring.activation_score(
         s_vec=s_vec,
         s_text=s_text,

@@ -197,16 +197,6 @@ def _date_time(value: object) -> bool:
     return True
 
 
-def _claim_kind(memory: Any) -> str:
-    """The claim kind a memory shows with: the one pce stored, else by its core kind.
-    Another dialect's metadata (a LangGraph item's attributes, an imported store's
-    column) may carry any `claim_kind`; the spec's claim has one of four."""
-    kind = api.claim_kind_of(memory)
-    if kind in schemas.KINDS:
-        return kind
-    return "policy_hint" if memory.kind == "rule" else "fact"
-
-
 def _provenance(memory: Any) -> dict[str, Any] | None:
     """The claim's provenance object. pce's upsert checked the one it stored, but
     another dialect's metadata may hold any JSON under that key (a LangGraph
@@ -219,7 +209,7 @@ def _claim(memory: Any, ids: Mapping[uuid.UUID, str]) -> dict[str, Any]:
     return {
         "id": ids[memory.id],
         "text": memory.content,
-        "kind": _claim_kind(memory),
+        "kind": api.claim_kind_of(memory),
         "scope": api.claim_scope_of(memory.scope),
         "boundary_class": memory.boundary_class,
         "created_at": memory.created_at.isoformat(),

@@ -3,8 +3,12 @@ channel normalised to [0, 1] over the query's best hit, then g."""
 
 from __future__ import annotations
 
-import pytest
+from datetime import timedelta
 
+import pytest
+from django.utils import timezone
+
+from memory.models import Memory
 from memory.scoring import ChannelHit
 from memory.selectors import activation
 from memory.selectors.activation import claims_rank
@@ -74,3 +78,18 @@ def test_a_memory_the_read_may_not_see_does_not_set_the_scale(caller, monkeypatc
     ranked = claims_rank(caller=caller, query="cancel the API subscription")
     assert hidden.id not in {r.memory.id for r in ranked}
     assert ranked[0].breakdown.vector == pytest.approx(1.0) and ranked[0].breakdown.text == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("stored", ["banana", 7, {"kind": "task"}, ""])
+def test_a_claim_kind_outside_the_four_ranks_as_its_core_kind(caller, stored):
+    """Another dialect's metadata (a LangGraph item's attributes) may carry any
+    claim_kind: only fact / preference / task / policy_hint set a claim's
+    half-life, anything else ranks as its core kind (a fact: 120 days, not
+    the 30 of an unknown kind)."""
+    Memory.objects.filter(tenant_id=caller.tenant_id).update(created_at=timezone.now() - timedelta(days=60))
+    before = {r.memory.content: r.breakdown.recency for r in claims_rank(caller=caller, query="API subscription")}
+    claim = Memory.objects.get(tenant_id=caller.tenant_id, content=TEXTS[0])
+    Memory.objects.filter(pk=claim.pk).update(metadata={**claim.metadata, "claim_kind": stored})
+    after = {r.memory.content: r.breakdown.recency for r in claims_rank(caller=caller, query="API subscription")}
+    assert after[TEXTS[0]] == pytest.approx(before[TEXTS[0]])
+    assert before[TEXTS[0]] == pytest.approx(0.5 ** (60 / 120), rel=1e-3)
