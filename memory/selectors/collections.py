@@ -533,7 +533,7 @@ def collection_search(
         if created_after is not None:
             qs = qs.filter(occurred_at__gte=created_after)
         if sort_by == "score":
-            qs = qs.order_by("-outcome_score", "-created_at", "id")
+            qs = qs.order_by("-outcome_score", "-occurred_at", "id")
         else:
             qs = qs.order_by("-occurred_at", "id")
         rows = list(qs.without_vectors()[:limit])
@@ -622,7 +622,8 @@ def sort_hits(hits: list[CollectionHit], order: str) -> list[CollectionHit]:
 def _order_key(memory: Memory | RankRow, final_rank_score: float | None, order: str) -> tuple:
     """The butlers memory module's order (``order_key``) on the score ``order`` names."""
     score = {"recency": 0.0, "score": memory.outcome_score}.get(order, final_rank_score or 0.0)
-    return order_key(score, memory.created_at, memory.id)
+    # Newer by when it happened, as days_back selects and a memory's created_at shows.
+    return order_key(score, memory.occurred_at, memory.id)
 
 
 @dataclass

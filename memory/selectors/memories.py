@@ -276,6 +276,7 @@ class RankRow(NamedTuple):
     success_count: float
     applied_count: int
     outcome_score: float
+    occurred_at: datetime  # when it happened: what roampal's recency orders by
 
 
 def _hydrate(

@@ -294,3 +294,17 @@ def test_a_query_search_reranks_the_search_candidates_by_collection_rank(member)
     assert [h.memory.id for h in got] == [f.memory.id for f in expected[:3]]
     assert [h.memory.id for h in got] != [f.memory.id for f in found[:3]]  # the learned scores reordered them
     assert [h.final_rank_score for h in got] == [rank_score(f.memory, similarity[f.memory.id]) for f in expected[:3]]
+
+
+@pytest.mark.parametrize("query", [None, "offsite plan"])
+def test_recency_orders_by_when_a_memory_happened(member, query):
+    """roampal's days_back selects, and a memory's created_at shows, when it
+    happened (occurred_at: an import keeps upstream's time); recency orders by
+    it too, so a memory imported as ten days old never lists above one of today."""
+    caller = member.caller
+    today = api.working_store(caller=caller, content="offsite plan for the spring", conversation_id="c1")
+    old = api.working_store(caller=caller, content="offsite plan from last year", conversation_id="c2")
+    Memory.objects.filter(pk=old.pk).update(occurred_at=timezone.now() - timedelta(days=10))
+    for sort_by in ("recency", "score"):
+        hits = api.collection_search(caller=caller, query=query, collections=["working"], sort_by=sort_by, limit=5)
+        assert [h.memory.pk for h in hits] == [today.pk, old.pk], sort_by
