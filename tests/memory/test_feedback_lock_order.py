@@ -17,7 +17,7 @@ from django.db import close_old_connections, connection, transaction
 from memory.models import Memory
 from memory.services.collections import working_store
 from memory.services.feedback import memory_feedback
-from tests.memory.test_previous_turn_removals import made_from
+from tests.memory.turn_vectors import made_from
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.real_embedder]
 

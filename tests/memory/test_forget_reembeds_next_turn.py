@@ -6,14 +6,12 @@ sweep's deletion alike. Real database, real model."""
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
 from memory import embedtext
-from memory.embeddings import get_embedder
 from memory.models import EmbeddingStatus, Memory
 from memory.selectors.memories import SearchQuery, memory_search
 from memory.services import sweeps
@@ -22,6 +20,7 @@ from memory.services.purge import principal_purge
 from memory.services.vectors import memory_embed_batch
 from memproj.dbroles import as_owner
 from tests.conftest import make_identity
+from tests.memory.turn_vectors import made_from, vector
 
 pytestmark = [pytest.mark.django_db, pytest.mark.real_embedder]
 
@@ -35,25 +34,6 @@ OTHERS = [
     "remember to water the tomatoes twice a week",
     "my sister's birthday party is at the lake house",
 ]
-
-
-def cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
-
-
-def vector(memory: Memory) -> list[float] | None:
-    stored = Memory.objects.get(pk=memory.pk).embedding
-    return None if stored is None else [float(x) for x in stored]
-
-
-def embedded(content: str, previous: str | None = None) -> list[float]:
-    return get_embedder().embed_document(embedtext.embedding_text(content, kind="episode", previous=previous))
-
-
-def made_from(memory: Memory, content: str, previous: str | None = None) -> bool:
-    stored = vector(memory)
-    return stored is not None and cosine(stored, embedded(content, previous)) > 0.999
 
 
 def semantic(caller, text: str) -> list[str]:

@@ -11,7 +11,6 @@ Real database, real model."""
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -21,13 +20,13 @@ import pytest
 from django.utils import timezone
 
 from memory import embedtext
-from memory.embeddings import get_embedder
 from memory.models import EmbeddingStatus, Memory
 from memory.selectors.memories import SearchQuery, memory_search
 from memory.services.imports import memories_import
 from memory.services.memories import episode_store, episodes_store_bulk, memory_forget
 from memory.services.reembedding import memories_mark_stale, memories_reembed
 from memory.services.vectors import memory_embed_batch
+from tests.memory.turn_vectors import made_from
 
 pytestmark = [pytest.mark.django_db, pytest.mark.real_embedder]
 
@@ -41,22 +40,6 @@ OTHERS = [
     "my sister's birthday party is at the lake house",
 ]
 HEADER = {"type": "header", "format": "memproj-export/1", "tenant": "{}"}
-
-
-def cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
-
-
-def vector(pk: uuid.UUID) -> list[float] | None:
-    stored = Memory.objects.get(pk=pk).embedding
-    return None if stored is None else [float(x) for x in stored]
-
-
-def made_from(pk: uuid.UUID, content: str, previous: str | None = None) -> bool:
-    stored = vector(pk)
-    text = embedtext.embedding_text(content, kind="episode", previous=previous)
-    return stored is not None and cosine(stored, get_embedder().embed_document(text)) > 0.999
 
 
 def semantic(caller, text: str, limit: int = 3) -> list[str]:

@@ -8,7 +8,6 @@ worker to embed from what is visible then. Real concurrent transactions
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -16,28 +15,17 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from memory import embedtext
-from memory.embeddings import get_embedder
 from memory.models import EmbeddingStatus, Memory
 from memory.services import memories
 from memory.services.memories import episode_store, episodes_store_batches, episodes_store_bulk, memory_forget
 from tests.conftest import make_identity
+from tests.memory.turn_vectors import made_from
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.real_embedder]
 
 SECRET = "my passport number is ZX-99, kept in the blue drawer of the hallway desk"
 REPLY = "ok noted"
 WAIT = 60  # seconds: only a broken test waits this long
-
-
-def made_from(pk, content: str, previous: str | None = None) -> bool:
-    stored = Memory.objects.get(pk=pk).embedding
-    if stored is None:
-        return False
-    a = [float(x) for x in stored]
-    b = get_embedder().embed_document(embedtext.embedding_text(content, kind="episode", previous=previous))
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))) > 0.999
 
 
 def forget_in_the_window(monkeypatch, name: str, caller, memory_id) -> list[BaseException]:

@@ -8,7 +8,6 @@ import linking a memory it holds to its successor. Real database, real model."""
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -16,29 +15,18 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from memory import embedtext
-from memory.embeddings import get_embedder
 from memory.models import EmbeddingStatus, Memory
 from memory.services.collections import collections_lifecycle, working_store
 from memory.services.feedback import memory_feedback
 from memory.services.imports import memories_import
 from memory.services.memories import episode_store
+from tests.memory.turn_vectors import made_from
 
 pytestmark = [pytest.mark.django_db, pytest.mark.real_embedder]
 
 SECRET = "my passport number is ZX-99, kept in the blue drawer of the hallway desk"
 REPLY = "ok noted"
 HEADER = {"type": "header", "format": "memproj-export/1", "tenant": "{}"}
-
-
-def made_from(pk: uuid.UUID, content: str, previous: str | None = None) -> bool:
-    stored = Memory.objects.get(pk=pk).embedding
-    if stored is None:
-        return False
-    a = [float(x) for x in stored]
-    b = get_embedder().embed_document(embedtext.embedding_text(content, kind="episode", previous=previous))
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))) > 0.999
 
 
 def test_a_working_memory_deleted_by_its_scores_leaves_the_next_turns_vector(
