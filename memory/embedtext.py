@@ -127,34 +127,31 @@ PREVIOUS_SHAREABLE_SQL = (
 )
 
 
+# The turn before a row ``m``: the latest active episode of its session before
+# it, by (created_at, id), with the columns the conditions above read.
+_TURN_BEFORE_SQL = """
+        SELECT p.id, p.content, p.expires_at, p.boundary_class FROM memory_memory p
+        WHERE m.kind = 'episode' AND m.session_id <> ''
+          AND p.tenant_id = m.tenant_id AND p.kind = 'episode' AND p.session_id = m.session_id
+          AND p.session_id <> '' AND p.validity = 'active'
+          AND (p.created_at, p.id) < (m.created_at, m.id)
+        ORDER BY p.created_at DESC, p.id DESC
+        LIMIT 1"""
+
 _PREVIOUS_SQL = f"""
     SELECT m.id, prev.id,
         CASE WHEN {_LIVE.format(alias="prev", now="now()")}
             AND {_SHAREABLE.format(previous="prev", turn_class="m.boundary_class")} THEN prev.content END
     FROM memory_memory m
-    LEFT JOIN LATERAL (
-        SELECT p.id, p.content, p.expires_at, p.boundary_class FROM memory_memory p
-        WHERE p.tenant_id = m.tenant_id AND p.kind = 'episode' AND p.session_id = m.session_id
-          AND p.session_id <> '' AND p.validity = 'active'
-          AND (p.created_at, p.id) < (m.created_at, m.id)
-        ORDER BY p.created_at DESC, p.id DESC
-        LIMIT 1
-    ) prev ON m.kind = 'episode' AND m.session_id <> ''
+    LEFT JOIN LATERAL ({_TURN_BEFORE_SQL}
+    ) prev ON true
     WHERE m.id = ANY(%s)
 """  # noqa: S608 - only constants are spliced in
 
 # The same probe for one row ``m`` of an UPDATE: the id of its previous turn
 # now (NULL: none). A vector made from a previous turn is written only while
 # that turn is still the previous one (memory/services/vectors.py).
-PREVIOUS_ID_SQL = """(
-    SELECT p.id FROM memory_memory p
-    WHERE m.kind = 'episode' AND m.session_id <> ''
-      AND p.tenant_id = m.tenant_id AND p.kind = 'episode' AND p.session_id = m.session_id
-      AND p.session_id <> '' AND p.validity = 'active'
-      AND (p.created_at, p.id) < (m.created_at, m.id)
-    ORDER BY p.created_at DESC, p.id DESC
-    LIMIT 1
-)"""
+PREVIOUS_ID_SQL = f"(SELECT turn.id FROM ({_TURN_BEFORE_SQL}) turn)"  # noqa: S608 - a constant
 
 
 def previous_turns(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[uuid.UUID | None, str | None]]:
@@ -276,15 +273,15 @@ def texts_with_previous(rows: Sequence[tuple[uuid.UUID, str, str]]) -> list[tupl
 
 # --- The turns after turns that leave retrieval --------------------------------------------
 
-# For each turn among %(turns)s, the turn after it (the first active episode of
-# its session after it), when that one is retrievable, not itself among the
-# turns that leave, and its text may hold the turn before it: it is short
-# enough to take context (CONTEXT_MAX_CHARS), and either it waits for a vector
-# (one being made now may read the turn before it) or its vector was made under
-# a contextual version that takes a turn of this length. {condition} says which
-# turns leave (and, for expiry, whether the vector was made before they left).
+# For each turn that leaves (``{leaving}``: a statement of their ids), the turn
+# after it (the first active episode of its session after it), when that one is
+# retrievable, not itself among the turns that leave, and its text may hold the
+# turn before it: it is short enough to take context (CONTEXT_MAX_CHARS), and
+# either it waits for a vector (one being made now may read the turn before it)
+# or its vector was made under a contextual version that takes a turn of this
+# length. ``{condition}`` narrows which pairs count.
 _FOLLOWING_SQL = """
-    WITH leaving AS (SELECT unnest(%(turns)s::uuid[]) AS id)
+    WITH leaving AS ({leaving})
     SELECT DISTINCT nxt.id, nxt.tenant_id
     FROM memory_memory t
     JOIN LATERAL (
@@ -308,12 +305,18 @@ _FOLLOWING_SQL = """
       {condition}
 """
 
+_GIVEN_TURNS_SQL = "SELECT unnest(%(turns)s::uuid[]) AS id"
+
 # The active turns of sessions whose TTL passed after ``since`` (memory_expires_at_idx).
 _EXPIRED_SQL = """
     SELECT id FROM memory_memory
     WHERE expires_at > %(since)s AND expires_at <= %(now)s
       AND kind = 'episode' AND session_id <> '' AND validity = 'active'
 """
+
+# An expired turn whose text may still be in the next turn's vector: that vector
+# was made before the turn's TTL passed (its ``updated_at``).
+_MADE_BEFORE_EXPIRY = "AND t.expires_at <= %(now)s AND nxt.updated_at <= t.expires_at"
 
 
 def following_turns(
@@ -339,22 +342,14 @@ def turns_after_expired(*, since: datetime, now: datetime, limit: int) -> list[t
     turn's TTL passed (after ``since``) and whose vector was made before it did
     (its ``updated_at``: a vector made after leaves the expired turn out). Once
     embedded again a turn is not found here again."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _FOLLOWING_SQL.replace("unnest(%(turns)s::uuid[]) AS id", f"id FROM ({_EXPIRED_SQL}) AS expired").replace(
-                "{condition}",
-                "AND t.expires_at <= %(now)s AND nxt.updated_at <= t.expires_at",
-            )
-            + " LIMIT %(limit)s",
-            {**_following_params(now), "since": since, "limit": limit},
-        )
-        return [(pk, tenant_id) for pk, tenant_id in cursor.fetchall()]
+    statement = _FOLLOWING_SQL.format(leaving=_EXPIRED_SQL, condition=_MADE_BEFORE_EXPIRY) + " LIMIT %(limit)s"
+    return _following_rows(statement, {**_following_params(now), "since": since, "limit": limit})
 
 
 def expired_turns_following(*, memory_ids: Sequence[uuid.UUID], now: datetime) -> list[tuple[uuid.UUID, uuid.UUID]]:
     """``turns_after_expired`` for the given expired turns (the expiry sweep's
     deletions): what an earlier run did not get to."""
-    return _following(memory_ids, now, condition="AND t.expires_at <= %(now)s AND nxt.updated_at <= t.expires_at")
+    return _following(memory_ids, now, condition=_MADE_BEFORE_EXPIRY)
 
 
 def _following_params(now: datetime) -> dict[str, Any]:
@@ -366,9 +361,11 @@ def _following(
 ) -> list[tuple[uuid.UUID, uuid.UUID]]:
     if not memory_ids:
         return []
+    statement = _FOLLOWING_SQL.format(leaving=_GIVEN_TURNS_SQL, condition=condition)
+    return _following_rows(statement, {**_following_params(now), **params, "turns": [str(pk) for pk in memory_ids]})
+
+
+def _following_rows(statement: str, params: dict[str, Any]) -> list[tuple[uuid.UUID, uuid.UUID]]:
     with connection.cursor() as cursor:
-        cursor.execute(
-            _FOLLOWING_SQL.replace("{condition}", condition),
-            {**_following_params(now), **params, "turns": [str(pk) for pk in memory_ids]},
-        )
+        cursor.execute(statement, params)
         return [(pk, tenant_id) for pk, tenant_id in cursor.fetchall()]
