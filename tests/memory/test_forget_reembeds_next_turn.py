@@ -11,16 +11,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from memory import embedtext
 from memory.models import EmbeddingStatus, Memory
 from memory.selectors.memories import SearchQuery, memory_search
 from memory.services import sweeps
 from memory.services.memories import episode_store, memory_forget, memory_supersede
 from memory.services.purge import principal_purge
-from memory.services.vectors import memory_embed_batch
 from memproj.dbroles import as_owner
 from tests.conftest import make_identity
-from tests.memory.turn_vectors import made_from, vector
+from tests.memory.turn_vectors import embed_while, made_from, vector
 
 pytestmark = [pytest.mark.django_db, pytest.mark.real_embedder]
 
@@ -196,17 +194,6 @@ def test_a_vector_made_while_the_previous_turn_was_forgotten_is_not_written(memb
     settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_MODE": "async"}
     secret = store(member.caller, SECRET)
     reply = store(member.caller, REPLY)
-    read = embedtext.texts_with_previous
-
-    def read_then_forgotten(rows):
-        texts = read(rows)
-        # What a forget that commits while the model runs leaves: the turn retracted.
-        Memory.objects.filter(pk=secret.pk).update(validity="retracted")
-        return texts
-
-    monkeypatch.setattr(embedtext, "texts_with_previous", read_then_forgotten)
-    assert memory_embed_batch(memory_ids=[reply.pk]) == 0
-    assert Memory.objects.get(pk=reply.pk).embedding_status == EmbeddingStatus.PENDING
-    monkeypatch.setattr(embedtext, "texts_with_previous", read)
-    assert memory_embed_batch(memory_ids=[reply.pk]) == 1
+    # What a forget that commits while the model runs leaves: the turn retracted.
+    embed_while(monkeypatch, reply, lambda: Memory.objects.filter(pk=secret.pk).update(validity="retracted"))
     assert made_from(reply, REPLY)

@@ -19,14 +19,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from memory import embedtext
 from memory.models import EmbeddingStatus, Memory
 from memory.selectors.memories import SearchQuery, memory_search
 from memory.services.imports import memories_import
 from memory.services.memories import episode_store, episodes_store_bulk, memory_forget
 from memory.services.reembedding import memories_mark_stale, memories_reembed
-from memory.services.vectors import memory_embed_batch
-from tests.memory.turn_vectors import made_from
+from tests.memory.turn_vectors import embed_while, made_from
 
 pytestmark = [pytest.mark.django_db, pytest.mark.real_embedder]
 
@@ -190,16 +188,5 @@ def test_a_vector_made_while_the_previous_turn_changed_class_is_not_written(memb
     settings.MEMPROJ = {**settings.MEMPROJ, "EMBED_MODE": "async"}
     first = episode_store(caller=member.caller, content=SECRET, butler="b", session_id="s1")
     reply = episode_store(caller=member.caller, content=REPLY, butler="b", session_id="s1")
-    read = embedtext.texts_with_previous
-
-    def read_then_reclassified(rows):
-        texts = read(rows)
-        Memory.objects.filter(pk=first.pk).update(boundary_class="secret")
-        return texts
-
-    monkeypatch.setattr(embedtext, "texts_with_previous", read_then_reclassified)
-    assert memory_embed_batch(memory_ids=[reply.pk]) == 0
-    assert Memory.objects.get(pk=reply.pk).embedding_status == EmbeddingStatus.PENDING
-    monkeypatch.setattr(embedtext, "texts_with_previous", read)
-    assert memory_embed_batch(memory_ids=[reply.pk]) == 1
+    embed_while(monkeypatch, reply, lambda: Memory.objects.filter(pk=first.pk).update(boundary_class="secret"))
     assert made_from(reply.pk, REPLY)

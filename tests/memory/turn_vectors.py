@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from memory import embedtext
 from memory.embeddings import get_embedder
-from memory.models import Memory
+from memory.models import EmbeddingStatus, Memory
+from memory.services.vectors import memory_embed_batch
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -32,3 +35,22 @@ def made_from(memory: Memory | uuid.UUID, content: str, previous: str | None = N
     """Whether the memory's stored vector is that of ``content`` with ``previous``."""
     stored = vector(memory)
     return stored is not None and cosine(stored, embedded(content, previous)) > 0.999
+
+
+def embed_while(monkeypatch: Any, reply: Memory | uuid.UUID, change: Callable[[], object]) -> None:
+    """The worker embeds ``reply`` and ``change`` commits between its reading
+    the previous turn and its writing the vector (while the model runs): the
+    vector is not written and the turn stays pending; its next embed writes one."""
+    pk: uuid.UUID = reply.pk if isinstance(reply, Memory) else reply
+    read = embedtext.texts_with_previous
+
+    def read_then_changed(rows: Any) -> Any:
+        texts = read(rows)
+        change()
+        return texts
+
+    monkeypatch.setattr(embedtext, "texts_with_previous", read_then_changed)
+    assert memory_embed_batch(memory_ids=[pk]) == 0
+    assert Memory.objects.get(pk=pk).embedding_status == EmbeddingStatus.PENDING
+    monkeypatch.setattr(embedtext, "texts_with_previous", read)
+    assert memory_embed_batch(memory_ids=[pk]) == 1
