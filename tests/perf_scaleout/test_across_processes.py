@@ -3,7 +3,8 @@ servers on loopback TCP (tests/harness/scaleout.py, as bench/scaleout.py runs
 them): what one process learns, the other honours. A token revoked by another
 process is refused by both on their next request, inside the window they keep
 verified tokens; a tenant's rate limit is one count over both; a pce active
-context made through one process pages through the other.
+context made through one process pages through the other; a policy applied by a
+third process holds in both from their next request.
 
 Each check addresses the two processes directly, so that which one answers is
 known; the load balancer in front of them answers the same calls."""
@@ -174,3 +175,82 @@ def test_a_pce_active_context_made_on_one_process_pages_on_the_other(deployment:
     seen = [page["claims"][0]["claim"]["text"] for page in pages]
     assert sorted(seen) == sorted(texts), seen
     assert not pages[-1]["has_more"]
+
+
+# A policy applied from a third process holds in every web process from its next
+# request: both had verified the token, kept the tenant's policy version and the
+# token's rate rule; the apply's generation in Redis makes each forget them. Only
+# a round that ends inside the window the processes keep what they learned shows
+# the generation at work: a slower round is tried again with a new tenant, and
+# skipped if none is quick enough; its assertions hold either way.
+OLD = "version: '1.0.0'\nrate_limit: { limit: 100, window_seconds: 600, algorithm: sliding }\n"
+NEW = "version: '1.1.0'\nrate_limit: { limit: 3, window_seconds: 600, algorithm: sliding }\n"
+
+
+def _search(base: str, token: str) -> httpx.Response:
+    return _post(base, "/mcp/pce", token, "tools/call", {"name": "pce_memory_search", "arguments": {"query": "x"}})
+
+
+def _version(answer: httpx.Response) -> Any:
+    assert answer.status_code == 200, answer.text
+    return answer.json()["result"]["structuredContent"]["policy_version"]
+
+
+def _applied_elsewhere(deployment: Deployment, tmp_path: Path) -> tuple[list[httpx.Response], float]:
+    """Each web process serves the tenant under the old policy, a third
+    process applies the new one, and each is asked again: the answers, and how
+    long after the first of them the last came."""
+    slug, token = _tenant(deployment, OLD)
+    first, second = _webs(deployment)
+    policy = tmp_path / f"{slug}.yaml"
+    policy.write_text(NEW)
+    applier = subprocess.Popen(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "--no-imports",
+            "-c",
+            "import sys\n"
+            "from django.core.management import call_command\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
+            f"call_command('policy_apply', '--tenant', '{slug}', '--file', '{policy}')\n"
+            "print('\\napplied', flush=True)\n",
+        ],
+        cwd=BASE_DIR,
+        env={**_clean_environ(), **deployment.service_env()},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert applier.stdout is not None and applier.stdin is not None
+        assert applier.stdout.readline().strip() == "ready"
+        began = time.monotonic()
+        for base in (first, second):  # each process verifies the token, keeps the version and the rule
+            assert _version(_search(base, token)) == "1.0.0"
+        applier.stdin.write("go\n")
+        applier.stdin.flush()
+        while (line := applier.stdout.readline()) and line.strip() != "applied":
+            pass
+        assert line.strip() == "applied"
+        answers = [_search(base, token) for base in (first, second, first, second)]
+        within = time.monotonic() - began
+    finally:
+        applier.communicate(timeout=60)
+    return answers, within
+
+
+def test_a_policy_applied_elsewhere_holds_in_every_web_process_at_once(deployment, tmp_path):
+    for _ in range(3):
+        answers, within = _applied_elsewhere(deployment, tmp_path)
+        if within < TOKEN_CACHE_SECONDS:
+            break
+    # The new rate limit (3 in the window), one count over both processes,
+    # with the new version in every answer it let through.
+    assert [a.status_code for a in answers] == [200, 200, 200, 429], [a.text for a in answers]
+    assert [_version(a) for a in answers[:3]] == ["1.1.0"] * 3
+    assert [a.headers["x-ratelimit-limit"] for a in answers] == ["3"] * 4
+    if within >= TOKEN_CACHE_SECONDS:
+        pytest.skip(f"no round ended within {TOKEN_CACHE_SECONDS:g} s ({within:.1f} s): the caches had expired anyway")
