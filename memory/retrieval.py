@@ -438,11 +438,20 @@ _VECTOR_SQL = """
 # calls, memproj_any_query/memproj_all_query (an unnest, a string_agg and a
 # tsquery parse) ran again for every row the GIN bitmap rechecks and the filter
 # tests, once per arm in a read of several kinds' indexes.
+# The query's terms are at most MAX_QUERY_TERMS, the rarest in the tenant (the
+# terms no memory holds last, ties by term): scoring a candidate costs a look-up
+# per term, and the cover density scorer's ts_rank_cd grows with the square of
+# the terms, so without a bound the query's length set what one search costs
+# (Chinese text is about a term per character). The terms left out are the
+# tenant's commonest, which weigh least in BM25.
+MAX_QUERY_TERMS = 128
 _TERMS_SQL = """
     terms AS (
         SELECT t.term, coalesce(s.df, 0) AS df
         FROM unnest(memproj_query_terms(%(q)s)) AS t(term)
         LEFT JOIN memory_termstat s ON s.tenant_id = %(tenant)s AND s.term = t.term
+        ORDER BY coalesce(s.df, 0) = 0, coalesce(s.df, 0), t.term
+        LIMIT {max_terms}
     ),
     selective AS (
         SELECT term, df FROM (
@@ -920,7 +929,7 @@ def channel_statement(
         params_sql.update(qvec=vector_literal(query_vector), k_vec=params.k_vec)
     if run_txt:
         txt_where = _where(caller, flt, kinds_sql=keyword_kinds_sql(flt.kinds))[0]
-        ctes.append(_TERMS_SQL.format(where=txt_where, session=SESSION_SQL))
+        ctes.append(_TERMS_SQL.format(where=txt_where, session=SESSION_SQL, max_terms=int(MAX_QUERY_TERMS)))
         scorer = _BM25_SQL if params.keyword_scorer == "bm25" else _COVER_DENSITY_SQL
         ctes.append(scorer.format())
         selects.append("SELECT 't' AS channel, id, score, coverage, session FROM txt")
