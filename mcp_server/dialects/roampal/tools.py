@@ -46,6 +46,11 @@ dialect = Dialect("roampal", INSTRUCTIONS, render_error=render_error, routes="mc
 Outcome = Literal["worked", "failed", "partial", "unknown"]
 CollectionName = Literal["books", "working", "history", "patterns", "memory_bank"]
 MAX_SCORES = 50
+# Keys a metadata filter may set (search_memory's metadata, /api/search's
+# metadata_filters): each is a condition the read builds in this process and the
+# database tests, and within the filter's JSON size limit a client could name
+# thousands of fields, which every search by time or meaning built and ran.
+MAX_METADATA_KEYS = 20
 # When get_context_insights adds the SELF-AUDIT prompt: the context holds this
 # many memory_bank items (roampal v0.3.5 leaves the trigger to the server).
 SELF_AUDIT_MIN_FACTS = 3
@@ -180,6 +185,9 @@ def find(
     lookup by id (which takes priority over query and days_back, as in roampal
     v0.3.5; an unknown id finds nothing), else a search by meaning, by time, or
     both. A blank query is no query; with neither, the call is refused."""
+    if isinstance(metadata, Mapping) and len(metadata) > MAX_METADATA_KEYS:
+        # The words of search_memory's schema (maxProperties), so both surfaces say the same.
+        raise api.InvalidArgument(f"metadata allows at most {MAX_METADATA_KEYS} entries.")
     query = query if query and query.strip() else None
     if id:
         return api.collection_lookup(caller=caller, memory_id=id)
@@ -234,9 +242,10 @@ def search_memory(
     metadata: Annotated[
         dict[str, Any] | None,
         Field(
+            max_length=MAX_METADATA_KEYS,
             description='Optional filters. created_at and last_used take a day ("2025-11-12"), an ISO '
             'date-time, or a range ({"$gte": "2025-02-01T00:00:00"}; also $gt, $lte, $lt); other keys equal a '
-            'stored metadata value, e.g. {"title": "..."}.'
+            'stored metadata value, e.g. {"title": "..."}.',
         ),
     ] = None,
     sort_by: Annotated[
