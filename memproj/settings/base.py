@@ -206,6 +206,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # re-enqueues itself would hold the worker.
     "socket_timeout": _BROKER_SOCKET_TIMEOUT,
     "socket_connect_timeout": _BROKER_SOCKET_TIMEOUT,
+    # One connection attempt where a caller gave no retry policy of its own: a
+    # write's after-commit enqueue (retry=False) would otherwise retry a refused
+    # broker for kombu's connection timeout, sleeping between attempts, and every
+    # write would answer seconds late while the broker is down; its outbox row
+    # is what gets the follow-up done. Publishes with a retry policy (beat's, a
+    # sweep re-enqueueing itself) and the worker's consumer, which passes its own
+    # limit (broker_connection_max_retries), keep theirs.
+    "max_retries": 0,
 }
 CELERY_TASK_ALWAYS_EAGER = read("CELERY_TASK_ALWAYS_EAGER")
 CELERY_TASK_EAGER_PROPAGATES = True

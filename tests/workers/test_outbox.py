@@ -169,3 +169,27 @@ def test_concurrent_eager_follow_ups_leave_no_join_block_behind(monkeypatch):
     assert second_running.is_set() and first_done.is_set()
     assert task_join_will_block() is False
     assert tasks.memory_conflict_check_task.apply(args=[first]).get()["skipped"] == ""
+
+
+def test_a_write_tries_a_refused_broker_once_and_leaves_the_rest_to_the_outbox(broker_down, monkeypatch):
+    """A write's after-commit enqueue (``retry=False``) makes one connection
+    attempt: kombu's default channel would otherwise retry a refused broker for
+    its connection timeout, sleeping between attempts, and every write would
+    answer seconds late for as long as the broker is down. The outbox row, not
+    the retries, is what makes the follow-up happen."""
+    from kombu.connection import Connection
+
+    attempts: list[int] = []
+    factory = Connection._connection_factory
+
+    def counted(self: Connection) -> object:
+        attempts.append(1)
+        return factory(self)
+
+    monkeypatch.setattr(Connection, "_connection_factory", counted)
+    member = make_identity("tenant-a", "member")
+    rule = rule_store(caller=member.caller, content="always confirm before sending")
+
+    assert len(attempts) == 1, attempts
+    assert Memory.objects.get(pk=rule.id).validity == "active"
+    assert FollowUp.objects.filter(memory_id=rule.id, done_at__isnull=True).count() == 1
