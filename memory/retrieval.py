@@ -443,15 +443,21 @@ _VECTOR_SQL = """
 # per term, and the cover density scorer's ts_rank_cd grows with the square of
 # the terms, so without a bound the query's length set what one search costs
 # (Chinese text is about a term per character). The terms left out are the
-# tenant's commonest, which weigh least in BM25.
+# tenant's commonest, which weigh least in BM25. Each term's document frequency
+# is a look-up of its own (a subquery per term, which the planner cannot turn
+# into a join): as a join, a planner that took the tenant for a small one (its
+# statistics older than its vocabulary) read every term the tenant holds to
+# match the query's few, and a search cost what the tenant's vocabulary did.
 MAX_QUERY_TERMS = 128
 _TERMS_SQL = """
     terms AS (
-        SELECT t.term, coalesce(s.df, 0) AS df
-        FROM unnest(memproj_query_terms(%(q)s)) AS t(term)
-        LEFT JOIN memory_termstat s ON s.tenant_id = %(tenant)s AND s.term = t.term
-        ORDER BY coalesce(s.df, 0) = 0, coalesce(s.df, 0), t.term
-        LIMIT {max_terms}
+        SELECT term, coalesce(df, 0) AS df FROM (
+            SELECT t.term,
+                (SELECT nullif(s.df, 0) FROM memory_termstat s WHERE s.tenant_id = %(tenant)s AND s.term = t.term) AS df
+            FROM unnest(memproj_query_terms(%(q)s)) AS t(term)
+            ORDER BY df NULLS LAST, t.term
+            LIMIT {max_terms}
+        ) rarest
     ),
     selective AS (
         SELECT term, df FROM (

@@ -122,3 +122,38 @@ def test_a_query_within_the_bound_keeps_every_term(caller):
     flt = RetrievalFilter(kinds=["episode"], now=timezone.now())
     hits = channel_hits(caller=caller, flt=flt, query_text=query, query_vector=None, params=RetrievalParams())
     assert set(hits) >= {m.id for m in memories}
+
+
+def termstat_rows_read(query: str, caller: Caller) -> tuple[float, set[str]]:
+    """The rows the keyword statement read from the term statistics, and how
+    (each scan's node type), with joins other than a nested loop preferred: a
+    planner that takes a tenant for a small one (statistics older than its
+    vocabulary) chooses them."""
+    statement = retrieval.channel_statement(
+        caller=caller,
+        flt=RetrievalFilter(kinds=["episode"], now=timezone.now()),
+        query_text=query,
+        query_vector=None,
+        params=RetrievalParams(),
+    )
+    assert statement is not None
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_nestloop = off")
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement[0], statement[1])
+        raw = cursor.fetchone()[0]
+        cursor.execute("RESET enable_nestloop")
+    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    scans = [node for node in nodes(plan) if node.get("Relation Name") == "memory_termstat"]
+    return sum(node["Actual Rows"] * node["Actual Loops"] for node in scans), {node["Node Type"] for node in scans}
+
+
+def test_the_term_statistics_are_read_one_query_term_at_a_time(caller):
+    """Each query term's document frequency is a look-up of its own: as a join,
+    a planner that chose a hash or merge join read every term the tenant holds
+    (its whole vocabulary) to match the query's few, so a search cost what
+    the tenant's vocabulary did."""
+    vocabulary = [f"v{i}q" for i in range(6000)]
+    store(caller, *(" ".join(vocabulary[i : i + 2000]) for i in range(0, len(vocabulary), 2000)))
+    query = " ".join(vocabulary[:: len(vocabulary) // 10][:10])
+    read, how = termstat_rows_read(query, caller)
+    assert read <= 10, (read, how)
