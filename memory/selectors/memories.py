@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -635,7 +636,11 @@ def namespaces_list(
     offset: int = 0,
 ) -> list[tuple[str, ...]]:
     """Distinct namespaces holding retrievable facts (a LangGraph store's
-    list_namespaces): filtered by prefix / suffix, truncated to max_depth."""
+    list_namespaces): filtered by prefix / suffix, truncated to max_depth,
+    in the order of Python's sort of tuples of str, one page of them.
+
+    The database does the matching, truncation, distinct, order and paging,
+    so this process reads one page, however many namespaces the tenant has."""
     require_read(caller)
     # Checked, not left to slicing: a negative offset or limit would page from the end.
     limit = validation.limit(limit, maximum=MAX_NAMESPACES_LIMIT)
@@ -648,23 +653,58 @@ def namespaces_list(
         .retrievable(timezone.now())
         .filter(kind=Kind.FACT)
         .exclude(namespace=[])
+        .order_by()
+        .values("namespace")
     )
-    if prefix and "*" not in prefix:
-        rows = rows.filter(**{f"namespace__0_{len(prefix)}": list(prefix)})
-    found: set[tuple[str, ...]] = set()
-    for namespace in rows.values_list("namespace", flat=True).distinct():
-        item = tuple(namespace)
-        if prefix and not _path_matches(item[: len(prefix)], prefix):
-            continue
-        if suffix and (len(suffix) > len(item) or not _path_matches(item[len(item) - len(suffix) :], suffix)):
-            continue
-        found.add(item[:max_depth] if max_depth else item)
-    return sorted(found)[offset : offset + limit]
+    base, base_params = rows.query.sql_with_params()
+    sql, params = _namespaces_page_sql(base, prefix, suffix, max_depth)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*base_params, *params, limit, offset])
+        return [tuple(namespace) for (namespace,) in cursor.fetchall()]
 
 
-def _path_matches(part: Sequence[str], pattern: Sequence[str]) -> bool:
-    """LangGraph's match conditions: equal length, ``*`` matches any element."""
-    return len(part) == len(pattern) and all(p in ("*", e) for e, p in zip(part, pattern, strict=True))
+# PostgreSQL's array subscripts are int4; a larger depth truncates nothing, as in Python.
+_MAX_SUBSCRIPT = 2**31 - 1
+
+
+def _namespaces_page_sql(
+    base: str, prefix: Sequence[str] | None, suffix: Sequence[str] | None, max_depth: int | None
+) -> tuple[str, list[str]]:
+    """The statement behind ``namespaces_list`` over ``base`` (a query of the
+    candidate rows' ``namespace`` column), with its parameters after base's,
+    before LIMIT and OFFSET. Matching follows LangGraph: a prefix or suffix
+    matches as many segments as it has, ``*`` any one of them. Truncation is
+    Python's ``namespace[:max_depth]`` (none for a falsy depth; a negative
+    one counts from the end). Sorted under COLLATE "C": arrays compare
+    element by element, a shorter array before any longer one it begins, and
+    "C" compares UTF-8 bytes, which is code point order, as Python compares
+    str, whatever the database's own collation."""
+    where: list[str] = []
+    params: list[str] = []
+    if prefix:
+        where.append(f"cardinality(m.namespace) >= {len(prefix)}")
+        for position, part in enumerate(prefix, start=1):
+            if part != "*":
+                where.append(f"m.namespace[{position}] = %s")
+                params.append(part)
+    if suffix:
+        where.append(f"cardinality(m.namespace) >= {len(suffix)}")
+        for back, part in enumerate(reversed(suffix)):
+            if part != "*":
+                where.append(f"m.namespace[cardinality(m.namespace) - {back}] = %s")
+                params.append(part)
+    depth = operator.index(max_depth) if max_depth else 0
+    if not depth:
+        end = "cardinality(m.namespace)"
+    elif depth > 0:
+        end = str(min(depth, _MAX_SUBSCRIPT))
+    else:
+        end = f"cardinality(m.namespace) - {min(-depth, _MAX_SUBSCRIPT)}"
+    sql = (
+        f'SELECT DISTINCT m.namespace[1:{end}] COLLATE "C" AS ns FROM ({base}) AS m '  # noqa: S608
+        f"{'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY ns LIMIT %s OFFSET %s"
+    )
+    return sql, params
 
 
 def composite_scores(
