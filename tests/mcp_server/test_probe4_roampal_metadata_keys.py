@@ -8,14 +8,12 @@ anything is read; at the bound it runs."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
-from django.test import Client as DjangoClient
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -23,6 +21,7 @@ from mcp_server.dialect import ERROR_CODE_META_KEY
 from mcp_server.dialects.roampal import tools as roampal
 from memory import api
 from tests.conftest import block_text
+from tests.mcp_server.test_roampal_metadata_filters import _search
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,15 +30,6 @@ REFUSAL = f"metadata allows at most {roampal.MAX_METADATA_KEYS} entries."
 
 def keys(count: int) -> dict[str, Any]:
     return {f"field{i}": True for i in range(count)}
-
-
-def _search(identity: Any, body: dict[str, Any]) -> Any:
-    return DjangoClient().post(
-        "/api/search",
-        data=json.dumps(body),
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {identity.token}",
-    )
 
 
 @pytest.mark.parametrize("count", [roampal.MAX_METADATA_KEYS + 1, 3000])
