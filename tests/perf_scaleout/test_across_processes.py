@@ -80,6 +80,38 @@ def _webs(deployment: Deployment) -> tuple[str, str]:
     return deployment.webs[0][1], deployment.webs[1][1]
 
 
+def _third_process(deployment: Deployment, *, setup: str, action: str) -> subprocess.Popen[str]:
+    """A Django shell in a process of its own, its imports (``setup``) done
+    and waiting: told to go (``_go``), it runs ``action``, so what it does
+    takes milliseconds when asked."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "--no-imports",
+            "-c",
+            f"import sys\n{setup}print('ready', flush=True)\nsys.stdin.readline()\n{action}",
+        ],
+        cwd=BASE_DIR,
+        env={**_clean_environ(), **deployment.service_env()},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    if process.stdout.readline().strip() != "ready":
+        process.kill()
+        pytest.fail(f"the third process did not start: {process.communicate(timeout=60)}")
+    return process
+
+
+def _go(process: subprocess.Popen[str]) -> None:
+    assert process.stdin is not None
+    process.stdin.write("go\n")
+    process.stdin.flush()
+
+
 def _revoked_elsewhere(deployment: Deployment) -> tuple[list[httpx.Response], float]:
     """Each web process verifies (and keeps) a fresh token, a third process
     revokes it, and each is asked again: the answers, and how long after the
@@ -88,34 +120,17 @@ def _revoked_elsewhere(deployment: Deployment) -> tuple[list[httpx.Response], fl
     first, second = _webs(deployment)
     # The revocation runs in a third process (as the admin's or an operator's
     # shell would), already started so that it takes milliseconds when asked.
-    revoker = subprocess.Popen(
-        [
-            sys.executable,
-            "manage.py",
-            "shell",
-            "--no-imports",
-            "-c",
-            "import sys\n"
-            "from policy.models import ApiToken\n"
-            "from policy.services.tokens import token_revoke\n"
-            "print('ready', flush=True)\n"
-            "sys.stdin.readline()\n"
-            f"print(token_revoke(ApiToken.objects.filter(principal__tenant__slug='{slug}')), flush=True)\n",
-        ],
-        cwd=BASE_DIR,
-        env={**_clean_environ(), **deployment.service_env()},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    revoker = _third_process(
+        deployment,
+        setup="from policy.models import ApiToken\nfrom policy.services.tokens import token_revoke\n",
+        action=f"print(token_revoke(ApiToken.objects.filter(principal__tenant__slug='{slug}')), flush=True)\n",
     )
     try:
-        assert revoker.stdout is not None and revoker.stdin is not None
-        assert revoker.stdout.readline().strip() == "ready"
+        assert revoker.stdout is not None
         verified_at = time.monotonic()
         for base in (first, second, deployment.url):  # each process verifies and keeps the token
             assert _post(base, "/mcp/memory", token, "tools/list", {}).status_code == 200
-        revoker.stdin.write("go\n")
-        revoker.stdin.flush()
+        _go(revoker)
         assert revoker.stdout.readline().strip() == "1"
         answers = [_post(base, "/mcp/memory", token, "tools/list", {}) for base in (first, second, deployment.url)]
         refused_within = time.monotonic() - verified_at
@@ -204,34 +219,20 @@ def _applied_elsewhere(deployment: Deployment, tmp_path: Path) -> tuple[list[htt
     first, second = _webs(deployment)
     policy = tmp_path / f"{slug}.yaml"
     policy.write_text(NEW)
-    applier = subprocess.Popen(
-        [
-            sys.executable,
-            "manage.py",
-            "shell",
-            "--no-imports",
-            "-c",
-            "import sys\n"
-            "from django.core.management import call_command\n"
-            "print('ready', flush=True)\n"
-            "sys.stdin.readline()\n"
+    applier = _third_process(
+        deployment,
+        setup="from django.core.management import call_command\n",
+        action=(
             f"call_command('policy_apply', '--tenant', '{slug}', '--file', '{policy}')\n"
-            "print('\\napplied', flush=True)\n",
-        ],
-        cwd=BASE_DIR,
-        env={**_clean_environ(), **deployment.service_env()},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+            "print('\\napplied', flush=True)\n"
+        ),
     )
     try:
-        assert applier.stdout is not None and applier.stdin is not None
-        assert applier.stdout.readline().strip() == "ready"
+        assert applier.stdout is not None
         began = time.monotonic()
         for base in (first, second):  # each process verifies the token, keeps the version and the rule
             assert _version(_search(base, token)) == "1.0.0"
-        applier.stdin.write("go\n")
-        applier.stdin.flush()
+        _go(applier)
         while (line := applier.stdout.readline()) and line.strip() != "applied":
             pass
         assert line.strip() == "applied"
