@@ -8,6 +8,8 @@ the next tag, the next JSON member)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -61,14 +63,23 @@ REORDERED = r"""() => {
 }"""
 
 
-def log_in(browser: Any, live_server: Any, username: str) -> Any:
-    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
-    page.goto(f"{live_server.url}/admin/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("#user-tools")
-    return page
+@contextmanager
+def logged_in_page(executable: str, live_server: Any, username: str) -> Iterator[Any]:
+    """A page of headless Chromium, logged in to the admin as ``username``."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=LAUNCH_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+            page.goto(f"{live_server.url}/admin/login/")
+            page.fill("#id_username", username)
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_selector("#user-tools")
+            yield page
+        finally:
+            browser.close()
 
 
 def review_pages(live_server: Any, newer: Memory, older: Memory, conflict: ConflictCandidate) -> list[str]:
@@ -83,8 +94,6 @@ def review_pages(live_server: Any, newer: Memory, older: Memory, conflict: Confl
 
 
 def test_one_long_word_widens_no_page(chromium, live_server, admin_a, browser_env):  # noqa: F811
-    from playwright.sync_api import sync_playwright
-
     caller = admin_a.caller
     subject, predicate = "S" * 200, "P" * 200
     older = fact_store(
@@ -103,24 +112,17 @@ def test_one_long_word_widens_no_page(chromium, live_server, admin_a, browser_en
         tenant=admin_a.tenant, memory=newer, other=rule, kind="contradiction", similarity=0.5, reason="Z" * 200
     )
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS, headless=True)
-        try:
-            page = log_in(browser, live_server, admin_a.user.username)
-            for url in review_pages(live_server, newer, older, conflict):
-                assert page.goto(url).status == 200, url
-                assert page.evaluate(TOO_WIDE) == {"page": 0, "elements": []}, url
-            # The whole word is there to read, on the page and in its read-only field.
-            page.goto(f"{live_server.url}/admin/memory/memory/{newer.pk}/change/")
-            assert page.inner_text("#mp-content") == "N" * 16_000
-            assert page.inner_text(".field-content div.readonly") == "N" * 16_000
-        finally:
-            browser.close()
+    with logged_in_page(chromium, live_server, admin_a.user.username) as page:
+        for url in review_pages(live_server, newer, older, conflict):
+            assert page.goto(url).status == 200, url
+            assert page.evaluate(TOO_WIDE) == {"page": 0, "elements": []}, url
+        # The whole word is there to read, on the page and in its read-only field.
+        page.goto(f"{live_server.url}/admin/memory/memory/{newer.pk}/change/")
+        assert page.inner_text("#mp-content") == "N" * 16_000
+        assert page.inner_text(".field-content div.readonly") == "N" * 16_000
 
 
 def test_a_direction_override_turns_round_only_the_agents_own_text(chromium, live_server, admin_a, browser_env):  # noqa: F811
-    from playwright.sync_api import sync_playwright
-
     caller = admin_a.caller
     override = "\u202e"
     subject, predicate = f"deploy{override}", f"day{override}"
@@ -140,16 +142,11 @@ def test_a_direction_override_turns_round_only_the_agents_own_text(chromium, liv
         tenant=admin_a.tenant, memory=newer, other=rule, kind="contradiction", similarity=0.5, reason=f"why{override}"
     )
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS, headless=True)
-        try:
-            page = log_in(browser, live_server, admin_a.user.username)
-            for url in review_pages(live_server, newer, older, conflict):
-                assert page.goto(url).status == 200, url
-                assert page.evaluate(REORDERED) == [], url
-            # The text itself is kept: the override is in the page, the metadata's as its JSON escape.
-            page.goto(f"{live_server.url}/admin/memory/memory/{older.pk}/change/")
-            assert page.inner_text(".field-tag_list div.readonly") == f"ops{override}, billing"
-            assert page.inner_text(".field-metadata_json div.readonly") == '{"note": "see\\u202e", "owner": "alice"}'
-        finally:
-            browser.close()
+    with logged_in_page(chromium, live_server, admin_a.user.username) as page:
+        for url in review_pages(live_server, newer, older, conflict):
+            assert page.goto(url).status == 200, url
+            assert page.evaluate(REORDERED) == [], url
+        # The text itself is kept: the override is in the page, the metadata's as its JSON escape.
+        page.goto(f"{live_server.url}/admin/memory/memory/{older.pk}/change/")
+        assert page.inner_text(".field-tag_list div.readonly") == f"ops{override}, billing"
+        assert page.inner_text(".field-metadata_json div.readonly") == '{"note": "see\\u202e", "owner": "alice"}'
