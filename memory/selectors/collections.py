@@ -26,7 +26,8 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, UUIDField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from memory import scoring, validation
@@ -133,11 +134,15 @@ def first_versions(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID
     return {pk: found.get(pk, pk) for pk in memory_ids}
 
 
-def _current_version(caller: Caller, memory_id: uuid.UUID) -> uuid.UUID:
-    """Follow supersession forwards to the version that replaced this one last."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
+def _current_version(caller: Caller, memory_id: uuid.UUID) -> RawSQL:
+    """The version that replaced this one last (supersession followed forwards),
+    as a subquery: a filter on it reads the chain and the row in one statement,
+    so in one snapshot. Two statements would let another update commit between
+    them: the version the first found current would be superseded by the
+    second, and the memory would look gone while it has a newer version."""
+    return RawSQL(
+        """
+        COALESCE((
             WITH RECURSIVE chain(id, next, depth) AS (
                 SELECT id, superseded_by_id, 0 FROM memory_memory WHERE id = %s AND tenant_id = %s
                 UNION ALL
@@ -146,11 +151,11 @@ def _current_version(caller: Caller, memory_id: uuid.UUID) -> uuid.UUID:
                 WHERE m.tenant_id = %s AND chain.depth < %s
             )
             SELECT id FROM chain ORDER BY depth DESC LIMIT 1
-            """,
-            [memory_id, caller.tenant_id, caller.tenant_id, CHAIN_MAX_DEPTH],
-        )
-        row = cursor.fetchone()
-    return row[0] if row else memory_id
+        ), %s)
+        """,
+        [memory_id, caller.tenant_id, caller.tenant_id, CHAIN_MAX_DEPTH, memory_id],
+        output_field=UUIDField(),
+    )
 
 
 def id_range(value: str) -> tuple[uuid.UUID, uuid.UUID]:

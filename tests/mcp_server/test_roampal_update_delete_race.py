@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -151,6 +152,38 @@ async def test_concurrent_update_memory_on_one_id_all_succeed_and_the_last_one_w
     assert [r["content"] for r in found["results"]] == list(active)
     for text in texts:
         assert await Memory.objects.filter(content=text).acount() == 1, text
+
+
+def test_an_update_whose_lookup_sees_another_update_commit_mid_read_applies_after_it(member):
+    """The lookup follows the id's version chain to its current version and
+    reads that row. Another update committing right after the chain is read
+    must not make the entry look gone: this one applies after it."""
+    from django.db import connection
+
+    first = api.memory_bank_store(caller=member.caller, content=OLD)
+    other: list[Memory] = []
+    started: list[threading.Thread] = []
+
+    def other_update() -> None:
+        try:
+            other.append(api.memory_bank_update(caller=member.caller, memory_id=first.pk, content="slot nine")[1])
+        finally:
+            connection.close()  # this thread's own connection
+
+    def commit_another_update_after_the_chain_read(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if "WITH RECURSIVE chain" in sql and not started:
+            started.append(threading.Thread(target=other_update))
+            started[0].start()
+            started[0].join()
+        return result
+
+    with connection.execute_wrapper(commit_another_update_after_the_chain_read):
+        replaced, new = api.memory_bank_update(caller=member.caller, memory_id=first.pk, content=NEW)
+    assert other, "the other update did not run"
+    assert replaced.pk == other[0].pk
+    assert active_texts() == {NEW}
+    assert api.collection_get(member.caller, str(first.pk)).pk == new.pk
 
 
 async def test_concurrent_delete_memory_on_one_id_one_succeeds_the_rest_name_the_id_sent(member, mcp_client_for):
