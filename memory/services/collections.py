@@ -194,7 +194,10 @@ def memory_bank_update(
                 namespace=old.namespace,
                 content=content,
                 importance=old.importance if scaled is None else scaled,
+                # Unless given, the confidence of the version replaced as it is under the
+                # key's lock: an outcome may have moved it since ``old`` was read.
                 confidence=old.confidence if confidence is None else confidence,
+                keep_confidence=confidence is None,
                 permanence=old.permanence or "permanent",
                 scope=old.scope,
                 tags=old.tags if tags is None else tags,

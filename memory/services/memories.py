@@ -603,6 +603,7 @@ def fact_store(
     collection: str = "",
     boundary_class: str = DEFAULT_BOUNDARY_CLASS,
     replaces: uuid.UUID | None = None,
+    keep_confidence: bool = False,
     stated_at: datetime | None = None,
 ) -> FactStoreResult:
     """Store a fact; a keyed one supersedes the active fact of its subject and
@@ -610,7 +611,11 @@ def fact_store(
     the key's active holder when the key is locked (the embedding is computed
     before, so a forget or another update can commit in between), else
     NotFound and nothing is stored. Without it a text whose key had just been
-    forgotten would come back as a fresh active fact.
+    forgotten would come back as a fresh active fact. ``keep_confidence``
+    (with ``replaces``): the new version takes the confidence of the one it
+    replaces as that row is under the lock, not ``confidence``: an outcome
+    that moved it after the caller read the row (feedback changes a live
+    fact's confidence in place) is kept, not overwritten by the value read.
 
     ``stated_at``: when what the fact says was said (a consolidated fact: its
     newest source episode), which dates it. An active fact of its key dated
@@ -631,9 +636,6 @@ def fact_store(
     embedding = _embed_for_store(content, kind=Kind.FACT)
     now = timezone.now()
     stated_at = min(stated_at, now) if stated_at is not None else None
-    state, state_changes_at = scoring.fact_state_schedule(
-        confidence=confidence, decay_rate=scoring.DECAY_RATES[permanence], confirmed_at=now, now=now
-    )
     with transaction.atomic():
         previous: list[Memory] = []
         active_facts = (
@@ -656,6 +658,11 @@ def fact_store(
                 f"memory {replaces} is no longer the active fact of its subject and predicate "
                 "(forgotten or replaced meanwhile); search to find the current one."
             )
+        if keep_confidence and replaces is not None:
+            confidence = next(p.confidence for p in previous if p.pk == replaces)
+        state, state_changes_at = scoring.fact_state_schedule(
+            confidence=confidence, decay_rate=scoring.DECAY_RATES[permanence], confirmed_at=now, now=now
+        )
         new_id = uuid.uuid4()
         newer = [p for p in previous if stated_at is not None and p.created_at > stated_at]
         if newer:
