@@ -43,7 +43,7 @@ import queue
 import threading
 import time
 import warnings
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -266,61 +266,84 @@ class OnnxBackend:
     """ONNX Runtime session over the exported graph; the tokenizer is the
     model's own tokenizer.json, with the model's truncation length.
 
+    The session computes on the thread that calls it (one intra-op thread).
     A pass of a few texts (a query, or the few that arrive together) runs on
-    the calling thread alone: splitting so small a pass across cores costs more
-    CPU in handing work between threads than it saves in time, and under load
-    the other cores are serving PostgreSQL and other requests. Larger passes (a
-    worker's or an import's batch) run on ``threads`` (0: the runtime's default,
-    every core). Both sessions compute the same vectors."""
+    the calling thread alone: splitting so small a pass costs more CPU in
+    handing work over than it saves in time, and under load the other cores are
+    serving PostgreSQL and other requests. A larger pass (a worker's or an
+    import's batch) is cut into chunks that ``threads`` streams (0: one per
+    core this process may use) take in turn, each running whole chunks on its
+    own thread. Streams rather than one pass spread over cores by the runtime:
+    those threads meet after every operator, so when another process (the
+    database writing the previous batch) holds one core the others wait for it;
+    a stream slowed that way just takes fewer chunks. The chunks, and so the
+    vectors, are the same whatever the number of streams for a pass of at
+    least ``CHUNK`` texts per stream."""
 
     name = "onnx"
     # Texts per forward pass; sorted by length first so padding stays small.
     CHUNK = 32
-    # The largest pass that runs on one thread.
+    # The largest pass that runs on the calling thread alone.
     SMALL_PASS = 4
 
     def __init__(self, path: Path, model_dir: Path, threads: int = 0) -> None:
         self._path = path
-        self._threads = threads
-        self._small = self._new_session(1)
-        # Made on the first large pass: a process that only embeds queries holds one session.
-        self._large: Any = self._small if threads == 1 else None
-        self._large_lock = threading.Lock()
+        self._streams = threads or len(os.sched_getaffinity(0))
+        self._session = self._new_session()
         # Only the inputs the graph has (an MPNet graph, measured by bench/, has no token_type_ids).
-        self._inputs = {graph_input.name for graph_input in self._small.get_inputs()}
+        self._inputs = {graph_input.name for graph_input in self._session.get_inputs()}
         self._tokenizer = _tokenizer(model_dir)
 
-    def _new_session(self, threads: int) -> Any:
+    def _new_session(self) -> Any:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.inter_op_num_threads = 1
-        if threads:
-            options.intra_op_num_threads = threads
-        # Spinning threads would burn the cores PostgreSQL needs between passes.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.intra_op_num_threads = 1
         return ort.InferenceSession(str(self._path), options, providers=["CPUExecutionProvider"])
 
-    def _session_for(self, texts: int) -> Any:
-        if texts <= self.SMALL_PASS:
-            return self._small
-        with self._large_lock:
-            if self._large is None:
-                self._large = self._new_session(self._threads)
-            return self._large
+    def _chunks(self, texts: list[str]) -> list[list[int]]:
+        """The indexes of ``texts`` by length, cut into the passes to run:
+        chunks of ``CHUNK``, smaller ones when that leaves a stream idle."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        size = self.CHUNK
+        if len(texts) > self.SMALL_PASS:
+            size = min(size, -(-len(texts) // self._streams))
+        return [order[lo : lo + size] for lo in range(0, len(order), size)]
 
     def embed(self, texts: list[str]) -> list[list[float]]:
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out: list[list[float]] = [[] for _ in texts]
-        for lo in range(0, len(order), self.CHUNK):
-            chunk = order[lo : lo + self.CHUNK]
-            ids, mask = _encode(self._tokenizer, [texts[i] for i in chunk])
-            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": ids * 0}
-            session = self._session_for(len(chunk))
-            (vectors,) = session.run(None, {name: value for name, value in feed.items() if name in self._inputs})
-            for i, vector in zip(chunk, vectors.tolist(), strict=True):
-                out[i] = vector
+        chunks = deque(self._chunks(texts))
+        failures: list[BaseException] = []
+
+        def stream() -> None:
+            try:
+                while not failures:
+                    try:
+                        chunk = chunks.popleft()  # atomic: each chunk goes to one stream
+                    except IndexError:
+                        return
+                    ids, mask = _encode(self._tokenizer, [texts[i] for i in chunk])
+                    feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": ids * 0}
+                    (vectors,) = self._session.run(
+                        None, {name: value for name, value in feed.items() if name in self._inputs}
+                    )
+                    for i, vector in zip(chunk, vectors.tolist(), strict=True):
+                        out[i] = vector
+            except BaseException as exc:  # noqa: BLE001 - raised by the calling thread
+                failures.append(exc)
+
+        helpers = [
+            threading.Thread(target=stream, name="onnx-stream") for _ in range(min(self._streams, len(chunks)) - 1)
+        ]
+        for helper in helpers:
+            helper.start()
+        stream()
+        for helper in helpers:
+            helper.join()
+        if failures:
+            raise failures[0]
         return out
 
 

@@ -80,7 +80,45 @@ def test_onnx_and_torch_compute_the_same_model():
 
 
 @pytest.mark.slow
-def test_a_small_pass_runs_on_one_thread_and_a_large_one_on_every_core_with_the_same_vectors():
+def test_a_small_pass_runs_on_the_calling_thread_and_a_large_one_on_every_stream_with_the_same_vectors(
+    monkeypatch,
+):
+    import threading
+
+    from memory.embeddings import OnnxBackend, _model_dir, onnx_model_path
+
+    model_dir = _model_dir()
+    path = onnx_model_path(model_dir)
+    if not path.exists():
+        LocalEmbedder(backend="onnx").embed(["export the graph"])
+    streams, single = OnnxBackend(path, model_dir, threads=2), OnnxBackend(path, model_dir, threads=1)
+    assert streams._session.get_session_options().intra_op_num_threads == 1
+    ran_on: list[str] = []
+    real_run = type(streams._session).run
+
+    def run(session, *args, **kwargs):
+        ran_on.append(threading.current_thread().name)
+        return real_run(session, *args, **kwargs)
+
+    monkeypatch.setattr(type(streams._session), "run", run)
+    streams.embed(TEXTS[: OnnxBackend.SMALL_PASS])
+    assert ran_on == [threading.current_thread().name]
+    # Three chunks per stream, shorter texts first: each of the two streams runs some.
+    texts = [f"{TEXTS[i % len(TEXTS)]} {'more ' * (i % 7)}{i}" for i in range(OnnxBackend.CHUNK * 6)]
+    ran_on.clear()
+    on_two_streams = np.asarray(streams.embed(texts))
+    assert len(ran_on) == 6 and set(ran_on) == {threading.current_thread().name, "onnx-stream"}
+    # A vector does not depend on how many streams computed its pass: stored and queried texts compare equal.
+    ran_on.clear()
+    assert np.array_equal(on_two_streams, np.asarray(single.embed(texts)))
+    assert set(ran_on) == {threading.current_thread().name}
+    # Eight texts on two streams: two passes of four, not one pass on one thread while the other core idles.
+    ran_on.clear()
+    streams.embed(texts[:8])
+    assert len(ran_on) == 2
+
+
+def test_a_failing_stream_raises_on_the_calling_thread_and_the_others_stop(monkeypatch):
     from memory.embeddings import OnnxBackend, _model_dir, onnx_model_path
 
     model_dir = _model_dir()
@@ -88,18 +126,17 @@ def test_a_small_pass_runs_on_one_thread_and_a_large_one_on_every_core_with_the_
     if not path.exists():
         LocalEmbedder(backend="onnx").embed(["export the graph"])
     backend = OnnxBackend(path, model_dir, threads=2)
-    texts = TEXTS[: OnnxBackend.SMALL_PASS]
-    small, large = backend._session_for(len(texts)), backend._session_for(OnnxBackend.SMALL_PASS + 1)
-    assert small is not large
-    assert small.get_session_options().intra_op_num_threads == 1
-    assert large.get_session_options().intra_op_num_threads == 2
-    on_one_thread = np.asarray(backend.embed(texts))
-    backend.SMALL_PASS = 0  # the same pass on the large session
-    # A vector does not depend on which session computed it: stored and queried texts compare equal.
-    assert np.array_equal(on_one_thread, np.asarray(backend.embed(texts)))
-    # Configured to one thread, one session serves every pass.
-    single = OnnxBackend(path, model_dir, threads=1)
-    assert single._session_for(1) is single._session_for(OnnxBackend.SMALL_PASS + 1)
+    calls: list[int] = []
+
+    def run(session, *args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("the runtime failed")
+
+    monkeypatch.setattr(type(backend._session), "run", run)
+    texts = [f"text {i}" for i in range(OnnxBackend.CHUNK * 8)]
+    with pytest.raises(RuntimeError, match="the runtime failed"):
+        backend.embed(texts)
+    assert len(calls) <= 2  # one failure per stream at most, not one per chunk
 
 
 def test_onnx_failure_falls_back_to_torch(monkeypatch):

@@ -53,8 +53,8 @@ def bench_embedders(repeat: int) -> str:
 
 
 def bench_onnx_threads(repeat: int) -> str:
-    """ONNX passes of a few texts on one thread against the runtime's default
-    (every core): CPU per text (this process's) and wall time per pass, medians
+    """ONNX passes of a few texts on the calling thread against passes split
+    over one stream per core: CPU per text (this process's) and wall time per pass, medians
     over ``repeat`` passes per size; what ``OnnxBackend.SMALL_PASS`` rests on."""
     from memory.embeddings import OnnxBackend, _model_dir, onnx_model_path
 
