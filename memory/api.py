@@ -13,8 +13,8 @@ Reads: ``memory_search`` (what to find: a ``SearchQuery``), ``memory_recall``, `
 ``fact_get_by_key``, ``namespaces_list``; ``memory_search_accessed`` and
 ``memory_list_recent_accessed`` also move ``accessed_at`` of what they return.
 roampal v0.3.5's collections: ``working_store``, ``takeaway_store``, ``memory_bank_store``,
-``memory_bank_update``, ``collection_forget``, ``book_ingest`` / ``book_progress``, the hooked
-conversation's ``exchange_*``; reads ``collection_search``, ``collection_get``,
+``memory_bank_update``, ``collection_forget``, ``collection_score``, ``book_ingest`` /
+``book_progress``, the hooked conversation's ``exchange_*``; reads ``collection_search``, ``collection_get``,
 ``collection_ids``, ``known_context`` and ``display_id``.
 Ids: ``memory_pk`` resolves an id a client holds (a memory's UUID or an imported
 memory's upstream id, kept as an alias); ``memory_alias_target`` only the latter;
@@ -68,6 +68,7 @@ from memory.services.collections import (
     book_ingest,
     book_progress,
     collection_forget,
+    collection_score,
     exchange_complete,
     exchange_mark_scored,
     exchange_open,
@@ -116,6 +117,7 @@ __all__ = [
     "book_ingest",
     "book_progress",
     "collection_forget",
+    "collection_score",
     "collection_get",
     "collection_ids",
     "collection_lookup",

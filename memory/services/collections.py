@@ -29,7 +29,7 @@ from memory.outcomes import collection_apply
 from memory.selectors.collections import collection_get
 from memory.selectors.memories import CONTINUED_IN, CONTINUES, exchange_parts
 from memory.services.events import EventType, event_append
-from memory.services.feedback import collection_event
+from memory.services.feedback import collection_event, memory_feedback
 from memory.services.locks import memories_tenant_write_lock, memory_rows_lock, tenant_write_lock
 from memory.services.memories import (
     episode_store,
@@ -210,6 +210,37 @@ def memory_bank_update(
             continue  # replaced or forgotten meanwhile: the chain's current version, read again, decides
         old.refresh_from_db(fields=["validity", "superseded_by"])
         return old, new
+
+
+def collection_score(
+    caller: Caller, memory_id: str, looked_up: Memory, signal: str, *, already: set[uuid.UUID]
+) -> uuid.UUID | None:
+    """Apply an outcome (roampal's scoring) to the current version of the
+    memory ``memory_id`` names (``looked_up``: that version when the caller
+    looked the id up) and return the version scored. The feedback checks, under
+    the memory's lock, that the version is still live: one an update or a
+    merge replaced since the look-up is refused, and the id is looked up again
+    (its chain and the row in one statement) and its version current now
+    scored in turn, as ``memory_bank_update`` applies after another update.
+    Each attempt names a version no attempt named before, so the loop ends.
+    None, and nothing scored, for a memory forgotten or expired meanwhile, a
+    book (reference material, never scored) or one in ``already`` (scored in
+    this call under another of its ids)."""
+    memory = looked_up
+    tried: set[uuid.UUID] = set()
+    while memory.id not in tried:
+        if collection_of(memory) == Collection.BOOKS or memory.id in already:
+            return None
+        tried.add(memory.id)
+        try:
+            memory_feedback(caller=caller, memory_id=memory.id, signal=signal)
+            return memory.id
+        except NotFound:
+            try:
+                memory = collection_get(caller, memory_id)
+            except (NotFound, InvalidArgument):
+                return None  # forgotten or expired since the look-up: skipped like an unknown id
+    return None
 
 
 def collection_forget(*, caller: Caller, memory_id: str) -> Memory:

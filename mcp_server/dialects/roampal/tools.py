@@ -286,42 +286,13 @@ def _apply_scores(memory_scores: Mapping[str, str] | None) -> tuple[dict[str, st
     found = api.collection_ids(caller, list(memory_scores or {}))
     for given, outcome in (memory_scores or {}).items():
         memory = found.get(given)
-        done = None if memory is None else _score_current(caller, given, memory, outcome, applied)
+        done = None if memory is None else api.collection_score(caller, given, memory, outcome, already=applied)
         if done is None:
             skipped.append(given)
             continue
         scored[given] = outcome
         applied.add(done)
     return scored, skipped, applied
-
-
-def _score_current(
-    caller: api.Caller, given: str, memory: Any, outcome: str, already: set[uuid.UUID]
-) -> uuid.UUID | None:
-    """Apply ``outcome`` to the current version of the memory the id ``given``
-    names (``memory``: that version when the id was looked up) and return the
-    version scored. The feedback checks, under the memory's lock, that the
-    version is still live: one an update or a merge replaced since the look-up
-    is refused, and the id is looked up again (its chain and the row in one
-    statement) and its version current now scored in turn, as update_memory
-    applies after another update. Each attempt names a version no attempt
-    named before, so the loop ends. None, and nothing scored, for a memory
-    forgotten or expired meanwhile, a book (reference material, never scored)
-    or one already scored in this call (under another of its ids)."""
-    tried: set[uuid.UUID] = set()
-    while memory.id not in tried:
-        if api.collection_of(memory) == "books" or memory.id in already:
-            return None
-        tried.add(memory.id)
-        try:
-            api.memory_feedback(caller=caller, memory_id=memory.id, signal=outcome)
-            return memory.id
-        except api.NotFound:
-            try:
-                memory = api.collection_get(caller, given)
-            except (api.NotFound, api.InvalidArgument):
-                return None  # forgotten or expired since the look-up: skipped like an unknown id
-    return None
 
 
 def _score_exchange(outcome: str | None, already: Iterable[uuid.UUID]) -> tuple[str | None, int]:
@@ -342,7 +313,7 @@ def _score_exchange(outcome: str | None, already: Iterable[uuid.UUID]) -> tuple[
     named = set(already)
     updated = 0
     for given, each in [(str(previous.memory_id), memory), *parts.items()]:
-        if _score_current(caller, given, each, outcome, named) is not None:
+        if api.collection_score(caller, given, each, outcome, already=named) is not None:
             updated += 1
     return api.display_id(memory), updated
 
