@@ -36,6 +36,21 @@ token's rule not resolvable) serves the request without a limit and without
 rate-limit headers (fail open, logged at most once a minute): a broken counter
 must not take the whole API down.
 
+A request that does several operations (the LangGraph store's batch of up
+to 100 ops, each a search or a write) costs one call per operation, not one
+per request: the middleware hands the counted request's ``CallBudget`` to the
+app in the ASGI scope (``BUDGET_SCOPE_KEY``; Django's ``request.scope``), and
+the route, once it has checked the operations and before it runs any,
+``charge``s the request's whole cost. The further calls are counted by the
+same check (the same bucket, rule and policy generation, one Lua script with a
+``cost``), all or nothing: a batch over what is left is refused whole, with
+the same 429, ``Retry-After`` and error body as a request refused here, and
+counts nothing beyond the request's own call. The response's
+``X-RateLimit-*`` headers are those of the last check. The charge fails as the
+request's own check does: a saturated limiter answers the 503 above, Redis
+down serves the batch without a limit; a request served without a limit
+carries no budget.
+
 Install by wrapping the ASGI application: ``application = RateLimitMiddleware(Router())``.
 """
 
@@ -49,7 +64,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 
 from policy.document import RateLimitPolicy
 from policy.policycache import policy_caching_enable
@@ -89,6 +104,22 @@ def _message(decision: RateDecision) -> str:
 
 def _details(decision: RateDecision) -> dict[str, Any]:
     return {"retry_after": max(1, decision.reset_seconds), "limit": decision.limit}
+
+
+def _cost_message(decision: RateDecision, calls: int) -> str:
+    """Why a request that costs ``calls`` calls (one per operation) was refused."""
+    retry = max(1, decision.reset_seconds)
+    if calls > decision.limit:
+        return (
+            f"rate limit exceeded: this request's {calls} operations cost {calls} calls, more than the "
+            f"{decision.limit} calls per window this token may make; none ran. Send at most {decision.limit} "
+            "operations per request."
+        )
+    return (
+        f"rate limit exceeded: this request's {calls} operations cost {calls} calls, and this token has "
+        f"{decision.remaining} of its {decision.limit} calls per window left; none ran. Retry after {retry} s "
+        "(with exponential backoff and jitter), or send fewer operations per request."
+    )
 
 
 ErrorRenderer = Callable[[str, str, dict[str, Any]], str]
@@ -350,6 +381,93 @@ async def token_resolver(scope: Scope) -> tuple[str, RateLimitPolicy]:
     return f"tok:{token_hash}", rule
 
 
+BUSY_MESSAGE = (
+    f"the rate limiter is busy: no Redis connection became free in time; retry in {BUSY_RETRY_AFTER} s "
+    "(with exponential backoff and jitter)."
+)
+
+
+def limited_answer(path: str, decision: RateDecision, message: str, body: bytes = b"") -> tuple[bytes, str]:
+    """The 429's body on ``path``'s surface (``surface_error``)."""
+    details = _details(decision)
+    return surface_error(path, "RATE_LIMIT", message, details, body, jsonrpc_code=JSONRPC_RATE_LIMIT)
+
+
+def busy_answer(path: str, body: bytes = b"") -> tuple[bytes, str]:
+    """The saturated limiter's 503 body on ``path``'s surface."""
+    return surface_error(
+        path,
+        "TIMEOUT",
+        BUSY_MESSAGE,
+        {"retry_after": BUSY_RETRY_AFTER},
+        body,
+        plain_code="SERVER_BUSY",
+        jsonrpc_code=JSONRPC_SERVER_ERROR,
+    )
+
+
+# The ASGI scope key under which a counted request's CallBudget reaches the app
+# (absent when the request is served without a limit).
+BUDGET_SCOPE_KEY = "memproj.rate_limit"
+
+# A refusal the app answers for the limiter: (status, body, content type); the
+# middleware adds the headers (Retry-After, X-RateLimit-*) to the response.
+Refusal = tuple[int, bytes, str]
+
+
+class CallBudget:
+    """The rate-limit budget of one counted request, for an app whose request
+    does several operations: ``charge(n)`` makes the request cost ``n`` calls
+    in all (it was counted as one when it arrived), before any operation runs.
+    The middleware's own check counts them (``RateLimitMiddleware._check``: the
+    token's cached bucket and rule, the policy generation), so there is one
+    counter, and the response carries the headers of the last check."""
+
+    def __init__(self, middleware: RateLimitMiddleware, scope: Scope, decision: RateDecision) -> None:
+        self._middleware = middleware
+        self._scope = scope
+        self.decision = decision
+        self.calls = 1
+        self._busy = False
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """What the middleware adds to the response."""
+        if self._busy:
+            return [(b"retry-after", str(BUSY_RETRY_AFTER).encode())]
+        return self.decision.headers()
+
+    async def acharge(self, calls: int) -> Refusal | None:
+        """Make the request cost ``calls`` in all: count the calls it was not
+        charged yet, all or none. None: they are counted (or the limiter failed
+        open: Redis down), run the operations. Else the
+        request's answer: 429 (over the limit: nothing more counted) or 503
+        (the limiter saturated), in the surface's error body; run nothing."""
+        if calls <= self.calls:
+            return None
+        path = self._scope.get("path", "")
+        try:
+            decision = await self._middleware._check(self._scope, cost=calls - self.calls)
+        except LimiterBusy:
+            self._busy = True
+            payload, content_type = busy_answer(path)
+            return 503, payload, content_type
+        except Exception:  # Redis down, unreachable or frozen: serve, unlimited (fail open)
+            self._middleware._fail_open_logged()
+            return None
+        self.decision = decision
+        if not decision.allowed:
+            payload, content_type = limited_answer(path, decision, _cost_message(decision, calls))
+            return 429, payload, content_type
+        self.calls = calls
+        return None
+
+    def charge(self, calls: int) -> Refusal | None:
+        """``acharge`` from the synchronous app's worker thread (a view run by
+        sync_to_async): the check runs on the request's event loop, where the
+        limiter's connections live."""
+        return async_to_sync(self.acharge)(calls)
+
+
 class RateLimitMiddleware:
     def __init__(
         self,
@@ -381,29 +499,34 @@ class RateLimitMiddleware:
             await self._busy(scope, receive, send)
             return
         except Exception:  # Redis down, unreachable or frozen: serve, unlimited (fail open)
-            if time.monotonic() - self._last_failure_log > 60:
-                self._last_failure_log = time.monotonic()
-                logger.exception("rate limit check failed; serving without a limit")
+            self._fail_open_logged()
             await self.app(scope, receive, send)
             return
         if not decision.allowed:
             await self._refuse(scope, receive, send, decision)
             return
+        budget = CallBudget(self, scope, decision)
 
         async def send_with_headers(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                message = dict(message, headers=[*message.get("headers", []), *decision.headers()])
+                message = dict(message, headers=[*message.get("headers", []), *budget.headers()])
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        await self.app({**scope, BUDGET_SCOPE_KEY: budget}, receive, send_with_headers)
 
-    async def _check(self, scope: Scope) -> RateDecision:
-        """Count the request under its rule; a rule cached before the last policy
-        apply is resolved again first (the stale check counts nothing)."""
+    def _fail_open_logged(self) -> None:
+        if time.monotonic() - self._last_failure_log > 60:
+            self._last_failure_log = time.monotonic()
+            logger.exception("rate limit check failed; serving without a limit")
+
+    async def _check(self, scope: Scope, cost: int = 1) -> RateDecision:
+        """Count the request (``cost`` calls, all or none) under its rule; a
+        rule cached before the last policy apply is resolved again first (the
+        stale check counts nothing)."""
         for _ in range(2):
             bucket, rule = await self.resolver(scope)
             try:
-                return await self.limiter.hit(bucket, rule, generation=_rule_cache_generation[0])
+                return await self._count(bucket, rule, cost, _rule_cache_generation[0])
             except StaleRule as stale:
                 # A policy apply or a token revocation somewhere: what this
                 # process remembers about tokens is resolved again.
@@ -412,14 +535,17 @@ class RateLimitMiddleware:
                 _rule_cache_generation[0] = stale.generation
         # Policies changing faster than two round trips: count under the fresh rule.
         bucket, rule = await self.resolver(scope)
-        return await self.limiter.hit(bucket, rule)
+        return await self._count(bucket, rule, cost, None)
+
+    async def _count(self, bucket: str, rule: RateLimitPolicy, cost: int, generation: str | None) -> RateDecision:
+        if cost == 1:
+            return await self.limiter.hit(bucket, rule, generation=generation)
+        return await self.limiter.charge(bucket, rule, cost, generation=generation)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, decision: RateDecision) -> None:
         path = scope.get("path", "")
         body = await read_body_for_id(receive) if surface_of(path).kind == MCP else b""
-        payload, content_type = surface_error(
-            path, "RATE_LIMIT", _message(decision), _details(decision), body, jsonrpc_code=JSONRPC_RATE_LIMIT
-        )
+        payload, content_type = limited_answer(path, decision, _message(decision), body)
         await _answer(send, 429, payload, content_type, decision.headers())
 
     async def _busy(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -427,16 +553,7 @@ class RateLimitMiddleware:
         server's answer over its connection limit), answering an MCP request's id."""
         path = scope.get("path", "")
         body = await read_body_for_id(receive) if surface_of(path).kind == MCP else b""
-        payload, content_type = surface_error(
-            path,
-            "TIMEOUT",
-            f"the rate limiter is busy: no Redis connection became free in time; retry in {BUSY_RETRY_AFTER} s "
-            "(with exponential backoff and jitter).",
-            {"retry_after": BUSY_RETRY_AFTER},
-            body,
-            plain_code="SERVER_BUSY",
-            jsonrpc_code=JSONRPC_SERVER_ERROR,
-        )
+        payload, content_type = busy_answer(path, body)
         if time.monotonic() - self._last_busy_log > 60:
             self._last_busy_log = time.monotonic()
             logger.warning("rate limiter saturated (no pooled Redis connection in time); answering 503")

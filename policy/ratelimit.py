@@ -14,6 +14,14 @@ so processes with skewed clocks still agree on the window.
   by milliseconds); a call is accepted while fewer than ``limit`` are in it, and
   refused calls are not logged.
 
+A check may count ``cost`` calls at once (``charge``: a batch's further
+operations, charged by the route that runs them through the middleware's ``CallBudget``): all or
+nothing, in both algorithms. Accepted, the counter (the log) grows by ``cost``;
+refused, nothing is counted (the batch runs none of its calls) and the decision
+says how many calls remain, and when enough capacity frees for ``cost`` calls
+(sliding: when that many logged calls have left the window; fixed: the window's
+end). A check of one call is the plain check above.
+
 The Redis server is ``MEMPROJ_RATE_LIMIT_REDIS_URL`` if set, else the Celery
 broker's (the embedded one by default).
 
@@ -63,12 +71,20 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
 local start = now_ms - (now_ms % window_ms)
+local cost = tonumber(ARGV[4])
 local key = KEYS[1] .. ':' .. string.format('%d', start)
-local count = redis.call('INCR', key)
-if count == 1 then
+local reset_ms = start + window_ms - now_ms
+if cost > 1 then
+  -- Several calls at once: all or nothing, a refused charge counts nothing.
+  local used = tonumber(redis.call('GET', key) or '0')
+  if used + cost > limit then
+    return {0, limit - used, reset_ms}
+  end
+end
+local count = redis.call('INCRBY', key, cost)
+if count == cost then
   redis.call('PEXPIRE', key, window_ms + 1000)
 end
-local reset_ms = start + window_ms - now_ms
 if count <= limit then
   return {1, limit - count, reset_ms}
 end
@@ -80,27 +96,34 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
+local cost = tonumber(ARGV[4])
 local key = KEYS[1]
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now_ms - window_ms))
 local count = redis.call('ZCARD', key)
-local allowed = 0
-if count < limit then
-  local seq = redis.call('INCR', key .. ':seq')
-  redis.call('ZADD', key, string.format('%d', now_ms), t[1] .. '.' .. t[2] .. '-' .. seq)
+if count + cost <= limit then
+  local seq = redis.call('INCRBY', key .. ':seq', cost)
+  local score = string.format('%d', now_ms)
+  for n = seq - cost + 1, seq do
+    redis.call('ZADD', key, score, t[1] .. '.' .. t[2] .. '-' .. n)
+  end
   redis.call('PEXPIRE', key, window_ms)
   redis.call('PEXPIRE', key .. ':seq', window_ms)
-  count = count + 1
-  allowed = 1
+  count = count + cost
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return {1, limit - count, tonumber(oldest[2]) + window_ms - now_ms}
 end
-local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+-- Refused, nothing logged: capacity for ``cost`` calls frees when the logged
+-- call at this index (from the oldest) leaves the window; never, for a cost
+-- over the limit (then the whole window).
 local reset_ms = window_ms
-if oldest[2] then
-  reset_ms = tonumber(oldest[2]) + window_ms - now_ms
+if cost <= limit then
+  local index = count + cost - limit - 1
+  local entry = redis.call('ZRANGE', key, index, index, 'WITHSCORES')
+  if entry[2] then
+    reset_ms = tonumber(entry[2]) + window_ms - now_ms
+  end
 end
-if allowed == 1 then
-  return {1, limit - count, reset_ms}
-end
-return {0, 0, reset_ms}
+return {0, limit - count, reset_ms}
 """
 
 SCRIPTS = {"fixed": GENERATION_CHECK + FIXED_WINDOW, "sliding": GENERATION_CHECK + SLIDING_WINDOW}
@@ -229,9 +252,11 @@ def _decision(reply: Any, rule: RateLimitPolicy) -> RateDecision:
     )
 
 
-def _args(bucket: str, rule: RateLimitPolicy, generation: str | None) -> tuple[list[str], list[int | str]]:
+def _args(bucket: str, rule: RateLimitPolicy, generation: str | None, cost: int) -> tuple[list[str], list[int | str]]:
+    if isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
+        raise ValueError(f"a rate-limit check counts at least one call, not {cost!r}")
     key = f"{KEY_PREFIX}{rule.algorithm}:{rule.limit}:{rule.window_seconds}:{bucket}"
-    return [key, GENERATION_KEY], [rule.limit, rule.window_seconds * 1000, generation or ""]
+    return [key, GENERATION_KEY], [rule.limit, rule.window_seconds * 1000, generation or "", cost]
 
 
 class AsyncRateLimiter:
@@ -269,7 +294,17 @@ class AsyncRateLimiter:
         """Count one call; with ``generation``, raise StaleRule (counting
         nothing) if the policy generation is another one. LimiterBusy: no
         pooled connection within the wait, nothing counted."""
-        keys, args = _args(bucket, rule, generation)
+        return await self._count(bucket, rule, 1, generation)
+
+    async def charge(
+        self, bucket: str, rule: RateLimitPolicy, cost: int, generation: str | None = None
+    ) -> RateDecision:
+        """Count ``cost`` calls at once, all or none (a batch's further
+        operations), as ``hit`` counts one."""
+        return await self._count(bucket, rule, cost, generation)
+
+    async def _count(self, bucket: str, rule: RateLimitPolicy, cost: int, generation: str | None) -> RateDecision:
+        keys, args = _args(bucket, rule, generation, cost)
         reply = await self._scripts()[rule.algorithm](keys=keys, args=args)
         return _decision(reply, rule)
 
@@ -292,7 +327,13 @@ class RateLimiter:
         self._scripts = {name: self._client.register_script(text) for name, text in SCRIPTS.items()}
 
     def hit(self, bucket: str, rule: RateLimitPolicy, generation: str | None = None) -> RateDecision:
-        keys, args = _args(bucket, rule, generation)
+        return self._count(bucket, rule, 1, generation)
+
+    def charge(self, bucket: str, rule: RateLimitPolicy, cost: int, generation: str | None = None) -> RateDecision:
+        return self._count(bucket, rule, cost, generation)
+
+    def _count(self, bucket: str, rule: RateLimitPolicy, cost: int, generation: str | None) -> RateDecision:
+        keys, args = _args(bucket, rule, generation, cost)
         reply = self._scripts[rule.algorithm](keys=keys, args=args)
         return _decision(reply, rule)
 

@@ -17,7 +17,16 @@ is checked before any runs, and a batch that puts runs in one transaction, so
 a refused batch (any op malformed or refused by the core) changes nothing.
 Errors: HTTP 400/401/403/404/405/413 with ``{"error": {"code", "message"}}``; a
 retryable one (the store unreachable, the embedder down) is 503 with
-``Retry-After``."""
+``Retry-After``.
+
+Rate limit: each op is one call against the token's rate limit, as one
+request to any other route is (policy/middleware.py): the request was counted
+as one call when it arrived, and once every op is checked, before any runs,
+the batch is charged the rest (``CallBudget``, handed over in the ASGI scope).
+A batch over what the token has left is refused whole, 429 with
+``Retry-After``, the ``X-RateLimit-*`` headers and the body the middleware
+answers a refused request on this path (``{"error": {"code": "RATE_LIMIT",
+"message", "details"}, "request_id"}``), and runs nothing."""
 
 from __future__ import annotations
 
@@ -53,6 +62,10 @@ logger = logging.getLogger(__name__)
 
 MAX_BODY = 1024 * 1024
 MAX_OPS = 100
+# The rate limiter's budget of the request (policy.middleware.BUDGET_SCOPE_KEY):
+# absent when the request is served without a limit (Redis down, or no
+# middleware, as under Django's test client).
+RATE_LIMIT_SCOPE_KEY = "memproj.rate_limit"
 STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "QUOTA_EXCEEDED": 403, "CONFLICT": 409}
 
 
@@ -239,22 +252,44 @@ def _handle(request: HttpRequest) -> HttpResponse:
     if named:
         return _error("PERMISSION_DENIED", f"the tenant is taken from your token; remove {', '.join(named)}.", 403)
     if not any(op.get("op") == "put" for op in ops):
-        return _results(caller, ops)
+        return _results(request, caller, ops)
     # A batch that puts is a write: with an Idempotency-Key a retry replays its
-    # answer (mcp_server.http); with or without one its ops commit together.
+    # answer (mcp_server.http), running and costing no op again; with or
+    # without one its ops commit together.
     try:
-        return idempotent_response(request, caller, "http:langmem.store", request.body, lambda: _results(caller, ops))
+        return idempotent_response(
+            request, caller, "http:langmem.store", request.body, lambda: _results(request, caller, ops)
+        )
     except api.DomainError as exc:
         return _error(exc.code, str(exc), STATUS.get(exc.code, 500))
 
 
-def _results(caller: Caller, ops: list[dict[str, Any]]) -> JsonResponse:
-    """Every op checked first, then run in order. A batch that puts runs in one
-    transaction: an op the core refuses only when it runs (blank content, the
-    quota reached) or any other failure rolls back the writes before it, so a
-    refused batch changes nothing."""
+def _charge(request: HttpRequest, calls: int) -> HttpResponse | None:
+    """Make the request cost ``calls`` calls of the token's rate limit (one per
+    op); None when they are counted (or nothing is counted), else the answer
+    that refuses the batch (429 over the limit, 503 with the limiter
+    saturated; the middleware adds Retry-After and X-RateLimit-*)."""
+    budget = getattr(request, "scope", {}).get(RATE_LIMIT_SCOPE_KEY)
+    if budget is None:
+        return None
+    refusal = budget.charge(calls)
+    if refusal is None:
+        return None
+    status, body, content_type = refusal
+    return HttpResponse(body, status=status, content_type=content_type)
+
+
+def _results(request: HttpRequest, caller: Caller, ops: list[dict[str, Any]]) -> HttpResponse:
+    """Every op checked first, then the batch charged one call per op against
+    the token's rate limit, then the ops run in order. A batch that puts runs
+    in one transaction: an op the core refuses only when it runs (blank
+    content, the quota reached) or any other failure rolls back the writes
+    before it, so a refused batch changes nothing."""
     try:
         runs = [_prepare(op) for op in ops]
+        refused = _charge(request, len(runs))
+        if refused is not None:
+            return refused
         if any(op.get("op") == "put" for op in ops):
             with transaction.atomic():
                 results = [run(caller) for run in runs]
