@@ -172,6 +172,27 @@ def _store(
     return memory.pk
 
 
+def _merge_duplicate(caller: Caller, other_id: uuid.UUID, keeper_id: uuid.UUID, now: datetime) -> bool:
+    """Merge one episode the consolidator grouped with ``keeper_id`` into it,
+    if it still may be: decided under the tenant's write lock on the two as
+    they are then, not as the plan's snapshot had them. A user's write
+    meanwhile (an outcome that promoted one to history, a forget, a
+    supersession) changes what the merge would hide. Whatever a consolidator
+    (an LLM) groups, only the same statement merges (memory/statements.py)."""
+    with transaction.atomic():
+        tenant_write_lock(caller.tenant_id)
+        pair = {
+            memory.pk: memory
+            for memory in Memory.objects.retrievable(max(now, timezone.now()))
+            .filter(pk__in=[other_id, keeper_id], tenant_id=caller.tenant_id, kind=Kind.EPISODE)
+            .without_vectors()
+        }
+        if len(pair) < 2 or not mergeable_into(pair[other_id], pair[keeper_id]):
+            return False
+        memory_supersede(caller=caller, old_id=other_id, new_id=keeper_id, reason="duplicate episode")
+    return True
+
+
 def episodes_consolidate(
     *,
     tenant_id: uuid.UUID,
@@ -209,14 +230,7 @@ def _consolidate_claimed(
             "scope",
             "importance",
             "embedding",
-            # What a duplicate merge must find alike (memory.statements.mergeable_into).
             "boundary_class",
-            "maturity",
-            "collection",
-            "source",
-            "tags",
-            "metadata",
-            "expires_at",
         )
         .order_by("created_at", "id")[: batch_size + 1]
     )
@@ -268,16 +282,13 @@ def _consolidate_claimed(
                 replan.update(proposal.source_ids)
         for group in plan.duplicates:
             members = [rows_by_id[pk] for pk in group if pk in offered]
-            # Whatever a consolidator (an LLM) groups, only the same statement
-            # merges (memory/statements.py), into the newest of the group.
             if len(members) < 2:
                 continue
+            # Into the newest of the group, each merge checked again when it is made.
             keeper = max(members, key=lambda e: (e.created_at, str(e.pk)))
-            others = [e.pk for e in members if e is not keeper and mergeable_into(e, keeper)]
-            for other in others:
+            for other in [e.pk for e in members if e is not keeper]:
                 try:
-                    memory_supersede(caller=caller, old_id=other, new_id=keeper.pk, reason="duplicate episode")
-                    result.merged += 1
+                    result.merged += _merge_duplicate(caller, other, keeper.pk, now)
                 except (InvalidArgument, NotFound) as exc:
                     logger.info("duplicate episode %s not merged into %s: %s", other, keeper.pk, exc)
         with transaction.atomic():
