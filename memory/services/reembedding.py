@@ -19,7 +19,7 @@ from memory.models import EmbeddingStatus, Memory
 from memory.services.events import EventType
 from memory.services.followups import followups_embedded
 from memory.services.locks import memories_tenant_write_lock
-from memory.services.sweeps import SweepResult, audit_rows, fair_batch, sweep_lock, sweep_sizes
+from memory.services.sweeps import SweepResult, audit_rows, fair_batch, sweep_claim, sweep_lock, sweep_sizes
 from memory.services.system import pipeline_setting
 from memory.services.vectors import memory_embed_batch
 
@@ -41,8 +41,15 @@ def embeddings_retry(
         embedding_status=EmbeddingStatus.PENDING,
         created_at__lte=now - timedelta(seconds=pipeline_setting("EMBED_RETRY_GRACE_SECONDS")),
     )
-    with transaction.atomic():
-        if not sweep_lock("embeddings_retry"):
+    # Single-flight across transactions, not one transaction around the run:
+    # the vectors are written in a transaction of their own, begun once the
+    # model has answered. Inside one begun before the model ran, PostgreSQL's
+    # now() was that earlier time, so a previous turn whose TTL passed while
+    # the model ran still counted as retrievable and went into the vector of
+    # the turn after it, dated after the TTL, where the expiry sweep does not
+    # look for it (memory/services/vectors.py, sweeps.expired_turns_unembed).
+    with sweep_claim("embeddings_retry") as claimed:
+        if not claimed:
             return SweepResult(skipped=True)
         ids = fair_batch(due, order_by=["created_at", "id"], batch_size=batch_size, per_tenant=per_tenant)
         failed = 0
