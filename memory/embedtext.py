@@ -106,6 +106,10 @@ def embedding_text(content: str, *, kind: str, previous: str | None = None, vers
 # (memory_session_turn_idx, migration 0031, holds exactly the active episodes
 # of sessions).
 _LIVE = "({alias}.expires_at IS NULL OR {alias}.expires_at > {now})"
+# The clock of these conditions: the statement's start, not ``now()``, which is
+# the start of its transaction. A vector write waits for the turn's row lock
+# inside its transaction; a TTL passing during that wait must count.
+_NOW = "statement_timestamp()"
 
 # A turn's vector is found by every reader who may see the turn, so a previous
 # turn's text goes into it only when every such reader may see that turn too,
@@ -123,7 +127,7 @@ _SHAREABLE = "{previous}.boundary_class = {turn_class}"
 # The same conditions on a previous turn ``p`` of a row ``m`` of an UPDATE, for
 # a vector whose text holds ``p``: written only if ``p`` may still go in.
 PREVIOUS_SHAREABLE_SQL = (
-    f"{_LIVE.format(alias='p', now='now()')} AND {_SHAREABLE.format(previous='p', turn_class='m.boundary_class')}"
+    f"{_LIVE.format(alias='p', now=_NOW)} AND {_SHAREABLE.format(previous='p', turn_class='m.boundary_class')}"
 )
 
 
@@ -140,7 +144,7 @@ _TURN_BEFORE_SQL = """
 
 _PREVIOUS_SQL = f"""
     SELECT m.id, prev.id,
-        CASE WHEN {_LIVE.format(alias="prev", now="now()")}
+        CASE WHEN {_LIVE.format(alias="prev", now=_NOW)}
             AND {_SHAREABLE.format(previous="prev", turn_class="m.boundary_class")} THEN prev.content END
     FROM memory_memory m
     LEFT JOIN LATERAL ({_TURN_BEFORE_SQL}
@@ -167,7 +171,7 @@ def previous_turns(memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[uui
 # The latest episode of each of a tenant's sessions, by (created_at, id): one
 # index probe each (memory_session_turn_idx, whose predicate the planner
 # proves only from the spelled-out session_id <> '').
-_LATEST_SQL = """
+_LATEST_SQL = f"""
     SELECT s.session_id, latest.content, latest.boundary_class
     FROM unnest(%s::text[]) AS s(session_id)
     JOIN LATERAL (
@@ -176,8 +180,8 @@ _LATEST_SQL = """
           AND validity = 'active'
         ORDER BY created_at DESC, id DESC
         LIMIT 1
-    ) latest ON (latest.expires_at IS NULL OR latest.expires_at > now())
-"""
+    ) latest ON {_LIVE.format(alias="latest", now=_NOW)}
+"""  # noqa: S608 - only constants are spliced in
 
 
 def latest_turns(
