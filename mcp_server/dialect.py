@@ -16,12 +16,16 @@ its own error vocabulary and decorates module-level tool functions with
   detail ever reaches a client;
 - a write tool (``writes=True``) called with an idempotency key (the request's
   ``_meta``, or the ``Idempotency-Key`` header of the plain HTTP surface) runs
-  through ``memory.services.idempotency``: a retry replays the first answer.
+  through ``memory.services.idempotency``: a retry replays the first answer;
+- in a dialect that ``logs_refusals`` (pce), every tool error answered to an
+  authenticated caller is appended to the log of refused calls once the call
+  is over (``DialectServer._log_refusal``), without changing the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import json
@@ -273,6 +277,11 @@ class Dialect:
     # refuses any: a `?tenant=` would otherwise be silently ignored, and a
     # misconfigured client would read and write the token's tenant unawares.
     takes_connection_options: bool = False
+    # Whether a refused call of an authenticated caller (any tool error) is
+    # written to the log of refused calls (``memory.api.refused_call_record``),
+    # after the answer is decided and outside the call's transaction: pce-memory's
+    # spec logs every call, and a refusal is no audit event (it changed nothing).
+    logs_refusals: bool = False
 
     def tool(
         self,
@@ -615,9 +624,11 @@ class DialectServer(MCPServer[Any]):
         surface of a dialect), with the same contract and error rendering;
         ``idempotency_key`` is the request's Idempotency-Key header."""
         if not caller.may_use_toolset(self.dialect.name):
-            return self._error(
+            refused = self._error(
                 PermissionDenied.code, f"this token is not allowed to use the {self.dialect.name!r} toolset."
             )
+            await self._log_refusal(caller, name, arguments, refused, None, surface="http")
+            return refused
         token = _call_as.set(caller)
         key_token = _http_idempotency_key.set(idempotency_key)
         try:
@@ -657,9 +668,16 @@ class DialectServer(MCPServer[Any]):
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         spec = self.specs.get(name)
         if spec is None:
-            return self._error(
+            refused = self._error(
                 "INVALID_ARGUMENT", f"unknown tool {shown(name)!r}; available: {', '.join(sorted(self.specs))}."
             )
+            if self.dialect.logs_refusals:
+                try:
+                    known: Caller | None = self._caller()
+                except DomainError:
+                    known = None  # no credentials (or not for this toolset): nobody to log
+                await self._log_refusal(known, name, arguments, refused, context)
+            return refused
         try:
             caller = self._caller()
         except DomainError as exc:
@@ -669,10 +687,46 @@ class DialectServer(MCPServer[Any]):
         try:
             if self.dialect.preload_policy and caller.policy_if_kept() is None:
                 await sync_to_async(_preload_policy, thread_sensitive=False)(caller)
-            return await self._checked_call(spec, caller, name, arguments, context)
+            result = await self._checked_call(spec, caller, name, arguments, context)
         finally:
             _tool_renderer.reset(renderer)
             _authenticated.reset(token)
+        # After the call, its transaction committed or rolled back (the tool's
+        # worker thread is done with it): the refusal's row is its own.
+        await self._log_refusal(caller, name, arguments, result, context)
+        return result
+
+    async def _log_refusal(
+        self,
+        caller: Caller | None,
+        name: str,
+        arguments: object,
+        result: object,
+        context: Any,
+        *,
+        surface: str | None = None,
+    ) -> None:
+        """The one refusal hook: a tool error answered to an authenticated caller
+        of a dialect that ``logs_refusals`` is appended to the log of refused
+        calls, in a worker thread of its own, on autocommit. The answer is
+        already decided and stays as it is whatever the write does."""
+        if not self.dialect.logs_refusals or caller is None:
+            return
+        if not isinstance(result, CallToolResult) or not result.is_error:
+            return
+        try:
+            fields = _refusal_fields(result, context)
+            await sync_to_async(_record_refusal, thread_sensitive=False)(
+                caller=caller,
+                toolset=self.dialect.name,
+                tool=name,
+                surface=surface or ("http" if _call_as.get() is not None else "mcp"),
+                # Names only (the service keeps the first few, each cut short), never values.
+                argument_names=arguments.keys() if isinstance(arguments, Mapping) else (),
+                **fields,
+            )
+        except Exception:  # the log never changes the answer (refused_call_record logs its own failures)
+            logger.warning("could not log a refused call of %s.%s", self.dialect.name, shown(name), exc_info=True)
 
     async def _checked_call(
         self, spec: ToolSpec, caller: Caller, name: str, arguments: dict[str, Any], context: Any
@@ -782,6 +836,39 @@ class DialectServer(MCPServer[Any]):
         if any(value != sent[0] for value in sent):
             return None, f"send one idempotency key: {' and '.join(IDEMPOTENCY_META_KEYS)} differ."
         return (sent[0] if sent else None), None
+
+
+def _refusal_fields(result: CallToolResult, context: Any) -> dict[str, Any]:
+    """What the log keeps of a tool error: the code the client was answered,
+    the core code behind it, the message, and the request id. A dialect whose
+    error text is a JSON envelope (pce's ``{"error": {"code", "message"},
+    "request_id", ...}``) is read from it; otherwise the text is the message
+    and the request id is the JSON-RPC request's, if any."""
+    core = str((result.meta or {}).get(ERROR_CODE_META_KEY) or "INTERNAL")
+    text = " ".join(getattr(block, "text", "") for block in result.content)
+    fields: dict[str, Any] = {"code": core, "core_code": core, "message": text, "request_id": None}
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if isinstance(error, dict):
+        fields["code"] = str(error.get("code") or core)
+        fields["message"] = str(error.get("message") or "")
+        if isinstance(parsed.get("request_id"), str):
+            fields["request_id"] = parsed["request_id"]
+    if fields["request_id"] is None and context is not None:
+        with contextlib.suppress(AttributeError, ValueError):  # no request behind this call (in-process)
+            fields["request_id"] = context.request_context.request_id
+    return fields
+
+
+def _record_refusal(**fields: Any) -> None:
+    close_old_connections()
+    try:
+        api.refused_call_record(**fields)
+    finally:
+        close_old_connections()
 
 
 def build_server(dialect: Dialect, *, static_caller: Caller | None = None, http: bool = False) -> DialectServer:

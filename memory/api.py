@@ -19,6 +19,7 @@ roampal v0.3.5's collections: ``working_store``, ``takeaway_store``, ``memory_ba
 Ids: ``memory_pk`` resolves an id a client holds (a memory's UUID or an imported
 memory's upstream id, kept as an alias); ``memory_alias_target`` only the latter;
 ``aliases_of`` gives the upstream ids to show back.
+Refused calls: ``refused_call_record`` (the log of refusals; never the audit log).
 Read model: ``MemoryView`` / ``memory_view`` with every derived value computed
 in one place (effective confidence, fact state, effectiveness, Wilson score).
 """
@@ -95,6 +96,7 @@ from memory.services.memories import (
     rule_store,
 )
 from memory.services.referencing import memory_get, memory_list_recent_accessed, memory_recall, memory_search_accessed
+from memory.services.refusals import refused_call_record
 from memory.validation import TOO_DEEP_TO_READ, encodable, json_document, nesting
 from policy.boundary import BoundaryCheck, boundary_for, boundary_validate
 from policy.caller import Caller
@@ -151,6 +153,7 @@ __all__ = [
     "policy_apply",
     "policy_is_applied",
     "tool_call_audit",
+    "refused_call_record",
     "ContextBlock",
     "DomainError",
     "Duplicate",

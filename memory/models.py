@@ -875,3 +875,66 @@ class MemoryAlias(models.Model):
 
     def __str__(self) -> str:
         return f"{self.system}:{self.alias} -> {self.memory_id}"
+
+
+class RefusedCallSurface(models.TextChoices):
+    MCP = "mcp", "MCP"
+    HTTP = "http", "REST (/api/<toolset>/<tool>)"
+
+
+class RefusedCall(models.Model):
+    """One tool call an authenticated caller was refused (a coded error: a
+    validation error, a permission or boundary refusal, a duplicate, a storage
+    failure, ...), written by memory.services.refusals after the answer was
+    decided and outside any transaction of the call. The audit log
+    (MemoryEvent) records what changed; a refusal changed nothing, so it is
+    kept here instead. Append-only in the app: nothing updates or deletes a
+    row (the admin shows them read-only). No argument values are kept, only
+    the names of the arguments sent, bounded. Growth is bounded by the
+    per-token rate limit (policy/middleware.py); there is no retention sweep,
+    as there is none for the audit log."""
+
+    id = models.BigAutoField(primary_key=True)
+    # The caller's own tenant (the token's), even for an admin's elevated call.
+    # An id, not a foreign key: a row records an attempt, not tenant state (the
+    # isolation digests of tests/harness/rows.py compare every table with a
+    # tenant relation before and after a refused call); scoped by it all the same.
+    tenant_id = models.UUIDField()
+    # Who was refused. No database constraint (a row must never fail for a
+    # caller whose principal is not a row, nor hold up a token's deletion), but
+    # a principal's purge (principal.delete()) takes its refusals with it.
+    principal = models.ForeignKey(
+        "policy.Principal",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        db_constraint=False,
+        related_name="+",
+    )
+    # The API token of the call (policy.ApiToken's id); no foreign key: the row outlives a deleted token.
+    token_id = models.UUIDField(null=True, blank=True)
+    toolset = models.CharField(max_length=32)
+    tool = models.CharField(max_length=100)
+    # The code the client was answered (the dialect's vocabulary, e.g. pce's
+    # VALIDATION_ERROR) and the core code behind it (INVALID_ARGUMENT).
+    code = models.CharField(max_length=64)
+    core_code = models.CharField(max_length=64, blank=True, default="")
+    message = models.CharField(max_length=500, blank=True, default="")
+    surface = models.CharField(max_length=8, choices=RefusedCallSurface.choices)
+    # The id the answer named (pce's envelope request_id), else the JSON-RPC request id; "" if none.
+    request_id = models.CharField(max_length=100, blank=True, default="")
+    # The names of the arguments sent (never their values), at most 32 of 64 characters each.
+    argument_names = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["tenant_id", "-id"], name="refused_call_tenant_idx"),
+            models.Index(
+                fields=["token_id", "-id"], name="refused_call_token_idx", condition=Q(token_id__isnull=False)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.toolset}.{self.tool} {self.code}"

@@ -115,6 +115,8 @@ dialect = Dialect(
     argument_codes={"scope": "INVALID_SCOPE", "boundary_class": "INVALID_BOUNDARY"},
     preload_policy=True,
     http_status=http_status,
+    # The spec logs every call: a refused one goes to the log of refused calls.
+    logs_refusals=True,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
