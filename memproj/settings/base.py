@@ -272,7 +272,7 @@ MEMPROJ_EMBEDDER = {
     # onnx (ONNX Runtime, exported from the packaged weights into var/models) | torch.
     # Both compute the same model and record the same model name.
     "BACKEND": read("MEMPROJ_EMBEDDING_BACKEND"),
-    "THREADS": read("MEMPROJ_EMBEDDING_THREADS"),  # 0 = the runtime's default
+    "THREADS": read("MEMPROJ_EMBEDDING_THREADS"),  # 0 = one stream per core
     # fp32 | int8: int8 runs a per-channel INT8 quantized copy of the ONNX graph (about half
     # the CPU per text; vectors cosine ~0.993 with fp32), recorded as "<model>+int8" so a
     # switch is caught up by `manage.py reembed` / the re-embed sweep. Local ONNX only.

@@ -509,9 +509,10 @@ SETTINGS: tuple[Setting, ...] = (
         "MEMPROJ_EMBEDDING_THREADS",
         "int",
         0,
-        "Threads of the local ONNX model's passes of more than 4 texts (a worker's or an import's batch); 0 is "
-        "the runtime's default, every core. A pass of up to 4 texts (a query, or the few that arrive together) "
-        "runs on one thread: spread over cores it costs more CPU than it saves time.",
+        "Streams of the local ONNX model's passes of more than 4 texts (a worker's or an import's batch): the "
+        "pass is cut into chunks of up to 32 texts, and each stream runs whole chunks on its own thread; 0 is one "
+        "stream per core the process may use. A pass of up to 4 texts (a query, or the few that arrive together) "
+        "runs on the calling thread: spread over cores it costs more CPU than it saves time.",
         "Embedding",
     ),
     _S(
