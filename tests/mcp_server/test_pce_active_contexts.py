@@ -96,9 +96,13 @@ async def test_a_read_only_token_activates_nothing_and_writes_no_row(member, rea
     for error in refused:
         assert error["code"] == "UNAUTHORIZED", error
         assert "read-only" in error["message"] and "pce.memory.search" in error["message"]
-    # The one row is the audit event of the search (pce audits every call that answers).
+    # The rows are the audit event of the search (pce audits every call that
+    # answers) and one refused call per refused activate (the log of refusals).
     changed = {table: n for table, n in after.items() if n != before[table]}
-    assert changed == {"memory_memoryevent": before["memory_memoryevent"] + 1}
+    assert changed == {
+        "memory_memoryevent": before["memory_memoryevent"] + 1,
+        "memory_refusedcall": before["memory_refusedcall"] + 2,
+    }
     assert await ActiveContext.objects.acount() == 0
     assert len(found["items"]) == 2
 
@@ -114,7 +118,8 @@ async def test_a_read_only_token_is_refused_over_plain_http_and_writes_no_row(ht
             headers={"Authorization": f"Bearer {reader.token}"},
         )
     assert (answer.status_code, answer.json()["error"]["code"]) == (401, "UNAUTHORIZED")
-    assert await row_counts() == before
+    # Only the refusal's own row (the log of refused calls).
+    assert await row_counts() == {**before, "memory_refusedcall": before["memory_refusedcall"] + 1}
 
 
 async def test_an_expired_context_is_gone_before_and_after_the_sweep_deletes_it(member, pce, settings):
