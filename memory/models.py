@@ -900,17 +900,9 @@ class RefusedCall(models.Model):
     # isolation digests of tests/harness/rows.py compare every table with a
     # tenant relation before and after a refused call); scoped by it all the same.
     tenant_id = models.UUIDField()
-    # Who was refused. No database constraint (a row must never fail for a
-    # caller whose principal is not a row, nor hold up a token's deletion), but
-    # a principal's purge (principal.delete()) takes its refusals with it.
-    principal = models.ForeignKey(
-        "policy.Principal",
-        on_delete=models.CASCADE,
-        null=True,
-        blank=True,
-        db_constraint=False,
-        related_name="+",
-    )
+    # Who was refused: an id, as the audit log names its actors, so that no
+    # row ever fails for its caller; a principal's purge deletes its rows.
+    principal_id = models.UUIDField(null=True, blank=True)
     # The API token of the call (policy.ApiToken's id); no foreign key: the row outlives a deleted token.
     token_id = models.UUIDField(null=True, blank=True)
     toolset = models.CharField(max_length=32)

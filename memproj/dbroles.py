@@ -13,8 +13,8 @@ from django.conf import settings
 from django.db import connections, transaction
 from psycopg import sql
 
-# The audit log: the app role may read and append, nothing else.
-APPEND_ONLY_TABLES = ("memory_memoryevent",)
+# The audit log and the refused-call log: the app role may read and append, nothing else.
+APPEND_ONLY_TABLES = ("memory_memoryevent", "memory_refusedcall")
 
 # Serialises concurrent re-grants (two hosts migrating at once): GRANT ON ALL
 # TABLES rewrites every table's catalog row, and two sessions doing that side by

@@ -2,14 +2,12 @@
 # pce-memory's spec logs every call; a refusal changes nothing, so it is not an
 # audit event but a row here, with no argument values.
 
-import django.db.models.deletion
 from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
     dependencies = [
         ("memory", "0048_reembed_unshareable_previous_turns"),
-        ("policy", "0007_apitoken_revocation_final"),
     ]
 
     operations = [
@@ -18,6 +16,7 @@ class Migration(migrations.Migration):
             fields=[
                 ("id", models.BigAutoField(primary_key=True, serialize=False)),
                 ("tenant_id", models.UUIDField()),
+                ("principal_id", models.UUIDField(blank=True, null=True)),
                 ("token_id", models.UUIDField(blank=True, null=True)),
                 ("toolset", models.CharField(max_length=32)),
                 ("tool", models.CharField(max_length=100)),
@@ -31,17 +30,6 @@ class Migration(migrations.Migration):
                 ("request_id", models.CharField(blank=True, default="", max_length=100)),
                 ("argument_names", models.JSONField(blank=True, default=list)),
                 ("created_at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "principal",
-                    models.ForeignKey(
-                        blank=True,
-                        db_constraint=False,
-                        null=True,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="policy.principal",
-                    ),
-                ),
             ],
             options={
                 "ordering": ["-id"],

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from memory import embedtext
 from memory.errors import NotFound, PermissionDenied
-from memory.models import ConflictCandidate, FollowUp, Memory, MemoryLink
+from memory.models import ConflictCandidate, FollowUp, Memory, MemoryLink, RefusedCall
 from memory.services.events import EventType, events_reseal, events_sealed_state
 from memory.services.locks import tenant_write_lock
 from memory.services.vectors import turns_unembed
@@ -84,7 +84,7 @@ def _delete_memories(memory_ids: list[uuid.UUID]) -> tuple[int, int, int]:
 
 
 def tenant_purge(*, tenant_id: uuid.UUID, reason: str = "", actor_principal_id: uuid.UUID | None = None) -> PurgeResult:
-    """Delete every memory and audit event of one tenant. The tenant, its
+    """Delete every memory, audit event and refused call of one tenant. The tenant, its
     principals and tokens stay (it may keep using the service); one
     ``tenant_purged`` event records that a purge happened, with counts only."""
     _require_owner()
@@ -97,6 +97,7 @@ def tenant_purge(*, tenant_id: uuid.UUID, reason: str = "", actor_principal_id: 
         conflicts += ConflictCandidate.objects.filter(tenant_id=tenant_id).delete()[0]
         links += MemoryLink.objects.filter(tenant_id=tenant_id).delete()[0]
         FollowUp.objects.filter(tenant_id=tenant_id).delete()
+        RefusedCall.objects.filter(tenant_id=tenant_id).delete()
         counts = {"memories": memories, "conflicts": conflicts, "links": links}
         events = _purge_events(
             tenant_id=tenant_id,
@@ -113,7 +114,7 @@ def principal_purge(
     *, principal_id: uuid.UUID, reason: str = "", actor_principal_id: uuid.UUID | None = None
 ) -> PurgeResult:
     """Right to be forgotten for one principal: their memories, every audit
-    event about those memories or acted by them, and the principal itself
+    event about those memories or acted by them, their refused calls, and the principal itself
     (with its tokens). One ``principal_purged`` event in the tenant's log
     records the purge, with counts and the principal's opaque id only."""
     _require_owner()
@@ -132,6 +133,7 @@ def principal_purge(
         following = embedtext.following_turns(memory_ids=memory_ids, now=timezone.now(), tenant_id=tenant_id)
         turns_unembed(following)
         memories, conflicts, links = _delete_memories(memory_ids)
+        RefusedCall.objects.filter(principal_id=principal_id).delete()
         principal.delete()
         counts = {"memories": memories, "conflicts": conflicts, "links": links}
         events = _purge_events(

@@ -240,13 +240,40 @@ def test_the_admin_shows_a_tenant_its_own_refusals_read_only(client):
     assert RefusedCall.objects.get(pk=mine.pk).code == "VALIDATION_ERROR"
 
 
-def test_a_principals_deletion_takes_its_refusals_with_it():
-    """A principal's purge (memory.services.purge deletes the principal) leaves
-    no refused call naming them; another principal's stay."""
-    from policy.models import Principal
+def test_a_principals_purge_takes_its_refusals_with_it():
+    """A principal's purge leaves no refused call naming them; another
+    principal's stay."""
+    from memory.services.purge import principal_purge
+    from memproj.dbroles import as_owner
 
     gone, kept = make_identity("tenant-a", "gone"), make_identity("tenant-a", "kept")
     for identity in (gone, kept):
         assert refusals.refused_call_record(caller=identity.caller, toolset="pce", tool="t", code="UNAUTHORIZED")
-    Principal.objects.get(pk=gone.caller.principal_id).delete()
+    with as_owner():
+        principal_purge(principal_id=gone.caller.principal_id)
     assert list(RefusedCall.objects.values_list("principal_id", flat=True)) == [kept.caller.principal_id]
+
+
+def test_a_tenant_purge_takes_its_refusals_with_it_and_the_service_role_may_not_edit_them():
+    """The log is append-only for the service's role, as the audit log is
+    (memproj/dbroles.py); a tenant's purge, run as the owner, deletes its rows
+    and no other tenant's."""
+    from django.db import connection, transaction
+
+    from memory.services.purge import tenant_purge
+    from memproj.dbroles import as_owner, separate_roles
+
+    gone, kept = make_identity("tenant-a", "gone"), make_identity("tenant-b", "kept")
+    for identity in (gone, kept):
+        assert refusals.refused_call_record(caller=identity.caller, toolset="pce", tool="t", code="UNAUTHORIZED")
+    if separate_roles():
+        for statement in ("UPDATE memory_refusedcall SET code = 'X'", "DELETE FROM memory_refusedcall"):
+            with (
+                pytest.raises(DatabaseError, match="permission denied"),
+                transaction.atomic(),
+                connection.cursor() as cursor,
+            ):
+                cursor.execute(statement)
+    with as_owner():
+        tenant_purge(tenant_id=gone.caller.tenant_id)
+    assert list(RefusedCall.objects.values_list("tenant_id", flat=True)) == [kept.caller.tenant_id]
