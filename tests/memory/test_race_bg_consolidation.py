@@ -11,13 +11,11 @@ interleaving is deterministic: the user's write commits from another thread
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime
 
 import pytest
-from django.db import connection
 
 from memory.consolidators import EpisodeView, Plan
 from memory.models import Memory, Validity
@@ -27,11 +25,11 @@ from memory.services.consolidation import episodes_consolidate
 from memory.services.feedback import memory_feedback
 from memory.services.memories import memory_forget
 from tests.conftest import make_identity
+from tests.harness.interleave import committed_in_another_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TEXT = "The staging database is restored from the Sunday snapshot"
-WAIT = 60  # seconds: only a broken test waits this long
 
 
 class DuplicatesWhileAWriteCommits:
@@ -44,24 +42,11 @@ class DuplicatesWhileAWriteCommits:
     def __init__(self, group: list[uuid.UUID], write: Callable[[], object]) -> None:
         self.group = group
         self.write = write
-        self.errors: list[BaseException] = []
         self.planned = 0
 
     def plan(self, episodes: list[EpisodeView], *, now: datetime) -> Plan:
         self.planned += 1
-
-        def run() -> None:
-            try:
-                self.write()
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                self.errors.append(exc)
-            finally:
-                connection.close()
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        thread.join(WAIT)
-        assert not thread.is_alive(), "the user's write did not commit"
+        committed_in_another_thread(self.write)
         offered = {e.id for e in episodes}
         return Plan(duplicates=[tuple(self.group)], consumed=offered)
 
@@ -89,7 +74,7 @@ def test_a_memory_promoted_to_history_while_consolidation_plans_is_not_merged_in
 
     consolidator = DuplicatesWhileAWriteCommits([older.pk, newer.pk], promote)
     episodes_consolidate(tenant_id=member.caller.tenant_id, consolidator=consolidator)
-    assert consolidator.planned == 1 and consolidator.errors == []
+    assert consolidator.planned == 1
 
     promoted = Memory.objects.get(pk=older.pk)
     assert promoted.collection == "history", "the outcomes did not promote it"
@@ -110,7 +95,6 @@ def test_duplicates_untouched_while_consolidation_plans_are_still_merged(member)
         lambda: memory_feedback(caller=member.caller, memory_id=unrelated.pk, signal="worked"),
     )
     result = episodes_consolidate(tenant_id=member.caller.tenant_id, consolidator=consolidator)
-    assert consolidator.errors == []
     assert result.merged == 1
     merged = Memory.objects.get(pk=older.pk)
     assert (merged.validity, merged.superseded_by_id) == (Validity.SUPERSEDED, newer.pk)
@@ -125,7 +109,6 @@ def test_a_keeper_forgotten_while_consolidation_plans_takes_no_copy_with_it(memb
         [older.pk, newer.pk], lambda: memory_forget(caller=member.caller, kind="episode", memory_id=newer.pk)
     )
     result = episodes_consolidate(tenant_id=member.caller.tenant_id, consolidator=consolidator)
-    assert consolidator.errors == []
     assert result.merged == 0
     assert Memory.objects.get(pk=older.pk).validity == Validity.ACTIVE
     assert found(member.caller, TEXT) == {older.pk}

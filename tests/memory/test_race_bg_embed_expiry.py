@@ -14,13 +14,11 @@ committing it (what the clock does otherwise)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from memory import embedtext
@@ -29,30 +27,13 @@ from memory.services.memories import episode_store
 from memory.services.reembedding import embeddings_retry
 from memory.services.sweeps import memories_expire
 from tests.conftest import make_identity
+from tests.harness.interleave import committed_in_another_thread
 from tests.memory.turn_vectors import made_from
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PREVIOUS = "the gate code for the garden shed is 8812"
 REPLY = "got it, thanks"
-WAIT = 60  # seconds: only a broken test waits this long
-
-
-def in_another_connection(work: Any) -> None:
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(WAIT)
-    assert not thread.is_alive() and errors == [], errors
 
 
 def test_a_previous_turn_expiring_while_the_retry_sweep_embeds_is_not_left_in_the_reply(monkeypatch):
@@ -71,7 +52,7 @@ def test_a_previous_turn_expiring_while_the_retry_sweep_embeds_is_not_left_in_th
         if any(pk == reply.pk for pk, _, _ in rows):
             # While the model runs, the previous turn's TTL passes.
             expired_at = timezone.now()
-            in_another_connection(lambda: Memory.objects.filter(pk=previous.pk).update(expires_at=expired_at))
+            committed_in_another_thread(lambda: Memory.objects.filter(pk=previous.pk).update(expires_at=expired_at))
             time.sleep(0.01)
         return texts
 

@@ -7,12 +7,10 @@ connection) inside the window."""
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from memory.models import Memory, MemoryEvent, Validity
@@ -22,27 +20,9 @@ from memory.services.conflicts import memory_conflict_check
 from memory.services.memories import fact_store, memory_confirm
 from memory.services.sweeps import facts_decay
 from tests.conftest import make_identity
+from tests.harness.interleave import committed_in_another_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-WAIT = 60
-
-
-def committed_in_another_thread(work: Any) -> None:
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(WAIT)
-    assert not thread.is_alive() and errors == [], errors
 
 
 def before_the_lock(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, write: Any) -> list[int]:
