@@ -73,8 +73,14 @@ def grant_app_privileges(*, using: str = "default", **_: Any) -> None:
         sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(app),
         sql.SQL("REVOKE TRUNCATE, REFERENCES, TRIGGER ON ALL TABLES IN SCHEMA public FROM {}").format(app),
     ]
+    # Each only once its migration made it (a database migrated back is granted too).
     for table in APPEND_ONLY_TABLES:
-        statements.append(sql.SQL("REVOKE UPDATE, DELETE ON {} FROM {}").format(sql.Identifier(table), app))
+        statements.append(
+            sql.SQL(
+                "DO $$ BEGIN IF to_regclass({}) IS NOT NULL "
+                "THEN EXECUTE format('REVOKE UPDATE, DELETE ON %I FROM %I', {}, {}); END IF; END $$"
+            ).format(sql.Literal(f"public.{table}"), sql.Literal(table), sql.Literal(app_user()))
+        )
     # The writer seals each event it appends (memory/services/events.py): the
     # one column the service's role may update, once (the trigger checks that).
     statements.append(
