@@ -249,6 +249,7 @@ def test_a_principals_purge_takes_its_refusals_with_it():
     gone, kept = make_identity("tenant-a", "gone"), make_identity("tenant-a", "kept")
     for identity in (gone, kept):
         assert refusals.refused_call_record(caller=identity.caller, toolset="pce", tool="t", code="UNAUTHORIZED")
+    assert gone.caller.principal_id is not None
     with as_owner():
         principal_purge(principal_id=gone.caller.principal_id)
     assert list(RefusedCall.objects.values_list("principal_id", flat=True)) == [kept.caller.principal_id]
