@@ -65,6 +65,7 @@ from mcp_server.http import (  # noqa: F401 - re-exported for the dialects' rout
     idempotent_response,
     idempotent_view,
     in_worker_thread,
+    rate_limit_charge,
     refused_value,
     retry_later,
     retryable,

@@ -39,7 +39,7 @@ from memory import api
 from memproj.dbthreads import fresh_connections
 from policy.caller import Caller
 from policy.errors import StorageUnavailable
-from policy.middleware import surface_error
+from policy.middleware import BUDGET_SCOPE_KEY, surface_error
 from policy.services.tokens import token_authenticate
 
 logger = logging.getLogger(__name__)
@@ -320,6 +320,23 @@ def idempotent_response(
     if outcome.replayed:
         response[REPLAYED_HEADER] = "true"
     return response
+
+
+def rate_limit_charge(request: HttpRequest, calls: int) -> HttpResponse | None:
+    """Make a request that runs several operations cost ``calls`` calls of the
+    token's rate limit (one per operation), through the budget the rate-limit
+    middleware put in the request's scope; None when they are counted (or the
+    request is served without a limit), else the answer that refuses it (429
+    over the limit, 503 with the limiter saturated; the middleware adds
+    Retry-After and X-RateLimit-*)."""
+    budget = getattr(request, "scope", {}).get(BUDGET_SCOPE_KEY)
+    if budget is None:
+        return None
+    refusal = budget.charge(calls)
+    if refusal is None:
+        return None
+    status, body, content_type = refusal
+    return HttpResponse(body, status=status, content_type=content_type)
 
 
 def idempotent_view(scope: str, limit: int) -> Callable[[View], View]:

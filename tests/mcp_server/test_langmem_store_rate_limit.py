@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from memory import api
 from memory.models import Memory, MemoryEvent
 from policy.document import RateLimitPolicy
-from policy.middleware import BUDGET_SCOPE_KEY, RateLimitMiddleware
+from policy.middleware import RateLimitMiddleware
 from policy.ratelimit import AsyncRateLimiter, LimiterBusy, RateDecision
 from policy.services.policies import policy_apply
 from tests.harness.surfaces.asgi import asgi_transport
@@ -210,9 +210,3 @@ async def test_a_saturated_limiter_at_the_charge_answers_busy_and_runs_nothing(o
     assert answer.status_code == 503 and answer.headers["retry-after"] == "1" and searches == []
     assert limiter.failed == 1  # the request itself was counted; its batch's charge was not
     assert answer.json()["error"]["code"] == "SERVER_BUSY" and "x-ratelimit-limit" not in answer.headers
-
-
-def test_the_route_reads_the_budget_where_the_middleware_puts_it():
-    from mcp_server.dialects.langmem.routes import RATE_LIMIT_SCOPE_KEY
-
-    assert RATE_LIMIT_SCOPE_KEY == BUDGET_SCOPE_KEY

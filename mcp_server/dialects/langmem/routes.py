@@ -49,6 +49,7 @@ from mcp_server.dialect import (
     bearer_token,
     idempotent_response,
     in_worker_thread,
+    rate_limit_charge,
     refused_value,
     retry_later,
     retryable,
@@ -62,10 +63,6 @@ logger = logging.getLogger(__name__)
 
 MAX_BODY = 1024 * 1024
 MAX_OPS = 100
-# The rate limiter's budget of the request (policy.middleware.BUDGET_SCOPE_KEY):
-# absent when the request is served without a limit (Redis down, or no
-# middleware, as under Django's test client).
-RATE_LIMIT_SCOPE_KEY = "memproj.rate_limit"
 STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "PERMISSION_DENIED": 403, "QUOTA_EXCEEDED": 403, "CONFLICT": 409}
 
 
@@ -264,21 +261,6 @@ def _handle(request: HttpRequest) -> HttpResponse:
         return _error(exc.code, str(exc), STATUS.get(exc.code, 500))
 
 
-def _charge(request: HttpRequest, calls: int) -> HttpResponse | None:
-    """Make the request cost ``calls`` calls of the token's rate limit (one per
-    op); None when they are counted (or nothing is counted), else the answer
-    that refuses the batch (429 over the limit, 503 with the limiter
-    saturated; the middleware adds Retry-After and X-RateLimit-*)."""
-    budget = getattr(request, "scope", {}).get(RATE_LIMIT_SCOPE_KEY)
-    if budget is None:
-        return None
-    refusal = budget.charge(calls)
-    if refusal is None:
-        return None
-    status, body, content_type = refusal
-    return HttpResponse(body, status=status, content_type=content_type)
-
-
 def _results(request: HttpRequest, caller: Caller, ops: list[dict[str, Any]]) -> HttpResponse:
     """Every op checked first, then the batch charged one call per op against
     the token's rate limit, then the ops run in order. A batch that puts runs
@@ -287,7 +269,7 @@ def _results(request: HttpRequest, caller: Caller, ops: list[dict[str, Any]]) ->
     before it, so a refused batch changes nothing."""
     try:
         runs = [_prepare(op) for op in ops]
-        refused = _charge(request, len(runs))
+        refused = rate_limit_charge(request, len(runs))
         if refused is not None:
             return refused
         if any(op.get("op") == "put" for op in ops):
